@@ -1,0 +1,44 @@
+# Two commands set up everything on a fresh machine:
+#   make demo   - the main job (staging a NAS-like hub cache) on an embedded default fleet
+#   make test   - installs what the tests need (Python packages, Debian packages) and runs them
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Real components the tests use: sshd in network namespaces as fleet hosts, sshfs as the NAS,
+# rsync as a transport and a baseline, Debian's nix for evaluating the flake's Nix code.
+DEB_PACKAGES := nix-bin openssh-server openssh-client sshfs fuse3 rsync iproute2 procps git curl util-linux
+
+.PHONY: test demo lint venv debian-deps clean
+
+$(BIN)/sparkfleet: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(BIN)/sparkfleet
+
+debian-deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "not root: tests that need$$missing will be skipped"; \
+	  fi; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check python tests benchmarks
+
+test: venv debian-deps lint
+	$(BIN)/python -m pytest -q -ra
+
+demo: venv
+	$(BIN)/sparkfleet demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
