@@ -1,0 +1,107 @@
+"""The one way sparkfleet writes: temp name in the same directory, fsync, os.replace.
+
+Nothing partial is ever visible under a final name, and a rerun after `kill -9` finds at worst a
+temp file carrying TEMP_MARK, which `sweep_temps` removes. Links are replaced the same way
+(temp link + os.replace), so an existing link never raises EEXIST (the copytree lesson).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TEMP_MARK = ".sf-tmp-"
+_TEMP_NAME = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[0-9a-f]{8}$")
+
+
+def temp_name(final: Path) -> Path:
+    """A hidden sibling of `final` that only sparkfleet's sweep will ever delete."""
+    return final.with_name(f".{final.name}{TEMP_MARK}{secrets.token_hex(4)}")
+
+
+def is_temp_name(name: str) -> bool:
+    return _TEMP_NAME.match(name) is not None
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or new entry in `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def temp_file(final: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
+    """Yield (fd, temp path) next to `final`; on error the temp is removed, on success left for `publish`."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        yield fd, tmp
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Atomically move a fully written and fsynced temp into place, and make that durable."""
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
+def write_bytes(final: Path, data: bytes, mode: int = 0o644) -> bool:
+    """Write `data` to `final` atomically. Returns False (and writes nothing) if it already holds `data`."""
+    try:
+        if final.is_file() and not final.is_symlink() and final.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    with temp_file(final, mode) as (fd, tmp):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    publish(tmp, final)
+    return True
+
+
+def symlink(final: Path, target: str) -> bool:
+    """Point `final` at `target` atomically. Returns False if it already does (nothing written)."""
+    try:
+        if os.readlink(final) == target:
+            return False
+    except (FileNotFoundError, OSError):
+        pass
+    if final.is_dir() and not final.is_symlink():
+        raise IsADirectoryError(f"a directory stands where a link belongs: {final}")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final)
+    os.symlink(target, tmp)
+    try:
+        publish(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def sweep_temps(root: Path) -> list[Path]:
+    """Remove temps left by an interrupted run under `root` (ours only: TEMP_MARK names)."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            if is_temp_name(name):
+                path = Path(dirpath, name)
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

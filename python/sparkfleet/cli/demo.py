@@ -1,0 +1,77 @@
+"""`sparkfleet demo`: the main job on an embedded default fleet, start to finish."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import click
+
+from .. import inventory
+from ..demo.fleet import DEMO_LANE, write_demo_fleet
+from ..stage import execute
+from ..stage.targets import requests_for_host
+from .progress import RichStageProgress, wants_bar
+from .render import human_bytes
+
+
+def _stage_host(inv, host: str, jobs: int) -> bool:
+    requests = requests_for_host(inv, host, DEMO_LANE)
+    bar = RichStageProgress() if wants_bar(False) else None
+    if bar:
+        with bar:
+            run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
+    else:
+        run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes)
+    for r in run.results:
+        click.echo(
+            f"  {r.repo}: copied {r.copied_files} ({human_bytes(r.copied_bytes)}), reused {r.reused_files}, "
+            f"kept {r.kept_files}, excluded {r.excluded_entries} ({human_bytes(r.excluded_bytes)})"
+        )
+    return run.ok
+
+
+def _offline_load(hub: Path, repo: str, revision: str) -> str:
+    """Prove the staged tree loads with huggingface_hub alone, offline."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(repo, revision=revision, cache_dir=hub, local_files_only=True)
+
+
+@click.command()
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here (default: temp)."
+)
+@click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
+def demo(workdir: Path | None, shard_mib: int) -> None:
+    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify."""
+    keep = workdir is not None
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
+    try:
+        fleet = write_demo_fleet(workdir, shard_bytes=shard_mib * 1024 * 1024)
+        inv = inventory.load(fleet.root)
+        lane = inv.lane(DEMO_LANE)
+        click.echo(f"demo fleet: {fleet.root} (NAS hub {fleet.nas_hub})")
+        ok = True
+        for host in lane.hosts:
+            click.echo(f"stage {host} → {inv.host(host).local_hub}")
+            ok &= _stage_host(inv, host, jobs=2)
+        click.echo("rerun on dgx1 (must copy nothing):")
+        ok &= _stage_host(inv, lane.hosts[0], jobs=2)
+        for host in lane.hosts:
+            reports = execute.verify(requests_for_host(inv, host, DEMO_LANE))
+            for r in reports:
+                click.echo(f"verify {host} {r.repo}: {r.line()}, missing: {r.missing}")
+                ok &= r.ok
+        for model in lane.models:
+            path = _offline_load(inv.host(lane.hosts[0]).local_hub, model.repo, model.revision)
+            click.echo(f"offline load {model.repo}: {path}")
+        click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
+        if not ok:
+            raise SystemExit(1)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,75 @@
+"""The embedded default fleet `make demo` runs on: a NAS-like hub and two "Sparks" in a temp dir.
+
+It is written as a real inventory (hosts/fleet.toml + recipes/<lane>/recipe.toml) so the demo goes
+through exactly the code paths the real fleet does — only the paths point into the temp dir.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import atomic
+from .hubfixture import DRAFTER_REPO, WEIGHTS_REPO, HubFixture, build_nas_hub
+
+DEMO_LANE = "demo-exl3-2x"
+DEMO_HOSTS = ("dgx1", "dgx2")
+
+
+@dataclass(frozen=True)
+class DemoFleet:
+    root: Path  # fleet root: hosts/fleet.toml, recipes/
+    nas_hub: Path
+    fixture: HubFixture
+
+    def local_hub(self, host: str) -> Path:
+        return self.root.parent / host / "nvme" / "hub"
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def write_demo_fleet(workdir: Path, shard_bytes: int = 1024 * 1024) -> DemoFleet:
+    """Build the NAS fixture and a two-host inventory pointing at it under `workdir`."""
+    workdir = workdir.resolve()
+    fixture = build_nas_hub(workdir / "nas" / "hub", shard_bytes=shard_bytes)
+    root = workdir / "fleet"
+    hosts = "\n".join(
+        f'[hosts.{h}]\naddress = "127.0.0.1"\nlocal_hub = {_q(str(workdir / h / "nvme" / "hub"))}\n'
+        for h in DEMO_HOSTS
+    )
+    fleet = f"""# Demo fleet written by `sparkfleet demo`: two Sparks sharing one NAS-like hub in a temp dir.
+schema_version = 1
+
+[defaults]
+ssh_user = "root"
+nas_hub = {_q(str(fixture.root))}
+reserve_gib = 0
+
+{hosts}
+[pins.demo-weights]
+kind = "hf"
+repo = {_q(WEIGHTS_REPO)}
+revision = {_q(fixture.weights.commits["main"])}
+
+[pins.demo-drafter]
+kind = "hf"
+repo = {_q(DRAFTER_REPO)}
+revision = "main"
+"""
+    recipe = f"""[lane]
+hosts = {json.dumps(list(DEMO_HOSTS))}
+description = "demo EXL3 lane: weights + drafter, optional page15 pack left on the NAS"
+
+[[models]]
+pin = "demo-weights"
+exclude = ["page15/*"]
+
+[[models]]
+pin = "demo-drafter"
+"""
+    atomic.write_bytes(root / "hosts" / "fleet.toml", fleet.encode())
+    atomic.write_bytes(root / "recipes" / DEMO_LANE / "recipe.toml", recipe.encode())
+    return DemoFleet(root=root, nas_hub=fixture.root, fixture=fixture)

@@ -1,0 +1,334 @@
+"""Carrying out stage plans: the only code in the stager that writes.
+
+Order matters and is the crash-safety argument:
+  1. under the hub lock, sweep temps a killed run left behind;
+  2. judge what is already there (content, never mtime or size alone) and what can be reused;
+  3. preflight: bytes still to copy vs free space minus the host's reserve — refuse before byte one;
+  4. files: temp → fsync → verify → os.replace (parallel workers: NFS wants several streams);
+  5. links (temp link + os.replace), `.no_exist` markers, shared-store marker and manifests;
+  6. the tree listing, then refs last — a ref only ever names a commit whose tree is complete.
+A `kill -9` anywhere leaves final names either absent or correct; the rerun converges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .. import atomic
+from ..digests import Verdict, compare
+from ..errors import SpaceError
+from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
+from .copy import copy_verified, link_verified
+from .lock import hub_lock
+from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
+from .verify import VerifyReport, verify_plan
+
+
+class StageProgress(Protocol):
+    """Where execute reports progress: a rich bar on a TTY, JSON lines or nothing otherwise."""
+
+    def phase(self, name: str, total_bytes: int, total_items: int) -> None: ...
+    def advance(self, nbytes: int) -> None: ...
+    def item_done(self, rel: str) -> None: ...
+
+
+class NoProgress:
+    def phase(self, name: str, total_bytes: int, total_items: int) -> None:
+        pass
+
+    def advance(self, nbytes: int) -> None:
+        pass
+
+    def item_done(self, rel: str) -> None:
+        pass
+
+
+@dataclass
+class StageResult:
+    """What one repo revision's staging did, and the verification of the result."""
+
+    repo: str
+    revision: str
+    commit: str
+    copied_files: int = 0
+    copied_bytes: int = 0
+    repaired_files: int = 0
+    reused_files: int = 0
+    reused_bytes: int = 0
+    kept_files: int = 0
+    kept_bytes: int = 0
+    excluded_entries: int = 0
+    excluded_bytes: int = 0
+    links_total: int = 0
+    links_written: int = 0
+    meta_written: int = 0
+    refs_written: int = 0
+    temps_swept: int = 0
+    verify: VerifyReport | None = None
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in vars(self).items() if k != "verify"}
+        out["verify"] = self.verify.as_dict() if self.verify else None
+        return out
+
+
+@dataclass
+class StageRun:
+    """A whole `sparkfleet stage` invocation: per-repo results plus totals and timing."""
+
+    dest_hub: Path
+    verify_mode: str
+    results: list[StageResult] = field(default_factory=list)
+    seconds: float = 0.0
+    bytes_needed: int = 0
+    bytes_free: int = 0
+    reserve_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.verify is not None and r.verify.ok for r in self.results)
+
+    @property
+    def copied_bytes(self) -> int:
+        return sum(r.copied_bytes for r in self.results)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.copied_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "dest_hub": str(self.dest_hub),
+            "verify_mode": self.verify_mode,
+            "seconds": round(self.seconds, 3),
+            "copied_bytes": self.copied_bytes,
+            "reused_bytes": sum(r.reused_bytes for r in self.results),
+            "kept_bytes": sum(r.kept_bytes for r in self.results),
+            "excluded_bytes": sum(r.excluded_bytes for r in self.results),
+            "mb_per_s": round(self.mb_per_s, 1),
+            "bytes_needed": self.bytes_needed,
+            "bytes_free": self.bytes_free,
+            "reserve_bytes": self.reserve_bytes,
+            "repos": [r.as_dict() for r in self.results],
+        }
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer can still use on the filesystem holding `path` (or its nearest parent)."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    st = os.statvfs(probe)
+    return st.f_bavail * st.f_frsize
+
+
+def preflight(dest_hub: Path, needed: int, reserve: int) -> int:
+    """Refuse before the first byte when `needed` does not fit in free space minus `reserve`."""
+    free = free_bytes(dest_hub)
+    if needed > free - reserve:
+        gib = 1024**3
+        raise SpaceError(
+            f"not enough space on {dest_hub}: need {needed / gib:.2f} GiB, free {free / gib:.2f} GiB, "
+            f"reserve {reserve / gib:.2f} GiB",
+            hint="free space, lower the host's reserve_gib, or exclude optional packs (e.g. page15/*)",
+        )
+    return free
+
+
+def _parallel(jobs: int, fn, items: Iterable) -> list:
+    items = list(items)
+    if jobs <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(fn, items))
+
+
+@dataclass
+class _Decision:
+    file: PlannedFile
+    action: str  # "keep" | "copy" | "repair" | "reuse"
+    reuse_from: str | None = None
+
+
+def _decide(
+    scan: SourceScan, plan: StagePlan, mode: str, jobs: int, progress: StageProgress
+) -> list[_Decision]:
+    dest, source = Path(scan.request.dest_hub), scan.source
+
+    def decide(f: PlannedFile) -> _Decision:
+        try:
+            if f.action == "check":
+                verdict = compare(dest / f.rel, source.abs(f.rel), mode, f.address)
+                return _Decision(f, "keep" if verdict.same else "repair")
+            if f.action == "reuse" and compare(dest / f.reuse_from, source.abs(f.rel), mode, f.address).same:
+                return _Decision(f, "reuse", f.reuse_from)
+            return _Decision(f, "copy")
+        finally:
+            progress.item_done(f.rel)
+
+    progress.phase(f"check {plan.repo}", 0, len(plan.files))
+    return _parallel(jobs, decide, plan.files)
+
+
+def _reuse_within_run(decided: list[tuple[SourceScan, StagePlan, list[_Decision]]]) -> None:
+    """A sha256 blob an earlier repo of this run copies is hardlinked (after verification), not recopied."""
+    copied: dict[str, str] = {}
+    for _, _, decisions in decided:
+        for d in decisions:
+            address = d.file.address
+            if not address or address[0] != "sha256":
+                continue
+            if d.action == "copy" and address[1] in copied and copied[address[1]] != d.file.rel:
+                d.action, d.reuse_from = "reuse", copied[address[1]]
+            elif d.action in ("copy", "repair", "keep"):
+                copied.setdefault(address[1], d.file.rel)
+
+
+def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress) -> None:
+    dest, source = Path(scan.request.dest_hub), scan.source
+    todo = [d for d in decisions if d.action in ("copy", "repair", "reuse")]
+    lock = threading.Lock()
+
+    def write(d: _Decision) -> None:
+        f = d.file
+        final = dest / f.rel
+        if d.action == "reuse" and link_verified(
+            dest / d.reuse_from, source.abs(f.rel), final, mode, f.address
+        ):
+            with lock:
+                result.reused_files += 1
+                result.reused_bytes += f.size
+            progress.advance(f.size)
+        else:
+            copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance)
+            with lock:
+                result.copied_files += 1
+                result.copied_bytes += f.size
+                result.repaired_files += d.action == "repair"
+        progress.item_done(f.rel)
+
+    progress.phase(f"copy {scan.request.repo}", sum(d.file.size for d in todo), len(todo))
+    _parallel(jobs, write, todo)
+
+
+def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> None:
+    dest = Path(scan.request.dest_hub)
+    for link in sorted(plan.links, key=lambda link: link.rel):
+        result.links_written += atomic.symlink(dest / link.rel, link.target)
+    result.links_total = len(plan.links)
+    for rel in plan.no_exist:
+        if not (dest / rel).exists():
+            result.meta_written += atomic.write_bytes(dest / rel, b"")
+    if plan.shared_manifests:
+        result.meta_written += atomic.write_bytes(
+            dest / SHARED_STORE_DIR / SHARED_STORE_MARKER, SHARED_STORE_LAYOUT.encode()
+        )
+    for manifest_rel, references in plan.shared_manifests.items():
+        path = dest / manifest_rel
+        try:
+            have = set(path.read_text().splitlines())
+        except OSError:
+            have = set()
+        lines = sorted(have | set(references))
+        result.meta_written += atomic.write_bytes(path, "".join(f"{line}\n" for line in lines).encode())
+    repo_dir = dest / scan.repo_dir
+    if plan.tree_listing is not None:
+        listing = {**plan.tree_listing, "files": dict(sorted(plan.tree_listing["files"].items()))}
+        text = json.dumps(listing, indent=1).encode()
+        result.meta_written += atomic.write_bytes(repo_dir / "trees" / f"{plan.commit}.json", text)
+    (repo_dir / "snapshots" / plan.commit).mkdir(parents=True, exist_ok=True)
+    # Refs last, with no trailing newline: huggingface_hub reads them with f.read() and no strip.
+    for name, commit in plan.refs.items():
+        result.refs_written += atomic.write_bytes(repo_dir / "refs" / name, commit.encode())
+
+
+def execute_plans(
+    scans_and_plans: list[tuple[SourceScan, StagePlan]],
+    *,
+    dest_hub: Path,
+    verify_mode: str,
+    jobs: int,
+    reserve_bytes: int,
+    progress: StageProgress,
+) -> StageRun:
+    """Carry out plans for one destination hub. The caller holds the hub lock."""
+    start = time.monotonic()
+    run = StageRun(dest_hub=dest_hub, verify_mode=verify_mode, reserve_bytes=reserve_bytes)
+    swept = 0
+    for scan, _ in scans_and_plans:
+        swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
+    swept += len(atomic.sweep_temps(dest_hub / SHARED_STORE_DIR))
+    decided = [
+        (scan, plan, _decide(scan, plan, verify_mode, jobs, progress)) for scan, plan in scans_and_plans
+    ]
+    _reuse_within_run(decided)
+    run.bytes_needed = sum(
+        d.file.size for _, _, decisions in decided for d in decisions if d.action in ("copy", "repair")
+    )
+    run.bytes_free = preflight(dest_hub, run.bytes_needed, reserve_bytes)
+    for i, (scan, plan, decisions) in enumerate(decided):
+        result = StageResult(plan.repo, plan.revision, plan.commit, temps_swept=swept if i == 0 else 0)
+        result.excluded_entries, result.excluded_bytes = len(plan.excluded), plan.excluded_bytes
+        kept = [d for d in decisions if d.action == "keep"]
+        result.kept_files, result.kept_bytes = len(kept), sum(d.file.size for d in kept)
+        _write_files(scan, decisions, verify_mode, jobs, result, progress)
+        _write_metadata(scan, plan, result)
+        # Content was verified file by file above; the final pass checks the structure and refs.
+        result.verify = verify_plan(scan, plan, verify_mode, content=lambda rel: Verdict(True))
+        run.results.append(result)
+    run.seconds = time.monotonic() - start
+    return run
+
+
+def stage(
+    requests: list[StageRequest],
+    *,
+    verify_mode: str = "sample",
+    jobs: int = 4,
+    reserve_bytes: int = 0,
+    wait_seconds: float = 0.0,
+    progress: StageProgress | None = None,
+) -> StageRun:
+    """Stage every request into its destination hub (all requests share one destination)."""
+    dests = {Path(r.dest_hub) for r in requests}
+    if len(dests) != 1:
+        raise ValueError("stage() takes requests for exactly one destination hub")
+    (dest_hub,) = dests
+    scans = [scan_source(r) for r in requests]  # every source problem surfaces before any write
+    with hub_lock(dest_hub, wait_seconds):
+        index = local_blob_index(dest_hub)
+        pairs = [(scan, plan_stage(scan, index)) for scan in scans]
+        return execute_plans(
+            pairs,
+            dest_hub=dest_hub,
+            verify_mode=verify_mode,
+            jobs=jobs,
+            reserve_bytes=reserve_bytes,
+            progress=progress or NoProgress(),
+        )
+
+
+def plan(requests: list[StageRequest]) -> list[StagePlan]:
+    """The dry run: every plan, reading only."""
+    plans = []
+    for r in requests:
+        plans.append(plan_stage(scan_source(r)))
+    return plans
+
+
+def verify(requests: list[StageRequest], mode: str = "sample") -> list[VerifyReport]:
+    """Verify every request's local tree against its source; reads only."""
+    reports = []
+    for r in requests:
+        scan = scan_source(r)
+        reports.append(verify_plan(scan, plan_stage(scan, {}), mode))
+    return reports

@@ -1,0 +1,37 @@
+"""Which repos a host needs staged: the inventory's lanes → StageRequests."""
+
+from __future__ import annotations
+
+from ..inventory import Inventory
+from .plan import StageRequest
+
+
+def requests_for_host(inv: Inventory, host_name: str, lane_name: str | None = None) -> list[StageRequest]:
+    """Every model of every lane on `host_name` (or just `lane_name`), NAS hub → local hub, deduplicated."""
+    host = inv.host(host_name)
+    if lane_name is not None:
+        lane = inv.lane(lane_name)
+        if host_name not in lane.hosts:
+            from ..errors import InventoryError
+
+            raise InventoryError(
+                f"host {host_name} is not in lane {lane_name} (hosts: {', '.join(lane.hosts)})",
+                hint=f"see {lane.recipe_path}",
+            )
+        lanes = [lane]
+    else:
+        lanes = inv.lanes_of(host_name)
+    requests: list[StageRequest] = []
+    for lane in lanes:
+        for model in lane.models:
+            request = StageRequest(
+                source_hub=host.nas_hub,
+                dest_hub=host.local_hub,
+                repo=model.repo,
+                revision=model.revision,
+                include=model.include,
+                exclude=model.exclude,
+            )
+            if request not in requests:
+                requests.append(request)
+    return requests
