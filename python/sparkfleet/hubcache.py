@@ -154,7 +154,13 @@ class HubRoot:
                     hint="the source cache is incomplete; re-download that file on the NAS first",
                 ) from None
             if stat.S_ISLNK(st.st_mode):
-                text = os.readlink(path)
+                try:
+                    text = os.readlink(path)
+                except OSError as exc:
+                    raise SourceError(
+                        f"cannot read link {self.given / current}: {exc.strerror}",
+                        hint="an sshfs mount rejects '..' links unless mounted with -o no_contain_symlinks",
+                    ) from None
                 hops.append(Hop(current, text))
                 target = text if os.path.isabs(text) else os.path.join(os.path.dirname(current), text)
                 current = self.canonical(target, current)

@@ -1,8 +1,9 @@
 """One stage run per local hub at a time.
 
-A `flock` on `<local hub>/.sparkfleet-stage.lock` (local NVMe, where flock works — unlike the
-NAS). The holder writes its PID into the file so the loser can say who holds it. The kernel drops
-the lock when the holder dies, `kill -9` included, so a stale lock never blocks a rerun.
+A `flock` on `<local hub>/.locks/sparkfleet-stage.lock`: on local NVMe, where flock works (unlike
+the NAS), and inside `.locks/`, which huggingface_hub's own cache scan skips. The holder writes its
+PID into the file so the loser can say who holds it. The kernel drops the lock when the holder
+dies, `kill -9` included, so a stale lock never blocks a rerun.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from pathlib import Path
 
 from ..errors import LockBusyError
 
-LOCK_NAME = ".sparkfleet-stage.lock"
+LOCK_PATH = Path(".locks", "sparkfleet-stage.lock")
 
 
 @contextmanager
 def hub_lock(dest_hub: Path, wait_seconds: float = 0.0) -> Iterator[Path]:
     """Hold the hub's stage lock; wait up to `wait_seconds`, then raise LockBusyError naming the holder."""
-    dest_hub.mkdir(parents=True, exist_ok=True)
-    path = dest_hub / LOCK_NAME
+    path = dest_hub / LOCK_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         deadline = time.monotonic() + wait_seconds

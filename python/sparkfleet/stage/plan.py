@@ -224,10 +224,11 @@ def plan_stage(scan: SourceScan, blob_index: dict[str, str] | None = None) -> St
             links[link.rel] = link
         final = entry.chain.final
         address = entry.chain.content_address()
-        if is_shared_store_path(final):
-            for hop in entry.chain.hops:
-                if PurePosixPath(hop.path).parts[1:2] == ("blobs",):
-                    manifests.setdefault(final + SHARED_MANIFEST_SUFFIX, set()).add(hop.path)
+        if is_shared_store_path(final) and entry.chain.hops:
+            # The manifest lists the repo blob link that points straight at the store entry.
+            last = entry.chain.hops[-1].path
+            if PurePosixPath(last).parts[1:2] == ("blobs",):
+                manifests.setdefault(final + SHARED_MANIFEST_SUFFIX, set()).add(last)
         if final in files:
             continue
         local = dest / final

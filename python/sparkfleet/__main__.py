@@ -1,0 +1,5 @@
+"""`python -m sparkfleet` runs the CLI."""
+
+from .cli import main
+
+main()
