@@ -29,6 +29,12 @@ WEIGHTS_REPO = "demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw"
 DRAFTER_REPO = "demo-org/DeepSeek-V4.1-Flash-DSpark-EXL3-3bpw"
 
 
+def _noise(rng: random.Random, n: int) -> bytes:
+    """`n` reproducible pseudo-random bytes (randbytes alone overflows past ~256 MiB)."""
+    chunk = 16 * 1024 * 1024
+    return b"".join(rng.randbytes(min(chunk, n - i)) for i in range(0, n, chunk))
+
+
 def _commit(label: str) -> str:
     return hashlib.sha1(label.encode()).hexdigest()
 
@@ -161,11 +167,11 @@ def build_nas_hub(
 
     weights = _Writer(hub, WEIGHTS_REPO, absolute_links)
     truth = RepoTruth(WEIGHTS_REPO, {"old": _commit("weights-old"), "main": _commit("weights-main")})
-    shared_tensor = rng.randbytes(shard_bytes // 2)  # identical bytes in both repos' own blob stores
+    shared_tensor = _noise(rng, shard_bytes // 2)  # identical bytes in both repos' own blob stores
     shard_data = []
     for i in range(shards):
         # Every shard has the same size; contents differ (the "wrong shard bound by size" trap).
-        shard_data.append(safetensors_bytes({f"model.layers.{i}.experts.w1": rng.randbytes(shard_bytes)}))
+        shard_data.append(safetensors_bytes({f"model.layers.{i}.experts.w1": _noise(rng, shard_bytes)}))
     index = {
         "metadata": {"total_size": sum(len(s) for s in shard_data)},
         "weight_map": {
@@ -185,7 +191,7 @@ def build_nas_hub(
     for i, data in enumerate(shard_data):
         main_files[f"model-{i + 1:05d}-of-{shards:05d}.safetensors"] = (data, True, routes[i % len(routes)])
     page15 = {
-        f"page15/engram-page-{j:02d}.bin": (rng.randbytes(shard_bytes // 4), False, None) for j in range(3)
+        f"page15/engram-page-{j:02d}.bin": (_noise(rng, shard_bytes // 4), False, None) for j in range(3)
     }
     main_files.update(page15)
     weights.snapshot(truth.commits["main"], main_files, real=set(page15))
@@ -201,7 +207,7 @@ def build_nas_hub(
     no_exist.touch()
     (hub / ".locks" / repo_folder(WEIGHTS_REPO)).mkdir(parents=True)
     (hub / ".locks" / repo_folder(WEIGHTS_REPO) / "deadbeef.lock").touch()
-    (weights.dir / "blobs" / "0123abcd.9f8e7d6c.incomplete").write_bytes(rng.randbytes(1000))
+    (weights.dir / "blobs" / "0123abcd.9f8e7d6c.incomplete").write_bytes(_noise(rng, 1000))
     truth.files = {
         truth.commits["main"]: {p: d for p, (d, _, _) in main_files.items()},
         truth.commits["old"]: {p: d for p, (d, _, _) in old_files.items()},
@@ -213,7 +219,7 @@ def build_nas_hub(
     dfiles: dict[str, tuple[bytes, bool, str | None]] = {
         "config.json": (b'{"architectures": ["DSparkDrafter"]}', False, None),
         "model.safetensors": (
-            safetensors_bytes({"draft.w": rng.randbytes(shard_bytes // 2)}),
+            safetensors_bytes({"draft.w": _noise(rng, shard_bytes // 2)}),
             True,
             "shared",
         ),

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Staging speed, measured side by side in one run on the same bytes; prints one JSON line.
+
+  cold:  `sparkfleet stage` (temp + fsync + verify + rename) vs `cp -a` of the same hub, and vs
+         `cp -a && sync` (cp alone leaves its bytes in the page cache; we fsync every file).
+  rerun: `sparkfleet stage` on a complete tree (sampled verification only) vs
+         `rsync -a --checksum` on a complete tree (reads every byte on both sides).
+Ratios > 1 mean sparkfleet is faster. Page caches are dropped before each timed step when
+this runs as root (reported as `caches_dropped`); each step runs --rounds times in alternating
+order after an untimed warm-up copy, and the medians are compared. This machine is small and noisy: read the
+ratios, not the seconds.
+
+Usage: python benchmarks/stage_bench.py [--gib 2.0] [--workdir DIR] [--jobs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub  # noqa: E402
+from sparkfleet.stage import execute  # noqa: E402
+from sparkfleet.stage.plan import StageRequest  # noqa: E402
+
+
+def drop_caches() -> bool:
+    subprocess.run(["sync"], check=True)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def rchar() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("no rchar in /proc/self/io")
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=2.0, help="approximate size of the weight shards in GiB")
+    ap.add_argument("--workdir", type=Path, help="where to build the trees (default: a temp dir)")
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3, help="timed repetitions, alternating order; medians")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="stage-bench-", dir=args.workdir))
+    try:
+        shards = 4
+        nas = build_nas_hub(work / "nas", shard_bytes=int(args.gib * 1024**3 / shards), shards=shards)
+        for junk in (nas.root / ".locks", *nas.root.rglob("*.incomplete")):
+            shutil.rmtree(junk) if junk.is_dir() else junk.unlink()
+        ours_dest, rsync_dest = work / "ours", work / "rsync"
+        requests = [
+            StageRequest(nas.root, ours_dest, WEIGHTS_REPO, "main"),
+            StageRequest(nas.root, ours_dest, WEIGHTS_REPO, "v0"),
+            StageRequest(nas.root, ours_dest, DRAFTER_REPO, "main"),
+        ]
+        # The first big copy after writing the source pays for its writeback: absorb it untimed.
+        subprocess.run(["cp", "-a", str(nas.root), str(work / "warmup")], check=True)
+        shutil.rmtree(work / "warmup")
+
+        def ours() -> None:
+            execute.stage(requests, jobs=args.jobs)
+
+        def cp() -> None:
+            subprocess.run(["cp", "-a", str(nas.root), str(work / "cp")], check=True)
+
+        def cp_sync() -> None:
+            cp()
+            subprocess.run(["sync"], check=True)
+
+        methods = {"ours": (ours, ours_dest), "cp_a": (cp, work / "cp"), "cp_a_sync": (cp_sync, work / "cp")}
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        sizes: dict[str, int] = {}
+        dropped = False
+        for round_no in range(args.rounds):
+            order = list(methods) if round_no % 2 == 0 else list(reversed(methods))
+            for name in order:
+                fn, dest = methods[name]
+                shutil.rmtree(dest, ignore_errors=True)
+                dropped = drop_caches()
+                times[name].append(timed(fn))
+                sizes[name] = tree_bytes(dest)
+        t_ours, t_cp, t_cps = (statistics.median(times[n]) for n in ("ours", "cp_a", "cp_a_sync"))
+        ours_bytes, cp_bytes = sizes["ours"], sizes["cp_a"]
+
+        subprocess.run(["rsync", "-a", f"{nas.root}/", f"{rsync_dest}/"], check=True)
+        rsync_times, rerun_times, reads = [], [], []
+        for _ in range(args.rounds):
+            drop_caches()
+            rsync_times.append(
+                timed(
+                    lambda: subprocess.run(
+                        ["rsync", "-a", "--checksum", f"{nas.root}/", f"{rsync_dest}/"], check=True
+                    )
+                )
+            )
+            drop_caches()
+            before = rchar()
+            start = time.perf_counter()
+            rerun = execute.stage(requests, jobs=args.jobs)
+            rerun_times.append(time.perf_counter() - start)
+            reads.append(rchar() - before)
+            assert rerun.ok and rerun.copied_bytes == 0
+        t_rsync, t_rerun, rerun_read = (statistics.median(x) for x in (rsync_times, rerun_times, reads))
+        result = {
+            "bench": "stage",
+            "caches_dropped": dropped,
+            "bytes_ours": ours_bytes,
+            "bytes_cp": cp_bytes,
+            "cold_throughput_vs_cp": round((ours_bytes / t_ours) / (cp_bytes / t_cp), 3),
+            "cold_throughput_vs_cp_sync": round((ours_bytes / t_ours) / (cp_bytes / t_cps), 3),
+            "cold_goal": ">= 0.9 vs cp -a",
+            "rerun_speedup_vs_rsync_checksum": round(t_rsync / t_rerun, 1),
+            "rerun_goal": ">= 20x",
+            "rerun_bytes_read": rerun_read,
+            "rerun_bytes_read_fraction": round(rerun_read / ours_bytes, 5),
+            "seconds_median": {
+                "ours_cold": round(t_ours, 3),
+                "cp_a": round(t_cp, 3),
+                "cp_a_sync": round(t_cps, 3),
+                "ours_rerun": round(t_rerun, 3),
+                "rsync_checksum_rerun": round(t_rsync, 3),
+            },
+            "rounds": args.rounds,
+            "jobs": args.jobs,
+            "cpus": os.cpu_count(),
+        }
+        print(json.dumps(result))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
