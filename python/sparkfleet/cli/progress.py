@@ -57,3 +57,40 @@ class RichStageProgress:
 
 def wants_bar(as_json: bool) -> bool:
     return not as_json and sys.stderr.isatty()
+
+
+class FleetProgress:
+    """One bar per host, driven by the JSON-lines events each host's stage run reports."""
+
+    def __init__(self, hosts: list[str]) -> None:
+        self.progress = Progress(
+            TextColumn("{task.fields[host]:>6} {task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
+        self.tasks = {h: self.progress.add_task("waiting", total=None, host=h) for h in hosts}
+
+    def __enter__(self) -> FleetProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def event(self, host: str, event: dict) -> None:
+        task = self.tasks[host]
+        kind = event.get("event")
+        if kind == "phase":
+            self.progress.reset(
+                task, total=event.get("total_bytes") or None, description=event.get("name", "")
+            )
+        elif kind == "advance":
+            self.progress.advance(task, event.get("bytes", 0))
+        elif kind == "result":
+            ok = event["run"].get("ok")
+            self.progress.update(task, description="done" if ok else "FAILED")
+        elif kind == "error":
+            self.progress.update(task, description=f"error: {event.get('message', '')[:60]}")

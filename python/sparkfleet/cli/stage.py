@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import click
 from ..errors import SparkfleetError
 from ..hubcache import parse_repo_spec
 from ..inventory import GIB
-from ..stage import execute
+from ..stage import execute, remote
+from ..stage.events import EventsProgress
+from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
 from ..stage.targets import requests_for_host
-from .progress import RichStageProgress, wants_bar
+from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
 
 
@@ -79,18 +82,25 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.command()
 @selectors
 @click.option(
-    "--dry-run", is_flag=True, help="Print the plan (bytes per repo, excluded bytes, links); write nothing."
+    "--dry-run", is_flag=True, help="Print the plan (bytes per repo, excluded, links); write nothing."
 )
 @click.option(
     "--jobs", default=4, show_default=True, type=click.IntRange(1, 64), help="Parallel copy workers."
 )
+@click.option("--reserve-gib", type=float, help="Free space to leave (default: the host reserve_gib).")
 @click.option(
-    "--reserve-gib",
-    type=float,
-    help="Free space to leave (default: the host's reserve_gib; 0 in direct mode).",
+    "--wait", "wait_seconds", default=0.0, type=float, help="Wait this long for another run's lock."
 )
+@click.option("--fanout", is_flag=True, help="With --lane, no HOST: blobs leave the NAS once.")
+@click.option("--here", is_flag=True, help="Run on this machine even if HOST looks remote.")
+@click.option("--events", is_flag=True, help="Progress and result as JSON lines.")
+@click.option("--share", "share_spec", hidden=True, help="Fan-out wave 1: I/N, place only share I of N.")
+@click.option("--peers", "peer_spec", hidden=True, help="Fan-out wave 2: the lane's hosts in share order.")
 @click.option(
-    "--wait", "wait_seconds", default=0.0, type=float, help="Wait this long for another stage run's lock."
+    "--ssh-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SPARKFLEET_SSH_CONFIG",
+    help="ssh_config for reaching hosts and peers (default: ~/.ssh/config).",
 )
 @click.pass_context
 def stage(
@@ -108,25 +118,66 @@ def stage(
     jobs,
     reserve_gib,
     wait_seconds,
+    fanout,
+    here,
+    events,
+    share_spec,
+    peer_spec,
+    ssh_config,
 ) -> None:
-    """Stage the repos HOST's lanes need from its NAS hub to its local hub (run on HOST)."""
+    """Stage the repos HOST's lanes need from its NAS hub to its local hub.
+
+    HOST is staged here when it is this machine (or with --here), else over ssh on HOST itself.
+    Without HOST, --lane stages every host of the lane in parallel (--fanout: NAS read once).
+    """
+    direct = source is not None or dest is not None or bool(repos)
+    if not direct and not here and (host or lane):
+        inv = load_inventory(ctx)
+        if host is None or not remote.is_this_host(inv.host(host)):
+            hosts = [host] if host else list(inv.lane(lane).hosts)
+            options = remote.StageOptions(
+                lane, verify_mode, jobs, reserve_gib, wait_seconds, include, exclude, ssh_config
+            )
+            if dry_run:
+                _fleet_dry_run(inv, hosts, options, fanout and host is None, as_json)
+                return
+            outcomes = _run_fleet(inv, hosts, options, fanout and host is None, as_json)
+            if not all(o.ok for o in outcomes):
+                sys.exit(max((o.exit_code or 1) for o in outcomes if not o.ok))
+            return
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
         reserve = int(reserve_gib * GIB)
     if dry_run:
         plans = execute.plan(requests)
-        if as_json:
+        if as_json or events:
             echo_json({"dry_run": True, "plans": [p.summary() for p in plans]})
             return
         for p in plans:
-            s = p.summary()
-            click.echo(
-                f"{s['repo']}@{s['commit'][:12]}: {s['entries']} entries, {s['links']} links, "
-                f"{s['files']} files ({human_bytes(s['bytes_total'])}), to copy {s['files_to_copy']} "
-                f"({human_bytes(s['bytes_to_copy'])}), to check {s['files_to_check']}, "
-                f"excluded {s['excluded_entries']} ({human_bytes(s['excluded_bytes'])})"
-            )
+            click.echo(_plan_line(p.summary()))
         return
+    share = _parse_share(share_spec)
+    peers = (
+        remote.peer_sources(load_inventory(ctx), peer_spec.split(","), host, ssh_config) if peer_spec else ()
+    )
+    if events:
+        sink = EventsProgress()
+        try:
+            run = execute.stage(
+                requests,
+                verify_mode=verify_mode,
+                jobs=jobs,
+                reserve_bytes=reserve,
+                wait_seconds=wait_seconds,
+                progress=sink,
+                share=share,
+                peers=peers,
+            )
+        except SparkfleetError as exc:
+            sink.error(exc)
+            sys.exit(exc.exit_code)
+        sink.result(run.as_dict())
+        sys.exit(0 if run.ok else 1)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = execute.stage(
@@ -136,23 +187,115 @@ def stage(
             reserve_bytes=reserve,
             wait_seconds=wait_seconds,
             progress=bar,
+            share=share,
+            peers=peers,
         )
     if as_json:
         echo_json(run.as_dict())
     else:
-        for r in run.results:
-            click.echo(
-                f"{r.repo}@{r.commit[:12]}: copied {r.copied_files} ({human_bytes(r.copied_bytes)}), "
-                f"reused {r.reused_files}, kept {r.kept_files} ({human_bytes(r.kept_bytes)}), "
-                f"repaired {r.repaired_files}, "
-                f"excluded {r.excluded_entries} ({human_bytes(r.excluded_bytes)}), "
-                f"links {r.links_total} ({r.links_written} written)"
-            )
-            if r.verify:
-                click.echo(f"  {r.verify.line()}, missing: {r.verify.missing}")
-        click.echo(f"staged in {run.seconds:.1f} s, {run.mb_per_s:.1f} MB/s")
+        _print_run(run.as_dict())
     if not run.ok:
         sys.exit(1)
+
+
+def _parse_share(spec: str | None) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    try:
+        index, count = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise SparkfleetError(f"--share takes I/N, got {spec!r}") from None
+    if not 0 <= index < count:
+        raise SparkfleetError(f"--share {spec}: I must be in 0..N-1")
+    return index, count
+
+
+def _plan_line(s: dict) -> str:
+    return (
+        f"{s['repo']}@{s['commit'][:12]}: {s['entries']} entries, {s['links']} links, "
+        f"{s['files']} files ({human_bytes(s['bytes_total'])}), to copy {s['files_to_copy']} "
+        f"({human_bytes(s['bytes_to_copy'])}), to check {s['files_to_check']}, "
+        f"excluded {s['excluded_entries']} ({human_bytes(s['excluded_bytes'])})"
+    )
+
+
+def _print_run(run: dict, prefix: str = "") -> None:
+    for r in run["repos"]:
+        peer = f", {human_bytes(r['peer_bytes'])} from peers" if r.get("peer_bytes") else ""
+        click.echo(
+            f"{prefix}{r['repo']}@{r['commit'][:12]}: copied {r['copied_files']} "
+            f"({human_bytes(r['copied_bytes'])}{peer}), reused {r['reused_files']}, "
+            f"kept {r['kept_files']} ({human_bytes(r['kept_bytes'])}), repaired {r['repaired_files']}, "
+            f"excluded {r['excluded_entries']} ({human_bytes(r['excluded_bytes'])}), "
+            f"links {r['links_total']} ({r['links_written']} written)"
+        )
+        v = r.get("verify")
+        if v:
+            click.echo(
+                f"{prefix}  links ok: {v['links_ok']}, dangling: {v['dangling']}, "
+                f"mismatches: {v['mismatches']}, missing: {v['missing']}"
+            )
+    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {run['mb_per_s']:.1f} MB/s")
+
+
+def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> list:
+    """Stage several hosts (or one remote host) with one combined progress view and summary."""
+    display = FleetProgress(hosts) if wants_bar(as_json) else None
+    with display if display else contextlib.nullcontext():
+        outcomes = remote.stage_hosts(inv, hosts, options, display.event if display else _ignore, fanout)
+    if as_json:
+        echo_json({"ok": all(o.ok for o in outcomes), "fanout": fanout, "hosts": outcomes})
+        return outcomes
+    for o in outcomes:
+        if o.run:
+            click.echo(f"{o.host}:")
+            _print_run(o.run, prefix="  ")
+        if o.error:
+            click.secho(f"{o.host}: error: {o.error}", fg="red")
+            if o.hint:
+                click.echo(f"  hint: {o.hint}")
+            if o.log:
+                click.echo(o.log_tail)
+    nas = sum(o.run.get("nas_bytes", 0) for o in outcomes if o.run)
+    peer = sum(o.run.get("peer_bytes", 0) for o in outcomes if o.run)
+    peers = f", from peers {human_bytes(peer)}" if fanout else ""
+    click.echo(f"{len(hosts)} host(s): {sum(o.ok for o in outcomes)} ok; from NAS {human_bytes(nas)}{peers}")
+    return outcomes
+
+
+def _ignore(host: str, event: dict) -> None:
+    pass
+
+
+def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> None:
+    """Ask the first host for its plan (it sees the NAS), then show who would take what from where."""
+
+    def argv_for(prefix: list[str]) -> list[str]:
+        return [*remote.stage_argv(prefix, inv.root.resolve(), hosts[0], options), "--dry-run"]
+
+    outcome = remote.run_host_stage(inv, hosts[0], argv_for, _ignore, options.ssh_config)
+    text = "\n".join(outcome.log)
+    try:
+        plans = json.loads(text[text.index("{") :])["plans"]
+    except ValueError:
+        raise SparkfleetError(f"{hosts[0]}: no plan came back", hint=outcome.log_tail) from None
+    files = sorted({(f[0], f[1]) for p in plans for f in p["file_list"]})
+    sizes = dict(files)
+    wave1, pulls = fanout_plan(files, hosts) if fanout else ({h: list(sizes) for h in hosts}, [])
+    nas_reads = {h: sum(sizes[r] for r in rels) for h, rels in wave1.items()}
+    if as_json:
+        echo_json({"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls})
+        return
+    for p in plans:
+        click.echo(_plan_line(p))
+    for h, rels in wave1.items():
+        click.echo(f"{h}: from NAS {len(rels)} files ({human_bytes(nas_reads[h])})")
+    for h in hosts:
+        mine = [p for p in pulls if p.host == h]
+        if mine:
+            seeds = ", ".join(sorted({p.seed for p in mine}))
+            size = human_bytes(sum(p.size for p in mine))
+            click.echo(f"{h}: from peers {len(mine)} files ({size}) via {seeds}")
 
 
 @click.command()

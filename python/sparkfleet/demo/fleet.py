@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import atomic
+from ..launch.demo import demo_launch_tables
 from .hubfixture import DRAFTER_REPO, WEIGHTS_REPO, HubFixture, build_nas_hub
 
 DEMO_LANE = "demo-exl3-2x"
@@ -37,7 +38,7 @@ def write_demo_fleet(workdir: Path, shard_bytes: int = 1024 * 1024) -> DemoFleet
     fixture = build_nas_hub(workdir / "nas" / "hub", shard_bytes=shard_bytes)
     root = workdir / "fleet"
     hosts = "\n".join(
-        f'[hosts.{h}]\naddress = "127.0.0.1"\nlocal_hub = {_q(str(workdir / h / "nvme" / "hub"))}\n'
+        f'[hosts.{h}]\naddress = "localhost"\nlocal_hub = {_q(str(workdir / h / "nvme" / "hub"))}\n'
         for h in DEMO_HOSTS
     )
     fleet = f"""# Demo fleet written by `sparkfleet demo`: two Sparks sharing one NAS-like hub in a temp dir.
@@ -69,7 +70,7 @@ exclude = ["page15/*"]
 
 [[models]]
 pin = "demo-drafter"
-"""
+""" + demo_launch_tables()
     atomic.write_bytes(root / "hosts" / "fleet.toml", fleet.encode())
     atomic.write_bytes(root / "recipes" / DEMO_LANE / "recipe.toml", recipe.encode())
     return DemoFleet(root=root, nas_hub=fixture.root, fixture=fixture)

@@ -1,8 +1,9 @@
-"""Copying one file into place: temp in the destination directory → fsync → verify → os.replace.
+"""Putting one file into place: fill a temp in the destination directory → fsync → verify → os.replace.
 
-The bytes move in the kernel where it can (copy_file_range, else sendfile — copy_file_range from
-NFS to a local disk fails with EXDEV), and in Python only as a last resort. A file is published
-under its final name only after it verified against the source; a failed verify leaves nothing.
+Where the bytes come from is a `Fill`: the NAS (in-kernel copy: copy_file_range, else sendfile —
+copy_file_range from NFS to a local disk fails with EXDEV — and plain read/write last), or a peer
+that already holds the file verified (rsync over SSH, see transport.py). Either way the result is
+verified against the source before it gets its final name; a failed verify leaves nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ CHUNK = 64 * 1024 * 1024
 _FALLBACK_ERRNOS = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.EPERM}
 
 Progress = Callable[[int], None]
+Fill = Callable[[Path], None]  # writes the complete file at the given (temp) path
 
 
 def _kernel_copy(src_fd: int, dst_fd: int, size: int, progress: Progress) -> None:
@@ -51,6 +53,52 @@ def _kernel_copy(src_fd: int, dst_fd: int, size: int, progress: Progress) -> Non
         progress(n)
 
 
+def fill_from_path(source: Path, size: int, progress: Progress) -> Fill:
+    """A Fill that copies `source` (e.g. on the NAS mount) in the kernel."""
+
+    def fill(tmp: Path) -> None:
+        src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                _kernel_copy(src_fd, dst_fd, size, progress)
+            finally:
+                os.close(dst_fd)
+        finally:
+            os.close(src_fd)
+
+    return fill
+
+
+def place_verified(
+    final: Path,
+    fill: Fill,
+    reference: Path,
+    verify_mode: str,
+    address: tuple[str, str] | None,
+) -> None:
+    """Fill a temp next to `final`, fsync it, verify it against `reference`, then rename it into place."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic.temp_name(final)
+    try:
+        fill(tmp)
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        verdict = compare(tmp, reference, verify_mode, address)
+        if not verdict.same:
+            raise SourceError(
+                f"{final.name}: the bytes received did not verify against {reference} ({verdict.reason})",
+                hint="the source changed during the copy or mismatches its content address; check the NAS",
+            )
+        atomic.publish(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def copy_verified(
     source: Path,
     final: Path,
@@ -60,20 +108,7 @@ def copy_verified(
     progress: Progress = lambda n: None,
 ) -> None:
     """Copy `source` to `final` so that `final` either does not change or holds verified bytes."""
-    with atomic.temp_file(final) as (dst_fd, tmp):
-        src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _kernel_copy(src_fd, dst_fd, size, progress)
-        finally:
-            os.close(src_fd)
-        os.fsync(dst_fd)
-        verdict = compare(tmp, source, verify_mode, address)
-        if not verdict.same:
-            raise SourceError(
-                f"copy of {source} did not verify ({verdict.reason})",
-                hint="the source changed during the copy or mismatches its content address; check the NAS",
-            )
-    atomic.publish(tmp, final)
+    place_verified(final, fill_from_path(source, size, progress), source, verify_mode, address)
 
 
 def link_verified(existing: Path, source: Path, final: Path, verify_mode: str, address) -> bool:

@@ -12,11 +12,13 @@ A `kill -9` anywhere leaves final names either absent or correct; the rerun conv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +26,13 @@ from typing import Protocol
 
 from .. import atomic
 from ..digests import Verdict, compare
-from ..errors import SpaceError
+from ..errors import SpaceError, SparkfleetError
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
-from .copy import copy_verified, link_verified
+from .copy import copy_verified, link_verified, place_verified
+from .fanout import assign_shares
 from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
+from .transport import PeerSource
 from .verify import VerifyReport, verify_plan
 
 
@@ -72,6 +76,9 @@ class StageResult:
     meta_written: int = 0
     refs_written: int = 0
     temps_swept: int = 0
+    peer_files: int = 0
+    peer_bytes: int = 0
+    peer_failures: list[str] = field(default_factory=list)
     verify: VerifyReport | None = None
 
     def as_dict(self) -> dict:
@@ -91,9 +98,12 @@ class StageRun:
     bytes_needed: int = 0
     bytes_free: int = 0
     reserve_bytes: int = 0
+    share: tuple[int, int] | None = None  # fan-out wave 1: only this share of the files, no links/refs
 
     @property
     def ok(self) -> bool:
+        if self.share is not None:
+            return True  # every file placed was verified on the way in; completeness is wave 2's job
         return all(r.verify is not None and r.verify.ok for r in self.results)
 
     @property
@@ -118,6 +128,9 @@ class StageRun:
             "bytes_needed": self.bytes_needed,
             "bytes_free": self.bytes_free,
             "reserve_bytes": self.reserve_bytes,
+            "share": list(self.share) if self.share else None,
+            "nas_bytes": sum(r.copied_bytes - r.peer_bytes for r in self.results),
+            "peer_bytes": sum(r.peer_bytes for r in self.results),
             "repos": [r.as_dict() for r in self.results],
         }
 
@@ -193,23 +206,47 @@ def _reuse_within_run(decided: list[tuple[SourceScan, StagePlan, list[_Decision]
                 copied.setdefault(address[1], d.file.rel)
 
 
-def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress) -> None:
+def _sources_for(rel: str, shares: dict[str, int], peers: Sequence[PeerSource | None]) -> list[PeerSource]:
+    """Peers to try for `rel`: the one whose wave-1 share holds it first, then the others."""
+    first = peers[shares[rel]] if rel in shares else None
+    rest = [p for p in peers if p is not None and p is not first]
+    return ([first] if first is not None else []) + rest
+
+
+def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress, fanout) -> None:
     dest, source = Path(scan.request.dest_hub), scan.source
+    shares, peers = fanout
     todo = [d for d in decisions if d.action in ("copy", "repair", "reuse")]
     lock = threading.Lock()
+
+    def from_peers(f: PlannedFile, final: Path) -> bool:
+        for peer in _sources_for(f.rel, shares, peers):
+            try:
+                fill = lambda tmp, p=peer: p.fill(f.rel, tmp)  # noqa: E731
+                place_verified(final, fill, source.abs(f.rel), mode, f.address)
+            except (OSError, SparkfleetError, subprocess.SubprocessError) as exc:
+                with lock:
+                    result.peer_failures.append(f"{peer.name}: {f.rel}: {exc}")
+                continue
+            with lock:
+                result.peer_files += 1
+                result.peer_bytes += f.size
+            progress.advance(f.size)
+            return True
+        return False
 
     def write(d: _Decision) -> None:
         f = d.file
         final = dest / f.rel
-        if d.action == "reuse" and link_verified(
-            dest / d.reuse_from, source.abs(f.rel), final, mode, f.address
-        ):
+        reference = source.abs(f.rel)
+        if d.action == "reuse" and link_verified(dest / d.reuse_from, reference, final, mode, f.address):
             with lock:
                 result.reused_files += 1
                 result.reused_bytes += f.size
             progress.advance(f.size)
         else:
-            copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance)
+            if not (peers and from_peers(f, final)):
+                copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance)
             with lock:
                 result.copied_files += 1
                 result.copied_bytes += f.size
@@ -259,10 +296,24 @@ def execute_plans(
     jobs: int,
     reserve_bytes: int,
     progress: StageProgress,
+    share: tuple[int, int] | None = None,
+    peers: Sequence[PeerSource | None] = (),
 ) -> StageRun:
-    """Carry out plans for one destination hub. The caller holds the hub lock."""
+    """Carry out plans for one destination hub. The caller holds the hub lock.
+
+    `share=(i, n)`: fan-out wave 1, place only share i of n (no links, listings or refs).
+    `peers`: fan-out wave 2, one entry per share (None for this host): where to pull files first.
+    """
     start = time.monotonic()
-    run = StageRun(dest_hub=dest_hub, verify_mode=verify_mode, reserve_bytes=reserve_bytes)
+    run = StageRun(dest_hub=dest_hub, verify_mode=verify_mode, reserve_bytes=reserve_bytes, share=share)
+    count = share[1] if share else len(peers)
+    files = [(f.rel, f.size) for _, p in scans_and_plans for f in p.files]
+    shares = assign_shares(files, count) if count else {}
+    if share is not None:
+        scans_and_plans = [
+            (scan, dataclasses.replace(plan, files=tuple(f for f in plan.files if shares[f.rel] == share[0])))
+            for scan, plan in scans_and_plans
+        ]
     swept = 0
     for scan, _ in scans_and_plans:
         swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
@@ -280,10 +331,11 @@ def execute_plans(
         result.excluded_entries, result.excluded_bytes = len(plan.excluded), plan.excluded_bytes
         kept = [d for d in decisions if d.action == "keep"]
         result.kept_files, result.kept_bytes = len(kept), sum(d.file.size for d in kept)
-        _write_files(scan, decisions, verify_mode, jobs, result, progress)
-        _write_metadata(scan, plan, result)
-        # Content was verified file by file above; the final pass checks the structure and refs.
-        result.verify = verify_plan(scan, plan, verify_mode, content=lambda rel: Verdict(True))
+        _write_files(scan, decisions, verify_mode, jobs, result, progress, (shares, list(peers)))
+        if share is None:
+            _write_metadata(scan, plan, result)
+            # Content was verified file by file above; the final pass checks the structure and refs.
+            result.verify = verify_plan(scan, plan, verify_mode, content=lambda rel: Verdict(True))
         run.results.append(result)
     run.seconds = time.monotonic() - start
     return run
@@ -297,6 +349,8 @@ def stage(
     reserve_bytes: int = 0,
     wait_seconds: float = 0.0,
     progress: StageProgress | None = None,
+    share: tuple[int, int] | None = None,
+    peers: Sequence[PeerSource | None] = (),
 ) -> StageRun:
     """Stage every request into its destination hub (all requests share one destination)."""
     dests = {Path(r.dest_hub) for r in requests}
@@ -314,6 +368,8 @@ def stage(
             jobs=jobs,
             reserve_bytes=reserve_bytes,
             progress=progress or NoProgress(),
+            share=share,
+            peers=peers,
         )
 
 

@@ -150,6 +150,7 @@ class StagePlan:
             "excluded_entries": len(self.excluded),
             "excluded_bytes": self.excluded_bytes,
             "excluded_paths": [e.path for e in self.excluded],
+            "file_list": [[f.rel, f.size, f.action] for f in self.files],
         }
 
 

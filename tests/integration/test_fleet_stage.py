@@ -1,0 +1,175 @@
+"""Fleet-wide staging over real SSH: remote stage, parallel lanes, fan-out with NAS byte counters.
+
+Topology: a NAS namespace serving its hub over sshd; four host namespaces dgx1..dgx4, each with
+its own sshfs mount of the NAS (its own cache, like each Spark's own NFS mount) and its own NVMe
+dir. Bytes leaving the NAS are read from the NAS namespace's interface counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
+from sparkfleet.hubcache import repo_folder
+
+pytestmark = [pytest.mark.netns, pytest.mark.fuse, pytest.mark.slow]
+
+HOSTS = ["dgx1", "dgx2", "dgx3", "dgx4"]
+LANE = "lane4"
+
+
+def nas_tx_bytes(nas) -> int:
+    out = subprocess.run(["ip", "-n", nas.netns, "-s", "-j", "link", "show"], capture_output=True, text=True)
+    return sum(link["stats64"]["tx"]["bytes"] for link in json.loads(out.stdout) if link["ifname"] != "lo")
+
+
+@pytest.fixture
+def fleet(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
+    fixture = build_nas_hub(
+        nas_host.root / "share" / "hub", shard_bytes=4 * 1024 * 1024, absolute_links=False
+    )
+    # Mount first: `ip netns exec` gives each host's sshd a mount namespace copied at its start.
+    mounts = {
+        h: sshfs(
+            nas_host, nas_host.root / "share", tmp_path / f"nas-{h}", extra_opts=("no_contain_symlinks",)
+        )
+        for h in HOSTS
+    }
+    hosts = fleet_hosts(HOSTS)
+    root = tmp_path / "fleet"
+    (root / "hosts").mkdir(parents=True)
+    (root / "recipes" / LANE).mkdir(parents=True)
+    host_tables = "\n".join(
+        f'[hosts.{h}]\naddress = "{h}"\n'
+        f'local_hub = "{hosts[h].nvme / "hub"}"\nnas_hub = "{mounts[h] / "hub"}"\n'
+        for h in HOSTS
+    )
+    (root / "hosts" / "fleet.toml").write_text(
+        f'schema_version = 1\n[defaults]\nssh_user = "root"\nreserve_gib = 0\n{host_tables}\n'
+        f'[pins.w]\nkind = "hf"\nrepo = "{WEIGHTS_REPO}"\nrevision = "main"\n'
+        f'[pins.d]\nkind = "hf"\nrepo = "{DRAFTER_REPO}"\nrevision = "main"\n'
+    )
+    (root / "recipes" / LANE / "recipe.toml").write_text(
+        f"[lane]\nhosts = {json.dumps(HOSTS)}\n"
+        '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
+    )
+    config = ssh_config(hosts)
+    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
+    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+    monkeypatch.delenv("SPARKFLEET_HOST", raising=False)
+    return {"root": root, "hosts": hosts, "nas": nas_host, "fixture": fixture}
+
+
+def cli(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkfleet", "--root", str(root), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def staged_bytes(fleet) -> int:
+    """Bytes one host needs (every file the lane stages once)."""
+    hub = fleet["hosts"]["dgx1"].nvme / "hub"
+    return sum(
+        p.stat().st_size
+        for p in hub.rglob("*")
+        if p.is_file() and not p.is_symlink() and ".locks" not in p.parts
+    )
+
+
+def assert_complete(fleet, host: str) -> None:
+    hub = fleet["hosts"][host].nvme / "hub"
+    commit = fleet["fixture"].weights.commits["main"]
+    snap = hub / repo_folder(WEIGHTS_REPO) / "snapshots" / commit
+    for path, data in fleet["fixture"].weights.files[commit].items():
+        if not path.startswith("page15/"):
+            assert (snap / path).read_bytes() == data, (host, path)
+            assert os.path.realpath(snap / path).startswith(str(hub.resolve())), (host, path)
+
+
+def test_remote_stage_runs_on_the_host(fleet):
+    before = nas_tx_bytes(fleet["nas"])
+    proc = cli(fleet["root"], "stage", "dgx2", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads(proc.stdout)
+    (outcome,) = record["hosts"]
+    assert outcome["host"] == "dgx2" and outcome["ok"]
+    assert outcome["run"]["dest_hub"] == str(fleet["hosts"]["dgx2"].nvme / "hub")
+    assert_complete(fleet, "dgx2")
+    assert not (fleet["hosts"]["dgx1"].nvme / "hub").exists()
+    assert nas_tx_bytes(fleet["nas"]) - before >= staged_bytes(fleet)
+    verify = cli(fleet["root"], "verify", "dgx2")  # verify runs where the trees are: same filesystem here
+    assert "dangling: 0, mismatches: 0" in verify.stdout
+
+
+def test_lane_parallel_then_fanout_nas_bytes(fleet):
+    # Independent: every host reads everything from the NAS.
+    before = nas_tx_bytes(fleet["nas"])
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--verify", "full", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    independent = nas_tx_bytes(fleet["nas"]) - before
+    one_copy = staged_bytes(fleet)
+    for h in HOSTS:
+        assert_complete(fleet, h)
+    assert independent >= 3.0 * one_copy  # one_copy counts the hardlinked drafter blob twice
+
+    # Fan-out from empty hubs: each blob leaves the NAS once; peers share the rest.
+    for h in fleet["hosts"].values():
+        subprocess.run(["rm", "-rf", str(h.nvme / "hub")], check=True)
+    before = nas_tx_bytes(fleet["nas"])
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--verify", "full", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fanout = nas_tx_bytes(fleet["nas"]) - before
+    record = json.loads(proc.stdout)
+    assert record["fanout"] and all(o["ok"] for o in record["hosts"])
+    assert sum(o["run"]["peer_bytes"] for o in record["hosts"]) >= 2.5 * one_copy
+    for h in HOSTS:
+        assert_complete(fleet, h)
+    assert fanout <= 1.1 * one_copy + 2 * 1024 * 1024, (fanout, one_copy)
+    print(
+        f"NAS bytes for 4 hosts: independent {independent / one_copy:.2f}x, fan-out {fanout / one_copy:.2f}x"
+    )
+
+
+def test_fanout_dry_run_shows_who_pulls_what(fleet):
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads(proc.stdout)
+    reads = plan["nas_reads"]
+    assert set(reads) == set(HOSTS) and all(v > 0 for v in reads.values())
+    assert max(reads.values()) < 0.5 * sum(reads.values())  # balanced shares
+    assert {p["seed"] for p in plan["pulls"]} == set(HOSTS)
+    assert not (fleet["hosts"]["dgx1"].nvme / "hub").exists()
+
+
+def test_dead_peer_falls_back(fleet):
+    """Wave 1 done, then dgx2 dies: dgx1's wave 2 takes dgx2's share from other peers or the NAS."""
+    root = fleet["root"]
+    for i, h in enumerate(HOSTS):
+        proc = cli(root, "stage", h, "--here", "--share", f"{i}/4", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    os.kill(fleet["hosts"]["dgx2"].sshd_pid, 9)
+    proc = cli(root, "stage", "dgx1", "--here", "--peers", ",".join(HOSTS), "--verify", "full", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads(proc.stdout)
+    failures = [f for r in run["repos"] for f in r["peer_failures"]]
+    dead = [f for f in failures if f.startswith("dgx2:")]
+    assert dead, failures  # dgx2's share was tried there first, then elsewhere
+    dgx2_share = {f.split(": ")[1] for f in dead}
+    # every other failure is a peer that simply did not have one of dgx2's files
+    assert all(f.split(": ")[1] in dgx2_share for f in failures)
+    assert run["nas_bytes"] > 0 and run["peer_bytes"] > 0
+    assert_complete(fleet, "dgx1")
+
+
+def test_unreachable_host_is_named(fleet):
+    os.kill(fleet["hosts"]["dgx3"].sshd_pid, 9)
+    proc = cli(fleet["root"], "stage", "dgx3")
+    assert proc.returncode != 0
+    assert "dgx3" in proc.stdout + proc.stderr
