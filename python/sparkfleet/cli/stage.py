@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
@@ -160,19 +161,14 @@ def stage(
     peers = (
         remote.peer_sources(load_inventory(ctx), peer_spec.split(","), host, ssh_config) if peer_spec else ()
     )
+    run_stage = functools.partial(
+        execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
+        wait_seconds=wait_seconds, share=share, peers=peers,
+    )  # fmt: skip
     if events:
         sink = EventsProgress()
         try:
-            run = execute.stage(
-                requests,
-                verify_mode=verify_mode,
-                jobs=jobs,
-                reserve_bytes=reserve,
-                wait_seconds=wait_seconds,
-                progress=sink,
-                share=share,
-                peers=peers,
-            )
+            run = run_stage(progress=sink)
         except SparkfleetError as exc:
             sink.error(exc)
             sys.exit(exc.exit_code)
@@ -180,16 +176,7 @@ def stage(
         sys.exit(0 if run.ok else 1)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
-        run = execute.stage(
-            requests,
-            verify_mode=verify_mode,
-            jobs=jobs,
-            reserve_bytes=reserve,
-            wait_seconds=wait_seconds,
-            progress=bar,
-            share=share,
-            peers=peers,
-        )
+        run = run_stage(progress=bar)
     if as_json:
         echo_json(run.as_dict())
     else:
