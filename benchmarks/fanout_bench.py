@@ -104,7 +104,14 @@ def main() -> None:
                 seconds = time.perf_counter() - start
                 if proc.returncode != 0:
                     raise SystemExit(f"{mode} failed:\n{proc.stdout}\n{proc.stderr}")
-                results[mode] = {"nas_bytes": nas_tx_bytes(nas.netns) - before, "seconds": seconds}
+                hosts_report = json.loads(proc.stdout)["hosts"]
+                results[mode] = {
+                    "nas_bytes": nas_tx_bytes(nas.netns) - before,
+                    "seconds": seconds,
+                    "peer_failures": sum(
+                        len(r["peer_failures"]) for o in hosts_report for r in o["run"]["repos"]
+                    ),
+                }
             one_copy = unique_bytes(hosts["dgx1"].nvme / "hub")
             print(
                 json.dumps(
@@ -122,6 +129,7 @@ def main() -> None:
                             results["fanout"]["seconds"] / results["independent"]["seconds"], 3
                         ),
                         "seconds": {k: round(v["seconds"], 2) for k, v in results.items()},
+                        "peer_failures": results["fanout"]["peer_failures"],
                     }
                 )
             )

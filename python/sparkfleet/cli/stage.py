@@ -266,8 +266,8 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
         plans = json.loads(text[text.index("{") :])["plans"]
     except ValueError:
         raise SparkfleetError(f"{hosts[0]}: no plan came back", hint=outcome.log_tail) from None
-    files = sorted({(f[0], f[1]) for p in plans for f in p["file_list"]})
-    sizes = dict(files)
+    files = sorted({(f[0], f[1], f[3]) for p in plans for f in p["file_list"]})
+    sizes = {rel: size for rel, size, _ in files}
     wave1, pulls = fanout_plan(files, hosts) if fanout else ({h: list(sizes) for h in hosts}, [])
     nas_reads = {h: sum(sizes[r] for r in rels) for h, rels in wave1.items()}
     if as_json:

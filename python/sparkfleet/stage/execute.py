@@ -29,7 +29,7 @@ from ..digests import Verdict, compare
 from ..errors import SpaceError, SparkfleetError
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from .copy import copy_verified, link_verified, place_verified
-from .fanout import assign_shares
+from .fanout import assign_shares, content_key
 from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
 from .transport import PeerSource
@@ -307,7 +307,7 @@ def execute_plans(
     start = time.monotonic()
     run = StageRun(dest_hub=dest_hub, verify_mode=verify_mode, reserve_bytes=reserve_bytes, share=share)
     count = share[1] if share else len(peers)
-    files = [(f.rel, f.size) for _, p in scans_and_plans for f in p.files]
+    files = [(f.rel, f.size, content_key(f.rel, f.address)) for _, p in scans_and_plans for f in p.files]
     shares = assign_shares(files, count) if count else {}
     if share is not None:
         scans_and_plans = [

@@ -13,17 +13,31 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 
-def assign_shares(files: Iterable[tuple[str, int]], hosts: int) -> dict[str, int]:
-    """Map each (hub-relative path, size) to a share 0..hosts-1: largest first onto the lightest share."""
+def assign_shares(files: Iterable[tuple[str, int, str]], hosts: int) -> dict[str, int]:
+    """Map each (hub-relative path, size, content key) to a share 0..hosts-1.
+
+    Files with one content key (the same sha256 in two repos' blob stores) go to one share, so the
+    NAS sends those bytes once and the second copy is a verified local hardlink. Largest content
+    first onto the lightest share; ties by key, so every host computes the same split.
+    """
     if hosts < 1:
         raise ValueError("fan-out needs at least one host")
+    groups: dict[str, tuple[int, list[str]]] = {}
+    for rel, size, key in sorted(set(files)):
+        groups.setdefault(key, (size, []))[1].append(rel)
     loads = [0] * hosts
     shares: dict[str, int] = {}
-    for rel, size in sorted(set(files), key=lambda f: (-f[1], f[0])):
+    for _key, (size, rels) in sorted(groups.items(), key=lambda g: (-g[1][0], g[0])):
         target = min(range(hosts), key=lambda i: (loads[i], i))
-        shares[rel] = target
+        for rel in rels:
+            shares[rel] = target
         loads[target] += size
     return shares
+
+
+def content_key(rel: str, address: tuple[str, str] | None) -> str:
+    """What makes two files the same content for fan-out: their sha256 address, else their path."""
+    return address[1] if address and address[0] == "sha256" else rel
 
 
 @dataclass(frozen=True)
@@ -36,10 +50,12 @@ class Pull:
     seed: str  # the host that staged it from the NAS in wave 1
 
 
-def fanout_plan(files: list[tuple[str, int]], hosts: list[str]) -> tuple[dict[str, list[str]], list[Pull]]:
-    """(wave 1: host → files it takes from the NAS, wave 2: every pull between peers)."""
+def fanout_plan(
+    files: list[tuple[str, int, str]], hosts: list[str]
+) -> tuple[dict[str, list[str]], list[Pull]]:
+    """(wave 1: host → files it places from the NAS, wave 2: every pull between peers)."""
     shares = assign_shares(files, len(hosts))
-    sizes = dict(files)
+    sizes = {rel: size for rel, size, _ in files}
     wave1: dict[str, list[str]] = {h: [] for h in hosts}
     for rel, share in sorted(shares.items()):
         wave1[hosts[share]].append(rel)

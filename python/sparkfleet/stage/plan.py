@@ -24,6 +24,7 @@ from ..hubcache import (
     is_shared_store_path,
     repo_folder,
 )
+from .fanout import content_key
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class StagePlan:
             "excluded_entries": len(self.excluded),
             "excluded_bytes": self.excluded_bytes,
             "excluded_paths": [e.path for e in self.excluded],
-            "file_list": [[f.rel, f.size, f.action] for f in self.files],
+            "file_list": [[f.rel, f.size, f.action, content_key(f.rel, f.address)] for f in self.files],
         }
 
 
