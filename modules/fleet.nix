@@ -1,0 +1,36 @@
+# Which host this machine is in hosts/fleet.toml, and the facts the other modules build from.
+{ config, lib, pkgs, ... }:
+let
+  cfg = config.sparkfleet;
+  fleetLib = import ./lib/fleet.nix;
+in
+{
+  options.sparkfleet = {
+    host = lib.mkOption {
+      type = lib.types.str;
+      example = "dgx1";
+      description = "This machine's name in hosts/fleet.toml.";
+    };
+
+    fleetRoot = lib.mkOption {
+      type = lib.types.path;
+      default = ../.;
+      defaultText = lib.literalExpression "the flake's source";
+      description = ''
+        The fleet root (hosts/fleet.toml and recipes/). The units run the CLI with
+        SPARKFLEET_ROOT pointing here, so Nix and the CLI read the same inventory.
+      '';
+    };
+
+    package = lib.mkPackageOption pkgs "sparkfleet" { };
+
+    facts = lib.mkOption {
+      type = lib.types.attrs;
+      readOnly = true;
+      internal = true;
+      default = (fleetLib.fromRoot cfg.fleetRoot).facts cfg.host;
+      defaultText = lib.literalExpression "(import ./lib/fleet.nix).fromRoot fleetRoot).facts host";
+      description = "Per-host facts from modules/lib/fleet.nix (the same record sparkfleet.hostfacts derives).";
+    };
+  };
+}

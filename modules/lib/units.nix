@@ -1,0 +1,202 @@
+# systemd unit specs for one host, from the fleet facts (modules/lib/fleet.nix). Builtins only.
+#
+# One spec, two renderings: the NixOS modules turn a spec into systemd.services / timers options,
+# and `render` turns it into unit-file text for the deploy-rs `sparkfleet` profile, whose
+# activation installs the files on hosts without NixOS (DGX OS). Hardening lives here once.
+let
+  inherit (builtins) attrNames concatStringsSep concatMap isBool isList isInt isFloat listToAttrs map
+    replaceStrings toString;
+
+  # systemd's Exec quoting: each argument double-quoted, `\` and `"` escaped, `$` and `%` doubled
+  # so systemd neither expands variables nor specifiers inside our argv.
+  quoteArg = a: "\"" + replaceStrings [ "\\" "\"" "$" "%" ] [ "\\\\" "\\\"" "$$" "%%" ] a + "\"";
+  execLine = argv: concatStringsSep " " (map quoteArg argv);
+
+  # The staging unit reads the NAS and writes only the node's hub cache.
+  stagingHardening = localHub: {
+    ProtectSystem = "strict";
+    ProtectHome = "read-only";
+    ReadWritePaths = [ localHub ];
+    PrivateTmp = true;
+    PrivateDevices = true;
+    NoNewPrivileges = true;
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectControlGroups = true;
+    ProtectClock = true;
+    ProtectHostname = true;
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    LockPersonality = true;
+    # No MemoryDenyWriteExecute: libffi closures (ctypes/cffi in the hashing and hub libraries)
+    # need writable+executable pages.
+    SystemCallArchitectures = "native";
+    CapabilityBoundingSet = "";
+    # AF_NETLINK: glibc's getaddrinfo (AI_ADDRCONFIG, used by ssh) asks the kernel for addresses.
+    RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" "AF_NETLINK" ];
+    UMask = "0022";
+  };
+
+  # The lane unit drives the container runtime and ssh to the workers; the GPU and RDMA devices
+  # are opened by the runtime (or, for the process runtime, by the serve process: allowed below).
+  laneHardening = {
+    ProtectSystem = "full";
+    PrivateTmp = true;
+    NoNewPrivileges = true;
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectControlGroups = true;
+    RestrictRealtime = true;
+    LockPersonality = true;
+    SystemCallArchitectures = "native";
+    DevicePolicy = "closed";
+    DeviceAllow = [
+      "char-nvidiactl rw" "char-nvidia-caps rw" "char-nvidia-frontend rw" "char-nvidia-uvm rw"
+      "char-infiniband_verbs rw" "char-infiniband_mad rw" "/dev/infiniband/rdma_cm rw"
+    ];
+    RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" "AF_NETLINK" ];
+  };
+
+  # `systemd-escape --path` for the paths sparkfleet mounts (letters, digits, / _ . : -).
+  escapePath = path:
+    let
+      trimmed = builtins.head (builtins.match "/*(.*[^/])/*" path);
+    in
+    if builtins.match "[A-Za-z0-9/_.:-]+" path == null || builtins.match "(.*/)?\\.[^/]*" path != null then
+      throw "units.nix: cannot name a mount unit for ${path} (only letters, digits, / _ . : - and no hidden components)"
+    else replaceStrings [ "/" ] [ "-" ] (replaceStrings [ "-" ] [ "\\x2d" ] trimmed);
+
+  # On hosts without NixOS (no fileSystems), the NAS hub is a mount + automount unit pair that
+  # carries what the fstab options say on NixOS (x-systemd.* and _netdev are fstab-only).
+  nasMountSpecs = m:
+    let name = escapePath m.where; in
+    if m.what == null then { } else {
+      "${name}.mount" = {
+        Unit = {
+          Description = "sparkfleet: NAS hub cache (read-only NFS) at ${m.where}";
+          Wants = [ "network-online.target" ];
+          After = [ "network-online.target" ];
+        };
+        Mount = {
+          What = m.what;
+          Where = m.where;
+          Type = m.fsType;
+          Options = concatStringsSep "," (builtins.filter
+            (o: builtins.match "(x-systemd\\..*|noauto|_netdev)" o == null) m.options);
+          TimeoutSec = "30s";
+        };
+      };
+      "${name}.automount" = {
+        Unit.Description = "sparkfleet: automount of the NAS hub cache at ${m.where}";
+        Automount = { Where = m.where; TimeoutIdleSec = "600"; };
+        Install.WantedBy = [ "remote-fs.target" ];
+      };
+    };
+
+  # specs { facts, sparkfleet, fleetRoot, schedule?, runtimeGroups?, autostart?, withMounts? }
+  #   facts:      fleet.facts <host>
+  #   sparkfleet: absolute path of the sparkfleet executable the units run
+  #   fleetRoot:  the inventory the CLI reads (SPARKFLEET_ROOT), usually the flake source
+  #   withMounts: also the NAS mount units (hosts without NixOS; on NixOS fileSystems does it)
+  specs = { facts, sparkfleet, fleetRoot, schedule ? "daily", runtimeGroups ? [ "docker" ], autostart ? null
+          , withMounts ? false }:
+    let
+      withBin = argv: [ sparkfleet ] ++ builtins.tail argv;
+      env = [ "SPARKFLEET_ROOT=${fleetRoot}" "PYTHONUNBUFFERED=1" ];
+      st = facts.staging;
+      stage = {
+        "${st.unit}.service" = {
+          Unit = {
+            Description = "sparkfleet: stage ${facts.host}'s lanes from the NAS to local NVMe";
+            Wants = [ "network-online.target" ];
+            After = [ "network-online.target" ];
+            RequiresMountsFor = st.requiresMountsFor;
+          };
+          Service = {
+            Type = "oneshot";
+            User = st.user;
+            Environment = env;
+            # The CLI takes ${st.lock} itself, so a timer run and a manual run never overlap.
+            ExecStart = execLine (withBin st.argv);
+            Nice = 10;
+            IOSchedulingClass = "idle";
+            # exit 75: another run holds the stage lock; that is not this unit failing
+            SuccessExitStatus = [ "75" ];
+          } // stagingHardening facts.localHub;
+        };
+        "${st.unit}.timer" = {
+          Unit.Description = "sparkfleet: periodic staging on ${facts.host}";
+          Timer = { OnCalendar = schedule; RandomizedDelaySec = "30m"; Persistent = true; };
+          Install.WantedBy = [ "timers.target" ];
+        };
+      };
+      lane = l: {
+        name = "${l.unit}.service";
+        value = {
+          Unit = {
+            Description = "sparkfleet: lane ${l.lane} (${concatStringsSep ", " l.hosts})";
+            Wants = [ "network-online.target" ];
+            After = l.after;
+            Conflicts = l.conflicts;
+            RequiresMountsFor = [ facts.localHub facts.nasHub ];
+          };
+          Service = {
+            Type = "oneshot";
+            RemainAfterExit = true;
+            User = l.user;
+            SupplementaryGroups = runtimeGroups;
+            Environment = env;
+            ExecStart = execLine (withBin l.startArgv);
+            ExecStop = execLine (withBin l.stopArgv);
+            TimeoutStartSec = toString l.timeoutStartSec;
+            TimeoutStopSec = "300";
+          } // laneHardening;
+        } // (if autostart == l.lane then { Install.WantedBy = [ "multi-user.target" ]; } else { });
+      };
+    in
+    stage // listToAttrs (map lane facts.lanes)
+    // (if withMounts then builtins.foldl' (acc: m: acc // nasMountSpecs m) { } facts.mounts else { });
+
+  # INI text of one spec: sections in a fixed order; a list becomes one line per item (systemd
+  # accumulates After=, DeviceAllow=, ReadWritePaths=, ... across lines); Environment= is quoted.
+  value = k: v:
+    if isBool v then (if v then "true" else "false")
+    else if isInt v || isFloat v then toString v
+    else if k == "Environment" then quoteArg v
+    else v;
+  section = name: attrs:
+    if attrs == { } then "" else
+    "[${name}]\n" + concatStringsSep "" (concatMap (k:
+      let v = attrs.${k}; in
+      map (item: "${k}=${value k item}\n") (if isList v then v else [ v ])) (attrNames attrs));
+  render = spec:
+    concatStringsSep "\n" (builtins.filter (s: s != "") (map (n: section n (spec.${n} or { }))
+      [ "Unit" "Service" "Mount" "Automount" "Timer" "Install" ]));
+
+  renderAll = args: builtins.mapAttrs (_: render) (specs args);
+
+  # The same spec as NixOS systemd.services.<name> / systemd.timers.<name> option values.
+  envAttrs = list: listToAttrs (map (kv:
+    let m = builtins.match "([^=]+)=(.*)" kv; in { name = builtins.elemAt m 0; value = builtins.elemAt m 1; }) list);
+  toNixosService = spec: {
+    description = spec.Unit.Description;
+    wants = spec.Unit.Wants or [ ];
+    after = spec.Unit.After or [ ];
+    conflicts = spec.Unit.Conflicts or [ ];
+    unitConfig.RequiresMountsFor = spec.Unit.RequiresMountsFor or [ ];
+    environment = envAttrs (spec.Service.Environment or [ ]);
+    serviceConfig = removeAttrs spec.Service [ "Environment" ];
+    wantedBy = (spec.Install or { }).WantedBy or [ ];
+  };
+  toNixosTimer = spec: {
+    description = spec.Unit.Description;
+    timerConfig = spec.Timer;
+    wantedBy = (spec.Install or { }).WantedBy or [ ];
+  };
+in {
+  inherit specs render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
+    toNixosTimer;
+}

@@ -1,0 +1,23 @@
+# The deploy-rs `sparkfleet` profile of one host: the pinned CLI, the host's unit files (rendered
+# by modules/lib/units.nix from the same facts the NixOS modules use, plus the NAS mount units a
+# host without NixOS needs) and the activation script that installs them and restarts only what
+# changed (sparkfleet-profile/activate.sh).
+{ lib, runCommand, writeText, sparkfleet, fleet, host, fleetRoot }:
+let
+  units = import ../modules/lib/units.nix;
+  exe = lib.getExe' sparkfleet "sparkfleet";
+  rendered = units.renderAll {
+    facts = fleet.facts host;
+    sparkfleet = exe;
+    fleetRoot = "${fleetRoot}";
+    withMounts = true;
+  };
+in
+runCommand "sparkfleet-profile-${host}" { } (''
+  mkdir -p $out/bin $out/share/sparkfleet/units
+  ln -s ${exe} $out/bin/sparkfleet
+  install -m 0755 ${./sparkfleet-profile/activate.sh} $out/bin/sparkfleet-activate
+  patchShebangs $out/bin/sparkfleet-activate
+'' + lib.concatStrings (lib.mapAttrsToList (name: text: ''
+  install -m 0644 ${writeText name text} $out/share/sparkfleet/units/${name}
+'') rendered))

@@ -1,0 +1,62 @@
+"""Shared helpers for the Nix tests: evaluate expressions with Debian's nix-instantiate (no nixpkgs).
+
+Every test here carries the `nix` marker and skips with a reason when nix-instantiate is missing.
+Tests that need nixpkgs' `lib` (lib.evalModules) read it from $NIXPKGS_LIB (a checkout of
+nix-community/nixpkgs.lib, or its lib/ folder) and skip with a reason when it is unset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FLEET_LIB = REPO / "modules" / "lib" / "fleet.nix"
+
+requires_nix = pytest.mark.skipif(
+    shutil.which("nix-instantiate") is None,
+    reason="nix-instantiate not installed (make test installs nix-bin)",
+)
+
+
+def nixpkgs_lib() -> Path | None:
+    """The nixpkgs lib folder named by $NIXPKGS_LIB (the folder itself or a checkout holding lib/)."""
+    value = os.environ.get("NIXPKGS_LIB")
+    if not value:
+        return None
+    path = Path(value)
+    if (path / "lib" / "default.nix").is_file():
+        path = path / "lib"
+    return path if (path / "default.nix").is_file() else None
+
+
+requires_nixpkgs_lib = pytest.mark.skipif(
+    nixpkgs_lib() is None,
+    reason="NIXPKGS_LIB is unset (point it at a nix-community/nixpkgs.lib checkout to evaluate the modules)",
+)
+
+
+def nix_eval(expr: str, *, strict: bool = True, timeout: float = 60) -> Any:
+    """Evaluate a Nix expression to JSON; a failed evaluation raises NixEvalError with Nix's message."""
+    argv = ["nix-instantiate", "--eval", "--json", "--expr", expr]
+    if strict:
+        argv.insert(2, "--strict")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise NixEvalError(proc.stderr)
+    return json.loads(proc.stdout)
+
+
+class NixEvalError(Exception):
+    """nix-instantiate refused the expression (its stderr is the message)."""
+
+
+def nix_str(value: str | Path) -> str:
+    """A Nix string literal for `value`."""
+    return json.dumps(str(value)).replace("${", "\\${")

@@ -1,0 +1,166 @@
+"""The flake's `deploy` output, evaluated without nixpkgs, checked against deploy-rs's node schema.
+
+flake.nix's outputs function is called with stand-ins: deploy-rs's activate.{nixos,custom}
+return store-path-shaped strings and `self` holds per-host profile packages by name. The nodes
+come out of modules/lib/fleet.nix, so this is the real wiring of hosts, profiles and settings.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from sparkfleet import hostfacts, inventory
+
+from .conftest import REPO, nix_eval, nix_str, requires_nix
+
+pytestmark = [pytest.mark.nix, requires_nix]
+
+SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())
+DEPLOY_RS_MIRROR = Path("/work/.mirror/serokell+deploy-rs/repo")
+STORE = "/nix/store/00000000000000000000000000000000"
+
+STUB_INPUTS = f"""
+let
+  flake = import (ROOT + "/flake.nix");
+  fleet = (import (ROOT + "/modules/lib/fleet.nix")).fromRoot ROOT;
+  byHost = f: builtins.listToAttrs (map (h: {{ name = h; value = f h; }}) fleet.hostNames);
+  deploy-rs.lib.aarch64-linux.activate = {{
+    nixos = cfg: "{STORE}-activatable-nixos-system-" + cfg.config.networking.hostName;
+    custom = base: activate: "{STORE}-activatable-" + base.name;
+  }};
+  self = {{
+    nixosConfigurations = byHost (h: {{ config.networking.hostName = h; }});
+    packages.aarch64-linux = builtins.listToAttrs (map (h: {{
+      name = "sparkfleet-profile-" + h;
+      value = {{ name = "sparkfleet-profile-" + h; }};
+    }}) fleet.hostNames);
+  }};
+in (flake.outputs {{ inherit self deploy-rs; nixpkgs = {{ }}; }}).deploy
+"""
+
+
+def flake_copy(dest: Path, nixos_hosts: tuple[str, ...] = ()) -> Path:
+    for part in ("modules/lib", "hosts", "recipes"):
+        shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("reports"))
+    shutil.copy(REPO / "flake.nix", dest / "flake.nix")
+    fleet = dest / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    for host in nixos_hosts:
+        text = text.replace(f"[hosts.{host}]\n", f'[hosts.{host}]\nos = "nixos"\n', 1)
+    fleet.write_text(text)
+    return dest
+
+
+def deploy_output(root: Path) -> dict:
+    return nix_eval(f"let ROOT = {nix_str(root)}; in {STUB_INPUTS}")
+
+
+def test_deploy_nodes_validate_and_match_hostfacts(tmp_path: Path) -> None:
+    root = flake_copy(tmp_path / "flake", nixos_hosts=("dgx2",))
+    deploy = deploy_output(root)
+    jsonschema.Draft202012Validator(SCHEMA).validate(deploy)
+    inv = inventory.load(root)
+    assert sorted(deploy["nodes"]) == sorted(inv.hosts)
+    for host, node in deploy["nodes"].items():
+        profiles = {
+            "system": f"{STORE}-activatable-nixos-system-{host}" if inv.hosts[host].os == "nixos" else None,
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
+        }
+        assert node == hostfacts.deploy_node(inv, host, profiles)
+        assert set(node["profilesOrder"]) == set(node["profiles"])
+        # a lane image load at activation must fit: well above deploy-rs's 240 s default
+        assert node["activationTimeout"] >= 900
+    assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
+    assert deploy["nodes"]["dgx1"]["profilesOrder"] == ["sparkfleet"]  # DGX OS: no NixOS system profile
+    assert (
+        deploy["nodes"]["dgx2"]["profiles"]["sparkfleet"]["profilePath"] == "/nix/var/nix/profiles/sparkfleet"
+    )
+
+
+def test_schema_refuses_what_deploy_rs_would_trip_on(tmp_path: Path) -> None:
+    deploy = deploy_output(flake_copy(tmp_path / "flake"))
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    node = deploy["nodes"]["dgx1"]
+    for broken in (
+        {k: v for k, v in node.items() if k != "hostname"},
+        {**node, "profiles": {"sparkfleet": {"user": "root"}}},
+        {**node, "magicRollback": "yes"},
+        {**node, "activationTimout": 900},  # a typo deploy-rs would ignore
+    ):
+        assert not validator.is_valid({"nodes": {"dgx1": broken}}), broken
+
+
+@pytest.mark.skipif(
+    not DEPLOY_RS_MIRROR.is_dir(), reason="no local deploy-rs snapshot to read interface.json from"
+)
+def test_deploy_output_also_satisfies_deploy_rs_interface_json(tmp_path: Path) -> None:
+    text = subprocess.run(
+        ["git", "-C", str(DEPLOY_RS_MIRROR), "show", "HEAD:interface.json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    upstream = json.loads(text)
+    deploy = deploy_output(flake_copy(tmp_path / "flake", nixos_hosts=("dgx1", "dgx3")))
+    jsonschema.Draft201909Validator(upstream).validate(deploy)  # its $schema names draft 2019-09
+
+
+def test_flake_lock_matches_the_flake_inputs() -> None:
+    lock = json.loads((REPO / "flake.lock").read_text())
+    inputs = nix_eval(f"builtins.attrNames (import {REPO / 'flake.nix'}).inputs")
+    nodes = lock["nodes"]
+    assert lock["version"] == 7 and sorted(nodes[lock["root"]]["inputs"]) == sorted(inputs)
+    for name, node in nodes.items():
+        if name == lock["root"]:
+            continue
+        locked = node["locked"]
+        assert locked["type"] == "github", name
+        assert len(locked["rev"]) == 40 and int(locked["rev"], 16) >= 0, name
+        assert locked["narHash"].startswith("sha256-") and len(locked["narHash"]) == 51, name
+        assert isinstance(locked["lastModified"], int), name
+        for dep in node.get("inputs", {}).values():
+            assert dep in nodes, (name, dep)
+    assert nodes["nixpkgs"]["original"]["ref"] == "nixos-25.11"  # a release branch
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEPLOY_RS_MIRROR.is_dir(), reason="no local deploy-rs snapshot to hash")
+def test_deploy_rs_narhash_is_the_hash_of_its_locked_rev(tmp_path: Path) -> None:
+    """The lock's deploy-rs narHash, recomputed as FIELD-NOTES says (git archive | nix hash path)."""
+    if shutil.which("nix") is None:
+        pytest.skip("nix not installed")
+    locked = json.loads((REPO / "flake.lock").read_text())["nodes"]["deploy-rs"]["locked"]
+    have = subprocess.run(
+        ["git", "-C", str(DEPLOY_RS_MIRROR), "cat-file", "-e", f"{locked['rev']}^{{commit}}"]
+    )
+    if have.returncode != 0:
+        pytest.skip(f"the deploy-rs snapshot does not hold {locked['rev']}")
+    tree = tmp_path / "src"
+    tree.mkdir()
+    archive = subprocess.Popen(
+        ["git", "-C", str(DEPLOY_RS_MIRROR), "archive", locked["rev"]], stdout=subprocess.PIPE
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
+    assert archive.wait() == 0
+    nar = subprocess.run(
+        [
+            "nix",
+            "--extra-experimental-features",
+            "nix-command",
+            "hash",
+            "path",
+            "--type",
+            "sha256",
+            str(tree),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert nar == locked["narHash"]

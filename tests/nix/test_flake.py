@@ -1,0 +1,161 @@
+"""flake.nix evaluated by Nix's own flake machinery, with its two inputs overridden by stand-ins.
+
+nixpkgs becomes nixpkgs' real lib plus builder stubs (tests/nix/stubs/nixpkgs-flake), deploy-rs
+becomes tests/nix/stubs/deploy-rs-flake. Everything else (flake.lock parsing, `self`, outputs,
+modules, host folders, pkgs/) is the real thing. Nothing is built and nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from sparkfleet import hostfacts, inventory
+
+from .conftest import REPO, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
+
+pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
+
+STUBS = Path(__file__).parent / "stubs"
+SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())
+STORE = "/nix/store/00000000000000000000000000000000"
+
+
+def store_writable() -> bool:
+    store = Path("/nix/store")
+    return store.is_dir() and os.access(store, os.W_OK)
+
+
+@pytest.fixture(scope="module")
+def flake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not store_writable():
+        pytest.skip("/nix/store is not writable here (flake evaluation copies the sources into it)")
+    base = tmp_path_factory.mktemp("flake")
+    src = base / "src"
+    src.mkdir()
+    for name in ("flake.nix", "flake.lock", "pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy(REPO / name, src / name)
+    for folder in ("modules", "pkgs", "hosts", "recipes"):
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("reports", "__pycache__"))
+    fleet = src / "hosts" / "fleet.toml"
+    fleet.write_text(fleet.read_text().replace("[hosts.dgx2]\n", '[hosts.dgx2]\nos = "nixos"\n', 1))
+    nixpkgs = base / "nixpkgs"
+    shutil.copytree(STUBS / "nixpkgs-flake", nixpkgs)
+    shutil.copytree(nixpkgs_lib(), nixpkgs / "lib")
+    shutil.copy(STUBS / "pkgs.nix", nixpkgs / "pkgs.nix")
+    shutil.copy(STUBS / "nixos-options.nix", nixpkgs / "nixos-options.nix")
+    shutil.copytree(STUBS / "deploy-rs-flake", base / "deploy-rs")
+    return src
+
+
+def flake_eval(flake: Path, attr: str, apply: str | None = None) -> object:
+    argv = [
+        "nix",
+        "--extra-experimental-features",
+        "nix-command flakes",
+        "eval",
+        "--json",
+        "--no-write-lock-file",
+        "--override-input",
+        "nixpkgs",
+        f"path:{flake.parent / 'nixpkgs'}",
+        "--override-input",
+        "deploy-rs",
+        f"path:{flake.parent / 'deploy-rs'}",
+        f"path:{flake}#{attr}",
+    ]
+    if apply:
+        argv += ["--apply", apply]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_lock_names_the_release_branch_and_deploy_rs(flake: Path) -> None:
+    meta = subprocess.run(
+        [
+            "nix",
+            "--extra-experimental-features",
+            "nix-command flakes",
+            "flake",
+            "metadata",
+            "--json",
+            "--no-write-lock-file",
+            f"path:{flake}",
+            "--override-input",
+            "nixpkgs",
+            f"path:{flake.parent / 'nixpkgs'}",
+            "--override-input",
+            "deploy-rs",
+            f"path:{flake.parent / 'deploy-rs'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    locks = json.loads(meta.stdout)["locks"]["nodes"]
+    assert locks["nixpkgs"]["original"] == {
+        "owner": "NixOS",
+        "ref": "nixos-25.11",
+        "repo": "nixpkgs",
+        "type": "github",
+    }
+
+
+def test_deploy_output_from_the_real_flake(flake: Path) -> None:
+    deploy = flake_eval(flake, "deploy")
+    jsonschema.Draft202012Validator(SCHEMA).validate(deploy)
+    inv = inventory.load(flake)
+    for host, node in deploy["nodes"].items():
+        profiles = {
+            "system": f"{STORE}-activatable-nixos-system-{host}" if host == "dgx2" else None,
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
+        }
+        assert node == hostfacts.deploy_node(inv, host, profiles)
+    assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
+
+
+def test_outputs_per_system(flake: Path) -> None:
+    names = "builtins.mapAttrs (_: builtins.attrNames)"
+    packages = flake_eval(flake, "packages", apply=names)
+    assert sorted(packages) == ["aarch64-linux", "x86_64-linux"]
+    assert {"sparkfleet", "default", "mia-tp4-image", "sparkfleet-profile-dgx1"} <= set(
+        packages["aarch64-linux"]
+    )
+    assert "mia-tp4-image" not in packages["x86_64-linux"]  # an arm64 image, built on the Sparks' system
+    apps = flake_eval(flake, "apps.x86_64-linux", apply="builtins.mapAttrs (_: a: a.type)")
+    assert apps == {"bench": "app", "default": "app", "doctor": "app", "launch": "app", "stage": "app"}
+    checks = flake_eval(flake, "checks", apply=names)
+    for system in ("x86_64-linux", "aarch64-linux"):
+        assert {"sparkfleet", "fleet-facts", "eval-dgx1", "eval-dgx4"} <= set(checks[system])
+    # deploy-rs's checks build every (aarch64) profile: only where that system builds (deploy-rs #389)
+    assert "deploy-schema" in checks["aarch64-linux"] and "deploy-schema" not in checks["x86_64-linux"]
+    # the image evaluates (so `nix flake check` passes) but its build stops on the partial pins
+    assert flake_eval(flake, "packages.aarch64-linux.mia-tp4-image.name") == "mia-tp4-image-unresolved-pins"
+
+
+def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
+    hosts = flake_eval(
+        flake,
+        "nixosConfigurations",
+        apply="builtins.mapAttrs (_: c: { inherit (c) system; "
+        "services = builtins.attrNames c.config.systemd.services; "
+        "root = c.config.systemd.services.sparkfleet-stage.environment.SPARKFLEET_ROOT; "
+        "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; })",
+    )
+    assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    inv = inventory.load(flake)
+    for name, host in hosts.items():
+        assert host["system"] == "aarch64-linux"
+        assert host["root"].startswith("/nix/store/")  # the flake's own source: the pinned inventory
+        assert "-sparkfleet-0.1.0/bin/sparkfleet" in host["exec"]  # the overlay's package
+        units = {u.unit for u in hostfacts.facts(inv, name).lanes}
+        assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units})

@@ -1,0 +1,187 @@
+"""The NixOS modules evaluated with nixpkgs' lib (lib.evalModules) and small NixOS option stubs.
+
+Needs NIXPKGS_LIB (a nix-community/nixpkgs.lib checkout); skipped with that reason otherwise.
+What the modules set is compared with sparkfleet.hostfacts for the same inventory.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sparkfleet import hostfacts, inventory
+
+from .conftest import REPO, NixEvalError, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
+
+pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
+
+EVAL_HOST = Path(__file__).parent / "stubs" / "eval-host.nix"
+NAS_EXPORT = "nas.lan:/volume1/huggingface"
+
+
+def evaluate(root: Path, host: str, extra: str = "{ }", host_module: str | None = None) -> dict:
+    args = f"nixpkgsLib = {nix_str(nixpkgs_lib())}; fleetRoot = {nix_str(root)}; host = {nix_str(host)}; "
+    args += f"extra = {extra};"
+    if host_module:
+        args += f" hostModule = {host_module};"
+    return nix_eval(f"import {EVAL_HOST} {{ {args} }}", timeout=120)
+
+
+@pytest.fixture
+def fleet_root(tmp_path: Path) -> Path:
+    """The repo's inventory plus the NFS export (which the repo's fleet.toml does not name yet)."""
+    root = tmp_path / "fleet"
+    shutil.copytree(REPO / "hosts", root / "hosts", ignore=shutil.ignore_patterns("dgx*"))
+    shutil.copytree(REPO / "recipes", root / "recipes", ignore=shutil.ignore_patterns("reports"))
+    fleet = root / "hosts" / "fleet.toml"
+    fleet.write_text(
+        fleet.read_text().replace("[defaults]\n", f'[defaults]\nnas_export = "{NAS_EXPORT}"\n', 1)
+    )
+    return root
+
+
+@pytest.mark.parametrize("host", ["dgx1", "dgx2", "dgx3", "dgx4"])
+def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: str) -> None:
+    cfg = evaluate(fleet_root, host, host_module=nix_str(REPO / "hosts" / host))
+    facts = hostfacts.facts(inventory.load(fleet_root), host)
+    assert cfg["failedAssertions"] == []
+    assert cfg["networking"]["hostName"] == host
+    (mount,) = facts.mounts
+    assert cfg["fileSystems"] == {
+        mount.where: {"device": NAS_EXPORT, "fsType": "nfs", "options": list(mount.options)}
+    }
+    assert "ro" in mount.options and "x-systemd.automount" in mount.options and "_netdev" in mount.options
+    assert cfg["boot"]["supportedFilesystems"] == ["nfs"]
+    assert cfg["tmpfiles"] == list(facts.tmpfiles)
+
+    stage = cfg["services"]["sparkfleet-stage"]
+    exe = "/nix/store/00000000000000000000000000000000-sparkfleet-0.1.0/bin/sparkfleet"
+    assert shlex.split(stage["serviceConfig"]["ExecStart"]) == [exe, *facts.staging.argv[1:]]
+    assert stage["serviceConfig"]["User"] == facts.staging.user
+    assert stage["serviceConfig"]["ReadWritePaths"] == list(facts.staging.readWritePaths)
+    assert stage["serviceConfig"]["ProtectSystem"] == "strict"
+    assert stage["unitConfig"]["RequiresMountsFor"] == list(facts.staging.requiresMountsFor)
+    assert stage["environment"]["SPARKFLEET_ROOT"] == str(fleet_root)
+    assert "network-online.target" in stage["after"]
+    assert cfg["timers"]["sparkfleet-stage"]["wantedBy"] == ["timers.target"]
+
+    lanes = {name: svc for name, svc in cfg["services"].items() if name.startswith("sparkfleet-lane-")}
+    assert sorted(lanes) == sorted(unit.unit for unit in facts.lanes)
+    for unit in facts.lanes:
+        svc = lanes[unit.unit]["serviceConfig"]
+        assert shlex.split(svc["ExecStart"]) == [exe, *unit.startArgv[1:]]
+        assert shlex.split(svc["ExecStop"]) == [exe, *unit.stopArgv[1:]]
+        assert svc["Type"] == "oneshot" and svc["RemainAfterExit"] is True
+        assert svc["SupplementaryGroups"] == ["docker"]
+        assert lanes[unit.unit]["conflicts"] == list(unit.conflicts)
+        assert lanes[unit.unit]["wantedBy"] == []  # no lane starts at boot unless autostart says so
+    assert cfg["hardware"]["nvidia-container-toolkit"]["enable"] is True
+    assert cfg["virtualisation"]["docker"]["enable"] is True
+    assert cfg["users"]["users"]["kilork"]["extraGroups"] == ["docker"]
+
+
+def test_lanes_land_on_their_head_only(fleet_root: Path) -> None:
+    assert len([s for s in evaluate(fleet_root, "dgx1")["services"] if s.startswith("sparkfleet-lane-")]) == 2
+    assert [s for s in evaluate(fleet_root, "dgx3")["services"] if s.startswith("sparkfleet-lane-")] == []
+
+
+def test_missing_nfs_export_fails_with_the_fix() -> None:
+    cfg = evaluate(REPO, "dgx1")  # the repo's inventory does not name the export yet
+    (message,) = cfg["failedAssertions"]
+    assert "nas_export" in message and "hosts/fleet.toml" in message
+    assert cfg["fileSystems"] == {}
+
+
+def test_autostart_must_name_a_lane_headed_here(fleet_root: Path) -> None:
+    bad = evaluate(fleet_root, "dgx3", extra='{ sparkfleet.lanes.autostart = "dsv41-flash-4x-mia"; }')
+    assert any("not a lane headed by dgx3" in m for m in bad["failedAssertions"])
+    good = evaluate(fleet_root, "dgx1", extra='{ sparkfleet.lanes.autostart = "dsv41-flash-4x-mia"; }')
+    assert good["failedAssertions"] == []
+    assert good["services"]["sparkfleet-lane-dsv41-flash-4x-mia"]["wantedBy"] == ["multi-user.target"]
+    assert good["services"]["sparkfleet-lane-dsv41-flash-exl3-2x"]["wantedBy"] == []
+
+
+def test_local_nvme_and_podman(fleet_root: Path) -> None:
+    extra = """{
+      sparkfleet.storage.local.device = "/dev/disk/by-label/hf-local";
+      sparkfleet.lanes.runtime = "podman";
+    }"""
+    cfg = evaluate(fleet_root, "dgx1", extra=extra)
+    assert cfg["failedAssertions"] == []
+    assert cfg["fileSystems"]["/home/kilork/hf-local"] == {
+        "device": "/dev/disk/by-label/hf-local",
+        "fsType": "ext4",
+        "options": ["noatime", "nofail"],
+    }
+    assert cfg["virtualisation"]["podman"]["enable"] is True
+    assert cfg["virtualisation"]["docker"]["enable"] is False
+    lane = cfg["services"]["sparkfleet-lane-dsv41-flash-4x-mia"]["serviceConfig"]
+    assert lane["SupplementaryGroups"] == []
+
+
+def test_staging_needs_storage_and_its_user(fleet_root: Path) -> None:
+    host = '{ sparkfleet = { host = "dgx2"; staging.enable = true; }; system.stateVersion = "25.11"; }'
+    cfg = evaluate(fleet_root, "dgx2", host_module=host)
+    messages = "\n".join(cfg["failedAssertions"])
+    assert "needs sparkfleet.storage" in messages
+    assert "runs as kilork" in messages and "declare that user" in messages
+
+
+def test_unknown_host_is_an_evaluation_error(fleet_root: Path) -> None:
+    with pytest.raises(NixEvalError, match="unknown host dgx9"):
+        evaluate(
+            fleet_root, "dgx9", host_module='{ sparkfleet.host = "dgx9"; sparkfleet.staging.enable = true; }'
+        )
+
+
+FLAKE_HOSTS = """
+let
+  lib = import @LIB@;
+  flake = import (@ROOT@ + "/flake.nix");
+  stubPkgs = {
+    sparkfleet = {
+      type = "derivation"; name = "sparkfleet"; meta.mainProgram = "sparkfleet";
+      outPath = "/nix/store/00000000000000000000000000000000-sparkfleet";
+    };
+  };
+  nixpkgs.lib = lib // {
+    nixosSystem = { system, modules }: lib.evalModules {
+      modules = modules ++ [ @STUBS@ { _module.args.pkgs = stubPkgs; } ];
+    } // { inherit system; };
+  };
+  out = flake.outputs { self = out // { outPath = @ROOT@; }; inherit nixpkgs; deploy-rs = { }; };
+  show = name: let c = out.nixosConfigurations.${name}; in {
+    inherit (c) system;
+    failed = map (a: a.message) (builtins.filter (a: !a.assertion) c.config.assertions);
+    services = builtins.attrNames c.config.systemd.services;
+    root = c.config.systemd.services.sparkfleet-stage.environment.SPARKFLEET_ROOT;
+    overlays = builtins.length c.config.nixpkgs.overlays;
+    hostName = c.config.networking.hostName;
+  };
+in builtins.mapAttrs (name: _: show name) out.nixosConfigurations
+"""
+
+
+def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Path) -> None:
+    for part in ("modules", "pkgs"):
+        shutil.copytree(REPO / part, fleet_root / part)
+    for host in ("dgx1", "dgx2", "dgx3", "dgx4"):
+        shutil.copytree(REPO / "hosts" / host, fleet_root / "hosts" / host)
+    shutil.copy(REPO / "flake.nix", fleet_root / "flake.nix")
+    expr = (
+        FLAKE_HOSTS.replace("@LIB@", nix_str(nixpkgs_lib()))
+        .replace("@ROOT@", nix_str(fleet_root))
+        .replace("@STUBS@", nix_str(Path(__file__).parent / "stubs" / "nixos-options.nix"))
+    )
+    hosts = nix_eval(expr, timeout=120)
+    assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    inv = inventory.load(fleet_root)
+    for name, host in hosts.items():
+        assert host["system"] == "aarch64-linux" and host["hostName"] == name
+        assert host["failed"] == [] and host["overlays"] == 1
+        assert host["root"] == str(fleet_root)
+        facts = hostfacts.facts(inv, name)
+        assert sorted(host["services"]) == sorted(["sparkfleet-stage", *(u.unit for u in facts.lanes)])

@@ -1,0 +1,231 @@
+"""pkgs/*.nix called with stand-ins for nixpkgs' builders (tests/nix/stubs/pkgs.nix): what each
+derivation would be built from, read without nixpkgs. Needs NIXPKGS_LIB for nixpkgs' lib."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, NixEvalError, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
+
+pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
+
+STUBS = Path(__file__).parent / "stubs" / "pkgs.nix"
+FLEET_LIB = REPO / "modules" / "lib" / "fleet.nix"
+COMMIT = "cad252b7d3" + "0" * 30
+DIGEST = "sha256:3dbc3130" + "1" * 56
+NAR = "sha256-" + base64.b64encode(bytes(range(32))).decode()
+SRC_SHA = "ab" * 32
+
+
+def call(package: str, root: Path, extra: str = "") -> str:
+    """A Nix expression calling pkgs/<package> with the stubs and the fleet at `root`."""
+    return (
+        f"let s = import {STUBS} {{ nixpkgsLib = {nix_str(nixpkgs_lib())}; }}; "
+        f"fleet = (import {FLEET_LIB}).fromRoot {nix_str(root)}; "
+        f"f = import {REPO / 'pkgs' / package}; "
+        f"in (f (builtins.intersectAttrs (builtins.functionArgs f) (s // {{ inherit fleet; {extra} }})))"
+    )
+
+
+def resolved_fleet(dest: Path) -> Path:
+    shutil.copytree(REPO / "hosts", dest / "hosts", ignore=shutil.ignore_patterns("dgx*"))
+    shutil.copytree(REPO / "recipes", dest / "recipes", ignore=shutil.ignore_patterns("reports"))
+    fleet = dest / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    text = re.sub(r'rev = "cad252b7d3"', f'rev = "{COMMIT}"\nnix_hash = "{NAR}"', text)
+    text = re.sub(r'digest = "sha256:3dbc3130"', f'digest = "{DIGEST}"\nnix_hash = "{NAR}"', text)
+    text += (
+        '\n[pins.mia-tp4-src-roce]\nkind = "url"\ncomponent = "roce"\n'
+        f'url = "https://example.org/roce-1234.tar.gz"\nsha256 = "{SRC_SHA}"\nmanifest = "mia-tp4"\n'
+    )
+    fleet.write_text(text)
+    return dest
+
+
+def test_image_build_fails_on_partial_pins_naming_each_and_the_fix() -> None:
+    image = nix_eval(call("mia-tp4-image.nix", REPO) + ".name")
+    assert image == "mia-tp4-image-unresolved-pins"  # evaluates (flake check passes), fails when built
+    script = nix_eval(call("mia-tp4-image.nix", REPO) + ".script")
+    build = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert build.returncode == 1
+    err = build.stderr
+    assert "pin sglang-dsv41-base is unresolved (oci lmsysorg/sglang at 'sha256:3dbc3130')" in err
+    assert "pin mia-tp4 is unresolved (git MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks at 'cad252b7d3')" in err
+    assert "run `sparkfleet pins resolve sglang-dsv41-base` where the network is" in err
+    assert "sparkfleet pins import-manifest" in err  # no runtime sources imported yet
+
+
+def test_required_pin_throws_with_the_fix() -> None:
+    with pytest.raises(NixEvalError, match="pin mia-tp4 is unresolved"):
+        nix_eval(f'((import {FLEET_LIB}).fromRoot {nix_str(REPO)}).requirePin "mia-tp4" "value"')
+
+
+def test_image_from_resolved_pins(tmp_path: Path) -> None:
+    root = resolved_fleet(tmp_path / "fleet")
+    image = nix_eval(call("mia-tp4-image.nix", root))
+    assert image["kind"] == "streamLayeredImage"
+    args = image["args"]
+    pull = args["fromImage"]["args"]
+    assert pull == {
+        "imageName": "lmsysorg/sglang",
+        "imageDigest": DIGEST,
+        "hash": NAR,
+        "os": "linux",
+        "arch": "arm64",
+        "finalImageName": "lmsysorg/sglang",
+        "finalImageTag": "dev-dsv41",
+    }
+    env = dict(item.split("=", 1) for item in args["config"]["Env"])
+    # the two integration bugs of 2026-09-27: launcher gate and world shape in env
+    assert env["DSV41_LAUNCHER"] == "tp4" and env["TP_SIZE"] == "4"
+    assert env["EP_SIZE"] == "1" and env["DSV41_TP_PAD"] == "0"
+    assert env["PYTHONPATH"] == "/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next"  # as the Dockerfile sets it
+    assert args["config"]["Entrypoint"] == ["/usr/bin/env"] and args["config"]["WorkingDir"] == "/opt/dsv41"
+    assert args["config"]["Labels"]["org.opencontainers.image.revision"] == COMMIT
+    assert args["contents"] == ["/nix/store/00000000000000000000000000000000-mia-tp4-tree-cad252b7d300"]
+    assert "sgl-workspace/sglang/python/.wh..wh..opq" in args["extraCommands"]
+    assert args["maxLayers"] == 100
+
+
+def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp_path: Path) -> None:
+    # writeText / runCommand / fetchers that keep their text and arguments inspectable
+    extra = (
+        "writeText = n: t: t; runCommand = n: e: script: { name = n; outPath = script; }; "
+        'fetchFromGitHub = a: { outPath = "<github:" + builtins.toJSON a + ">"; }; '
+        'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    tree = nix_eval(f"builtins.head ({image}).args.contents")
+    compact = {"separators": (",", ":"), "sort_keys": True}
+    github = {"hash": NAR, "owner": "MiaAI-Lab", "repo": "DeepSeek-v4.1-Flash-DGX-Sparks", "rev": COMMIT}
+    assert f"<github:{json.dumps(github, **compact)}>" in tree
+    # the fetch stage: the repo's own script, its curl served from fixed-output downloads by URL
+    assert "bash repo/scripts/fetch_runtime.sh $out sglang-canary b12x b12x-next" in tree
+    download = {"sha256": SRC_SHA, "url": "https://example.org/roce-1234.tar.gz"}
+    assert f"https://example.org/roce-1234.tar.gz\t<fetchurl:{json.dumps(download, **compact)}>" in tree
+    # the final stage: where the Dockerfile puts things, and the RoCEnante patch on the branch tree
+    assert "/b12x/. $out/opt/b12x/" in tree and "/b12x_next/. $out/opt/b12x_next/" in tree
+    assert "patch -p1 -F3 <" in tree and "runtime/sglang-rocenante.patch" in tree
+
+
+def requirement_key(requirement: str) -> str:
+    """'name' for a ranged requirement, 'name==version' for an exact pin (normalised like Nix's pname)."""
+    name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower().replace("-", "_")
+    pinned = re.search(r"==\s*([^\s,;]+)", requirement)
+    return f"{name}=={pinned.group(1)}" if pinned else name
+
+
+def test_sparkfleet_package_has_the_pyproject_dependencies() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps = nix_eval(call("sparkfleet.nix", REPO, extra=f"src = {REPO};") + ".args.dependencies")
+    wanted = sorted(requirement_key(d) for d in project["dependencies"])
+    assert sorted(deps) == wanted, "pyproject.toml dependencies and pkgs/sparkfleet.nix disagree"
+    meta = nix_eval(call("sparkfleet.nix", REPO, extra=f"src = {REPO};") + ".args.meta.mainProgram")
+    assert meta == "sparkfleet"
+    version = nix_eval(call("sparkfleet.nix", REPO, extra=f"src = {REPO};") + ".args.version")
+    assert version == project["version"]
+
+
+def test_profile_ships_units_activation_and_cli() -> None:
+    script = nix_eval(
+        call("sparkfleet-profile.nix", REPO, extra=f'host = "dgx1"; fleetRoot = "{REPO}";') + ".script"
+    )
+    for unit in (
+        "sparkfleet-stage.service",
+        "sparkfleet-stage.timer",
+        "sparkfleet-lane-dsv41-flash-4x-mia.service",
+        "sparkfleet-lane-dsv41-flash-exl3-2x.service",
+    ):
+        assert f"$out/share/sparkfleet/units/{unit}" in script
+    assert "$out/bin/sparkfleet-activate" in script and "activate.sh" in script
+    assert (
+        "ln -s /nix/store/00000000000000000000000000000000-sparkfleet/bin/sparkfleet $out/bin/sparkfleet"
+        in script
+    )
+
+
+def test_apps_run_the_pinned_cli_with_the_flake_inventory() -> None:
+    apps = nix_eval(call("apps.nix", REPO, extra='fleetRoot = "/nix/store/src";'))
+    assert sorted(apps) == ["bench", "default", "doctor", "launch", "stage"]
+    assert all(app["type"] == "app" for app in apps.values())
+    assert apps["stage"]["program"].endswith("-sparkfleet-stage/bin/sparkfleet-stage")
+    text = nix_eval(
+        call(
+            "apps.nix",
+            REPO,
+            extra='fleetRoot = "/nix/store/src"; writeShellApplication = a: '
+            '{ type = "derivation"; name = a.name; meta.mainProgram = a.name; outPath = a.text; };',
+        )
+        + ".stage.program"
+    )
+    assert 'SPARKFLEET_ROOT="${SPARKFLEET_ROOT:-/nix/store/src}"' in text
+    assert 'sparkfleet stage "$@"' in text
+
+
+def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Path) -> None:
+    """The runtime derivation's build script, run by bash: the repo's fetch script (here a small one
+    calling curl exactly as scripts/fetch_runtime.sh does) gets the pinned file, and an unpinned
+    URL fails naming the fix."""
+    root = resolved_fleet(tmp_path / "fleet")
+    download = tmp_path / "roce-1234.tar.gz"
+    download.write_bytes(b"pinned bytes\n")
+    repo = tmp_path / "repo-src"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "fetch_runtime.sh").write_text(
+        "set -euo pipefail\nOUT=$1\nmkdir -p $OUT\n"
+        'curl -fsSL --retry 3 --retry-delay 5 -m 900 -o "$OUT/roce.tgz" "https://example.org/roce-1234.tar.gz"\n'
+        'curl -fsSL --retry 3 --retry-delay 5 -m 900 -o "$OUT/x" "${EXTRA_URL:-https://example.org/roce-1234.tar.gz}"\n'
+    )
+    tsv = tmp_path / "downloads.tsv"
+    fetchers = (
+        f'fetchurl = a: {{ outPath = "{download}"; }}; fetchFromGitHub = a: {{ outPath = "{repo}"; }}; '
+        "runCommand = n: e: script: { name = n; outPath = script; };"
+    )
+    text = nix_eval(
+        f"let x = ({call('mia-tp4-image.nix', root, extra=fetchers + ' writeText = n: t: t;')}); "
+        "in builtins.head x.args.contents"
+    )
+    assert f"https://example.org/roce-1234.tar.gz\t{download}\n" in text
+    tsv.write_text(f"https://example.org/roce-1234.tar.gz\t{download}\n")
+    image = call("mia-tp4-image.nix", root, extra=fetchers + f' writeText = n: t: "{tsv}";')
+    # the runtime derivation's script is interpolated (as its "outPath") into the tree's script
+    tree = nix_eval(f"builtins.head ({image}).args.contents")
+    begin = tree.index("mkdir -p bin")
+    fetch = "bash repo/scripts/fetch_runtime.sh $out sglang-canary b12x b12x-next\n"
+    script = "patchShebangs() { :; }\n" + tree[begin : tree.index(fetch, begin) + len(fetch)]
+    work = tmp_path / "build"
+    work.mkdir()
+    ok = subprocess.run(
+        ["bash", "-c", script],
+        cwd=work,
+        env={"out": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "out" / "roce.tgz").read_bytes() == b"pinned bytes\n"
+    shutil.rmtree(work)
+    work.mkdir()
+    bad = subprocess.run(
+        ["bash", "-c", script],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            "out": str(tmp_path / "out2"),
+            "PATH": "/usr/bin:/bin",
+            "EXTRA_URL": "https://example.org/other.tgz",
+        },
+    )
+    assert bad.returncode != 0
+    assert "https://example.org/other.tgz is not a url pin in hosts/fleet.toml" in bad.stderr
