@@ -1,0 +1,242 @@
+"""`sparkfleet doctor HOST|LANE`: one line per fact a launch depends on, each with a fix hint.
+
+Every check answers from the node itself (through the launch agent), because each of the night
+shift's failures was a node-local fact: a wrong blob in the local tree, a root-owned receipt root,
+a missing local directory, an env the adapters read differently. A check is ✓, ✗ or – (does not
+apply here, e.g. no nvidia-smi on a test host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .cli.render import human_bytes
+from .errors import SparkfleetError
+from .hosts import HostUnreachable, LocalHost, connect
+from .inventory import GIB, Inventory
+from .launch.lane import _facts, call_agent, probe_request
+from .launch.manifest import build_manifest
+from .launch.recipe import LaunchRecipe, launch_recipe
+from .launch.spec import build_spec, check_env_extras, check_world, state_dir_of
+
+
+@dataclass(frozen=True)
+class Check:
+    host: str
+    name: str
+    ok: bool | None  # None: not applicable here
+    detail: str
+    hint: str | None = None
+
+    @property
+    def mark(self) -> str:
+        return {True: "✓", False: "✗", None: "–"}[self.ok]
+
+
+@dataclass
+class DoctorReport:
+    target: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok is not False for c in self.checks)
+
+
+def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRecipe]]:
+    if target in inv.lanes:
+        lane = inv.lane(target)
+        recipe = launch_recipe(inv, target) if "launch" in lane.raw else None
+        return list(lane.hosts), [recipe] if recipe else []
+    inv.host(target)  # raises a clear error for an unknown name
+    recipes = [launch_recipe(inv, ln.name) for ln in inv.lanes_of(target) if "launch" in ln.raw]
+    return [target], recipes
+
+
+def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) -> list[Check]:
+    host = inv.host(host_name)
+    out: list[Check] = []
+    recipe = recipes[0] if recipes else None
+    req = (
+        probe_request(inv, recipe, host)
+        if recipe
+        else {"models": [], "local_hub": str(host.local_hub), "nas_hub": str(host.nas_hub)}
+    )
+    if recipe:
+        req.update(
+            receipt_roots=_receipt_host_paths(inv, recipe, host_name),
+            image=f"{recipe.image.source}@{recipe.image.value}" if recipe.image else None,
+            runtime=recipe.runtime,
+            lane=recipe.lane,
+            state_dir=str(state_dir_of(host)),
+        )
+    try:
+        ans = call_agent(connect(host), "doctor", req, timeout=600)
+    except HostUnreachable as exc:
+        return [Check(host_name, "ssh", False, exc.message, exc.hint)]
+    except SparkfleetError as exc:
+        return [Check(host_name, "agent", False, exc.message, exc.hint)]
+    runner = connect(host)
+    how = (
+        "this machine (no ssh)"
+        if isinstance(runner, LocalHost)
+        else (f"reachable as {host.ssh_user}@{host.address}:{host.ssh_port}")
+    )
+    out.append(Check(host_name, "ssh", True, how))
+
+    facts = _facts(host_name, ans)
+    need = host.reserve_bytes + int((recipe.needs_gib if recipe else 0) * GIB)
+    free = ans["disk"]["free"]
+    out.append(
+        Check(
+            host_name,
+            "free space",
+            free >= need,
+            f"{human_bytes(free)} free on {ans['disk']['path']}, needs {human_bytes(need)} (reserve + lane)",
+            "free space on the local NVMe or lower reserve_gib",
+        )
+    )
+    for err in facts.model_errors:
+        out.append(Check(host_name, "models", False, err, "is the NAS hub mounted read-only on the node?"))
+    for m in facts.models:
+        staged = sum(1 for f in m.files if not f.excluded)
+        excluded = len(m.files) - staged
+        detail = f"{m.repo}@{m.commit[:10]}: {staged} entries staged, {excluded} excluded"
+        if m.local_verified:
+            out.append(Check(host_name, "staged+verified", True, detail + ", verify clean"))
+        else:
+            why = "; ".join(m.problems[:2]) or "not staged"
+            out.append(
+                Check(
+                    host_name,
+                    "staged+verified",
+                    False,
+                    f"{detail}: {why}",
+                    f"sparkfleet stage {recipe.lane if recipe else ''} --host {host_name}",
+                )
+            )
+    if recipe and recipe.receipt_roots:
+        spec_roots = req["receipt_roots"]
+        stale = [x for x in ans["receipts"] if x.get("exists")]
+        removable = ans["euid"] == 0 or ans["sudo_n"] or all(x.get("removable_as_me") for x in stale)
+        detail = f"{len(stale)} of {len(spec_roots)} receipt roots present" + (
+            f" ({', '.join(x['path'] for x in stale)})" if stale else ""
+        )
+        out.append(
+            Check(
+                host_name,
+                "receipt roots",
+                removable,
+                detail + ("; removable" if removable else "; NOT removable (no root, no sudo -n)"),
+                None if removable else "allow passwordless `sudo rm` of the receipt roots",
+            )
+        )
+    if recipe and recipe.runtime in ("docker", "podman") and recipe.image:
+        img = ans.get("image", {})
+        if not recipe.image.resolved:
+            out.append(
+                Check(
+                    host_name,
+                    "image",
+                    False,
+                    f"pin {recipe.image.name} is unresolved ({recipe.image.value})",
+                    "sparkfleet pins resolve",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    host_name,
+                    "image",
+                    bool(img.get("present")),
+                    img.get("detail", ""),
+                    f"load {recipe.image.source}@{recipe.image.value} on the node",
+                )
+            )
+    elif recipe:
+        out.append(Check(host_name, "image", None, f"runtime {recipe.runtime}: no image"))
+    if recipe and recipe.fabric == "roce":
+        if facts.fabric:
+            f = facts.fabric
+            out.append(
+                Check(
+                    host_name,
+                    "fabric",
+                    True,
+                    f"{f.fabric_ip}: HCAs {','.join(f.hcas)}, GID index {f.gid_index}, netdev {f.netdev}",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    host_name,
+                    "fabric",
+                    False,
+                    facts.fabric_error or "not detected",
+                    "set fabric_ip in hosts/fleet.toml; check the RoCE netdev",
+                )
+            )
+    else:
+        out.append(Check(host_name, "fabric", None, "lane needs no RoCE fabric" if recipe else "no lane"))
+    gpu = ans.get("gpu", {})
+    if gpu.get("available"):
+        busy = gpu.get("apps", [])
+        ours = [r for r in ans.get("ranks", []) if r.get("running")]
+        out.append(
+            Check(
+                host_name,
+                "GPU",
+                not busy or bool(ours),
+                f"{len(busy)} compute apps" + (f": {busy[0]}" if busy else ""),
+                "stop what holds the GPU",
+            )
+        )
+    else:
+        out.append(Check(host_name, "GPU", None, "nvidia-smi not present"))
+    if recipe:
+        try:
+            lane = inv.lane(recipe.lane)
+            check_world(recipe.world, lane.hosts, str(lane.recipe_path))
+            check_env_extras(recipe.env, str(lane.recipe_path))
+            manifest = build_manifest(
+                host_name,
+                host.local_hub,
+                host.nas_hub,
+                facts.models,
+                recipe.hub_mount if recipe.runtime != "process" else None,
+            )
+            fabrics = {host_name: facts.fabric}
+            spec = build_spec(inv, recipe, host_name, manifest, fabrics)
+            out.append(
+                Check(
+                    host_name,
+                    "env",
+                    True,
+                    f"rank {spec.rank}/{spec.nnodes}: TP_SIZE={spec.env['TP_SIZE']} "
+                    f"EP_SIZE={spec.env['EP_SIZE']} NODE_RANK={spec.env['NODE_RANK']}; "
+                    f"{manifest.local} local + {manifest.nas} NAS binds",
+                )
+            )
+        except SparkfleetError as exc:
+            out.append(Check(host_name, "env", False, exc.message, exc.hint))
+    return out
+
+
+def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:
+    host = inv.host(host_name)
+    cache_dir = (recipe.cache_dir or "{state_dir}/cache/{lane}").format(
+        state_dir=state_dir_of(host), lane=recipe.lane
+    )
+    return [
+        str(Path(cache_dir) / PurePosixPath(r).relative_to(recipe.cache_mount)) for r in recipe.receipt_roots
+    ]
+
+
+def doctor(inv: Inventory, target: str) -> DoctorReport:
+    """Check a host (for every lane it serves) or every host of a lane."""
+    hosts, recipes = _recipes_for(inv, target)
+    report = DoctorReport(target)
+    for h in hosts:
+        report.checks += _host_checks(inv, h, recipes)
+    return report

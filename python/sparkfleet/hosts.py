@@ -1,0 +1,174 @@
+"""Running commands on fleet hosts: LocalHost and SshHost behind one interface (run, stream).
+
+Commands are argv lists, always. OpenSSH joins its trailing arguments into one string for the
+remote shell, so SshHost quotes each argument with shlex.quote (shlex.join) and nothing from the
+inventory is ever pasted into a shell string. BatchMode=yes: a host that wants a password or a
+host-key answer fails fast instead of hanging a launch.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .errors import SparkfleetError
+from .inventory import Host
+
+# OpenSSH exits 255 when the connection itself failed (unreachable, auth, host key).
+SSH_CONNECT_FAILED = 255
+# Loopback is this machine: no ssh needed (the demo fleet lives on one machine).
+LOCAL_ADDRESSES = ("localhost", "local", "127.0.0.1", "::1")
+
+
+class HostUnreachable(SparkfleetError):
+    """ssh could not reach or log into the host."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished command: exit code and captured output (text)."""
+
+    host: str
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class HostRunner(Protocol):
+    """What every verb needs from a host: run a command, or stream its output lines."""
+
+    name: str
+
+    def run(
+        self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None
+    ) -> RunResult: ...
+
+    def stream(self, argv: Sequence[str]) -> Iterator[Iterator[str]]: ...
+
+
+def _run(
+    host: str, shown: Sequence[str], argv: list[str], input: str | None, timeout: float | None
+) -> RunResult:
+    try:
+        cp = subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return RunResult(host, tuple(shown), 124, out, f"timed out after {timeout} s")
+    except FileNotFoundError as exc:
+        return RunResult(host, tuple(shown), 127, "", str(exc))
+    return RunResult(host, tuple(shown), cp.returncode, cp.stdout, cp.stderr)
+
+
+@contextmanager
+def _stream(argv: list[str]) -> Iterator[Iterator[str]]:
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    )
+    try:
+        yield iter(proc.stdout.readline, "")  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@dataclass(frozen=True)
+class LocalHost:
+    """The machine sparkfleet runs on."""
+
+    name: str
+
+    def run(
+        self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None
+    ) -> RunResult:
+        return _run(self.name, argv, list(argv), input, timeout)
+
+    def stream(self, argv: Sequence[str]):
+        return _stream(list(argv))
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """A fleet host reached with the OpenSSH client, per-host user/port/key from the inventory."""
+
+    name: str
+    address: str
+    user: str
+    port: int = 22
+    key: Path | None = None
+    config: Path | None = None  # an ssh_config (-F); the operator's ~/.ssh/config otherwise
+    connect_timeout: int = 10
+
+    def ssh_argv(self, argv: Sequence[str]) -> list[str]:
+        """`ssh ... user@address -- <quoted argv>`: the remote shell sees each argument quoted."""
+        out = ["ssh"]
+        if self.config is not None:
+            out += ["-F", str(self.config)]
+        out += [
+            "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={self.connect_timeout}",
+            "-o", "ServerAliveInterval=15",
+            "-p", str(self.port),
+            "-l", self.user,
+        ]  # fmt: skip
+        if self.key is not None:
+            out += ["-i", str(self.key), "-o", "IdentitiesOnly=yes"]
+        return [*out, self.address, "--", shlex.join(argv)]
+
+    def run(
+        self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None
+    ) -> RunResult:
+        return _run(self.name, argv, self.ssh_argv(argv), input, timeout)
+
+    def stream(self, argv: Sequence[str]):
+        return _stream(self.ssh_argv(argv))
+
+
+def connect(host: Host, ssh_config: Path | None = None) -> LocalHost | SshHost:
+    """The runner for an inventory host: LocalHost for `localhost`, SshHost otherwise.
+
+    `ssh_config` defaults to $SPARKFLEET_SSH_CONFIG (so a test fleet or a bastion setup can be
+    described in one file without touching ~/.ssh/config).
+    """
+    if host.address in LOCAL_ADDRESSES:
+        return LocalHost(host.name)
+    env_config = os.environ.get("SPARKFLEET_SSH_CONFIG")
+    config = ssh_config or (Path(env_config) if env_config else None)
+    return SshHost(host.name, host.address, host.ssh_user, host.ssh_port, host.ssh_key, config)
+
+
+def check_reachable(result: RunResult) -> RunResult:
+    """Turn ssh's own failure (exit 255) into HostUnreachable; leave the command's result alone."""
+    if result.returncode == SSH_CONNECT_FAILED:
+        detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
+        raise HostUnreachable(
+            f"{result.host}: ssh failed: {detail}",
+            hint=f"check that {result.host} is up and `ssh {result.host} true` works without a prompt",
+        )
+    return result

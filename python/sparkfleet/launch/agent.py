@@ -1,0 +1,273 @@
+"""The node side of launch: one JSON request on stdin, one JSON answer on stdout.
+
+The controller runs this on each node through `SshHost` (or `LocalHost`) instead of shipping
+shell strings: `sparkfleet agent ACTION` (or `python -m sparkfleet.launch.agent ACTION`).
+Everything that must read the node itself happens here: its sysfs (fabric), its hubs (staged
+and verified state), its receipt roots, its processes and containers, its logs and its ports.
+
+Actions: probe, start, stop, status, watch, logs, doctor. A user error is answered as
+{"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255 stays meaningful.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..errors import SparkfleetError
+from ..fabric import detect, scan_ports
+from . import records
+from .manifest import BindMount, model_state
+from .receipts import clear_receipts
+from .runtimes import runtime_for
+from .spec import LaunchSpec
+
+LOG_CHUNK = 256 * 1024
+
+
+def to_jsonable(value: Any) -> Any:
+    """Records → plain JSON values (Paths as strings). Not cli.render: the agent must start fast."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
+    d = dict(d)
+    d["binds"] = tuple(
+        BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
+        for b in d["binds"]
+    )
+    for key in ("argv", "devices", "receipt_roots", "ready_signatures"):
+        d[key] = tuple(d.get(key) or ())
+    return LaunchSpec(**d)
+
+
+def _http_status(port: int, path: str, timeout: float = 2.0) -> tuple[int | None, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            body = resp.read(65536)
+            try:
+                return resp.status, json.loads(body)
+            except ValueError:
+                return resp.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None, None
+
+
+# ---- actions ----------------------------------------------------------------------------------
+
+
+def probe(req: dict) -> dict:
+    """Fabric facts and the staged/verified state of every model the lane needs."""
+    out: dict[str, Any] = {"hostname": socket.gethostname()}
+    fab = req.get("fabric") or {}
+    if fab.get("needed"):
+        try:
+            out["fabric"] = to_jsonable(
+                detect(scan_ports(Path(fab.get("sysfs") or "/sys")), fab.get("fabric_ip"))
+            )
+            out["fabric"].pop("ports", None)
+        except SparkfleetError as exc:
+            out["fabric_error"] = {"error": exc.message, "hint": exc.hint}
+    states = []
+    for m in req.get("models", []):
+        try:
+            st = model_state(
+                m["repo"], m["revision"], tuple(m.get("include", ())), tuple(m.get("exclude", ())),
+                Path(req["local_hub"]), Path(req["nas_hub"]), req.get("verify_mode", "sample"),
+            )  # fmt: skip
+            states.append(to_jsonable(st))
+        except SparkfleetError as exc:
+            states.append({"repo": m["repo"], "error": exc.message, "hint": exc.hint})
+    out["models"] = states
+    return out
+
+
+def start(req: dict) -> dict:
+    """before_serve (receipt roots), refuse if this lane's rank already runs, start, record."""
+    spec = spec_from_dict(req["spec"])
+    state_dir = Path(spec.state_dir)
+    runtime = runtime_for(spec.runtime)
+    for rec in records.load_all(state_dir, spec.lane):
+        if rec.rank == spec.rank and runtime_for(rec.runtime).state(rec).running:
+            raise SparkfleetError(
+                f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})",
+                hint=f"sparkfleet stop {spec.lane}",
+            )
+    cleared = clear_receipts(spec.receipt_roots)
+    rec = runtime.start(spec)
+    rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
+    records.save(state_dir, rec)
+    return {"record": to_jsonable(rec), "receipts": to_jsonable(cleared)}
+
+
+def _state_json(rec: records.LaunchRecord) -> dict:
+    st = runtime_for(rec.runtime).state(rec)
+    return {
+        "record": to_jsonable(rec),
+        "running": st.running,
+        "returncode": st.returncode,
+        "detail": st.detail,
+    }
+
+
+def status(req: dict) -> dict:
+    recs = records.load_all(Path(req["state_dir"]), req["lane"])
+    return {"ranks": [_state_json(r) for r in recs]}
+
+
+def stop(req: dict) -> dict:
+    """Stop every rank of the lane this node's records name; forget the records of stopped ranks."""
+    state_dir = Path(req["state_dir"])
+    out = []
+    for rec in records.load_all(state_dir, req["lane"]):
+        res = runtime_for(rec.runtime).stop(rec, float(req.get("timeout", 30)))
+        if res.stopped:
+            records.forget(state_dir, rec)
+        out.append(to_jsonable(res))
+    return {"stopped": out}
+
+
+def watch(req: dict) -> dict:
+    """One readiness poll of a rank: new log bytes since `offset`, liveness, and (head) HTTP probes."""
+    recs = [r for r in records.load_all(Path(req["state_dir"]), req["lane"]) if r.rank == int(req["rank"])]
+    if not recs:
+        return {"found": False}
+    rec = recs[0]
+    runtime = runtime_for(rec.runtime)
+    data, offset = runtime.read_log(rec, int(req.get("offset", 0)), int(req.get("max_bytes", LOG_CHUNK)))
+    st = runtime.state(rec)
+    out: dict[str, Any] = {
+        "found": True,
+        "data": data.decode("utf-8", errors="replace"),
+        "offset": offset,
+        "running": st.running,
+        "returncode": st.returncode,
+    }
+    if req.get("port") and st.running:
+        out["health"], _ = _http_status(int(req["port"]), "/health")
+        out["models_status"], models = _http_status(int(req["port"]), "/v1/models")
+        if isinstance(models, dict):
+            out["models"] = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+    return out
+
+
+def logs(req: dict) -> dict:
+    """The last `lines` lines of every recorded rank's log on this node."""
+    out = {}
+    for rec in records.load_all(Path(req["state_dir"]), req["lane"]):
+        runtime = runtime_for(rec.runtime)
+        data, _ = (
+            runtime.read_log(rec, 0, 1 << 30) if rec.runtime != "process" else (_tail_bytes(rec.log_path), 0)
+        )
+        out[str(rec.rank)] = "\n".join(
+            data.decode("utf-8", errors="replace").splitlines()[-int(req.get("lines", 50)) :]
+        )
+    return {"logs": out}
+
+
+def _tail_bytes(path: str, limit: int = 1 << 20) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def doctor(req: dict) -> dict:
+    """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state."""
+    out = probe(req)
+    hub = Path(req["local_hub"])
+    probe_dir = next((p for p in (hub, *hub.parents) if p.exists()), Path("/"))
+    usage = shutil.disk_usage(probe_dir)
+    out["disk"] = {"path": str(probe_dir), "free": usage.free, "total": usage.total}
+    receipts = []
+    for root in req.get("receipt_roots", []):
+        p = Path(root)
+        if os.path.lexists(p):
+            st = p.lstat()
+            parent_writable = os.access(p.parent, os.W_OK)
+            receipts.append(
+                {"path": root, "exists": True, "uid": st.st_uid, "removable_as_me": parent_writable}
+            )
+        else:
+            receipts.append({"path": root, "exists": False})
+    out["receipts"] = receipts
+    out["euid"] = os.geteuid()
+    out["sudo_n"] = (
+        shutil.which("sudo") is not None
+        and subprocess.run(["sudo", "-n", "true"], capture_output=True, stdin=subprocess.DEVNULL).returncode
+        == 0
+    )
+    image, engine = req.get("image"), req.get("runtime")
+    if image and engine in ("docker", "podman"):
+        if shutil.which(engine) is None:
+            out["image"] = {"present": False, "detail": f"{engine} not installed"}
+        else:
+            present = subprocess.run([engine, "image", "inspect", image], capture_output=True).returncode == 0
+            out["image"] = {"present": present, "detail": image}
+    if shutil.which("nvidia-smi"):
+        cp = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        out["gpu"] = {
+            "available": cp.returncode == 0,
+            "apps": [ln for ln in cp.stdout.splitlines() if ln.strip()],
+        }
+    else:
+        out["gpu"] = {"available": False, "apps": []}
+    if req.get("state_dir") and req.get("lane"):
+        out["ranks"] = status(req)["ranks"]
+    return out
+
+
+ACTIONS = {
+    "probe": probe,
+    "start": start,
+    "stop": stop,
+    "status": status,
+    "watch": watch,
+    "logs": logs,
+    "doctor": doctor,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] not in ACTIONS:
+        print(f"usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
+        return 2
+    try:
+        req = json.loads(sys.stdin.read() or "{}")
+        answer = {"ok": True, **ACTIONS[args[0]](req)}
+    except SparkfleetError as exc:
+        answer = {"ok": False, "error": exc.message, "hint": exc.hint}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The launch half of `make demo`: the demo lane served by the process runtime, then stopped.
+
+The demo fleet lives on one machine (its hosts are loopback, so LocalHost runs the agent), so each
+rank serves on port + rank. The serve command is the demo OpenAI-compatible server printing the
+TP4-style boot signatures; a stale receipt root (the night shift's FileExistsError) is planted
+first so before_serve visibly clears it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..inventory import Inventory
+from .lane import launch, prepare, status, stop
+from .recipe import launch_recipe
+
+SIGNATURES = (
+    "Load weight end. type=demo, elapsed=0.8 s",
+    "RoCEnante ready: world=2",
+    "[moe_b12x_next] armed",
+)
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def free_port_pair() -> int:
+    """A port p with p+1 also free right now (head and worker of the two-rank demo lane)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65535:
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", port + 1))
+                    return port
+                except OSError:
+                    continue
+    raise OSError("no two adjacent free ports on 127.0.0.1")
+
+
+def demo_launch_tables(port: int | None = None, boot_delay: float = 2.0) -> str:
+    """`[world]` + `[launch]` TOML for the demo lane (two ranks on one machine, process runtime)."""
+    port = port or free_port_pair()
+    args = ["-m", "sparkfleet.demo.openai_server", "--host", "127.0.0.1", "--port", "{rank_port}",
+            "--served-model-name", "{served_model_name}", "--boot-delay", str(boot_delay)]  # fmt: skip
+    for sig in SIGNATURES:
+        args += ["--signature", sig]
+    command = json.dumps([sys.executable, *args])
+    return f"""
+[world]
+tp = 2
+ep = 1
+
+[launch]
+runtime = "process"
+port = {port}
+fabric = "none"
+served_model_name = "deepseek-v4.1-flash"
+command = {command}
+ready_signatures = {json.dumps([*SIGNATURES[1:], READY_LINE])}
+receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready", "/cache/ds41-display-kv"]
+
+[launch.timeouts]
+ready_s = 60
+poll_s = 0.25
+stop_s = 10
+"""
+
+
+def run_demo_launch(
+    inv: Inventory,
+    lane: str,
+    echo: Callable[[str], None],
+    while_up: Callable[[], bool] | None = None,
+) -> bool:
+    """Show the manifests, launch the lane, report readiness and status, run `while_up` (smoke, bench)
+    while it serves, stop it. True if it came up and `while_up` succeeded."""
+    recipe = launch_recipe(inv, lane)
+    plan = prepare(inv, lane)
+    for spec in plan.by_rank():
+        m = plan.manifests[spec.host]
+        env = spec.env
+        echo(
+            f"rank {spec.rank} on {spec.host}: NODE_RANK={env['NODE_RANK']} TP_SIZE={env['TP_SIZE']} "
+            f"NNODES={env['NNODES']} DIST_INIT_ADDR={env['DIST_INIT_ADDR']}; "
+            f"manifest {m.local} local + {m.nas} NAS; MODEL_PATH={spec.env['MODEL_PATH']}"
+        )
+    head_cache = Path(plan.specs[recipe.world.head].cache_dir)
+    stale = head_cache / "ds41-backend-attestation" / "root"
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "worker.json").write_text('{"from": "yesterday"}')
+    echo(f"planted a stale receipt root: {stale.parent}")
+    try:
+        report = launch(inv, lane, on_event=lambda msg: echo(f"  {msg}"))
+        for r in report.started:
+            if r.receipts_cleared:
+                echo(f"  before_serve on {r.host} removed {', '.join(r.receipts_cleared)}")
+        rd = report.ready
+        if rd is None or not rd.ok:
+            echo(f"lane {lane} NOT ready: {rd.reason if rd else 'no readiness'}")
+            for line in (rd.tail if rd else [])[-10:]:
+                echo(f"    {line}")
+            return False
+        echo(f"lane {lane} ready in {rd.time_to_ready_s:.1f} s (weight load {rd.weight_load_s} s)")
+        for sig, t in rd.stages.items():
+            echo(f"  {t:6.2f} s  {sig}")
+        st = status(inv, lane)
+        e = st["endpoints"] or {}
+        echo(
+            f"status: {st['running']}/{st['expected']} ranks running; /health={e.get('health')} "
+            f"/v1/models={e.get('models')}"
+        )
+        return while_up() if while_up else True
+    finally:
+        stopped = stop(inv, lane, recipe.timeouts.stop_s)
+        echo("stop: " + ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped))

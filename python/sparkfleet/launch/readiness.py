@@ -1,0 +1,175 @@
+"""Is the lane up? The head's boot signatures, then /health and /v1/models.
+
+Readiness reads logs and probes; it decides no env. A TP4 lane that "comes up" without its
+signature lines is running the wrong code (night shift: DSV41_LAUNCHER unset silently turned
+every TP4 adapter off), so every signature the recipe names must appear, not only SGLang's
+ready line. On a timeout or a rank that exits, the report names the last boot stage reached and
+carries the log tail, because "it did not come up" is not something anyone can act on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+TAIL_LINES = 40
+
+
+@dataclass
+class BootLog:
+    """Feeds on log text as it arrives; remembers when each signature first appeared."""
+
+    signatures: tuple[str, ...]
+    weight_load_regex: str = ""
+    started: float = 0.0
+    seen: dict[str, float] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    weight_load_s: float | None = None
+    tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    _partial: str = ""
+
+    def feed(self, text: str, now: float) -> None:
+        text = self._partial + text
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line.rstrip("\r"), now)
+
+    def flush(self, now: float) -> None:
+        if self._partial:
+            self._line(self._partial, now)
+            self._partial = ""
+
+    def _line(self, line: str, now: float) -> None:
+        self.tail.append(line)
+        for sig in self.signatures:
+            if sig not in self.seen and sig in line:
+                self.seen[sig] = round(now - self.started, 3)
+                self.order.append(sig)
+        if self.weight_load_regex and self.weight_load_s is None:
+            m = re.search(self.weight_load_regex, line)
+            if m:
+                self.weight_load_s = float(m.group(1))
+
+    @property
+    def all_seen(self) -> bool:
+        return all(s in self.seen for s in self.signatures)
+
+    @property
+    def last_stage(self) -> str | None:
+        return self.order[-1] if self.order else None
+
+    @property
+    def missing(self) -> list[str]:
+        return [s for s in self.signatures if s not in self.seen]
+
+
+@dataclass(frozen=True)
+class RankExit:
+    host: str
+    rank: int
+    returncode: int | None
+
+
+@dataclass
+class ReadyReport:
+    """The answer of one readiness wait."""
+
+    lane: str
+    ok: bool
+    reason: str
+    time_to_ready_s: float | None
+    weight_load_s: float | None
+    stages: dict[str, float]  # signature -> seconds after launch
+    last_stage: str | None
+    missing: list[str]
+    health: int | None = None
+    models: list[str] = field(default_factory=list)
+    failed: RankExit | None = None
+    tail: list[str] = field(default_factory=list)
+
+
+HeadPoll = Callable[[int], dict]  # offset -> agent `watch` answer for the head
+RankPoll = Callable[[], list[RankExit]]  # ranks that are no longer running
+
+
+def wait_ready(
+    lane: str,
+    signatures: tuple[str, ...],
+    weight_load_regex: str,
+    served_model_name: str | None,
+    poll_head: HeadPoll,
+    exited_ranks: RankPoll,
+    timeout_s: float,
+    poll_s: float = 1.0,
+    worker_every: int = 3,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    head_host: str = "head",
+) -> ReadyReport:
+    """Poll until every signature appeared and both endpoints answer 200, a rank exits, or timeout."""
+    start = clock()
+    boot = BootLog(signatures, weight_load_regex, started=start)
+    offset, health, models, n = 0, None, [], 0
+
+    def report(ok: bool, reason: str, failed: RankExit | None = None) -> ReadyReport:
+        boot.flush(clock())
+        return ReadyReport(
+            lane=lane,
+            ok=ok,
+            reason=reason,
+            time_to_ready_s=round(clock() - start, 3) if ok else None,
+            weight_load_s=boot.weight_load_s,
+            stages=dict(boot.seen),
+            last_stage=boot.last_stage,
+            missing=boot.missing,
+            health=health,
+            models=models,
+            failed=failed,
+            tail=list(boot.tail),
+        )
+
+    while True:
+        ans = poll_head(offset)
+        now = clock()
+        if not ans.get("found", True):
+            return report(False, "the head has no launch record (was it stopped?)")
+        boot.feed(ans.get("data", ""), now)
+        offset = ans.get("offset", offset)
+        if ans.get("data") and len(ans["data"].encode()) >= 256 * 1024:
+            continue  # more log waiting: read it before judging
+        health = ans.get("health", health)
+        models = ans.get("models", models) or []
+        if not ans.get("running", True):
+            failed = RankExit(head_host, 0, ans.get("returncode"))
+            stage = boot.last_stage or "none"
+            return report(
+                False, f"rank 0 exited with code {failed.returncode} (last boot stage: {stage})", failed
+            )
+        model_ok = ans.get("models_status") == 200 and (
+            served_model_name is None or served_model_name in models
+        )
+        if boot.all_seen and health == 200 and model_ok:
+            return report(True, "ready")
+        n += 1
+        if n % worker_every == 0:
+            gone = exited_ranks()
+            if gone:
+                g = gone[0]
+                stage = boot.last_stage or "none"
+                return report(
+                    False,
+                    f"rank {g.rank} on {g.host} exited with code {g.returncode} (last boot stage: {stage})",
+                    g,
+                )
+        if now - start >= timeout_s:
+            stage = boot.last_stage or "none (no signature seen)"
+            waiting = ", ".join(repr(s) for s in boot.missing) or f"/health={health}, /v1/models"
+            return report(
+                False,
+                f"timeout after {timeout_s:g} s: last boot stage {stage!r}; still waiting for {waiting}",
+            )
+        sleep(poll_s)

@@ -1,0 +1,150 @@
+"""A lane recipe's `[world]` and `[launch]` tables as frozen dataclasses.
+
+The TOML was already parsed and schema-checked by `sparkfleet.inventory`; this module only
+gives the launch-related part of `Lane.raw` names and defaults, so the rest of `launch/` never
+touches raw dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import InventoryError
+from ..inventory import Inventory, Lane, ModelNeed, Pin
+
+SGLANG_READY_LINE = "The server is fired up and ready to roll!"
+# SGLang's loader line; the weight-load time is the number after "elapsed=".
+DEFAULT_WEIGHT_LOAD_RE = r"Load weight end\. .*?elapsed=\s*([0-9.]+)"
+
+
+@dataclass(frozen=True)
+class WorldShape:
+    """tp/ep/pad/launcher declared once; nnodes and ranks come from the lane's hosts."""
+
+    tp: int
+    ep: int
+    pad: int
+    launcher: str | None
+    ranks: dict[str, int]  # host -> node rank (rank 0 is the head)
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def head(self) -> str:
+        return min(self.ranks, key=self.ranks.__getitem__)
+
+    def by_rank(self) -> list[str]:
+        """Hosts in rank order."""
+        return sorted(self.ranks, key=self.ranks.__getitem__)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    ready_s: float = 1800.0
+    stop_s: float = 30.0
+    poll_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class LaunchRecipe:
+    """How a lane is served: image, runtime, command template, ports, receipts, readiness."""
+
+    lane: str
+    world: WorldShape
+    command: tuple[str, ...]
+    runtime: str = "docker"
+    image: Pin | None = None
+    port: int = 30000
+    dist_port: int = 20000
+    served_model_name: str | None = None
+    model: ModelNeed | None = None
+    hub_mount: str = "/root/.cache/huggingface/hub"
+    cache_dir: str | None = None  # host path; may use {state_dir}
+    cache_mount: str = "/cache"
+    receipt_roots: tuple[str, ...] = ()
+    ready_signatures: tuple[str, ...] = (SGLANG_READY_LINE,)
+    weight_load_regex: str = DEFAULT_WEIGHT_LOAD_RE
+    fabric: str = "roce"
+    gpus: str = "all"
+    shm_size: str = "32g"
+    needs_gib: float = 0.0
+    env: dict[str, str] = field(default_factory=dict)
+    timeouts: Timeouts = Timeouts()
+
+
+def world_of(lane: Lane) -> WorldShape:
+    """The `[world]` table; a lane without one is a single-rank world."""
+    doc = lane.raw.get("world", {})
+    ranks = doc.get("ranks") or {h: i for i, h in enumerate(lane.hosts)}
+    return WorldShape(
+        tp=int(doc.get("tp", len(lane.hosts))),
+        ep=int(doc.get("ep", 1)),
+        pad=int(doc.get("pad", 0)),
+        launcher=doc.get("launcher"),
+        ranks=dict(ranks),
+    )
+
+
+def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
+    """The lane's launch recipe, with pins resolved against the inventory."""
+    lane = inv.lane(lane_name)
+    doc = lane.raw.get("launch")
+    if doc is None:
+        raise InventoryError(
+            f"{lane.recipe_path}: lane {lane.name!r} has no [launch] table",
+            hint="add [launch] with at least command = [...] (see recipes/dsv41-flash-4x-mia)",
+        )
+    image = None
+    if "image" in doc:
+        image = inv.pins.get(doc["image"])
+        if image is None or image.kind != "oci":
+            known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "oci")) or "none"
+            raise InventoryError(
+                f"{lane.recipe_path}: launch.image: {doc['image']!r} is not an oci pin",
+                hint=f"expected one of: {known}",
+            )
+    model = lane.models[0]
+    if "model" in doc:
+        found = [m for m in lane.models if m.pin == doc["model"]]
+        if not found:
+            raise InventoryError(
+                f"{lane.recipe_path}: launch.model: {doc['model']!r} is not one of the lane's [[models]]",
+                hint=f"expected one of: {', '.join(m.pin for m in lane.models)}",
+            )
+        model = found[0]
+    runtime = doc.get("runtime", "docker")
+    if runtime in ("docker", "podman") and image is None:
+        raise InventoryError(
+            f"{lane.recipe_path}: launch.image is required for the {runtime} runtime",
+            hint="name an oci pin of hosts/fleet.toml",
+        )
+    t = doc.get("timeouts", {})
+    return LaunchRecipe(
+        lane=lane.name,
+        world=world_of(lane),
+        command=tuple(doc["command"]),
+        runtime=runtime,
+        image=image,
+        port=int(doc.get("port", 30000)),
+        dist_port=int(doc.get("dist_port", 20000)),
+        served_model_name=doc.get("served_model_name"),
+        model=model,
+        hub_mount=doc.get("hub_mount", LaunchRecipe.hub_mount),
+        cache_dir=doc.get("cache_dir"),
+        cache_mount=doc.get("cache_mount", LaunchRecipe.cache_mount),
+        receipt_roots=tuple(doc.get("receipt_roots", ())),
+        ready_signatures=tuple(doc.get("ready_signatures", (SGLANG_READY_LINE,))),
+        weight_load_regex=doc.get("weight_load_regex", DEFAULT_WEIGHT_LOAD_RE),
+        fabric=doc.get("fabric", "roce"),
+        gpus=doc.get("gpus", "all"),
+        shm_size=doc.get("shm_size", "32g"),
+        needs_gib=float(doc.get("needs_gib", 0)),
+        env=dict(doc.get("env", {})),
+        timeouts=Timeouts(
+            ready_s=float(t.get("ready_s", Timeouts.ready_s)),
+            stop_s=float(t.get("stop_s", Timeouts.stop_s)),
+            poll_s=float(t.get("poll_s", Timeouts.poll_s)),
+        ),
+    )

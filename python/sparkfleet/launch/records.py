@@ -1,0 +1,136 @@
+"""What sparkfleet started on a node, so `stop` touches only that.
+
+A record is written (temp + fsync + os.replace) on the node that runs the rank, under
+`<state_dir>/lanes/<lane>/rank<r>.json`. A process is named by PID *and* its start time in
+clock ticks since boot (field 22 of /proc/<pid>/stat) *and* the boot id: a recycled PID, or the
+same PID after a reboot, is never mistaken for ours. A container is named by its full ID.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..atomic import write_bytes
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One rank sparkfleet started: enough to find it, check it is still ours, and stop it."""
+
+    lane: str
+    host: str
+    rank: int
+    runtime: str
+    name: str
+    log_path: str
+    started_at: float
+    pid: int | None = None
+    start_ticks: int | None = None
+    boot_id: str | None = None
+    pgid: int | None = None
+    container_id: str | None = None
+    exit_path: str | None = None
+    argv: tuple[str, ...] = ()
+    env_keys: tuple[str, ...] = ()
+    binds: int = 0
+    receipts_cleared: tuple[str, ...] = field(default=())
+
+
+def lane_dir(state_dir: Path, lane: str) -> Path:
+    return Path(state_dir) / "lanes" / lane
+
+
+def record_path(state_dir: Path, lane: str, rank: int) -> Path:
+    return lane_dir(state_dir, lane) / f"rank{rank}.json"
+
+
+def log_path(state_dir: Path, lane: str, rank: int) -> Path:
+    return lane_dir(state_dir, lane) / f"rank{rank}.log"
+
+
+def save(state_dir: Path, record: LaunchRecord) -> Path:
+    path = record_path(state_dir, record.lane, record.rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(path, json.dumps(dataclasses.asdict(record), indent=1).encode(), mode=0o600)
+    return path
+
+
+def from_dict(d: dict) -> LaunchRecord:
+    names = {f.name for f in dataclasses.fields(LaunchRecord)}
+    d = {k: v for k, v in d.items() if k in names}
+    for key in ("argv", "env_keys", "receipts_cleared"):
+        d[key] = tuple(d.get(key) or ())
+    return LaunchRecord(**d)
+
+
+def load_all(state_dir: Path, lane: str) -> list[LaunchRecord]:
+    """Every record of `lane` on this node, by rank."""
+    out = []
+    d = lane_dir(state_dir, lane)
+    for p in sorted(d.glob("rank*.json")) if d.is_dir() else []:
+        try:
+            out.append(from_dict(json.loads(p.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(out, key=lambda r: r.rank)
+
+
+def forget(state_dir: Path, record: LaunchRecord) -> None:
+    record_path(state_dir, record.lane, record.rank).unlink(missing_ok=True)
+
+
+# ---- process identity --------------------------------------------------------------------------
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/<pid>/stat (after the parenthesised comm, which may hold spaces)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def process_state(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def is_ours(record: LaunchRecord) -> bool:
+    """The recorded process still runs and is the very process we started (not a recycled PID)."""
+    if record.pid is None:
+        return False
+    if record.boot_id and record.boot_id != boot_id():
+        return False
+    state = process_state(record.pid)
+    if state is None or state in ("Z", "X"):
+        return False
+    return start_ticks(record.pid) == record.start_ticks
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out

@@ -1,0 +1,270 @@
+"""Runtimes execute a LaunchSpec on the node they run on: docker, podman, or a plain process.
+
+A runtime decides nothing (the spec did); it starts the rank under a sparkfleet name, returns a
+LaunchRecord that identifies exactly what it started, and stops only what a record names.
+Container env goes through an --env-file (0600), never argv, so values never show up in `ps`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..atomic import write_bytes
+from ..errors import SparkfleetError
+from . import records
+from .records import LaunchRecord
+from .spec import LaunchSpec
+
+
+class RuntimeError_(SparkfleetError):
+    """A runtime could not start, inspect or stop a rank."""
+
+
+@dataclass(frozen=True)
+class RankState:
+    """Is a recorded rank still running, and how did it end if not."""
+
+    running: bool
+    returncode: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StopResult:
+    rank: int
+    name: str
+    was_running: bool
+    stopped: bool
+    detail: str
+
+
+def _env_file_text(env: dict[str, str]) -> str:
+    for k, v in env.items():
+        if "\n" in v or "\0" in v:
+            raise RuntimeError_(f"env {k} holds a newline or NUL; an env file cannot carry it")
+    return "".join(f"{k}={v}\n" for k, v in env.items())
+
+
+def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[str]:
+    """`docker|podman run -d ...` with the flags Spark peers use, from the spec alone."""
+    argv = [engine, "run", "-d", "--name", spec.name]
+    for k, v in spec.labels.items():
+        argv += ["--label", f"{k}={v}"]
+    argv += [
+        "--network", "host",
+        "--ipc", "host",
+        "--ulimit", "memlock=-1:-1",
+        "--ulimit", "stack=67108864",
+        "--shm-size", spec.shm_size,
+    ]  # fmt: skip
+    if spec.gpus == "all" and engine == "docker":
+        argv += ["--gpus", "all"]
+    for dev in spec.devices:
+        argv += ["--device", dev]
+    argv += ["--env-file", str(env_file)]
+    for b in spec.binds:
+        argv += ["-v", b.docker_arg()]
+    if spec.image is None:
+        raise RuntimeError_(f"{spec.lane}: the {engine} runtime needs an image")
+    return [*argv, spec.image, *spec.argv]
+
+
+def _rotate(log: Path) -> None:
+    if log.exists():
+        os.replace(log, log.with_name(log.name + ".1"))
+
+
+class ProcessRuntime:
+    """The serve command as a plain process (tests, the demo): own session, log file, exit file."""
+
+    name = "process"
+
+    def start(self, spec: LaunchSpec) -> LaunchRecord:
+        state = Path(spec.state_dir)
+        log = records.log_path(state, spec.lane, spec.rank)
+        exit_file = log.with_suffix(".exit")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        Path(spec.cache_dir).mkdir(parents=True, exist_ok=True)
+        _rotate(log)
+        exit_file.unlink(missing_ok=True)
+        env = {**os.environ, **spec.env}
+        supervise = [sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file), "--"]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [*supervise, *spec.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=spec.cache_dir,
+                start_new_session=True,
+                close_fds=True,
+            )
+        ticks = records.start_ticks(proc.pid)
+        return LaunchRecord(
+            lane=spec.lane,
+            host=spec.host,
+            rank=spec.rank,
+            runtime=self.name,
+            name=spec.name,
+            log_path=str(log),
+            started_at=time.time(),
+            pid=proc.pid,
+            start_ticks=ticks,
+            boot_id=records.boot_id(),
+            pgid=proc.pid,
+            exit_path=str(exit_file),
+            argv=spec.argv,
+            env_keys=tuple(spec.env),
+            binds=len(spec.binds),
+        )
+
+    def state(self, rec: LaunchRecord) -> RankState:
+        if records.is_ours(rec):
+            return RankState(True)
+        try:
+            info = json.loads(Path(rec.exit_path or "").read_text())
+            return RankState(False, int(info["returncode"]), "exited")
+        except (OSError, ValueError, KeyError, TypeError):
+            return RankState(False, None, "gone (no exit status recorded)")
+
+    def stop(self, rec: LaunchRecord, timeout: float) -> StopResult:
+        if not records.is_ours(rec):
+            return StopResult(rec.rank, rec.name, False, True, "not running")
+        pgid = rec.pgid or rec.pid
+        assert rec.pid is not None
+        try:
+            if os.getpgid(rec.pid) != pgid:
+                return StopResult(rec.rank, rec.name, True, False, f"pid {rec.pid} left process group {pgid}")
+        except ProcessLookupError:
+            return StopResult(rec.rank, rec.name, False, True, "not running")
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and records.group_members(pgid):
+                time.sleep(0.05)
+            if not records.group_members(pgid):
+                return StopResult(rec.rank, rec.name, True, True, f"stopped ({signal.Signals(sig).name})")
+        left = records.group_members(pgid)
+        return StopResult(rec.rank, rec.name, True, not left, f"still running: {left}" if left else "stopped")
+
+    def read_log(self, rec: LaunchRecord, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        try:
+            with open(rec.log_path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(max_bytes)
+        except OSError:
+            return b"", offset
+        return data, offset + len(data)
+
+
+class ContainerRuntime:
+    """docker or podman: `run -d` under the rank's name, stopped by the recorded container ID."""
+
+    def __init__(self, engine: str) -> None:
+        self.name = engine
+        self.engine = engine
+
+    def _engine(self) -> str:
+        path = shutil.which(self.engine)
+        if path is None:
+            raise RuntimeError_(
+                f"{self.engine} is not installed on this node", hint="install it or pick another runtime"
+            )
+        return path
+
+    def _run(self, argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def image_present(self, image: str) -> bool:
+        return self._run([self._engine(), "image", "inspect", image]).returncode == 0
+
+    def start(self, spec: LaunchSpec) -> LaunchRecord:
+        engine = self._engine()
+        state = Path(spec.state_dir)
+        log = records.log_path(state, spec.lane, spec.rank)
+        env_file = log.with_suffix(".env")
+        Path(spec.cache_dir).mkdir(parents=True, exist_ok=True)
+        write_bytes(env_file, _env_file_text(spec.env).encode(), mode=0o600)
+        if spec.image is None or not self.image_present(spec.image):
+            raise RuntimeError_(
+                f"image {spec.image} is not present on {spec.host}",
+                hint="load the pinned image on every node first (sparkfleet doctor shows which lack it)",
+            )
+        cp = self._run([engine, *container_run_argv(spec, self.engine, env_file)[1:]])
+        if cp.returncode != 0:
+            raise RuntimeError_(f"{self.engine} run {spec.name} failed: {cp.stderr.strip()}")
+        return LaunchRecord(
+            lane=spec.lane,
+            host=spec.host,
+            rank=spec.rank,
+            runtime=self.name,
+            name=spec.name,
+            log_path=str(log),
+            started_at=time.time(),
+            container_id=cp.stdout.strip().splitlines()[-1],
+            argv=spec.argv,
+            env_keys=tuple(spec.env),
+            binds=len(spec.binds),
+        )
+
+    def _inspect(self, rec: LaunchRecord) -> dict | None:
+        cp = self._run([self._engine(), "inspect", rec.container_id or "-"])
+        if cp.returncode != 0:
+            return None
+        try:
+            return json.loads(cp.stdout)[0]
+        except (ValueError, IndexError):
+            return None
+
+    def state(self, rec: LaunchRecord) -> RankState:
+        info = self._inspect(rec)
+        if info is None:
+            return RankState(False, None, "container gone")
+        st = info.get("State", {})
+        return RankState(
+            bool(st.get("Running")), None if st.get("Running") else st.get("ExitCode"), st.get("Status", "")
+        )
+
+    def stop(self, rec: LaunchRecord, timeout: float) -> StopResult:
+        info = self._inspect(rec)
+        if info is None:
+            return StopResult(rec.rank, rec.name, False, True, "container gone")
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        if labels.get("sparkfleet.lane") != rec.lane:
+            return StopResult(
+                rec.rank, rec.name, True, False, "container does not carry our lane label; left alone"
+            )
+        engine = self._engine()
+        self._run([engine, "stop", "-t", str(int(timeout)), rec.container_id or "-"], timeout=timeout + 30)
+        cp = self._run([engine, "rm", "-f", rec.container_id or "-"])
+        return StopResult(rec.rank, rec.name, True, cp.returncode == 0, cp.stderr.strip() or "removed")
+
+    def read_log(self, rec: LaunchRecord, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        cp = subprocess.run(
+            [self._engine(), "logs", rec.container_id or "-"],
+            capture_output=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        data = (cp.stdout + cp.stderr)[offset : offset + max_bytes]
+        return data, offset + len(data)
+
+
+def runtime_for(name: str) -> ProcessRuntime | ContainerRuntime:
+    if name == "process":
+        return ProcessRuntime()
+    if name in ("docker", "podman"):
+        return ContainerRuntime(name)
+    raise RuntimeError_(f"unknown runtime {name!r}", hint="docker, podman or process")

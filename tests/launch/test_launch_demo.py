@@ -1,0 +1,29 @@
+"""The launch half of `make demo` on the embedded demo fleet: staged lane served, ready, stopped."""
+
+from __future__ import annotations
+
+from sparkfleet import inventory
+from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.demo import run_demo_launch
+from sparkfleet.stage import execute
+from sparkfleet.stage.targets import requests_for_host
+
+
+def test_demo_lane_launches_after_staging(tmp_path):
+    fleet = write_demo_fleet(tmp_path, shard_bytes=16 * 1024)
+    inv = inventory.load(fleet.root)
+    for host in inv.lane(DEMO_LANE).hosts:
+        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
+    lines: list[str] = []
+    try:
+        assert run_demo_launch(inv, DEMO_LANE, lines.append), "\n".join(lines)
+    finally:
+        lanes.stop(inv, DEMO_LANE, 5)
+    text = "\n".join(lines)
+    assert "rank 1 on dgx2: NODE_RANK=1 TP_SIZE=2 NNODES=2" in text
+    assert "12 local + 3 NAS" in text  # page15 stays on the NAS
+    assert "before_serve on dgx1 removed" in text
+    assert "status: 2/2 ranks running; /health=200" in text
+    assert "dgx1 rank 0 stopped" in text and "dgx2 rank 1 stopped" in text
+    assert lanes.status(inv, DEMO_LANE)["running"] == 0

@@ -1,0 +1,189 @@
+"""The process runtime end to end on this machine (LocalHost): launch, ready, status, logs, stop.
+
+Also: stop never kills a process whose PID was recycled, and a second launch of a running lane
+is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launch_fleet import MODELS, write_fleet
+
+from sparkfleet import inventory
+from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.errors import SparkfleetError
+from sparkfleet.launch import lane as lanes
+from sparkfleet.launch import records
+from sparkfleet.launch.runtimes import ProcessRuntime
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def demo_recipe(
+    hosts: list[str], port: int, extra_args: str = "", ready_s: float = 30, bind="127.0.0.1"
+) -> str:
+    return f"""
+[lane]
+hosts = {hosts!r}
+
+[world]
+tp = {len(hosts)}
+
+[launch]
+runtime = "process"
+port = {port}
+served_model_name = "deepseek-v4.1-flash"
+fabric = "none"
+command = ["{sys.executable}", "-m", "sparkfleet.demo.openai_server",
+           "--host", "{bind}", "--port", "{{port}}",
+           "--served-model-name", "{{served_model_name}}", "--boot-delay", "0.6",
+           "--signature", "Load weight end. type=demo, elapsed=0.42 s",
+           "--signature", "RoCEnante ready: world={len(hosts)}" {extra_args}]
+ready_signatures = ["RoCEnante ready: world={len(hosts)}", "The server is fired up and ready to roll!"]
+receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready"]
+[launch.timeouts]
+ready_s = {ready_s}
+poll_s = 0.2
+stop_s = 5
+""" + MODELS.replace('exclude = ["page15/*"]', 'exclude = ["page15/*"]')
+
+
+@pytest.fixture
+def local_fleet(tmp_path):
+    nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
+    port = free_port()
+    hosts = {
+        "spark": {
+            "address": "localhost",
+            "ssh_user": "root",
+            "local_hub": str(tmp_path / "nvme" / "hub"),
+            "nas_hub": str(nas.root),
+            "state_dir": str(tmp_path / "state"),
+        }
+    }
+    root = write_fleet(
+        tmp_path / "fleet",
+        hosts,
+        {
+            "demo": demo_recipe(["spark"], port),
+            "dies": demo_recipe(["spark"], port, ', "--exit-during-boot"'),
+            "silent": demo_recipe(["spark"], port, ', "--omit-ready-line"', ready_s=3),
+        },
+    )
+    inv = inventory.load(root)
+    yield inv, port, tmp_path
+    for lane in ("demo", "dies", "silent"):  # never leave a rank behind, even on failure
+        lanes.stop(inv, lane, 5)
+
+
+def test_launch_ready_status_logs_stop(local_fleet):
+    inv, port, tmp = local_fleet
+    cache = tmp / "state" / "cache" / "demo"
+    (cache / "ds41-backend-attestation" / "root").mkdir(parents=True)
+    (cache / "ds41-backend-attestation" / "root" / "worker.json").write_text("{}")
+
+    report = lanes.launch(inv, "demo")
+    assert report.ready is not None and report.ready.ok, report.ready
+    assert report.ready.weight_load_s == 0.42
+    assert list(report.ready.stages) == [
+        "RoCEnante ready: world=1",
+        "The server is fired up and ready to roll!",
+    ]
+    assert report.ready.models == ["deepseek-v4.1-flash"] and report.ready.health == 200
+    assert report.started[0].receipts_cleared == [str(cache / "ds41-backend-attestation")]
+    assert not (cache / "ds41-backend-attestation").exists()
+
+    st = lanes.status(inv, "demo")
+    assert st["running"] == 1 and st["endpoints"]["health"] == 200
+    pid = st["ranks"][0]["pid"]
+    env = Path(f"/proc/{pid}/environ")
+    # the supervisor carries the derived env to the serve command
+    child = records.group_members(pid)
+    assert len(child) >= 2
+    server_env = dict(
+        kv.split("=", 1) for kv in Path(f"/proc/{max(child)}/environ").read_text().split("\0") if "=" in kv
+    )
+    assert env.exists() and server_env["NODE_RANK"] == "0" and server_env["TP_SIZE"] == "1"
+    assert server_env["SPARKFLEET_CACHE_DIR"] == str(cache)
+
+    text = lanes.logs(inv, "demo")["spark"]["0"]
+    assert "RoCEnante ready: world=1" in text and "fired up" in text
+    with lanes.follow(inv, "demo", "spark", lines=50) as stream:  # the host runner's stream interface
+        seen = []
+        for line in stream:
+            seen.append(line)
+            if "fired up" in line:
+                break
+    assert any("RoCEnante ready" in line for line in seen)
+
+    with pytest.raises(SparkfleetError, match="already running"):
+        lanes.launch(inv, "demo")
+
+    res = lanes.stop(inv, "demo", 5)
+    assert [r["stopped"] for r in res] == [True]
+    assert records.group_members(pid) == []
+    assert lanes.status(inv, "demo")["running"] == 0
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
+    inv, _, _ = local_fleet
+    report = lanes.launch(inv, "dies")
+    assert not report.ready.ok
+    assert "rank 0 exited with code 1" in report.ready.reason
+    assert "last boot stage" in report.ready.reason
+    assert report.stopped_after_failure
+    assert lanes.status(inv, "dies")["running"] == 0
+
+
+def test_missing_ready_line_times_out_naming_the_stage(local_fleet):
+    inv, _, _ = local_fleet
+    t0 = time.monotonic()
+    report = lanes.launch(inv, "silent")
+    assert time.monotonic() - t0 < 20
+    r = report.ready
+    assert not r.ok and r.reason.startswith("timeout after 3 s: last boot stage 'RoCEnante ready: world=1'")
+    assert r.missing == ["The server is fired up and ready to roll!"]
+    assert any("RoCEnante ready" in line for line in r.tail)
+    assert lanes.status(inv, "silent")["ranks"] == []  # stopped and forgotten
+
+
+def test_stop_never_kills_a_recycled_pid(tmp_path):
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        rec = records.LaunchRecord(
+            lane="x",
+            host="h",
+            rank=0,
+            runtime="process",
+            name="sparkfleet-x-r0",
+            log_path=str(tmp_path / "l"),
+            started_at=time.time(),
+            pid=victim.pid,
+            start_ticks=(records.start_ticks(victim.pid) or 0) + 1,
+            boot_id=records.boot_id(),
+            pgid=victim.pid,
+        )
+        assert not records.is_ours(rec)
+        res = ProcessRuntime().stop(rec, 1)
+        assert res.detail == "not running" and victim.poll() is None
+        # the same record with the true start time is ours
+        assert records.is_ours(dataclasses.replace(rec, start_ticks=records.start_ticks(victim.pid)))
+        assert not records.is_ours(dataclasses.replace(rec, boot_id="another-boot"))
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()

@@ -1,0 +1,106 @@
+"""before_serve: receipt roots removed, root-owned and another user's included; a clear error otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from sparkfleet.launch.receipts import ReceiptError, clear_receipt_root, clear_receipts
+
+OTHER_UID = 54321
+NOBODY = 65534
+
+
+def as_user(uid: int, fn) -> dict:
+    """Run fn in a forked child that dropped to `uid` (no exec: the venv may be unreadable to it)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                fn()
+                out = {"ok": True}
+            except ReceiptError as e:
+                out = {"ok": False, "message": e.message, "hint": e.hint}
+            except BaseException as e:  # a bug, reported to the parent instead of lost in the fork
+                out = {"ok": None, "message": repr(e)}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def stale_receipts(cache: Path) -> list[str]:
+    """The night shift's state: yesterday's receipts, one root-owned, one another user's."""
+    att = cache / "ds41-backend-attestation" / "root"
+    att.mkdir(parents=True)
+    (att / "worker.json").write_text('{"stale": true}')
+    os.chmod(att, 0o755)
+    ready = cache / "ds41-combined-ready"
+    ready.mkdir()
+    (ready / "rank0.json").write_text("{}")
+    os.chown(ready / "rank0.json", OTHER_UID, OTHER_UID)
+    os.chown(ready, OTHER_UID, OTHER_UID)
+    return [str(cache / "ds41-backend-attestation"), str(ready), str(cache / "ds41-display-kv")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create root-owned and other-user receipts")
+def test_root_owned_and_other_users_receipts_removed(tmp_path):
+    roots = stale_receipts(tmp_path / "cache")
+    assert os.stat(roots[0]).st_uid == 0 and os.stat(roots[1]).st_uid == OTHER_UID
+    done = clear_receipts(roots)
+    assert [(c.existed, c.method) for c in done] == [(True, "removed"), (True, "removed"), (False, "absent")]
+    assert done[1].owner in ("uid 54321",) or done[1].owner
+    assert not any(os.path.lexists(r) for r in roots)
+    # the kit's strict-on-exists writer now succeeds
+    (Path(roots[0]) / "root").mkdir(parents=True, exist_ok=False)
+
+
+def test_symlinked_root_is_unlinked_not_followed(tmp_path):
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = tmp_path / "cache" / "ds41-display-kv"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    clear_receipt_root(link)
+    assert not os.path.lexists(link) and (target / "keep").exists()
+
+
+def test_shallow_or_relative_paths_refused(tmp_path):
+    for bad in ("/", "/cache", "relative/path", str(tmp_path) + "/../x"):
+        with pytest.raises(ReceiptError, match="refusing to remove"):
+            clear_receipt_root(Path(bad))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another uid")
+def test_neither_owner_nor_sudo_gives_clear_error():
+    base = Path(tempfile.mkdtemp(prefix="sf-receipts-"))  # pytest's tmp dirs are 0700: nobody cannot enter
+    try:
+        os.chmod(base, 0o755)
+        roots = stale_receipts(base / "cache")
+        os.chmod(base / "cache", 0o755)  # root-owned parent: the launcher user cannot unlink in it
+        _assert_refused(roots)
+    finally:
+        shutil.rmtree(base)
+
+
+def _assert_refused(roots: list[str]) -> None:
+    out = as_user(NOBODY, lambda: clear_receipts(roots, sudo=("sudo-missing-here", "-n")))
+    assert out["ok"] is False
+    assert "ds41-backend-attestation (owner root)" in out["message"]
+    assert "sudo -n" in out["message"] and "sudo" in out["hint"]
+    assert os.path.exists(roots[0])  # nothing half-removed that the user did not ask for
