@@ -1,0 +1,105 @@
+"""Per-request latency metrics and their distributions.
+
+Definitions (the ones vLLM's and SGLang's benchmark scripts use, so numbers compare):
+- TTFT: request sent → first non-empty content chunk.
+- ITL: gaps between consecutive content chunks (one gap per chunk, whatever it carries).
+- TPOT: (latency − TTFT) / (completion tokens − 1), latency = request sent → last content chunk.
+- decode tok/s: tokens after the first chunk / (last chunk − first chunk). This is exact when a
+  chunk carries several tokens, because the token counts come from `tokens.count_completion`.
+A request that failed has `error` set and no numbers at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .client import StreamResult
+from .tokens import TokenCount, TokenCounter, count_completion
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """The numbers of one streamed request (all None when it failed)."""
+
+    error: str | None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    token_source: str | None = None
+    finish_reason: str | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    tpot_s: float | None = None
+    decode_tps: float | None = None
+    chunks: int = 0
+    itl_s: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> RequestMetrics:
+    """Turn a timed stream into metrics; a failed or empty stream yields only its error."""
+    if not result.ok:
+        return RequestMetrics(
+            error=result.error, finish_reason=result.finish_reason, chunks=len(result.chunks)
+        )
+    count: TokenCount | None = count_completion(result, tokenizer)
+    if count is None:
+        return RequestMetrics(error="the stream completed but carried no content", chunks=0)
+    first, last = result.chunks[0].at, result.chunks[-1].at
+    ttft = first - result.started
+    latency = last - result.started
+    tpot = (latency - ttft) / (count.completion_tokens - 1) if count.completion_tokens > 1 else None
+    after_first = count.completion_tokens - count.first_chunk_tokens
+    decode = after_first / (last - first) if last > first and after_first > 0 else None
+    gaps = tuple(b.at - a.at for a, b in zip(result.chunks, result.chunks[1:], strict=False))
+    return RequestMetrics(
+        error=None,
+        prompt_tokens=result.prompt_tokens,
+        cached_tokens=result.cached_tokens,
+        completion_tokens=count.completion_tokens,
+        token_source=count.source,
+        finish_reason=result.finish_reason,
+        ttft_s=ttft,
+        latency_s=latency,
+        tpot_s=tpot,
+        decode_tps=decode,
+        chunks=len(result.chunks),
+        itl_s=gaps,
+    )
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    if not values:
+        raise ValueError("percentile of nothing")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """p50/p90/p99 and mean of one metric over many samples."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Distribution | None:
+        if not values:
+            return None
+        return cls(
+            len(values),
+            sum(values) / len(values),
+            percentile(values, 50),
+            percentile(values, 90),
+            percentile(values, 99),
+        )

@@ -1,0 +1,235 @@
+"""One benchmark run, start to finish: warmup, smoke, decode probe, pp/tg table, sweep, quality.
+
+`run_bench` returns a `BenchRun` record; `sparkfleet.report` writes it. Any failed step puts the run
+in status "failed" with the step's reason, and that step carries no number. A failed warmup stops
+the run early: nothing after it could be trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from .. import __version__
+from ..errors import SparkfleetError
+from .client import Endpoint, chat_request, discover_model, stream_chat
+from .metrics import measure
+from .probes import (
+    DecodeProbe,
+    DecodeProbeResult,
+    SmokeOutcome,
+    SpecAccept,
+    TableRow,
+    run_decode_probe,
+    run_pp,
+    run_smoke_case,
+    run_tg,
+    spec_accept_length,
+)
+from .prompts import run_nonce
+from .quality import QualityResult, QualitySettings, run_quality
+from .sweep import SweepLevel, SweepSettings, run_level
+from .target import BenchTarget
+from .tokens import TokenCounter
+
+REPORT_SCHEMA = "sparkfleet.bench/1"
+
+
+class Progress(Protocol):
+    """What the run tells a display: how many steps in all, and each step as it finishes."""
+
+    def start(self, total: int) -> None: ...
+    def step(self, label: str, advance: int = 1) -> None: ...
+
+
+class NoProgress:
+    def start(self, total: int) -> None:
+        pass
+
+    def step(self, label: str, advance: int = 1) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    probe: DecodeProbe = DecodeProbe()
+    pp: tuple[int, ...] = (512, 2048)
+    tg: tuple[int, ...] = (128,)
+    depths: tuple[int, ...] = (0, 4096)
+    table_runs: int = 2
+    sweep: SweepSettings = SweepSettings()
+    quality: QualitySettings | None = QualitySettings()
+    smoke: bool = True
+
+    @classmethod
+    def quick(cls) -> BenchSettings:
+        """Seconds, not minutes: for demos and a first look at a fresh lane (no quality run)."""
+        return cls(
+            probe=DecodeProbe(128, 64),
+            pp=(128,),
+            tg=(32,),
+            depths=(0,),
+            table_runs=1,
+            sweep=SweepSettings(levels=(1, 2), requests_per_level=2, prompt_tokens=64, max_tokens=32),
+            quality=None,
+        )
+
+    def steps(self, smoke_cases: int) -> int:
+        table = len(self.depths) * (len(self.pp) + len(self.tg)) * self.table_runs
+        sweep = sum(max(self.sweep.requests_per_level, c) for c in self.sweep.levels)
+        return 1 + (smoke_cases if self.smoke else 0) + 1 + table + sweep + (1 if self.quality else 0)
+
+
+@dataclass
+class BenchRun:
+    """The record a report is made of (JSON is `dataclasses.asdict` of this)."""
+
+    tag: str
+    created_utc: str
+    status: str = "ok"  # ok | failed
+    failures: list[str] = field(default_factory=list)
+    schema: str = REPORT_SCHEMA
+    sparkfleet_version: str = __version__
+    url: str = ""
+    lane: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    pins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recipe_sha256: str | None = None
+    model: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    warmup_error: str | None = None
+    smoke: list[SmokeOutcome] = field(default_factory=list)
+    decode_probe: DecodeProbeResult | None = None
+    table: list[TableRow] = field(default_factory=list)
+    sweep: list[SweepLevel] = field(default_factory=list)
+    spec_accept: SpecAccept | None = None
+    quality: QualityResult | None = None
+    quality_note: str | None = None
+    token_sources: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+    def fail(self, reason: str) -> None:
+        self.status = "failed"
+        self.failures.append(reason)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_bench(
+    target: BenchTarget,
+    settings: BenchSettings,
+    tag: str,
+    *,
+    model: str | None = None,
+    tokenizer: TokenCounter | None = None,
+    progress: Progress | None = None,
+    quality_runner: Callable[..., QualityResult] = run_quality,
+    timeout: float = 600.0,
+) -> BenchRun:
+    progress = progress or NoProgress()
+    started, cpu0 = time.monotonic(), _cpu_seconds()
+    run = BenchRun(
+        tag=tag,
+        created_utc=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        url=target.url,
+        lane=target.lane,
+        hosts=list(target.hosts),
+        pins=target.pins,
+        recipe_sha256=target.recipe_sha256,
+        settings=dataclasses.asdict(settings),
+    )
+    nonce = run_nonce()
+    counter = iter(range(10**9))
+
+    def prefix() -> str:
+        return f"sf-{nonce}-r{next(counter)}"
+
+    try:
+        try:
+            endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
+        except SparkfleetError as exc:  # unreachable, booting, or an error page: a failed run, on record
+            run.fail(f"server: {exc.message}")
+            return run
+        run.model = endpoint.model
+        progress.start(settings.steps(len(target.smoke)))
+        warm = measure(stream_chat(endpoint, chat_request(endpoint, "Say hello in one word.", 8)))
+        progress.step("warmup")
+        if not warm.ok:
+            run.warmup_error = warm.error
+            run.fail(f"warmup: {warm.error}")
+            return run
+        if settings.smoke:
+            for case in target.smoke:
+                outcome = run_smoke_case(endpoint, case)
+                run.smoke.append(outcome)
+                progress.step("smoke")
+                if not outcome.passed:
+                    run.fail(f"smoke {case.prompt!r}: {outcome.problem}")
+        run.decode_probe = run_decode_probe(endpoint, settings.probe, prefix(), tokenizer)
+        progress.step("decode probe")
+        if not run.decode_probe.metrics.ok:
+            run.fail(f"decode probe: {run.decode_probe.metrics.error}")
+        elif run.decode_probe.metrics.decode_tps is None:
+            run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
+        for depth in settings.depths:
+            for pp in settings.pp:
+                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix)
+                run.table.append(row)
+                progress.step(f"pp{pp} @ d{depth}", settings.table_runs)
+                if row.error:
+                    run.fail(f"pp{pp} @ d{depth}: {row.error}")
+            for tg in settings.tg:
+                row = run_tg(endpoint, tg, depth, settings.table_runs, prefix, tokenizer)
+                run.table.append(row)
+                progress.step(f"tg{tg} @ d{depth}", settings.table_runs)
+                if row.error:
+                    run.fail(f"tg{tg} @ d{depth}: {row.error}")
+        for level in settings.sweep.levels:
+            result = run_level(
+                endpoint,
+                level,
+                settings.sweep,
+                prefix,
+                tokenizer,
+                on_done=lambda level=level: progress.step(f"sweep c={level}"),
+            )
+            run.sweep.append(result)
+            if not result.ok:
+                run.fail(
+                    f"sweep c={level}: {result.failed}/{result.requests} requests failed: "
+                    f"{'; '.join(result.errors)}"
+                )
+        run.spec_accept = spec_accept_length(endpoint)
+        if settings.quality is None:
+            run.quality_note = "quality not run (--no-quality or --quick)"
+        else:
+            run.quality = quality_runner(
+                target.url, endpoint.model or "", settings.quality, api_key=target.api_key()
+            )
+            progress.step("quality")
+            if run.quality.status != "ok":
+                run.fail(f"quality: {run.quality.error}")
+    finally:
+        run.token_sources = _token_sources(run)
+        run.duration_s = time.monotonic() - started
+        run.client_cpu_s = _cpu_seconds() - cpu0
+    return run
+
+
+def _token_sources(run: BenchRun) -> list[str]:
+    sources = set()
+    if run.decode_probe and run.decode_probe.metrics.token_source:
+        sources.add(run.decode_probe.metrics.token_source)
+    sources.update(r.token_source for r in run.table if r.token_source and r.test.startswith("tg"))
+    for level in run.sweep:
+        sources.update(level.token_sources)
+    return sorted(sources)

@@ -1,0 +1,126 @@
+"""What a bench or smoke run points at: a lane from the inventory, or any OpenAI-compatible URL.
+
+For a lane, the URL is http://<head host address>:<port>/v1 — the head is lane.hosts[0] and the port
+the recipe's [launch] port (30000, SGLang's default, when the recipe names none); [bench] url
+overrides both (e.g. a load balancer). The target also carries what a report must record: the pins
+in force (the lane's models and its launch image), the recipe's sha256 and the host list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SparkfleetError
+from ..inventory import Inventory, Lane
+from .probes import DEFAULT_SMOKE, SmokeCase
+
+DEFAULT_PORT = 30000
+API_KEY_ENV = "SPARKFLEET_API_KEY"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """How much worse than the baseline a report may be before `compare` calls it a regression."""
+
+    decode_tps_drop_pct: float = 5.0
+    prefill_tps_drop_pct: float = 10.0
+    ttft_rise_pct: float = 25.0
+    aggregate_tps_drop_pct: float = 10.0
+    quality_drop_points: float = 3.0
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    url: str
+    lane: str | None = None
+    hosts: tuple[str, ...] = ()
+    pins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recipe_sha256: str | None = None
+    reports_dir: Path | None = None
+    smoke: tuple[SmokeCase, ...] = tuple(SmokeCase(p, e) for p, e in DEFAULT_SMOKE)
+    baseline: str | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    api_key_env: str = API_KEY_ENV
+
+    def api_key(self) -> str | None:
+        """The key from the environment (never from a file we write, never into a report)."""
+        return os.environ.get(self.api_key_env) or None
+
+
+def _section(lane: Lane, name: str) -> dict[str, Any]:
+    value = lane.raw.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def lane_url(inv: Inventory, lane: Lane) -> str:
+    bench = _section(lane, "bench")
+    if isinstance(bench.get("url"), str):
+        return bench["url"]
+    port = _section(lane, "launch").get("port", DEFAULT_PORT)
+    if not isinstance(port, int):
+        port = DEFAULT_PORT
+    head = inv.host(lane.hosts[0])
+    return f"http://{head.address}:{port}/v1"
+
+
+def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
+    """Every pin the lane runs on: its models and its launch image (value exactly as recorded)."""
+    names = [m.pin for m in lane.models]
+    image = _section(lane, "launch").get("image")
+    if isinstance(image, str):
+        names.append(image)
+    out = {}
+    for name in names:
+        pin = inv.pins.get(name)
+        if pin is not None:
+            out[name] = {
+                "kind": pin.kind,
+                "source": pin.source,
+                "value": pin.value,
+                "tag": pin.tag,
+                "resolved": pin.resolved,
+            }
+    return out
+
+
+def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
+    smoke = _section(lane, "smoke")
+    default_max = int(smoke.get("max_tokens", 64))
+    cases = tuple(
+        SmokeCase(c["prompt"], str(c["expect"]), int(c.get("max_tokens", default_max)))
+        for c in smoke.get("cases") or []
+    )
+    return cases or tuple(SmokeCase(p, e, default_max) for p, e in DEFAULT_SMOKE)
+
+
+def for_lane(inv: Inventory, name: str) -> BenchTarget:
+    lane = inv.lane(name)
+    bench = _section(lane, "bench")
+    thresholds = Thresholds(**{k: float(v) for k, v in (bench.get("thresholds") or {}).items()})
+    return BenchTarget(
+        url=lane_url(inv, lane),
+        lane=lane.name,
+        hosts=lane.hosts,
+        pins=pins_in_force(inv, lane),
+        recipe_sha256=hashlib.sha256(lane.recipe_path.read_bytes()).hexdigest(),
+        reports_dir=lane.recipe_path.parent / "reports",
+        smoke=smoke_cases(lane),
+        baseline=bench.get("baseline"),
+        thresholds=thresholds,
+        api_key_env=bench.get("api_key_env", API_KEY_ENV),
+    )
+
+
+def for_url(url: str, out: Path | None) -> BenchTarget:
+    if not url.startswith(("http://", "https://")):
+        raise SparkfleetError(
+            f"--url wants an http(s) URL, got {url!r}", hint="e.g. http://127.0.0.1:30000/v1"
+        )
+    url = url.rstrip("/")
+    if not url.endswith("/v1"):
+        url += "/v1"
+    return BenchTarget(url=url, reports_dir=out)

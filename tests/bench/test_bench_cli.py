@@ -1,0 +1,109 @@
+"""`sparkfleet smoke`, `bench`, `report list|compare` as a user runs them: a real process each time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench_fleet import write_fleet_root
+
+QUICK = ["--quick", "--depths", "0", "--concurrency", "1,2", "--requests", "2"]
+
+
+def sparkfleet(*args: str, root: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "sparkfleet"] + (["--root", str(root)] if root else []) + list(args)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_smoke_url_passes_and_json(fake_lane):
+    lane = fake_lane()
+    done = sparkfleet("smoke", "--url", lane.url)
+    assert done.returncode == 0, done.stderr
+    assert "11303" in done.stdout and "smoke passed: 2/2" in done.stdout
+    doc = json.loads(sparkfleet("smoke", "--url", lane.url, "--json").stdout)
+    assert doc["ok"] is True and [c["answer"] for c in doc["cases"]] == ["11303", "42"]
+
+
+def test_smoke_lane_uses_recipe_cases_and_fails_on_a_wrong_answer(fake_lane, tmp_path):
+    lane = fake_lane()
+    smoke = (
+        '[smoke]\n[[smoke.cases]]\nprompt = "What is 6*7?"\nexpect = "42"\n'
+        '[[smoke.cases]]\nprompt = "What is 2+2?"\nexpect = "5"\n'
+    )
+    name = write_fleet_root(tmp_path, lane.port, smoke=smoke)
+    done = sparkfleet("smoke", name, "--json", root=tmp_path)
+    assert done.returncode == 1
+    doc = json.loads(done.stdout)
+    assert [c["passed"] for c in doc["cases"]] == [True, False]
+    assert doc["url"] == f"http://127.0.0.1:{lane.port}/v1"
+
+
+def test_smoke_checks_finish_reason(fake_lane, tmp_path):
+    lane = fake_lane()
+    smoke = '[smoke]\n[[smoke.cases]]\nprompt = "count with me"\nexpect = "alpha"\nmax_tokens = 200\n'
+    name = write_fleet_root(tmp_path, lane.port, smoke=smoke)
+    doc = json.loads(sparkfleet("smoke", name, "--json", root=tmp_path).stdout)
+    case = doc["cases"][0]
+    # the word stream may contain the word, but it ends by length, not stop: a cut-off answer fails
+    assert case["finish_reason"] == "length" and not case["passed"]
+
+
+def test_bench_lane_writes_a_full_report_then_compare_against_baseline(fake_lane, tmp_path):
+    lane = fake_lane(
+        "--decode-tps", "300", "--prefill-tps", "50000", "--tokens-per-chunk", "3", "--usage", "continuous"
+    )
+    name = write_fleet_root(tmp_path, lane.port)
+    done = sparkfleet("bench", name, *QUICK, "--tag", "first", "--json", root=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    report = Path(result["report"]["json"])
+    assert report.parent == tmp_path / "recipes" / name / "reports"
+    assert report.name.endswith("_first.json") and Path(result["report"]["png"]).stat().st_size > 1000
+    doc = json.loads(report.read_text())
+    assert doc["hosts"] == ["head", "worker"] and doc["lane"] == name
+    assert set(doc["pins"]) == {"weights", "image"} and doc["pins"]["weights"]["value"] == "a" * 40
+    recipe = (tmp_path / "recipes" / name / "recipe.toml").read_bytes()
+    assert doc["recipe_sha256"] == hashlib.sha256(recipe).hexdigest()
+    assert abs(doc["decode_probe"]["metrics"]["decode_tps"] - 300) / 300 < 0.1  # see test_bench_accuracy
+    assert doc["spec_accept"] == {"value": 3.0, "source": "/get_server_info"}
+    assert doc["token_sources"] == ["continuous_usage"]
+    assert [lv["concurrency"] for lv in doc["sweep"]] == [1, 2]
+
+    listed = sparkfleet("report", "list", name, "--json", root=tmp_path)
+    assert [r["name"] for r in json.loads(listed.stdout)["reports"]] == [report.stem]
+
+    # declare the first report the baseline, then a slower lane must regress against it
+    recipe_path = tmp_path / "recipes" / name / "recipe.toml"
+    bench = f'[bench]\nbaseline = "{report.stem}"\n[bench.thresholds]\ndecode_tps_drop_pct = 5\n'
+    recipe_path.write_text(recipe_path.read_text() + bench)
+    slow = fake_lane(
+        "--decode-tps", "150", "--prefill-tps", "50000", "--tokens-per-chunk", "3", "--usage", "continuous"
+    )
+    recipe_path.write_text(recipe_path.read_text().replace(f"port = {lane.port}", f"port = {slow.port}"))
+    second = sparkfleet("bench", name, *QUICK, "--tag", "slower", root=tmp_path)
+    assert second.returncode == 1, second.stdout
+    assert "REGRESSION" in second.stdout and "decode_tps" in second.stdout
+    compared = sparkfleet("report", "compare", "--lane", name, "--json", root=tmp_path)
+    assert compared.returncode == 1
+    verdict = json.loads(compared.stdout)
+    assert not verdict["ok"] and any(r.startswith("decode_tps") for r in verdict["regressions"])
+    same = sparkfleet("report", "compare", report.stem, report.stem, "--lane", name, root=tmp_path)
+    assert same.returncode == 0 and "no regression" in same.stdout
+
+
+def test_bench_url_mode_writes_into_out(fake_lane, tmp_path):
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000")
+    out = tmp_path / "reports"
+    done = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = sorted(p.suffix for p in out.iterdir())
+    assert files == [".json", ".md", ".png"]
+    assert "report: " + str(out) in done.stdout
+
+
+def test_lane_or_url_is_required():
+    done = sparkfleet("bench")
+    assert done.returncode == 2 and "LANE or give --url" in done.stderr

@@ -1,0 +1,83 @@
+"""Reports: names, atomic files, listing, and comparison with thresholds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkfleet.bench.run import BenchRun
+from sparkfleet.bench.target import Thresholds
+from sparkfleet.errors import SparkfleetError
+from sparkfleet.report import compare, list_reports, report_stem, resolve, write_report
+
+
+def _doc(decode: float, ttft: float = 0.1, quality: float | None = 92.0, status: str = "ok") -> dict:
+    return {
+        "schema": "sparkfleet.bench/1",
+        "status": status,
+        "failures": [] if status == "ok" else ["x"],
+        "decode_probe": {"metrics": {"decode_tps": decode, "ttft_s": ttft}},
+        "table": [
+            {"test": "pp512", "depth": 0, "tps_mean": 700.0},
+            {"test": "tg128", "depth": 0, "tps_mean": decode},
+        ],
+        "sweep": [{"concurrency": 1, "aggregate_tps": decode}],
+        "quality": {"status": "ok", "score": quality} if quality is not None else None,
+    }
+
+
+def test_stem_is_utc_time_and_safe_tag():
+    assert report_stem("2026-09-27T05:30:09Z", "exl3 2x/local") == "2026-09-27_053009_exl3-2x-local"
+
+
+def test_compare_flags_each_kind_of_regression():
+    t = Thresholds(decode_tps_drop_pct=5, ttft_rise_pct=25, quality_drop_points=3)
+    assert compare(_doc(35.0), _doc(34.0), t).ok  # -2.9 % is within 5 %
+    slow = compare(_doc(35.0), _doc(30.0), t)
+    assert not slow.ok and {r.split(":")[0] for r in slow.regressions} == {
+        "decode_tps",
+        "tg128@d0",
+        "aggregate_tps@c1",
+    }
+    assert not compare(_doc(35.0), _doc(35.0, ttft=0.2), t).ok
+    assert not compare(_doc(35.0, quality=93), _doc(35.0, quality=89), t).ok
+    assert compare(_doc(35.0, quality=93), _doc(35.0, quality=92), t).ok
+
+
+def test_a_failed_run_is_always_a_regression():
+    verdict = compare(
+        _doc(35.0), {**_doc(35.0), "status": "failed", "failures": ["decode probe: dropped"]}, Thresholds()
+    )
+    assert not verdict.ok and "failed" in verdict.regressions[0]
+    missing = _doc(35.0)
+    missing["decode_probe"]["metrics"]["decode_tps"] = None
+    assert any("missing" in r for r in compare(_doc(35.0), missing, Thresholds()).regressions)
+
+
+def test_write_list_resolve(tmp_path):
+    run = BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url="http://127.0.0.1:1/v1")
+    paths = write_report(run, tmp_path)
+    assert paths.json.name == "2026-09-27_053009_t.json" and paths.png is None
+    assert json.loads(paths.json.read_text())["schema"] == "sparkfleet.bench/1"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left behind
+    later = BenchRun(tag="u", created_utc="2026-09-28T00:00:00Z", url="http://127.0.0.1:1/v1")
+    write_report(later, tmp_path)
+    assert [r.name for r in list_reports(tmp_path)] == ["2026-09-27_053009_t", "2026-09-28_000000_u"]
+    assert resolve("latest", tmp_path).stem == "2026-09-28_000000_u"
+    assert resolve("053009", tmp_path) == paths.json
+    with pytest.raises(SparkfleetError):
+        resolve("nope", tmp_path)
+
+
+def test_api_key_never_reaches_a_report(fake_lane, tmp_path, monkeypatch):
+    from sparkfleet.bench.run import BenchSettings, run_bench
+    from sparkfleet.bench.target import for_url
+
+    monkeypatch.setenv("SPARKFLEET_API_KEY", "sk-very-secret-123")
+    lane = fake_lane("--api-key", "sk-very-secret-123", "--decode-tps", "5000", "--prefill-tps", "100000")
+    run = run_bench(for_url(lane.url, tmp_path), BenchSettings.quick(), "keyed")
+    assert run.status == "ok", run.failures
+    paths = write_report(run, tmp_path)
+    for path in (paths.json, paths.markdown):
+        assert "sk-very-secret-123" not in path.read_text()
