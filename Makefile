@@ -38,7 +38,8 @@ test: venv debian-deps lint
 	$(BIN)/python -m pytest -q -ra
 
 demo: venv
-	$(BIN)/sparkfleet demo
+	rm -rf .demo
+	$(BIN)/sparkfleet demo --workdir .demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -16,7 +16,7 @@ python3Packages.buildPythonApplication {
   build-system = [ python3Packages.setuptools ];
   # The same list as pyproject.toml's dependencies (tests/nix/test_pkgs.py compares them).
   dependencies = with python3Packages; [
-    click jsonschema rich huggingface-hub safetensors matplotlib
+    click jsonschema rich huggingface-hub safetensors matplotlib numpy
     (callPackage ./tool-eval-bench.nix { })
   ];
   # pyproject asks huggingface_hub>=1.0 (the trees/ + shared-blob layout); a release branch may

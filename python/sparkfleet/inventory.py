@@ -28,6 +28,7 @@ RECIPE_FILE = "recipe.toml"
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 GIB = 1024**3
 
 
@@ -43,6 +44,14 @@ class Host:
     nas_hub: Path
     reserve_bytes: int
     ssh_key: Path | None = None
+    # The node's RoCE fabric address: picks its GID index and is what peers dial (launch/fabric).
+    fabric_ip: str | None = None
+    # Node-local directory for launch records and rank logs (default: beside local_hub).
+    state_dir: Path | None = None
+    # The NFS export holding the NAS hub cache (server:/path), mounted at nas_hub's parent.
+    nas_export: str | None = None
+    # "nixos" or "dgx-os" (Nix on Ubuntu): which deploy-rs profiles the host takes (modules/lib/fleet.nix).
+    os: str = "dgx-os"
 
 
 @dataclass(frozen=True)
@@ -55,12 +64,18 @@ class Pin:
     source: str  # hf/git: ORG/NAME; oci: image name
     tag: str | None = None
     note: str | None = None
+    # url pins: the source commit the download was cut from (sources.manifest's second column).
+    commit: str | None = None
+    # Nix's fixed-output hash (SRI) of what a derivation fetches for this pin, once resolved.
+    nix_hash: str | None = None
 
     @property
     def resolved(self) -> bool:
         """Whether the value is a full, immutable identifier (derived from its form, never stated)."""
         if self.kind == "oci":
             return _DIGEST.fullmatch(self.value) is not None
+        if self.kind == "url":
+            return _SHA256.fullmatch(self.value) is not None
         return _HEX40.fullmatch(self.value) is not None
 
 
@@ -133,19 +148,33 @@ def _key_path(parts: Any) -> str:
     return out or "(top level)"
 
 
+def _best_branch_error(context: list) -> jsonschema.ValidationError:
+    """For a oneOf/anyOf failure: the error of the branch whose discriminator (`kind`) matched."""
+    branches: dict = {}
+    for e in context:
+        branches.setdefault(e.schema_path[0] if e.schema_path else None, []).append(e)
+    matching = [errs for errs in branches.values() if not any(list(e.path)[-1:] == ["kind"] for e in errs)]
+    candidates = matching[0] if matching else context
+    return max(candidates, key=lambda e: len(e.absolute_path))
+
+
 def validate(document: dict[str, Any], schema_name: str, path: Path) -> None:
     """Raise InventoryError naming file, key path and expectation for the first schema violation."""
     validator = jsonschema.Draft202012Validator(schema(schema_name))
-    errors = sorted(validator.iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        validator.iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+    )
     if not errors:
         return
     err = errors[0]
     # oneOf failures hide the useful message in their context; pick the branch that got furthest.
     if err.context:
-        err = max(err.context, key=lambda e: len(e.absolute_path))
+        err = _best_branch_error(err.context)
     where = _key_path(err.absolute_path)
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    raise InventoryError(f"{path}: {where}: {err.message}{more}", hint=f"see the schema {schema_name}.schema.json")
+    raise InventoryError(
+        f"{path}: {where}: {err.message}{more}", hint=f"see the schema {schema_name}.schema.json"
+    )
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -189,6 +218,10 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any], path: Path) 
         nas_hub=Path(merged["nas_hub"]),
         reserve_bytes=int(float(merged.get("reserve_gib", 0)) * GIB),
         ssh_key=Path(merged["ssh_key"]) if "ssh_key" in merged else None,
+        fabric_ip=merged.get("fabric_ip"),
+        state_dir=Path(merged["state_dir"]) if "state_dir" in merged else None,
+        nas_export=merged.get("nas_export"),
+        os=merged.get("os", "dgx-os"),
     )
 
 
@@ -197,8 +230,18 @@ def _pin(name: str, doc: dict[str, Any]) -> Pin:
     if kind == "hf":
         return Pin(name, kind, doc["revision"], doc["repo"], note=doc.get("note"))
     if kind == "git":
-        return Pin(name, kind, doc["rev"], doc["repo"], note=doc.get("note"))
-    return Pin(name, kind, doc["digest"], doc["image"], tag=doc.get("tag"), note=doc.get("note"))
+        return Pin(name, kind, doc["rev"], doc["repo"], note=doc.get("note"), nix_hash=doc.get("nix_hash"))
+    if kind == "url":
+        return Pin(name, kind, doc["sha256"], doc["url"], note=doc.get("note"), commit=doc.get("commit"))
+    return Pin(
+        name,
+        kind,
+        doc["digest"],
+        doc["image"],
+        tag=doc.get("tag"),
+        note=doc.get("note"),
+        nix_hash=doc.get("nix_hash"),
+    )
 
 
 def _lane(name: str, doc: dict[str, Any], path: Path, hosts: dict[str, Host], pins: dict[str, Pin]) -> Lane:

@@ -19,9 +19,14 @@ from ..errors import SparkfleetError
 # (module under sparkfleet.cli, attribute): each verb lives in a module of its own.
 COMMANDS: list[tuple[str, str]] = [
     ("inventory", "inventory"),
+    ("pins", "pins"),
     ("stage", "stage"),
     ("stage", "verify"),
     ("demo", "demo"),
+    ("launch", "env"), ("launch", "manifest"), ("launch", "launch"), ("launch", "stop"),
+    ("launch", "status"), ("launch", "logs"), ("launch", "doctor"), ("launch", "agent"),
+    ("bench", "smoke"), ("bench", "bench"), ("bench", "report"),
+    ("engram", "engram"),
 ]
 
 

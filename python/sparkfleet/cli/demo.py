@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import click
 
 from .. import inventory
 from ..demo.fleet import DEMO_LANE, write_demo_fleet
+from ..engram import pack as engram_pack
 from ..stage import execute
 from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar
@@ -41,6 +44,21 @@ def _offline_load(hub: Path, repo: str, revision: str) -> str:
     return snapshot_download(repo, revision=revision, cache_dir=hub, local_files_only=True)
 
 
+def _smoke_and_bench(root: Path) -> bool:
+    """While the demo lane serves: the recipe's smoke prompts, then a quick bench with its report."""
+    ok = True
+    for verb in (["smoke", DEMO_LANE], ["bench", DEMO_LANE, "--quick", "--tag", "demo"]):
+        click.echo(f"sparkfleet {' '.join(verb)}:")
+        proc = subprocess.run(
+            [sys.executable, "-m", "sparkfleet", "--root", str(root), *verb],
+            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        for line in (proc.stdout + proc.stderr).splitlines():
+            click.echo(f"  {line}")
+        ok &= proc.returncode == 0
+    return ok
+
+
 @click.command()
 @click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here (default: temp)."
@@ -69,9 +87,21 @@ def demo(workdir: Path | None, shard_mib: int) -> None:
         for model in lane.models:
             path = _offline_load(inv.host(lane.hosts[0]).local_hub, model.repo, model.revision)
             click.echo(f"offline load {model.repo}: {path}")
+        for host in lane.hosts:
+            packed = engram_pack.pack(inv, DEMO_LANE, host)
+            click.echo(
+                f"engram pack {host}: rank {packed.rank} of {packed.world}, {packed.action}, "
+                f"{len(packed.written)} files ({human_bytes(packed.written_bytes)}) → {packed.out_dir}"
+            )
+        if ok:  # serve the staged lane with the process runtime and show readiness (launch/demo.py)
+            from ..launch.demo import run_demo_launch
+
+            click.echo(f"launch {DEMO_LANE} (process runtime):")
+            ok &= run_demo_launch(inv, DEMO_LANE, click.echo, while_up=lambda: _smoke_and_bench(fleet.root))
         click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
         if not ok:
             raise SystemExit(1)
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+            click.echo("(temp dir removed; `sparkfleet demo --workdir DIR` keeps the trees and reports)")

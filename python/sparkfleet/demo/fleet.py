@@ -12,7 +12,15 @@ from pathlib import Path
 
 from .. import atomic
 from ..launch.demo import demo_launch_tables
-from .hubfixture import DRAFTER_REPO, WEIGHTS_REPO, HubFixture, build_nas_hub
+from .hubfixture import (
+    DRAFTER_REPO,
+    ENGRAM_REPO,
+    WEIGHTS_REPO,
+    EngramTruth,
+    HubFixture,
+    build_engram_repo,
+    build_nas_hub,
+)
 
 DEMO_LANE = "demo-exl3-2x"
 DEMO_HOSTS = ("dgx1", "dgx2")
@@ -23,6 +31,7 @@ class DemoFleet:
     root: Path  # fleet root: hosts/fleet.toml, recipes/
     nas_hub: Path
     fixture: HubFixture
+    engram: EngramTruth | None = None  # the engram tables `sparkfleet engram pack` cuts per rank
 
     def local_hub(self, host: str) -> Path:
         return self.root.parent / host / "nvme" / "hub"
@@ -36,6 +45,7 @@ def write_demo_fleet(workdir: Path, shard_bytes: int = 1024 * 1024) -> DemoFleet
     """Build the NAS fixture and a two-host inventory pointing at it under `workdir`."""
     workdir = workdir.resolve()
     fixture = build_nas_hub(workdir / "nas" / "hub", shard_bytes=shard_bytes)
+    engram = build_engram_repo(fixture.root, rows={1: 4001, 14: 4003})
     root = workdir / "fleet"
     hosts = "\n".join(
         f'[hosts.{h}]\naddress = "localhost"\nlocal_hub = {_q(str(workdir / h / "nvme" / "hub"))}\n'
@@ -59,6 +69,11 @@ revision = {_q(fixture.weights.commits["main"])}
 kind = "hf"
 repo = {_q(DRAFTER_REPO)}
 revision = "main"
+
+[pins.demo-engram]
+kind = "hf"
+repo = {_q(ENGRAM_REPO)}
+revision = {_q(engram.commit)}
 """
     recipe = f"""[lane]
 hosts = {json.dumps(list(DEMO_HOSTS))}
@@ -70,7 +85,14 @@ exclude = ["page15/*"]
 
 [[models]]
 pin = "demo-drafter"
+
+# Per-rank engram packs (sparkfleet engram pack demo-exl3-2x HOST), read from the NAS hub.
+[engram]
+pin = "demo-engram"
+pattern = ["layers.{{layer}}.engram.embed.weight", "layers.{{layer}}.engram.embed.scale"]
+rows = {{ 1 = 4001, 14 = 4003 }}
+row_bytes = 264
 """ + demo_launch_tables()
     atomic.write_bytes(root / "hosts" / "fleet.toml", fleet.encode())
     atomic.write_bytes(root / "recipes" / DEMO_LANE / "recipe.toml", recipe.encode())
-    return DemoFleet(root=root, nas_hub=fixture.root, fixture=fixture)
+    return DemoFleet(root=root, nas_hub=fixture.root, fixture=fixture, engram=engram)

@@ -229,3 +229,95 @@ def build_nas_hub(
     drafter.ref("main", dtruth.commits["main"])
     dtruth.files = {dtruth.commits["main"]: {p: d for p, (d, _, _) in dfiles.items()}}
     return HubFixture(hub, {WEIGHTS_REPO: truth, DRAFTER_REPO: dtruth})
+
+
+# ---- engram tables (sparkfleet engram pack) ------------------------------------------------
+
+ENGRAM_REPO = "demo-org/DeepSeek-V4.1-Flash-Engram"
+ENGRAM_TENSOR = "layers.{layer}.engram.embed.{part}"
+
+
+def tensors_file_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
+    """A valid safetensors file of tensors given as name -> (dtype, shape, raw bytes), in order."""
+    header, offset = {}, 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    return struct.pack("<Q", len(head)) + head + b"".join(t[2] for t in tensors.values())
+
+
+@dataclass
+class EngramTruth:
+    """What build_engram_repo wrote: per layer the weight and scale bytes, for assertions."""
+
+    repo: str
+    commit: str
+    weight_width: int
+    scale_width: int
+    tables: dict[int, dict[str, bytes]]  # layer -> {"weight": bytes, "scale": bytes}
+
+    def rows(self, layer: int) -> int:
+        return len(self.tables[layer]["weight"]) // self.weight_width
+
+    def packed_rows(self, layer: int, lo: int = 0, hi: int | None = None) -> bytes:
+        """Rows [lo, hi) as a pack holds them: each row's weight bytes, then its scale bytes."""
+        w, s = self.tables[layer]["weight"], self.tables[layer]["scale"]
+        ww, sw = self.weight_width, self.scale_width
+        hi = self.rows(layer) if hi is None else hi
+        return b"".join(w[i * ww : (i + 1) * ww] + s[i * sw : (i + 1) * sw] for i in range(lo, hi))
+
+
+def build_engram_repo(
+    hub: Path,
+    rows: dict[int, int] | None = None,
+    weight_width: int = 256,
+    scale_width: int = 8,
+    seed: int = 11,
+    with_index: bool = True,
+    repo: str = ENGRAM_REPO,
+    label: str = "engram-main",
+) -> EngramTruth:
+    """A checkpoint-like repo whose engram tables sit in several shards, behind other tensors.
+
+    Layer L's tables are `layers.L.engram.embed.weight` (F8_E4M3 [R, weight_width]) and `.scale`
+    (F8_E8M0 [R, scale_width]) — the names third-party TP4 packers read from DeepSeek-V4.1-Flash —
+    each in a shard after a filler tensor (so data offsets are never 0), one shard reached through
+    the shared store. `with_index=False` leaves out model.safetensors.index.json.
+    """
+    rng = random.Random(seed)
+    hub = Path(hub).resolve()
+    (hub / "blobs").mkdir(parents=True, exist_ok=True)
+    marker = hub / "blobs" / SHARED_STORE_MARKER
+    if not marker.exists():
+        marker.write_text(SHARED_STORE_LAYOUT)
+    rows = rows or {1: 1001, 14: 1003}
+    writer = _Writer(hub, repo)
+    truth = EngramTruth(repo, _commit(f"{repo}:{label}"), weight_width, scale_width, {})
+    shards: list[dict[str, tuple[str, list[int], bytes]]] = []
+    for layer, count in sorted(rows.items()):
+        weight, scale = _noise(rng, count * weight_width), _noise(rng, count * scale_width)
+        truth.tables[layer] = {"weight": weight, "scale": scale}
+        shards.append(
+            {
+                f"layers.{layer}.attn.wq": ("BF16", [8, 4], _noise(rng, 64)),
+                ENGRAM_TENSOR.format(layer=layer, part="weight"): ("F8_E4M3", [count, weight_width], weight),
+                ENGRAM_TENSOR.format(layer=layer, part="scale"): ("F8_E8M0", [count, scale_width], scale),
+            }
+        )
+    shards.append({"embed.weight": ("F32", [16, 4], _noise(rng, 256))})
+    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    files: dict[str, tuple[bytes, bool, str | None]] = {
+        "config.json": (json.dumps({"architectures": ["DeepseekV4ForCausalLM"]}).encode(), False, None),
+    }
+    for i, (name, tensors) in enumerate(zip(names, shards, strict=True)):
+        files[name] = (tensors_file_bytes(tensors), True, "shared" if i == 0 else None)
+    if with_index:
+        weight_map = {t: name for name, tensors in zip(names, shards, strict=True) for t in tensors}
+        index = {"metadata": {"total_size": sum(len(files[n][0]) for n in names)}, "weight_map": weight_map}
+        files["model.safetensors.index.json"] = (json.dumps(index).encode(), False, None)
+    writer.snapshot(truth.commit, files, real=set())
+    writer.ref("main", truth.commit)
+    return truth

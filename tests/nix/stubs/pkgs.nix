@@ -34,6 +34,7 @@ in
     python-dotenv = "python-dotenv";
     pyyaml = "pyyaml";
     matplotlib = "matplotlib";
+    numpy = "numpy";
     setuptools = "setuptools";
     click = "click";
     jsonschema = "jsonschema";

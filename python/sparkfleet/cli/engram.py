@@ -1,0 +1,101 @@
+"""`sparkfleet engram pack|verify LANE HOST`: per-rank engram packs on the host's NVMe (run on HOST)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import click
+
+from ..engram import pack as core
+from ..engram.verify import verify as verify_packs
+from ..inventory import GIB
+from .progress import RichStageProgress, wants_bar
+from .render import echo_json, human_bytes, load_inventory
+
+
+@click.group()
+def engram() -> None:
+    """Cut each rank's rows of the lane's engram tables into local packs, and check them."""
+
+
+def _source_line(source: dict) -> str:
+    where = f"{source['origin']} hub {source['hub']}"
+    if source.get("fallback_reason"):
+        where += f" (not staged locally: {source['fallback_reason']})"
+    return f"source {source['repo']}@{source['commit'][:12]} from {where}"
+
+
+@engram.command("pack")
+@click.argument("lane")
+@click.argument("host")
+@click.option(
+    "--force", is_flag=True, help="Repack even when the directory holds other (or unidentified) packs."
+)
+@click.option(
+    "--full", is_flag=True, help="Check kept packs by sha256 of every byte (default: size + sample)."
+)
+@click.option("--dry-run", is_flag=True, help="Print the rows and files this host would get; write nothing.")
+@click.option("--reserve-gib", type=float, help="Free space to leave (default: the host's reserve_gib).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def pack(ctx, lane, host, force, full, dry_run, reserve_gib, as_json) -> None:
+    """Pack HOST's rows of LANE's engram tables (skipped when its receipt matches and the packs verify)."""
+    inv = load_inventory(ctx)
+    if dry_run:
+        summary = core.plan(inv, lane, host).summary()
+        if as_json:
+            echo_json({"dry_run": True, **summary})
+            return
+        click.echo(f"{lane} on {host}: rank {summary['rank']} of {summary['world']} → {summary['out_dir']}")
+        click.echo(_source_line(summary["source"]))
+        for f in summary["files"]:
+            click.echo(
+                f"  {f['name']}: rows [{f['lo']}, {f['hi']}) of {f['total_rows']}, {f['row_bytes']} B/row, "
+                f"{human_bytes(f['size'])} ({' + '.join(f['tensors'])})"
+            )
+        click.echo(f"total {human_bytes(summary['total_bytes'])}")
+        return
+    reserve = int(reserve_gib * GIB) if reserve_gib is not None else None
+    bar = RichStageProgress() if wants_bar(as_json) else None
+    with bar if bar else contextlib.nullcontext():
+        result = core.pack(inv, lane, host, force=force, full=full, reserve_bytes=reserve, progress=bar)
+    if as_json:
+        echo_json(result.as_dict())
+        return
+    click.echo(f"{lane} on {host}: rank {result.rank} of {result.world}, {result.action} → {result.out_dir}")
+    click.echo(_source_line(result.source))
+    for name, problem in sorted(result.repaired_reasons.items()):
+        click.echo(f"  repaired {name}: {problem}")
+    click.echo(
+        f"written {len(result.written)} ({human_bytes(result.written_bytes)}), kept {len(result.kept)}"
+        + (f", removed {len(result.removed)} stale" if result.removed else "")
+        + (f", swept {result.temps_swept} temps" if result.temps_swept else "")
+        + (f" in {result.seconds:.1f} s, {result.mb_per_s:.1f} MB/s" if result.written else "")
+    )
+
+
+@engram.command("verify")
+@click.argument("lane")
+@click.argument("host")
+@click.option("--full", is_flag=True, help="sha256 of every byte (default: size + header + sampled digest).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def verify(ctx, lane, host, full, as_json) -> None:
+    """Check HOST's packs for LANE against their receipt and the lane's tables; exit 1 on any shortfall."""
+    report = verify_packs(load_inventory(ctx), lane, host, full=full)
+    if as_json:
+        echo_json(report.as_dict())
+    else:
+        click.echo(
+            f"{lane} on {host}: rank {report.rank} of {report.world}, "
+            f"{report.mode} verify of {report.out_dir}"
+        )
+        for name, state in sorted(report.files.items()):
+            click.echo(f"  {name}: {state}")
+        for problem in report.problems:
+            if ": " not in problem or problem.split(": ", 1)[0] not in report.files:
+                click.echo(f"  {problem}")
+        click.echo("ok" if report.ok else f"{len(report.problems)} problem(s)")
+    if not report.ok:
+        sys.exit(1)

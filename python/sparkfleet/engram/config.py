@@ -1,0 +1,177 @@
+"""A lane recipe's optional `[engram]` table, and where a host's packs live.
+
+The table says which hf pin holds the engram tables and which tensors make a table's row, either
+listed (`[[engram.tables]]` with `layer` and `name`, or `parts` when one packed row is several
+tensors' rows side by side — the TP4 lane's 264-byte row is 256 FP8 weight bytes + 8 scale bytes
+from two tensors) or as a `pattern` with `{layer}` in it, the layers then read from the shards'
+tensor names. The world size and the rank are never restated: W is the number of the lane's hosts
+and the rank is the host's node rank (lane.hosts order unless [world.ranks] says otherwise), so a
+pack always matches the NODE_RANK its runtime is started with.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InventoryError
+from ..inventory import Inventory, Lane, Pin
+
+DEFAULT_MOUNT = "/engram"  # the container path DSV41_PACKED_DIR points at (the TP4 packer's --out default)
+PACKED_DIR_ENV = "DSV41_PACKED_DIR"
+LAYER_FIELD = "{layer}"
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """One table as the recipe names it: a layer and the tensors whose rows form one packed row."""
+
+    layer: int
+    parts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EngramSpec:
+    """The lane's `[engram]` table with the pin resolved."""
+
+    lane: str
+    recipe_path: Path
+    pin: Pin
+    tables: tuple[TableRef, ...]  # explicit tables (empty when `patterns` is used)
+    patterns: tuple[str, ...]  # tensor-name templates with {layer}, one per part of a row
+    layers: tuple[int, ...]  # with patterns: only these layers (empty = every layer found)
+    expect_rows: dict[int, int]  # layer -> row count the recipe asserts
+    row_bytes: int | None  # asserted packed row size (else derived from the tensors)
+    out_dir: str | None  # template with {lane} / {host}; None = beside the local hub
+    mount: str
+
+    def layer_regex(self) -> re.Pattern[str]:
+        """The first pattern as a regex capturing the layer number."""
+        head, _, tail = self.patterns[0].partition(LAYER_FIELD)
+        return re.compile(re.escape(head) + r"(\d+)" + re.escape(tail))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one host's share of the lane's packs goes: its rank, the world size, the directory."""
+
+    lane: str
+    host: str
+    rank: int
+    world: int
+    out_dir: Path
+
+
+def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
+    """The lane's `[engram]` table, or None when the lane has none."""
+    lane = inv.lane(lane_name)
+    doc = lane.raw.get("engram")
+    if doc is None:
+        return None
+    where = f"{lane.recipe_path}: engram"
+    pin = inv.pins.get(doc["pin"])
+    if pin is None or pin.kind != "hf":
+        known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "hf")) or "none"
+        raise InventoryError(
+            f"{where}.pin: {doc['pin']!r} is not an hf pin", hint=f"expected one of: {known}"
+        )
+    has_tables, has_pattern = "tables" in doc, "pattern" in doc
+    if has_tables == has_pattern:
+        raise InventoryError(
+            f"{where}: give exactly one of `tables` or `pattern`",
+            hint='tables = [{layer = 1, name = "..."}] or pattern = "layers.{layer}.engram.embed.weight"',
+        )
+    tables: list[TableRef] = []
+    for i, t in enumerate(doc.get("tables", ())):
+        if ("name" in t) == ("parts" in t):
+            raise InventoryError(f"{where}.tables[{i}]: give exactly one of `name` or `parts`")
+        tables.append(TableRef(int(t["layer"]), (t["name"],) if "name" in t else tuple(t["parts"])))
+    layers_seen = [t.layer for t in tables]
+    dup = sorted({x for x in layers_seen if layers_seen.count(x) > 1})
+    if dup:
+        raise InventoryError(f"{where}.tables: layer {dup[0]} is listed twice (one pack file per layer)")
+    raw_pattern = doc.get("pattern", ())
+    patterns = (raw_pattern,) if isinstance(raw_pattern, str) else tuple(raw_pattern)
+    for i, p in enumerate(patterns):
+        if p.count(LAYER_FIELD) != 1:
+            raise InventoryError(f"{where}.pattern[{i}]: {p!r} must contain {LAYER_FIELD} exactly once")
+    if "layers" in doc and not patterns:
+        raise InventoryError(f"{where}.layers: only used with `pattern` (tables name their layer)")
+    try:
+        expect_rows = {int(k): int(v) for k, v in doc.get("rows", {}).items()}
+    except ValueError:
+        raise InventoryError(
+            f"{where}.rows: keys are layer numbers, e.g. rows = {{ 1 = 384006168 }}"
+        ) from None
+    out_dir = doc.get("out_dir")
+    if out_dir is not None:
+        unknown = set(re.findall(r"\{([^}]*)\}", out_dir)) - {"lane", "host"}
+        if unknown:
+            raise InventoryError(
+                f"{where}.out_dir: unknown placeholder {{{sorted(unknown)[0]}}}",
+                hint="out_dir may use {lane} and {host}",
+            )
+    return EngramSpec(
+        lane=lane.name,
+        recipe_path=lane.recipe_path,
+        pin=pin,
+        tables=tuple(tables),
+        patterns=patterns,
+        layers=tuple(int(x) for x in doc.get("layers", ())),
+        expect_rows=expect_rows,
+        row_bytes=int(doc["row_bytes"]) if "row_bytes" in doc else None,
+        out_dir=out_dir,
+        mount=doc.get("mount", DEFAULT_MOUNT),
+    )
+
+
+def node_rank(lane: Lane, host: str) -> int:
+    """The host's node rank in the lane: [world.ranks] when given, else its index in lane.hosts."""
+    if host not in lane.hosts:
+        raise InventoryError(
+            f"host {host!r} is not in lane {lane.name!r}", hint=f"lane hosts: {', '.join(lane.hosts)}"
+        )
+    ranks = lane.raw.get("world", {}).get("ranks")
+    return int(ranks[host]) if ranks and host in ranks else lane.hosts.index(host)
+
+
+def placement(inv: Inventory, spec: EngramSpec, host_name: str) -> Placement:
+    """Rank, world size and output directory of `host_name`'s packs for the lane."""
+    lane = inv.lane(spec.lane)
+    host = inv.host(host_name)
+    rank = node_rank(lane, host_name)
+    if spec.out_dir is not None:
+        out = Path(spec.out_dir.format(lane=lane.name, host=host_name))
+    else:
+        out = host.local_hub.parent / "engram-packs" / lane.name
+    return Placement(lane.name, host_name, rank, len(lane.hosts), out)
+
+
+def packed_dir(inv: Inventory, lane_name: str, host_name: str) -> Path | None:
+    """The host directory holding `host_name`'s packs for the lane, or None when the lane packs nothing."""
+    spec = engram_spec(inv, lane_name)
+    return None if spec is None else placement(inv, spec, host_name).out_dir
+
+
+def launch_wiring(inv: Inventory, lane_name: str, host_name: str, in_container: bool) -> tuple[dict, list]:
+    """(env, binds) a rank needs to read its packs: DSV41_PACKED_DIR, and in a container a read-only bind.
+
+    Called by launch.spec.build_spec; empty when the lane has no [engram]. The env key is refused
+    in [launch.env] for such a lane, so the directory is named in one place only.
+    """
+    from ..launch.manifest import BindMount
+
+    spec = engram_spec(inv, lane_name)
+    if spec is None:
+        return {}, []
+    lane = inv.lane(lane_name)
+    if PACKED_DIR_ENV in lane.raw.get("launch", {}).get("env", {}):
+        raise InventoryError(
+            f"{lane.recipe_path}: launch.env sets {PACKED_DIR_ENV}, which [engram] derives",
+            hint="drop it from [launch.env]; [engram].out_dir / mount say where the packs are",
+        )
+    out = placement(inv, spec, host_name).out_dir
+    if not in_container:
+        return {PACKED_DIR_ENV: str(out)}, []
+    return {PACKED_DIR_ENV: spec.mount}, [BindMount(out, spec.mount, True, "engram")]
