@@ -140,7 +140,7 @@ let
 
       staging = h: {
         unit = constants.stagingUnit;
-        argv = [ "sparkfleet" "stage" h.name "--json" ];
+        argv = [ "sparkfleet" "stage" h.name "--here" "--json" ];
         lock = "${h.localHub}/${constants.stageLock}";
         user = h.sshUser;
         readWritePaths = [ h.localHub ];

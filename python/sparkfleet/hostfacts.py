@@ -178,7 +178,7 @@ def facts(inv: Inventory, name: str) -> HostFacts:
         tmpfiles=(f"d {local_hub} 0755 {owner} -", *(f"d {p} 0755 {owner} -" for p in receipt_parents)),
         staging=StagingUnit(
             unit=STAGING_UNIT,
-            argv=("sparkfleet", "stage", name, "--json"),
+            argv=("sparkfleet", "stage", name, "--here", "--json"),
             lock=str(PurePosixPath(local_hub, STAGE_LOCK)),
             user=host.ssh_user,
             readWritePaths=(local_hub,),

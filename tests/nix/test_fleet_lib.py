@@ -126,7 +126,8 @@ def test_varied_inventory_facts_agree(tmp_path: Path) -> None:
     assert two["hosts"] == ["b", "a"] and two["startArgv"] == ["sparkfleet", "launch", "two", "--no-wait"]
     assert two["stopArgv"] == ["sparkfleet", "stop", "two"] and two["timeoutStartSec"] == 1800
     assert from_nix["b"]["staging"]["lock"] == "/data/hub/.locks/sparkfleet-stage.lock"
-    assert from_nix["b"]["staging"]["argv"] == ["sparkfleet", "stage", "b", "--json"]
+    # --here: the unit runs on the host itself, whatever its OS calls itself (no ssh to self)
+    assert from_nix["b"]["staging"]["argv"] == ["sparkfleet", "stage", "b", "--here", "--json"]
     assert from_nix["c"]["lanes"] == [] and from_nix["c"]["sshUser"] == "svc"
 
 
