@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import secrets
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -104,3 +107,40 @@ def _assert_refused(roots: list[str]) -> None:
     assert "ds41-backend-attestation (owner root)" in out["message"]
     assert "sudo -n" in out["message"] and "sudo" in out["hint"]
     assert os.path.exists(roots[0])  # nothing half-removed that the user did not ask for
+
+
+def _expect_methods(cleanups, methods: list[str]) -> None:
+    got = [c.method for c in cleanups]
+    if got != methods:
+        raise AssertionError(f"cleanup methods {got}, expected {methods}")
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("sudo") or not shutil.which("useradd"),
+    reason="needs root, sudo and useradd (a throwaway launcher user with a NOPASSWD rule for rm)",
+)
+def test_sudo_n_removes_what_the_launcher_user_cannot():
+    """The night shift's fix, done right: `sudo -n rm -rf` of a root-owned receipt root, no prompt."""
+    user = f"sf-rcpt-{secrets.token_hex(3)}"
+    sudoers = Path("/etc/sudoers.d") / user
+    base = Path(tempfile.mkdtemp(prefix="sf-receipts-"))
+    try:
+        subprocess.run(["useradd", "-M", "-r", "-s", "/usr/sbin/nologin", user], check=True)
+        uid = pwd.getpwnam(user).pw_uid
+        sudoers.write_text(f"{user} ALL=(root) NOPASSWD: {shutil.which('rm')}\n")
+        os.chmod(sudoers, 0o440)
+        subprocess.run(["visudo", "-cf", str(sudoers)], check=True, capture_output=True)
+        os.chmod(base, 0o755)
+        roots = stale_receipts(base / "cache")
+        os.chmod(base / "cache", 0o755)  # root-owned parent: a plain unlink by the user fails
+        out = as_user(uid, lambda: _expect_methods(clear_receipts(roots), ["sudo", "sudo", "absent"]))
+        assert out["ok"] is True, out
+        assert not any(os.path.lexists(r) for r in roots)
+        # control: without a working sudo the same layout is refused, untouched
+        roots = stale_receipts(base / "cache2")
+        os.chmod(base / "cache2", 0o755)
+        _assert_refused(roots)
+    finally:
+        sudoers.unlink(missing_ok=True)
+        subprocess.run(["userdel", user], check=False, capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
