@@ -102,3 +102,24 @@ def test_demo_command_runs_end_to_end(tmp_path):
     assert "links ok: 9, dangling: 0, mismatches: 0" in proc.stdout
     assert "copied 0 (0 B)" in proc.stdout  # the rerun
     assert "demo ok" in proc.stdout
+
+
+def test_a_host_running_another_version_refuses(demo):
+    result = run("--root", str(demo.root), "stage", "dgx1", "--here", "--require-version", "0.0.0-other")
+    assert result.exit_code == 2 and "the coordinator runs 0.0.0-other" in result.output
+    assert not demo.local_hub("dgx1").exists()
+    events = run("--root", str(demo.root), "stage", "dgx1", "--here", "--events", "--require-version", "9")
+    event = json.loads(events.output.strip().splitlines()[-1])
+    assert event["event"] == "error" and "coordinator runs 9" in event["message"]
+
+
+def test_remote_argv_is_an_argv_with_the_version_pinned(tmp_path):
+    from sparkfleet import __version__
+    from sparkfleet.stage.remote import StageOptions, stage_argv
+
+    options = StageOptions(lane="l; rm -rf /", exclude=("page15/*",), ssh_config=tmp_path / "cfg")
+    argv = stage_argv(["sparkfleet"], tmp_path, "dgx2", options, share=(1, 4))
+    assert argv[:6] == ["sparkfleet", "--root", str(tmp_path), "stage", "dgx2", "--here"]
+    assert argv[argv.index("--lane") + 1] == "l; rm -rf /"  # one argument, quoted later by SshHost
+    assert argv[argv.index("--require-version") + 1] == __version__
+    assert argv[argv.index("--share") + 1] == "1/4" and "page15/*" in argv

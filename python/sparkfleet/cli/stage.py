@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from .. import __version__
 from ..errors import SparkfleetError
 from ..hubcache import parse_repo_spec
 from ..inventory import GIB
@@ -97,6 +98,7 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option("--events", is_flag=True, help="Progress and result as JSON lines.")
 @click.option("--share", "share_spec", hidden=True, help="Fan-out wave 1: I/N, place only share I of N.")
 @click.option("--peers", "peer_spec", hidden=True, help="Fan-out wave 2: the lane's hosts in share order.")
+@click.option("--require-version", hidden=True, help="Refuse unless this sparkfleet is that version.")
 @click.option(
     "--ssh-config",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -124,6 +126,7 @@ def stage(
     events,
     share_spec,
     peer_spec,
+    require_version,
     ssh_config,
 ) -> None:
     """Stage the repos HOST's lanes need from its NAS hub to its local hub.
@@ -131,6 +134,15 @@ def stage(
     HOST is staged here when it is this machine (or with --here), else over ssh on HOST itself.
     Without HOST, --lane stages every host of the lane in parallel (--fanout: NAS read once).
     """
+    if require_version and require_version != __version__:
+        error = SparkfleetError(
+            f"sparkfleet here is {__version__}, the coordinator runs {require_version}",
+            hint="deploy one sparkfleet to every host (deploy .#<host>.sparkfleet)",
+        )
+        if events:
+            EventsProgress().error(error)
+            sys.exit(error.exit_code)
+        raise error
     direct = source is not None or dest is not None or bool(repos)
     if not direct and not here and (host or lane):
         inv = load_inventory(ctx)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import __version__
 from ..hosts import LOCAL_ADDRESSES, LocalHost, SshHost, connect
 from ..inventory import Host, Inventory
 from .events import parse_event
@@ -81,6 +82,7 @@ def stage_argv(
 ) -> list[str]:
     """The argv that stages `host` on `host` and reports JSON-lines events (pure; tested)."""
     argv = [*prefix, "--root", str(root), "stage", host, "--here", "--events", *options.argv()]
+    argv += ["--require-version", __version__]  # the same tool on every host, or a clear refusal
     if share is not None:
         argv += ["--share", f"{share[0]}/{share[1]}"]
     if peers:
