@@ -25,15 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "python"), str(REPO / "tests")]
 
-from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub  # noqa: E402
+from sparkfleet.demo.hubfixture import build_nas_hub  # noqa: E402
 from support.fleetnet import FleetNet, sshfs_mount, write_ssh_config  # noqa: E402
+from support.stagefleet import nas_tx_bytes, write_lane_fleet  # noqa: E402
 
 HOSTS = ["dgx1", "dgx2", "dgx3", "dgx4"]
-
-
-def nas_tx_bytes(netns: str) -> int:
-    out = subprocess.run(["ip", "-n", netns, "-s", "-j", "link", "show"], capture_output=True, text=True)
-    return sum(link["stats64"]["tx"]["bytes"] for link in json.loads(out.stdout) if link["ifname"] != "lo")
 
 
 def unique_bytes(hub: Path) -> int:
@@ -69,22 +65,11 @@ def main() -> None:
                 for h in HOSTS
             }
             hosts = {h: net.add_host(h) for h in HOSTS}  # after the mounts: each sshd copies the mount table
-            root = work / "fleet"
-            (root / "hosts").mkdir(parents=True)
-            (root / "recipes" / "lane4").mkdir(parents=True)
-            tables = "".join(
-                f'[hosts.{h}]\naddress = "{h}"\nlocal_hub = "{hosts[h].nvme / "hub"}"\n'
-                f'nas_hub = "{points[h] / "hub"}"\n'
-                for h in HOSTS
-            )
-            (root / "hosts" / "fleet.toml").write_text(
-                f'schema_version = 1\n[defaults]\nssh_user = "root"\nreserve_gib = 0\n{tables}'
-                f'[pins.w]\nkind = "hf"\nrepo = "{WEIGHTS_REPO}"\nrevision = "main"\n'
-                f'[pins.d]\nkind = "hf"\nrepo = "{DRAFTER_REPO}"\nrevision = "main"\n'
-            )
-            (root / "recipes" / "lane4" / "recipe.toml").write_text(
-                f"[lane]\nhosts = {json.dumps(HOSTS)}\n"
-                '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
+            root = write_lane_fleet(
+                work / "fleet",
+                {h: hosts[h].nvme / "hub" for h in HOSTS},
+                {h: points[h] / "hub" for h in HOSTS},
+                "lane4",
             )
             env = {
                 **os.environ,

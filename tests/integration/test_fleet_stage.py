@@ -15,18 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
+from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
 from sparkfleet.hubcache import repo_folder
+from support.stagefleet import nas_tx_bytes, write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse, pytest.mark.slow]
 
 HOSTS = ["dgx1", "dgx2", "dgx3", "dgx4"]
 LANE = "lane4"
-
-
-def nas_tx_bytes(nas) -> int:
-    out = subprocess.run(["ip", "-n", nas.netns, "-s", "-j", "link", "show"], capture_output=True, text=True)
-    return sum(link["stats64"]["tx"]["bytes"] for link in json.loads(out.stdout) if link["ifname"] != "lo")
 
 
 @pytest.fixture
@@ -42,22 +38,11 @@ def fleet(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
         for h in HOSTS
     }
     hosts = fleet_hosts(HOSTS)
-    root = tmp_path / "fleet"
-    (root / "hosts").mkdir(parents=True)
-    (root / "recipes" / LANE).mkdir(parents=True)
-    host_tables = "\n".join(
-        f'[hosts.{h}]\naddress = "{h}"\n'
-        f'local_hub = "{hosts[h].nvme / "hub"}"\nnas_hub = "{mounts[h] / "hub"}"\n'
-        for h in HOSTS
-    )
-    (root / "hosts" / "fleet.toml").write_text(
-        f'schema_version = 1\n[defaults]\nssh_user = "root"\nreserve_gib = 0\n{host_tables}\n'
-        f'[pins.w]\nkind = "hf"\nrepo = "{WEIGHTS_REPO}"\nrevision = "main"\n'
-        f'[pins.d]\nkind = "hf"\nrepo = "{DRAFTER_REPO}"\nrevision = "main"\n'
-    )
-    (root / "recipes" / LANE / "recipe.toml").write_text(
-        f"[lane]\nhosts = {json.dumps(HOSTS)}\n"
-        '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
+    root = write_lane_fleet(
+        tmp_path / "fleet",
+        {h: hosts[h].nvme / "hub" for h in HOSTS},
+        {h: mounts[h] / "hub" for h in HOSTS},
+        LANE,
     )
     config = ssh_config(hosts)
     monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
@@ -94,7 +79,7 @@ def assert_complete(fleet, host: str) -> None:
 
 
 def test_remote_stage_runs_on_the_host(fleet):
-    before = nas_tx_bytes(fleet["nas"])
+    before = nas_tx_bytes(fleet["nas"].netns)
     proc = cli(fleet["root"], "stage", "dgx2", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads(proc.stdout)
@@ -103,17 +88,17 @@ def test_remote_stage_runs_on_the_host(fleet):
     assert outcome["run"]["dest_hub"] == str(fleet["hosts"]["dgx2"].nvme / "hub")
     assert_complete(fleet, "dgx2")
     assert not (fleet["hosts"]["dgx1"].nvme / "hub").exists()
-    assert nas_tx_bytes(fleet["nas"]) - before >= staged_bytes(fleet)
+    assert nas_tx_bytes(fleet["nas"].netns) - before >= staged_bytes(fleet)
     verify = cli(fleet["root"], "verify", "dgx2")  # verify runs where the trees are: same filesystem here
     assert "dangling: 0, mismatches: 0" in verify.stdout
 
 
 def test_lane_parallel_then_fanout_nas_bytes(fleet):
     # Independent: every host reads everything from the NAS.
-    before = nas_tx_bytes(fleet["nas"])
+    before = nas_tx_bytes(fleet["nas"].netns)
     proc = cli(fleet["root"], "stage", "--lane", LANE, "--verify", "full", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    independent = nas_tx_bytes(fleet["nas"]) - before
+    independent = nas_tx_bytes(fleet["nas"].netns) - before
     one_copy = staged_bytes(fleet)
     for h in HOSTS:
         assert_complete(fleet, h)
@@ -122,10 +107,10 @@ def test_lane_parallel_then_fanout_nas_bytes(fleet):
     # Fan-out from empty hubs: each blob leaves the NAS once; peers share the rest.
     for h in fleet["hosts"].values():
         subprocess.run(["rm", "-rf", str(h.nvme / "hub")], check=True)
-    before = nas_tx_bytes(fleet["nas"])
+    before = nas_tx_bytes(fleet["nas"].netns)
     proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--verify", "full", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    fanout = nas_tx_bytes(fleet["nas"]) - before
+    fanout = nas_tx_bytes(fleet["nas"].netns) - before
     record = json.loads(proc.stdout)
     assert record["fanout"] and all(o["ok"] for o in record["hosts"])
     assert sum(o["run"]["peer_bytes"] for o in record["hosts"]) >= 2.5 * one_copy

@@ -1,0 +1,46 @@
+"""A staging fleet on netns hosts: the inventory for a lane over them, and the NAS byte counter.
+
+Shared by tests/integration/test_fleet_stage.py and benchmarks/fanout_bench.py, so the benchmark
+measures exactly the topology the tests prove correct.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
+
+
+def nas_tx_bytes(netns: str) -> int:
+    """Bytes the NAS namespace has sent on its interfaces (lo excluded)."""
+    out = subprocess.run(["ip", "-n", netns, "-s", "-j", "link", "show"], capture_output=True, text=True)
+    return sum(link["stats64"]["tx"]["bytes"] for link in json.loads(out.stdout) if link["ifname"] != "lo")
+
+
+def write_lane_fleet(
+    root: Path, local_hubs: Mapping[str, Path], nas_hubs: Mapping[str, Path], lane: str
+) -> Path:
+    """hosts/fleet.toml + recipes/<lane>/recipe.toml: the fixture's weights (page15 excluded) + drafter.
+
+    Host addresses are the host names; the tests' ssh_config maps them to namespace addresses.
+    """
+    hosts = list(local_hubs)
+    (root / "hosts").mkdir(parents=True)
+    (root / "recipes" / lane).mkdir(parents=True)
+    tables = "".join(
+        f'[hosts.{h}]\naddress = "{h}"\nlocal_hub = "{local_hubs[h]}"\nnas_hub = "{nas_hubs[h]}"\n'
+        for h in hosts
+    )
+    (root / "hosts" / "fleet.toml").write_text(
+        f'schema_version = 1\n[defaults]\nssh_user = "root"\nreserve_gib = 0\n{tables}'
+        f'[pins.w]\nkind = "hf"\nrepo = "{WEIGHTS_REPO}"\nrevision = "main"\n'
+        f'[pins.d]\nkind = "hf"\nrepo = "{DRAFTER_REPO}"\nrevision = "main"\n'
+    )
+    (root / "recipes" / lane / "recipe.toml").write_text(
+        f"[lane]\nhosts = {json.dumps(hosts)}\n"
+        '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
+    )
+    return root
