@@ -20,6 +20,9 @@ from typing import Protocol
 from .errors import SparkfleetError
 from .inventory import Host
 
+# How sparkfleet is started on a remote host (an argv prefix; the flake puts `sparkfleet` on PATH).
+REMOTE_COMMAND_ENV = "SPARKFLEET_REMOTE"
+
 # OpenSSH exits 255 when the connection itself failed (unreachable, auth, host key).
 SSH_CONNECT_FAILED = 255
 # Loopback is this machine: no ssh needed (the demo fleet lives on one machine).
@@ -161,6 +164,11 @@ def connect(host: Host, ssh_config: Path | None = None) -> LocalHost | SshHost:
     env_config = os.environ.get("SPARKFLEET_SSH_CONFIG")
     config = ssh_config or (Path(env_config) if env_config else None)
     return SshHost(host.name, host.address, host.ssh_user, host.ssh_port, host.ssh_key, config)
+
+
+def remote_sparkfleet() -> list[str]:
+    """The argv prefix that runs sparkfleet on a remote host: $SPARKFLEET_REMOTE, else `sparkfleet`."""
+    return shlex.split(os.environ.get(REMOTE_COMMAND_ENV, "sparkfleet"))
 
 
 def check_reachable(result: RunResult) -> RunResult:

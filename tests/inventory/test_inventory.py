@@ -97,3 +97,15 @@ def test_cli_check_ok_and_failing(fleet_copy):
     bad = runner.invoke(main, ["--root", str(fleet_copy), "inventory", "check"])
     assert bad.exit_code == 2
     assert "defaults.reserve_gib" in bad.output and "Traceback" not in bad.output
+
+
+def test_every_verb_is_registered_under_its_own_name():
+    """The CLI imports verbs lazily by name: each COMMANDS entry must be a command of that name."""
+    from sparkfleet.cli import COMMANDS
+    from sparkfleet.cli import main as cli_main
+
+    ctx = cli_main.make_context("sparkfleet", ["--help"], resilient_parsing=True)
+    for _, name in COMMANDS:
+        command = cli_main.get_command(ctx, name)
+        assert command is not None and command.name == name, name
+    assert "stage" in cli_main.list_commands(ctx)

@@ -127,7 +127,7 @@ def _fleet(fleetnet, hosts, tmp_path, monkeypatch):
         "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
     )
     monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-    monkeypatch.setenv("SPARKFLEET_AGENT", f"{sys.executable} -m sparkfleet.launch.agent")
+    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
     fields = {
         name: {
             "address": h.addr,

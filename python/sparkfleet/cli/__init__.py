@@ -16,7 +16,7 @@ import click
 from .. import __version__
 from ..errors import SparkfleetError
 
-# (module under sparkfleet.cli, attribute): each verb lives in a module of its own.
+# (module under sparkfleet.cli, verb): each verb is the module attribute of the same name.
 COMMANDS: list[tuple[str, str]] = [
     ("inventory", "inventory"),
     ("pins", "pins"),
@@ -31,7 +31,20 @@ COMMANDS: list[tuple[str, str]] = [
 
 
 class FleetGroup(click.Group):
-    """A click group that turns SparkfleetError into a clean message and exit code."""
+    """A click group that turns SparkfleetError into a clean message and exit code.
+
+    Verbs are imported when they are called, not at start-up: a node-side `sparkfleet agent`
+    call (one per readiness poll) should not pay for importing the bench's plotting stack.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(name for _, name in COMMANDS)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        for module, name in COMMANDS:
+            if name == cmd_name:
+                return getattr(importlib.import_module(f".{module}", __name__), name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
@@ -57,5 +70,4 @@ def main(ctx: click.Context, root: Path | None) -> None:
     ctx.obj = {"root": root}
 
 
-for _module, _attr in COMMANDS:
-    main.add_command(getattr(importlib.import_module(f".{_module}", __name__), _attr))
+

@@ -10,8 +10,6 @@ the whole lane if it does not come up. Nodes are reached only through hosts.conn
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +18,7 @@ from typing import Any
 
 from ..errors import SparkfleetError
 from ..fabric import FabricFacts
-from ..hosts import HostUnreachable, LocalHost, check_reachable, connect
+from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
 from .agent import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
@@ -34,10 +32,10 @@ class AgentError(SparkfleetError):
 
 
 def agent_argv(runner) -> list[str]:
-    """The agent command on a node: this interpreter locally, else $SPARKFLEET_AGENT or `sparkfleet agent`."""
+    """The agent command on a node: this interpreter locally, else `<$SPARKFLEET_REMOTE> agent`."""
     if isinstance(runner, LocalHost):
         return [sys.executable, "-m", "sparkfleet.launch.agent"]
-    return shlex.split(os.environ.get("SPARKFLEET_AGENT", "sparkfleet agent"))
+    return [*remote_sparkfleet(), "agent"]
 
 
 def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict:
@@ -59,7 +57,7 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
             )
         raise AgentError(
             f"{runner.name}: sparkfleet agent {action} failed (exit {res.returncode}): {err}",
-            hint="is sparkfleet installed on the node? $SPARKFLEET_AGENT names the remote command",
+            hint="is sparkfleet installed on the node? $SPARKFLEET_REMOTE names the remote command",
         )
     if not answer.get("ok"):
         raise AgentError(f"{runner.name}: {answer.get('error')}", hint=answer.get("hint"))

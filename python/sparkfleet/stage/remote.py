@@ -11,7 +11,6 @@ its peers.
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 import sys
 import threading
@@ -21,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..hosts import LOCAL_ADDRESSES, LocalHost, SshHost, connect
+from ..hosts import LOCAL_ADDRESSES, LocalHost, SshHost, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
 from .events import parse_event
 from .transport import PeerSource
 
-REMOTE_COMMAND_ENV = "SPARKFLEET_REMOTE"  # argv prefix that runs sparkfleet on a remote host
 THIS_HOST_ENV = "SPARKFLEET_HOST"  # names the inventory host this machine is
 
 
@@ -41,7 +39,7 @@ def sparkfleet_argv(runner: LocalHost | SshHost) -> list[str]:
     """How to start sparkfleet on the runner's host: this interpreter here, $SPARKFLEET_REMOTE there."""
     if isinstance(runner, LocalHost):
         return [sys.executable, "-m", "sparkfleet"]
-    return shlex.split(os.environ.get(REMOTE_COMMAND_ENV, "sparkfleet"))
+    return remote_sparkfleet()
 
 
 @dataclass(frozen=True)
