@@ -20,6 +20,7 @@ from typing import Any
 
 from .atomic import write_bytes
 from .errors import SparkfleetError
+from .jsonable import to_jsonable
 
 _STEM = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{6})_(.+)$")
 
@@ -52,23 +53,9 @@ def report_stem(created_utc: str, tag: str) -> str:
     return f"{when:%Y-%m-%d_%H%M%S}_{safe_tag(tag)}"
 
 
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, float):
-        return round(value, 6)
-    return value
-
-
 def to_document(run: Any) -> dict[str, Any]:
     """A BenchRun (or any dataclass record) as the JSON document a report stores."""
-    return _jsonable(run)
+    return to_jsonable(run, hidden_fields=True, float_digits=6)
 
 
 # -- writing ----------------------------------------------------------------------------------------

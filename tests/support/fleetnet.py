@@ -632,15 +632,7 @@ def sshfs_mount(
     reason = fuse_skip_reason()
     if reason:
         raise RuntimeError(f"sshfs unavailable: {reason}")
-    own_dir: Path | None = None
-    if mountpoint is None:
-        own_dir = _session_tmp("sshfs")
-        mp = own_dir / "mnt"
-        mp.mkdir()
-    else:
-        mp = Path(mountpoint)
-        mp.mkdir(parents=True, exist_ok=True)
-    mp = Path(os.path.realpath(mp))
+    own_dir, mp = _mountpoint("sshfs", mountpoint)
     opts = [
         f"IdentityFile={host.key}",
         "IdentitiesOnly=yes",
@@ -677,6 +669,17 @@ def sshfs_mount(
                 shutil.rmtree(own_dir, ignore_errors=True)
 
 
+def _mountpoint(kind: str, mountpoint: str | os.PathLike | None) -> tuple[Path | None, Path]:
+    """(the private dir we made for it, or None; the resolved mountpoint, created)."""
+    if mountpoint is None:
+        own_dir = _session_tmp(kind)
+        (own_dir / "mnt").mkdir()
+        return own_dir, Path(os.path.realpath(own_dir / "mnt"))
+    mp = Path(mountpoint)
+    mp.mkdir(parents=True, exist_ok=True)
+    return None, Path(os.path.realpath(mp))
+
+
 @contextlib.contextmanager
 def tmpfs_mount(size_bytes: int, mountpoint: str | os.PathLike | None = None) -> Iterator[Path]:
     """A size-limited tmpfs (``mount -t tmpfs -o size=N``) at a unique mountpoint; unmounted after.
@@ -685,15 +688,7 @@ def tmpfs_mount(size_bytes: int, mountpoint: str | os.PathLike | None = None) ->
     """
     if size_bytes <= 0:
         raise ValueError("size_bytes must be positive")
-    own_dir: Path | None = None
-    if mountpoint is None:
-        own_dir = _session_tmp("tmpfs")
-        mp = own_dir / "mnt"
-        mp.mkdir()
-    else:
-        mp = Path(mountpoint)
-        mp.mkdir(parents=True, exist_ok=True)
-    mp = Path(os.path.realpath(mp))
+    own_dir, mp = _mountpoint("tmpfs", mountpoint)
     _run(["mount", "-t", "tmpfs", "-o", f"size={int(size_bytes)},mode=0755", "tmpfs", str(mp)])
     try:
         yield mp

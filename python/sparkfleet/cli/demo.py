@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -18,21 +19,15 @@ from ..stage import execute
 from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar
 from .render import human_bytes
+from .stage import print_stage_run
 
 
 def _stage_host(inv, host: str, jobs: int) -> bool:
     requests = requests_for_host(inv, host, DEMO_LANE)
     bar = RichStageProgress() if wants_bar(False) else None
-    if bar:
-        with bar:
-            run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
-    else:
-        run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes)
-    for r in run.results:
-        click.echo(
-            f"  {r.repo}: copied {r.copied_files} ({human_bytes(r.copied_bytes)}), reused {r.reused_files}, "
-            f"kept {r.kept_files}, excluded {r.excluded_entries} ({human_bytes(r.excluded_bytes)})"
-        )
+    with bar if bar else contextlib.nullcontext():
+        run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
+    print_stage_run(run.as_dict(), prefix="  ")
     return run.ok
 
 

@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-
-def to_jsonable(value: Any) -> Any:
-    """Dataclasses, paths, enums, tuples and sets → plain JSON values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        items = [to_jsonable(v) for v in value]
-        return sorted(items, key=str) if isinstance(value, set | frozenset) else items
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    return value
+from ..jsonable import to_jsonable
 
 
 def echo_json(value: Any) -> None:

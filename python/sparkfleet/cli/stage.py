@@ -192,7 +192,7 @@ def stage(
     if as_json:
         echo_json(run.as_dict())
     else:
-        _print_run(run.as_dict())
+        print_stage_run(run.as_dict())
     if not run.ok:
         sys.exit(1)
 
@@ -218,7 +218,7 @@ def _plan_line(s: dict) -> str:
     )
 
 
-def _print_run(run: dict, prefix: str = "") -> None:
+def print_stage_run(run: dict, prefix: str = "") -> None:
     for r in run["repos"]:
         peer = f", {human_bytes(r['peer_bytes'])} from peers" if r.get("peer_bytes") else ""
         click.echo(
@@ -248,7 +248,7 @@ def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> l
     for o in outcomes:
         if o.run:
             click.echo(f"{o.host}:")
-            _print_run(o.run, prefix="  ")
+            print_stage_run(o.run, prefix="  ")
         if o.error:
             click.secho(f"{o.host}: error: {o.error}", fg="red")
             if o.hint:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import SparkfleetError
 from ..fabric import detect, scan_ports
+from ..jsonable import to_jsonable
 from . import records
 from .manifest import BindMount, model_state
 from .receipts import clear_receipts
@@ -32,19 +33,6 @@ from .runtimes import runtime_for
 from .spec import LaunchSpec
 
 LOG_CHUNK = 256 * 1024
-
-
-def to_jsonable(value: Any) -> Any:
-    """Records → plain JSON values (Paths as strings). Not cli.render: the agent must start fast."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:

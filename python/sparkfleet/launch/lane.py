@@ -20,7 +20,7 @@ from ..errors import SparkfleetError
 from ..fabric import FabricFacts
 from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
-from .agent import to_jsonable
+from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .readiness import RankExit, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe

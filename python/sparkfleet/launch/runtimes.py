@@ -77,6 +77,23 @@ def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[st
     return [*argv, spec.image, *spec.argv]
 
 
+def _started(spec: LaunchSpec, runtime: str, log: Path, **how: object) -> LaunchRecord:
+    """The record of a rank just started; `how` says what identifies it (pid + ticks, or container)."""
+    return LaunchRecord(
+        lane=spec.lane,
+        host=spec.host,
+        rank=spec.rank,
+        runtime=runtime,
+        name=spec.name,
+        log_path=str(log),
+        started_at=time.time(),
+        argv=spec.argv,
+        env_keys=tuple(spec.env),
+        binds=len(spec.binds),
+        **how,  # type: ignore[arg-type]
+    )
+
+
 def _rotate(log: Path) -> None:
     if log.exists():
         os.replace(log, log.with_name(log.name + ".1"))
@@ -108,23 +125,15 @@ class ProcessRuntime:
                 start_new_session=True,
                 close_fds=True,
             )
-        ticks = records.start_ticks(proc.pid)
-        return LaunchRecord(
-            lane=spec.lane,
-            host=spec.host,
-            rank=spec.rank,
-            runtime=self.name,
-            name=spec.name,
-            log_path=str(log),
-            started_at=time.time(),
+        return _started(
+            spec,
+            self.name,
+            log,
             pid=proc.pid,
-            start_ticks=ticks,
+            start_ticks=records.start_ticks(proc.pid),
             boot_id=records.boot_id(),
             pgid=proc.pid,
             exit_path=str(exit_file),
-            argv=spec.argv,
-            env_keys=tuple(spec.env),
-            binds=len(spec.binds),
         )
 
     def state(self, rec: LaunchRecord) -> RankState:
@@ -205,19 +214,7 @@ class ContainerRuntime:
         cp = self._run([engine, *container_run_argv(spec, self.engine, env_file)[1:]])
         if cp.returncode != 0:
             raise RuntimeError_(f"{self.engine} run {spec.name} failed: {cp.stderr.strip()}")
-        return LaunchRecord(
-            lane=spec.lane,
-            host=spec.host,
-            rank=spec.rank,
-            runtime=self.name,
-            name=spec.name,
-            log_path=str(log),
-            started_at=time.time(),
-            container_id=cp.stdout.strip().splitlines()[-1],
-            argv=spec.argv,
-            env_keys=tuple(spec.env),
-            binds=len(spec.binds),
-        )
+        return _started(spec, self.name, log, container_id=cp.stdout.strip().splitlines()[-1])
 
     def _inspect(self, rec: LaunchRecord) -> dict | None:
         cp = self._run([self._engine(), "inspect", rec.container_id or "-"])
