@@ -7,11 +7,31 @@ exits with `exit_code`. Bugs are left to raise whatever they raise, so they stil
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The one exit-code table every verb uses (README: "Exit codes").
+
+    Scripts around sparkfleet (systemd units, CI, an operator's shell loop) branch on these,
+    so a meaning never moves between verbs.
+    """
+
+    OK = 0
+    SHORTFALL = 1  # the work ran, but a check fell short (verify mismatch, smoke/bench failed, ...)
+    USAGE = 2  # bad input: CLI usage, invalid inventory/recipe, a source refused as unsafe
+    SPACE = 3  # not enough disk space or inodes at the destination
+    UNREACHABLE = 4  # a host could not be reached or logged into over ssh
+    REFUSED = 5  # a safety gate refused to act (admission, drift, image mismatch, occupied host)
+    BUSY = 75  # another run holds the lock (EX_TEMPFAIL)
+    INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT
+
+
 
 class SparkfleetError(Exception):
     """An error the user can act on: what went wrong, where, and what to do about it."""
 
-    exit_code: int = 2
+    exit_code: int = ExitCode.USAGE
 
     def __init__(self, message: str, hint: str | None = None, exit_code: int | None = None) -> None:
         super().__init__(message)
@@ -35,10 +55,10 @@ class SourceError(SparkfleetError):
 class SpaceError(SparkfleetError):
     """Not enough free space at the destination."""
 
-    exit_code = 3
+    exit_code = ExitCode.SPACE
 
 
 class LockBusyError(SparkfleetError):
     """Another sparkfleet run holds the lock."""
 
-    exit_code = 75  # EX_TEMPFAIL
+    exit_code = ExitCode.BUSY

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .errors import SparkfleetError
+from .errors import ExitCode, SparkfleetError
 from .inventory import Host
 
 # How sparkfleet is started on a remote host (an argv prefix; the flake puts `sparkfleet` on PATH).
@@ -32,7 +32,7 @@ LOCAL_ADDRESSES = ("localhost", "local", "127.0.0.1", "::1")
 class HostUnreachable(SparkfleetError):
     """ssh could not reach or log into the host."""
 
-    exit_code = 4
+    exit_code = ExitCode.UNREACHABLE
 
 
 @dataclass(frozen=True)
