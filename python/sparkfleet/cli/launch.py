@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from .render import echo_json, load_inventory, to_jsonable
+from .progress import step_line
+from .render import echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
@@ -55,7 +56,7 @@ def manifest(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
 
 
 def _event(msg: str) -> None:
-    click.echo(f"· {msg}", err=True)
+    step_line(msg)
 
 
 @click.command("launch")
@@ -180,10 +181,11 @@ def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
 
     report = do_doctor(load_inventory(ctx), target)
     if as_json:
-        echo_json({"target": report.target, "ok": report.ok, "checks": report.checks})
+        checks = [{**to_jsonable(c), "detail": c.text(human_bytes)} for c in report.checks]
+        echo_json({"target": report.target, "ok": report.ok, "checks": checks})
     else:
         for c in report.checks:
-            click.echo(f"{c.mark} {c.host:8} {c.name:16} {c.detail}")
+            click.echo(f"{c.mark} {c.host:8} {c.name:16} {c.text(human_bytes)}")
             if c.ok is False and c.hint:
                 click.echo(f"  {'':8} {'':16} fix: {c.hint}")
     if not report.ok:

@@ -107,7 +107,8 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
     }
 
 
-def _facts(host: str, answer: dict) -> NodeFacts:
+def node_facts(host: str, answer: dict) -> NodeFacts:
+    """NodeFacts from an agent `probe` (or `doctor`) answer: shared by launch and doctor."""
     fabric = None
     if answer.get("fabric"):
         f = answer["fabric"]
@@ -153,7 +154,7 @@ def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> L
 
     def probe_one(name: str) -> NodeFacts:
         host = inv.host(name)
-        return _facts(name, call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600))
+        return node_facts(name, call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600))
 
     facts = {f.host: f for f in _parallel(probe_one, names)}
     manifests, specs = {}, {}

@@ -299,9 +299,9 @@ def build_spec(
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
     from ..engram.config import launch_wiring  # lazy: the node-side agent imports this module
 
-    engram_env, engram_binds = launch_wiring(inv, lane.name, host_name, in_container)
+    engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container)
     env.update(engram_env)
-    binds.extend(engram_binds)
+    binds.extend(BindMount(m.source, m.target, True, "engram") for m in engram_mounts)
     return LaunchSpec(
         lane=lane.name,
         host=host_name,
