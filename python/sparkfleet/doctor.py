@@ -32,7 +32,9 @@ class Check:
 
     def text(self, fmt_bytes: Callable[[int], str]) -> str:
         """The detail with its byte counts formatted by the caller (formatting belongs to the CLI)."""
-        return self.detail.format(**{k: fmt_bytes(v) for k, v in self.sizes.items()}) if self.sizes else self.detail
+        if not self.sizes:
+            return self.detail
+        return self.detail.format(**{k: fmt_bytes(v) for k, v in self.sizes.items()})
 
     @property
     def mark(self) -> str:

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from .progress import step_line
 from .render import echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -56,7 +55,7 @@ def manifest(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
 
 
 def _event(msg: str) -> None:
-    step_line(msg)
+    click.echo(f"· {msg}", err=True)
 
 
 @click.command("launch")

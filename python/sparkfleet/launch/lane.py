@@ -154,7 +154,8 @@ def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> L
 
     def probe_one(name: str) -> NodeFacts:
         host = inv.host(name)
-        return node_facts(name, call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600))
+        answer = call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600)
+        return node_facts(name, answer)
 
     facts = {f.host: f for f in _parallel(probe_one, names)}
     manifests, specs = {}, {}
