@@ -56,11 +56,20 @@ def _smoke_and_bench(root: Path) -> bool:
 
 @click.command()
 @click.option(
-    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here (default: temp)."
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    show_default="a temp dir, removed after",
+    help="Keep the demo here.",
 )
 @click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
 def demo(workdir: Path | None, shard_mib: int) -> None:
-    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify."""
+    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
+
+    \b
+    Examples:
+      sparkfleet demo
+      sparkfleet demo --workdir .demo
+    """
     keep = workdir is not None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
     try:

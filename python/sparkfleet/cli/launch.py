@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from .progress import step_line
 from .render import echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -25,7 +26,13 @@ def _plan_one(ctx: click.Context, lane: str, host: str):
 @JSON
 @click.pass_context
 def env(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
-    """The derived env of LANE's rank on HOST (world shape, rank, dist init, per-node fabric)."""
+    """The derived env of LANE's rank on HOST (world shape, rank, dist init, per-node fabric).
+
+    \b
+    Examples:
+      sparkfleet env dsv41-flash-4x-mia dgx2
+      sparkfleet env dsv41-flash-4x-mia dgx2 --json
+    """
     from ..launch.spec import redact_env
 
     spec = _plan_one(ctx, lane, host).specs[host]
@@ -44,7 +51,13 @@ def env(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
 @JSON
 @click.pass_context
 def manifest(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
-    """The bind manifest of LANE on HOST: local staged+verified entries, else NAS read-only."""
+    """The bind manifest of LANE on HOST: local staged+verified entries, else NAS read-only.
+
+    \b
+    Examples:
+      sparkfleet manifest dsv41-flash-exl3-2x dgx1
+      sparkfleet manifest dsv41-flash-exl3-2x dgx1 --json
+    """
     m = _plan_one(ctx, lane, host).manifests[host]
     if as_json:
         echo_json({**to_jsonable(m), "local": m.local, "nas": m.nas, "total": m.total})
@@ -55,20 +68,32 @@ def manifest(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
 
 
 def _event(msg: str) -> None:
-    click.echo(f"· {msg}", err=True)
+    step_line(msg)
 
 
 @click.command("launch")
 @click.argument("lane")
 @click.option("--no-wait", is_flag=True, help="Start the ranks and return without waiting for readiness.")
 @click.option("--keep-on-failure", is_flag=True, help="Leave the ranks running when readiness fails.")
-@click.option("--timeout", type=float, default=None, help="Readiness timeout in seconds (recipe default).")
+@click.option(
+    "--timeout",
+    type=float,
+    show_default="the recipe's timeouts.ready_s",
+    help="Readiness timeout in seconds.",
+)
 @JSON
 @click.pass_context
 def launch(
     ctx: click.Context, lane: str, no_wait: bool, keep_on_failure: bool, timeout: float | None, as_json: bool
 ) -> None:
-    """Start LANE on its hosts (workers first, head last) and wait until it is ready."""
+    """Start LANE on its hosts (workers first, head last) and wait until it is ready.
+
+    \b
+    Examples:
+      sparkfleet launch dsv41-flash-4x-mia
+      sparkfleet launch dsv41-flash-4x-mia --no-wait
+      sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
+    """
     from ..launch.lane import launch as do_launch
 
     inv = load_inventory(ctx)
@@ -108,7 +133,12 @@ def launch(
 @JSON
 @click.pass_context
 def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
-    """Stop what sparkfleet started for LANE (recorded PIDs/containers only)."""
+    """Stop what sparkfleet started for LANE (recorded PIDs/containers only).
+
+    \b
+    Examples:
+      sparkfleet stop dsv41-flash-4x-mia
+    """
     from ..launch.lane import stop as do_stop
 
     res = do_stop(load_inventory(ctx), lane)
@@ -128,7 +158,13 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
 @JSON
 @click.pass_context
 def status(ctx: click.Context, lane: str, as_json: bool) -> None:
-    """Per rank: running or how it ended; the head's /health and /v1/models."""
+    """Per rank: running or how it ended; the head's /health and /v1/models.
+
+    \b
+    Examples:
+      sparkfleet status dsv41-flash-4x-mia
+      sparkfleet status dsv41-flash-4x-mia --json
+    """
     from ..launch.lane import status as do_status
 
     st = do_status(load_inventory(ctx), lane)
@@ -153,7 +189,14 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing HOST's log as it grows (needs HOST).")
 @click.pass_context
 def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bool) -> None:
-    """The last lines of LANE's rank logs (on HOST, or every host)."""
+    """The last lines of LANE's rank logs (on HOST, or every host).
+
+    \b
+    Examples:
+      sparkfleet logs dsv41-flash-4x-mia
+      sparkfleet logs dsv41-flash-4x-mia dgx1 -n 200
+      sparkfleet logs dsv41-flash-4x-mia dgx1 -f
+    """
     from ..launch.lane import follow as do_follow
     from ..launch.lane import logs as do_logs
 
@@ -175,7 +218,13 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
 @JSON
 @click.pass_context
 def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
-    """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env."""
+    """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env.
+
+    \b
+    Examples:
+      sparkfleet doctor dgx1
+      sparkfleet doctor dsv41-flash-4x-mia --json
+    """
     from ..doctor import doctor as do_doctor
 
     report = do_doctor(load_inventory(ctx), target)

@@ -55,8 +55,25 @@ class RichStageProgress:
             self.progress.advance(self.task, 1)
 
 
+def quiet() -> bool:
+    """`sparkfleet -q`: no bars, no step lines (results and errors still print)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx else None
+    return bool(obj and obj.get("quiet"))
+
+
 def wants_bar(as_json: bool) -> bool:
-    return not as_json and sys.stderr.isatty()
+    return not as_json and not quiet() and sys.stderr.isatty()
+
+
+def step_line(msg: str) -> None:
+    """One progress line on stderr (`· msg`), unless -q."""
+    import click
+
+    if not quiet():
+        click.echo(f"· {msg}", err=True)
 
 
 class FleetProgress:

@@ -27,7 +27,7 @@ def selectors(fn):
     """The options `stage` and `verify` share: a HOST (+ --lane) from the inventory, or direct mode."""
     options = [
         click.argument("host", required=False),
-        click.option("--lane", help="Only this lane's repos (default: every lane on HOST)."),
+        click.option("--lane", show_default="every lane on HOST", help="Only this lane's repos."),
         click.option("--source", type=click.Path(path_type=Path), help="Direct mode: the source hub cache."),
         click.option(
             "--dest", type=click.Path(path_type=Path), help="Direct mode: the destination hub cache."
@@ -89,7 +89,7 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option(
     "--jobs", default=4, show_default=True, type=click.IntRange(1, 64), help="Parallel copy workers."
 )
-@click.option("--reserve-gib", type=float, help="Free space to leave (default: the host reserve_gib).")
+@click.option("--reserve-gib", type=float, show_default="the host's reserve_gib", help="Free space to leave.")
 @click.option(
     "--wait", "wait_seconds", default=0.0, type=float, help="Wait this long for another run's lock."
 )
@@ -103,7 +103,8 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
     "--ssh-config",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SPARKFLEET_SSH_CONFIG",
-    help="ssh_config for reaching hosts and peers (default: ~/.ssh/config).",
+    show_default="~/.ssh/config",
+    help="ssh_config for reaching hosts and peers.",
 )
 @click.pass_context
 def stage(
@@ -133,6 +134,13 @@ def stage(
 
     HOST is staged here when it is this machine (or with --here), else over ssh on HOST itself.
     Without HOST, --lane stages every host of the lane in parallel (--fanout: NAS read once).
+
+    \b
+    Examples:
+      sparkfleet stage dgx1 --dry-run
+      sparkfleet stage dgx1 --lane dsv41-flash-exl3-2x --verify full
+      sparkfleet stage --lane dsv41-flash-4x-mia --fanout
+      sparkfleet stage --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
     """
     if require_version and require_version != __version__:
         error = SparkfleetError(
@@ -301,7 +309,13 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
 @selectors
 @click.pass_context
 def verify(ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json) -> None:
-    """Check the local tree against the source; change nothing. Exit 0 only if complete and correct."""
+    """Check the local tree against the source; change nothing. Exit 0 only if complete and correct.
+
+    \b
+    Examples:
+      sparkfleet verify dgx1
+      sparkfleet verify --lane dsv41-flash-4x-mia --json
+    """
     requests, _ = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     reports = execute.verify(requests, verify_mode)
     totals = {
