@@ -12,59 +12,134 @@ from .render import echo_json, human_bytes, load_inventory, to_jsonable
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
-def _plan_one(ctx: click.Context, lane: str, host: str):
+OFFLINE = click.option(
+    "--offline",
+    is_flag=True,
+    help="Contact no host: show what the inventory and recipe decide, mark the rest.",
+)
+OFFLINE_WHY = "offline: no host contacted"
+
+
+def _plan_one(ctx: click.Context, lane: str, host: str, offline: bool):
+    """HOST's plan; an unreachable HOST is planned offline (the caller exits UNREACHABLE after showing it)."""
     from ..launch.lane import prepare
 
     inv = load_inventory(ctx)
     inv.host(host)
-    return prepare(inv, lane, hosts=[host])
+    return prepare(
+        inv, lane, hosts=[host], offline=OFFLINE_WHY if offline else None, tolerate_unreachable=True
+    )
+
+
+def _exit_if_unreachable(plan, as_json: bool) -> None:
+    """After showing what could be derived: name the host ssh could not reach and exit UNREACHABLE."""
+    from ..errors import ExitCode
+
+    if not plan.unreachable:
+        return
+    if not as_json:
+        for host, error in plan.unreachable.items():
+            click.secho(f"error: {error}", fg="red", err=True)
+            click.echo(f"  hint: the values marked unknown need {host}; --offline plans without it", err=True)
+    sys.exit(ExitCode.UNREACHABLE)
+
+
+def _unknown_lines(unknown: dict[str, str], indent: str = "") -> list[str]:
+    return [f"{indent}# unknown {key}: {why}" for key, why in unknown.items()]
 
 
 @click.command("env")
 @click.argument("lane")
 @click.argument("host")
+@OFFLINE
 @JSON
 @click.pass_context
-def env(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
+def env(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) -> None:
     """The derived env of LANE's rank on HOST (world shape, rank, dist init, per-node fabric).
+
+    Node-detected values (RoCE HCA/GID/interfaces, the staged snapshot path) need HOST: with
+    --offline, or when HOST does not answer, they are listed as unknown with the reason (and an
+    unreachable HOST exits 4).
 
     \b
     Examples:
       sparkfleet env dsv41-flash-4x-mia dgx2
+      sparkfleet env dsv41-flash-4x-mia dgx2 --offline
       sparkfleet env dsv41-flash-4x-mia dgx2 --json
     """
     from ..launch.spec import redact_env
 
-    spec = _plan_one(ctx, lane, host).specs[host]
+    plan = _plan_one(ctx, lane, host, offline)
+    spec, unknown = plan.specs[host], plan.unknown.get(host, {})
     shown = redact_env(spec.env)
     if as_json:
-        echo_json({"lane": lane, "host": host, "rank": spec.rank, "env": shown, "argv": spec.argv})
-        return
-    click.echo(f"# {lane} rank {spec.rank}/{spec.nnodes} on {host} ({spec.runtime})")
-    for k, v in shown.items():
-        click.echo(f"{k}={v}")
+        echo_json(
+            {"lane": lane, "host": host, "rank": spec.rank, "env": shown, "argv": spec.argv,
+             "unknown": unknown, "offline": offline, "unreachable": plan.unreachable}
+        )  # fmt: skip
+    else:
+        click.echo(f"# {lane} rank {spec.rank}/{spec.nnodes} on {host} ({spec.runtime})")
+        for k, v in shown.items():
+            if k not in unknown:
+                click.echo(f"{k}={v}")
+        for line in _unknown_lines(unknown):
+            click.echo(line)
+    _exit_if_unreachable(plan, as_json)
 
 
 @click.command("manifest")
 @click.argument("lane")
 @click.argument("host")
+@OFFLINE
 @JSON
 @click.pass_context
-def manifest(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
+def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) -> None:
     """The bind manifest of LANE on HOST: local staged+verified entries, else NAS read-only.
+
+    Which copy each directory binds is HOST's staged and verified state: with --offline, or when
+    HOST does not answer, each model's two candidate sources are shown and the choice is marked
+    unknown (an unreachable HOST exits 4).
 
     \b
     Examples:
       sparkfleet manifest dsv41-flash-exl3-2x dgx1
+      sparkfleet manifest dsv41-flash-exl3-2x dgx1 --offline
       sparkfleet manifest dsv41-flash-exl3-2x dgx1 --json
     """
-    m = _plan_one(ctx, lane, host).manifests[host]
+    from ..launch.manifest import candidate_sources
+
+    plan = _plan_one(ctx, lane, host, offline)
+    m, unknown = plan.manifests[host], plan.unknown.get(host, {})
+    inv = load_inventory(ctx)
+    candidates = []
+    if "model binds" in unknown:
+        h = inv.host(host)
+        for model in inv.lane(lane).models:
+            local, nas = candidate_sources(model.repo, model.revision, h.local_hub, h.nas_hub)
+            candidates.append(
+                {"repo": model.repo, "revision": model.revision, "local": local, "nas": nas,
+                 "include": list(model.include), "exclude": list(model.exclude)}
+            )  # fmt: skip
     if as_json:
-        echo_json({**to_jsonable(m), "local": m.local, "nas": m.nas, "total": m.total})
-        return
-    for d in m.decisions:
-        click.echo(f"{d.origin:5}  {d.repo}/{d.directory or '.'}  ({d.entries} entries: {d.reason})")
-    click.echo(f"{m.total} binds: {m.local} local + {m.nas} NAS (read-only)")
+        echo_json(
+            {**to_jsonable(m), "local": m.local, "nas": m.nas, "total": m.total, "unknown": unknown,
+             "candidates": candidates, "offline": offline, "unreachable": plan.unreachable}
+        )  # fmt: skip
+    elif candidates:
+        for c in candidates:
+            patterns = "".join(f" --exclude {x}" for x in c["exclude"]) + "".join(
+                f" --include {x}" for x in c["include"]
+            )
+            click.echo(f"{c['repo']}@{c['revision']}{patterns}")
+            click.echo(f"  local  {c['local']}  (each directory staged and verified there)")
+            click.echo(f"  nas    {c['nas']}  (read-only, otherwise)")
+        for line in _unknown_lines({"model binds": unknown["model binds"]}):
+            click.echo(line)
+    else:
+        for d in m.decisions:
+            click.echo(f"{d.origin:5}  {d.repo}/{d.directory or '.'}  ({d.entries} entries: {d.reason})")
+        click.echo(f"{m.total} binds: {m.local} local + {m.nas} NAS (read-only)")
+    _exit_if_unreachable(plan, as_json)
 
 
 def _event(msg: str) -> None:
@@ -81,19 +156,34 @@ def _event(msg: str) -> None:
     show_default="the recipe's timeouts.ready_s",
     help="Readiness timeout in seconds.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print each rank's image, argv, env, binds, devices in start order; touch no host.",
+)
 @JSON
 @click.pass_context
 def launch(
-    ctx: click.Context, lane: str, no_wait: bool, keep_on_failure: bool, timeout: float | None, as_json: bool
+    ctx: click.Context,
+    lane: str,
+    no_wait: bool,
+    keep_on_failure: bool,
+    timeout: float | None,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Start LANE on its hosts (workers first, head last) and wait until it is ready.
 
     \b
     Examples:
+      sparkfleet launch dsv41-flash-4x-mia --dry-run
       sparkfleet launch dsv41-flash-4x-mia
       sparkfleet launch dsv41-flash-4x-mia --no-wait
       sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
     """
+    if dry_run:
+        _print_dry_run(ctx, lane, as_json)
+        return
     from ..launch.lane import launch as do_launch
 
     inv = load_inventory(ctx)
@@ -126,6 +216,55 @@ def launch(
                 click.echo("  the lane was stopped (use --keep-on-failure to keep it)")
     if not ok:
         sys.exit(1)
+
+
+def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
+    """Every rank as it would start, workers first, head last, without touching a host."""
+    from ..launch.lane import dry_run, planned_argv
+    from ..launch.spec import redact_env
+
+    plan = dry_run(load_inventory(ctx), lane)
+    ranks = []
+    for n, spec in enumerate(plan.start_order(), 1):
+        unknown = plan.unknown.get(spec.host, {})
+        ranks.append(
+            {
+                "start": n,
+                "rank": spec.rank,
+                "host": spec.host,
+                "runtime": spec.runtime,
+                "name": spec.name,
+                "image": spec.image,
+                "argv": planned_argv(spec),
+                "env": {k: v for k, v in redact_env(spec.env).items() if k not in unknown},
+                "binds": [b.docker_arg() for b in spec.binds],
+                "devices": list(spec.devices),
+                "unknown": unknown,
+            }
+        )
+    if as_json:
+        echo_json({"lane": lane, "dry_run": True, "ranks": ranks})
+        return
+    import shlex
+
+    click.echo(f"{lane}: dry run, no host contacted; {len(ranks)} ranks in start order (workers first)")
+    for r in ranks:
+        role = "head" if r["rank"] == 0 else "worker"
+        click.secho(
+            f"[{r['start']}] rank {r['rank']} ({role}) on {r['host']}: {r['name']} ({r['runtime']})",
+            bold=True,
+        )
+        click.echo(f"  image:   {r['image'] or '(none: process runtime)'}")
+        click.echo(f"  argv:    {shlex.join(r['argv'])}")
+        click.echo("  env:")
+        for k, v in r["env"].items():
+            click.echo(f"    {k}={v}")
+        click.echo("  binds:" + ("" if r["binds"] else " (none)"))
+        for b in r["binds"]:
+            click.echo(f"    {b}")
+        click.echo(f"  devices: {', '.join(r['devices']) or '(none)'}")
+        for line in _unknown_lines(r["unknown"], indent="  "):
+            click.echo(line)
 
 
 @click.command("stop")

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import SparkfleetError
@@ -78,20 +79,37 @@ class NodeFacts:
     fabric_error: str | None
     models: list[ModelState]
     model_errors: list[str] = field(default_factory=list)
+    not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
 
 
 @dataclass
 class LanePlan:
-    """Every rank's spec and manifest, computed before anything starts."""
+    """Every rank's spec and manifest, computed before anything starts.
+
+    A plan made without some node (`--offline`, `--dry-run`, or the host did not answer) holds
+    every value the inventory and recipe decide; what only the node can tell (fabric HCA/GID/
+    interfaces, which model entries are staged and verify) is listed in `unknown[host]` with
+    the reason, never guessed.
+    """
 
     lane: str
     recipe: LaunchRecipe
     facts: dict[str, NodeFacts]
     manifests: dict[str, BindManifest]
     specs: dict[str, LaunchSpec]  # host -> spec
+    unknown: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {value: why unknown}
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> the ssh error
 
     def by_rank(self) -> list[LaunchSpec]:
         return sorted(self.specs.values(), key=lambda s: s.rank)
+
+    def start_order(self) -> list[LaunchSpec]:
+        """Workers first, head last: the head's dist-init listener must find every worker dialling in."""
+        return list(reversed(self.by_rank()))
+
+    @property
+    def complete(self) -> bool:
+        return not any(self.unknown.values())
 
 
 def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
@@ -144,20 +162,82 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
         )
 
 
-def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> LanePlan:
-    """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything."""
+def not_probed(host: str, why: str) -> NodeFacts:
+    """The facts of a node we did not (or could not) ask: nothing known, and why."""
+    return NodeFacts(host, None, None, [], not_probed=why)
+
+
+def unknowns(inv: Inventory, recipe: LaunchRecipe, facts: dict[str, NodeFacts], host_name: str) -> dict:
+    """{value: why} for what `host_name`'s spec lacks because a node was not probed."""
+    from ..fabric import NODE_ENV_KEYS
+
+    out: dict[str, str] = {}
+    nf = facts[host_name]
+    head = recipe.world.head
+    head_facts = facts.get(head)
+    if (
+        recipe.fabric == "roce"
+        and not inv.host(head).fabric_ip
+        and (head_facts is None or head_facts.fabric is None)
+    ):
+        out["DIST_INIT_ADDR"] = f"the head {head}'s fabric IP: not in hosts/fleet.toml and not detected"
+    if nf.not_probed is None:
+        return out
+    if nf.fabric is None and recipe.fabric == "roce":
+        why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
+        out.update({k: why for k in NODE_ENV_KEYS})
+        if not inv.host(host_name).fabric_ip:
+            out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
+    lane = inv.lane(recipe.lane)
+    if lane.models:
+        why = (
+            f"staged state on {host_name}: each snapshot directory binds from its local hub when "
+            f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
+        )
+        out["MODEL_PATH"] = why
+        out["model binds"] = why
+    return out
+
+
+def prepare(
+    inv: Inventory,
+    lane_name: str,
+    hosts: list[str] | None = None,
+    offline: str | None = None,
+    tolerate_unreachable: bool = False,
+) -> LanePlan:
+    """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything.
+
+    `offline`: contact no node; the reason is what `unknown` says. `tolerate_unreachable`: a node
+    that ssh cannot reach is planned as if offline and named in `unreachable` (the caller exits
+    with ExitCode.UNREACHABLE after showing what could be derived).
+    """
     recipe = launch_recipe(inv, lane_name)
     check_shape(inv, recipe)
     lane = inv.lane(lane_name)
     names = hosts or list(lane.hosts)
+    for name in names:
+        inv.host(name)
     in_container = recipe.runtime in ("docker", "podman")
+    unreachable: dict[str, str] = {}
 
     def probe_one(name: str) -> NodeFacts:
+        if offline is not None:
+            return not_probed(name, offline)
         host = inv.host(name)
-        answer = call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600)
+        try:
+            answer = call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600)
+        except HostUnreachable as exc:
+            if not tolerate_unreachable:
+                raise
+            unreachable[name] = exc.message
+            return not_probed(name, f"unreachable: {exc.message}")
         return node_facts(name, answer)
 
     facts = {f.host: f for f in _parallel(probe_one, names)}
+    if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
+        head = recipe.world.head
+        facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
     manifests, specs = {}, {}
     for name in names:
         nf = facts[name]
@@ -166,16 +246,38 @@ def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> L
                 f"{name}: cannot read the lane's models: {'; '.join(nf.model_errors)}",
                 hint="is the NAS hub mounted on the node? (sparkfleet doctor " + name + ")",
             )
-        if recipe.fabric == "roce" and nf.fabric is None:
+        probed = offline is None and name not in unreachable
+        if recipe.fabric == "roce" and nf.fabric is None and probed:
             raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
         host = inv.host(name)
         manifests[name] = build_manifest(
             name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None
         )
     fabrics = {n: f.fabric for n, f in facts.items()}
+    partial = offline is not None or bool(unreachable)
     for name in names:
-        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics)
-    return LanePlan(lane_name, recipe, facts, manifests, specs)
+        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics, fabric_unknown_ok=partial)
+    unknown = {name: unknowns(inv, recipe, facts, name) for name in names} if partial else {}
+    return LanePlan(lane_name, recipe, facts, manifests, specs, unknown, unreachable)
+
+
+DRY_RUN_WHY = "dry run: no host contacted"
+
+
+def dry_run(inv: Inventory, lane_name: str) -> LanePlan:
+    """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh."""
+    return prepare(inv, lane_name, offline=DRY_RUN_WHY)
+
+
+def planned_argv(spec: LaunchSpec) -> list[str]:
+    """The full argv the rank's runtime would run: `docker|podman run ...`, else the serve command."""
+    if spec.runtime not in ("docker", "podman"):
+        return list(spec.argv)
+    from . import records
+    from .runtimes import container_run_argv
+
+    env_file = records.log_path(Path(spec.state_dir), spec.lane, spec.rank).with_suffix(".env")
+    return container_run_argv(spec, spec.runtime, env_file)
 
 
 def _state_request(inv: Inventory, lane: str, host: str, **extra: Any) -> dict:

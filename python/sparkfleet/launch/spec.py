@@ -194,8 +194,13 @@ def build_spec(
     host_name: str,
     manifest: BindManifest,
     fabrics: dict[str, FabricFacts | None],
+    fabric_unknown_ok: bool = False,
 ) -> LaunchSpec:
-    """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None)."""
+    """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None).
+
+    `fabric_unknown_ok`: plan without the node (`--offline`, `--dry-run`, an unreachable host):
+    a RoCE lane's node-detected keys are left out for the caller to mark unknown.
+    """
     lane = inv.lane(recipe.lane)
     where = str(lane.recipe_path)
     world = recipe.world
@@ -208,7 +213,7 @@ def build_spec(
     host = inv.host(host_name)
     rank = world.ranks[host_name]
     facts = fabrics.get(host_name)
-    if recipe.fabric == "roce" and facts is None:
+    if recipe.fabric == "roce" and facts is None and not fabric_unknown_ok:
         raise ShapeError(
             f"lane {lane.name!r} needs RoCE fabric facts for {host_name}",
             hint="fabric detection runs on the node (sparkfleet doctor HOST shows why it failed)",
@@ -237,6 +242,10 @@ def build_spec(
         env["SGLANG_HOST_IP"] = my_ip
     if facts is not None and recipe.fabric == "roce":
         env.update(facts.env())
+    elif recipe.fabric == "roce":
+        from ..fabric import FIXED_ENV
+
+        env.update(FIXED_ENV)
     env.update(recipe.env)
 
     values = {
