@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec
 from ..inventory import GIB
 from ..stage import execute, remote
@@ -171,11 +171,15 @@ def stage(
         reserve = int(reserve_gib * GIB)
     if dry_run:
         plans = execute.plan(requests)
+        space = execute.space_check(requests, plans, reserve)
         if as_json or events:
-            echo_json({"dry_run": True, "plans": [p.summary() for p in plans]})
-            return
-        for p in plans:
-            click.echo(_plan_line(p.summary()))
+            echo_json({"dry_run": True, "plans": [p.summary() for p in plans], "space": space})
+        else:
+            for p in plans:
+                click.echo(_plan_line(p.summary()))
+            _print_space(space)
+        if not space["ok"]:
+            sys.exit(ExitCode.SPACE)  # where the real run would stop before byte one
         return
     share = _parse_share(share_spec)
     peers = (
@@ -215,6 +219,19 @@ def _parse_share(spec: str | None) -> tuple[int, int] | None:
     if not 0 <= index < count:
         raise SparkfleetError(f"--share {spec}: I must be in 0..N-1")
     return index, count
+
+
+def _print_space(space: dict, prefix: str = "") -> None:
+    line = (
+        f"{prefix}space on {space.get('dest', '?')}: need {human_bytes(space['needed'])}, "
+        f"free {human_bytes(space.get('free', 0))}, reserve {human_bytes(space['reserve'])}"
+    )
+    if space["ok"]:
+        click.echo(line + ": ok")
+    else:
+        click.secho(line + ": NOT ENOUGH (the real run would refuse, exit 3)", fg="red")
+        if space.get("hint"):
+            click.echo(f"{prefix}  hint: {space['hint']}")
 
 
 def _plan_line(s: dict) -> str:
@@ -275,26 +292,46 @@ def _ignore(host: str, event: dict) -> None:
 
 
 def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> None:
-    """Ask the first host for its plan (it sees the NAS), then show who would take what from where."""
+    """Ask every host for its plan (each sees the NAS and its own free space), then show who
+    would take what from where, and whether each host has the space the real run checks first."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def argv_for(prefix: list[str]) -> list[str]:
-        return [*remote.stage_argv(prefix, inv.root.resolve(), hosts[0], options), "--dry-run"]
+    def ask(host: str) -> dict:
+        def argv_for(prefix: list[str]) -> list[str]:
+            return [*remote.stage_argv(prefix, inv.root.resolve(), host, options), "--dry-run"]
 
-    outcome = remote.run_host_stage(inv, hosts[0], argv_for, _ignore, options.ssh_config)
-    text = "\n".join(outcome.log)
-    try:
-        plans = json.loads(text[text.index("{") :])["plans"]
-    except ValueError:
-        raise SparkfleetError(f"{hosts[0]}: no plan came back", hint=outcome.log_tail) from None
+        outcome = remote.run_host_stage(inv, host, argv_for, _ignore, options.ssh_config)
+        text = "\n".join(outcome.log)
+        try:
+            return json.loads(text[text.index("{") :])
+        except ValueError:
+            raise SparkfleetError(
+                outcome.error or f"{host}: no plan came back",
+                hint=outcome.hint or outcome.log_tail,
+                exit_code=outcome.exit_code,
+            ) from None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
+        answers = dict(zip(hosts, pool.map(ask, hosts), strict=True))
+    plans = answers[hosts[0]]["plans"]
+    spaces = {h: a.get("space") for h, a in answers.items() if a.get("space")}
     files = sorted({(f[0], f[1], f[3]) for p in plans for f in p["file_list"]})
     sizes = {rel: size for rel, size, _ in files}
     wave1, pulls = fanout_plan(files, hosts) if fanout else ({h: list(sizes) for h in hosts}, [])
     nas_reads = {h: sum(sizes[r] for r in rels) for h, rels in wave1.items()}
+    short = [h for h, s in spaces.items() if not s["ok"]]
     if as_json:
-        echo_json({"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls})
+        echo_json(
+            {"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls,
+             "space": spaces}
+        )  # fmt: skip
+        if short:
+            sys.exit(ExitCode.SPACE)
         return
     for p in plans:
         click.echo(_plan_line(p))
+    for h, s in spaces.items():
+        _print_space(s, prefix=f"{h}: ")
     for h, rels in wave1.items():
         click.echo(f"{h}: from NAS {len(rels)} files ({human_bytes(nas_reads[h])})")
     for h in hosts:
@@ -303,6 +340,8 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
             seeds = ", ".join(sorted({p.seed for p in mine}))
             size = human_bytes(sum(p.size for p in mine))
             click.echo(f"{h}: from peers {len(mine)} files ({size}) via {seeds}")
+    if short:
+        sys.exit(ExitCode.SPACE)
 
 
 @click.command()
