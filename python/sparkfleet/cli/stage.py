@@ -18,6 +18,7 @@ from ..stage import execute, remote
 from ..stage.events import EventsProgress
 from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
+from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
@@ -287,6 +288,33 @@ def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> l
     return outcomes
 
 
+def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) -> None:
+    """Verify each host on the host itself; one summary; exit 0 only when every host is complete."""
+    results = verify_hosts(inv, hosts, options)
+    ok = all(r.ok for r in results)
+    if as_json:
+        echo_json({"ok": ok, "hosts": [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]})
+    else:
+        for r in results:
+            if r.report is not None:
+                t = r.report
+                click.echo(
+                    f"{r.host}: links ok: {t['links_ok']}, dangling: {t['dangling']}, "
+                    f"mismatches: {t['mismatches']}, missing: {t['missing']}"
+                    + ("" if r.ok else "  INCOMPLETE")
+                )
+                for repo in t["repos"]:
+                    for problem in repo.get("problems", [])[:10]:
+                        click.echo(f"  {problem}")
+            else:
+                click.secho(f"{r.host}: error: {r.error}", fg="red")
+                if r.hint:
+                    click.echo(f"  hint: {r.hint}")
+    if not ok:
+        codes = [r.exit_code for r in results if not r.ok and r.report is None and r.exit_code]
+        sys.exit(max(codes) if codes else ExitCode.SHORTFALL)
+
+
 def _ignore(host: str, event: dict) -> None:
     pass
 
@@ -346,15 +374,37 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
 
 @click.command()
 @selectors
+@click.option("--here", is_flag=True, help="Verify on this machine even if HOST looks remote.")
+@click.option(
+    "--ssh-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SPARKFLEET_SSH_CONFIG",
+    show_default="~/.ssh/config",
+    help="ssh_config for reaching hosts.",
+)
 @click.pass_context
-def verify(ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json) -> None:
-    """Check the local tree against the source; change nothing. Exit 0 only if complete and correct.
+def verify(
+    ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json, here, ssh_config
+) -> None:
+    """Check HOST's local tree against the source; change nothing. Exit 0 only if complete and correct.
+
+    Like `stage HOST`, HOST is checked on HOST itself (over ssh when it is another machine);
+    without HOST, --lane checks every host of the lane in parallel.
 
     \b
     Examples:
       sparkfleet verify dgx1
+      sparkfleet verify dgx1 --lane dsv41-flash-exl3-2x --verify full
       sparkfleet verify --lane dsv41-flash-4x-mia --json
+      sparkfleet verify --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
     """
+    direct = source is not None or dest is not None or bool(repos)
+    if not direct and not here and (host or lane):
+        inv = load_inventory(ctx)
+        if host is None or not remote.is_this_host(inv.host(host)):
+            hosts = [host] if host else list(inv.lane(lane).hosts)
+            _verify_fleet(inv, hosts, VerifyOptions(lane, verify_mode, include, exclude, ssh_config), as_json)
+            return
     requests, _ = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     reports = execute.verify(requests, verify_mode)
     totals = {
