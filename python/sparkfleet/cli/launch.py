@@ -156,6 +156,7 @@ def _event(msg: str) -> None:
     show_default="the recipe's timeouts.ready_s",
     help="Readiness timeout in seconds.",
 )
+@click.option("--replace", is_flag=True, help="Stop another lane whose ranks occupy these hosts first.")
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -169,6 +170,7 @@ def launch(
     no_wait: bool,
     keep_on_failure: bool,
     timeout: float | None,
+    replace: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -179,6 +181,7 @@ def launch(
       sparkfleet launch dsv41-flash-4x-mia --dry-run
       sparkfleet launch dsv41-flash-4x-mia
       sparkfleet launch dsv41-flash-4x-mia --no-wait
+      sparkfleet launch dsv41-flash-exl3-2x --replace
       sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
     """
     if dry_run:
@@ -188,7 +191,13 @@ def launch(
 
     inv = load_inventory(ctx)
     report = do_launch(
-        inv, lane, wait=not no_wait, keep_on_failure=keep_on_failure, timeout_s=timeout, on_event=_event
+        inv,
+        lane,
+        wait=not no_wait,
+        keep_on_failure=keep_on_failure,
+        timeout_s=timeout,
+        on_event=_event,
+        replace=replace,
     )
     ok = report.ready is None or report.ready.ok
     if as_json:
@@ -304,52 +313,80 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
       sparkfleet status dsv41-flash-4x-mia
       sparkfleet status dsv41-flash-4x-mia --json
     """
+    from ..errors import ExitCode
     from ..launch.lane import status as do_status
 
     st = do_status(load_inventory(ctx), lane)
     if as_json:
         echo_json(st)
-        return
-    click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
-    for r in st["ranks"]:
-        state = "running" if r["running"] else f"stopped ({r['detail']}, code {r['returncode']})"
-        click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
-    if st["endpoints"]:
-        e = st["endpoints"]
-        click.echo(f"  head {st['head']}:{st['port']} /health={e['health']} /v1/models={e['models_status']}")
-    for e in st["errors"]:
-        click.echo(f"  {e['host']}: {e['error']}")
+    else:
+        click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
+        for r in st["ranks"]:
+            state = "running" if r["running"] else f"stopped ({r['detail']}, code {r['returncode']})"
+            click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
+        if st["endpoints"]:
+            e = st["endpoints"]
+            click.echo(
+                f"  head {st['head']}:{st['port']} /health={e['health']} /v1/models={e['models_status']}"
+            )
+        for e in st["errors"]:
+            click.echo(f"  {e['host']}: {e['error']}")
+    if any(e.get("code") == ExitCode.UNREACHABLE for e in st["errors"]):
+        sys.exit(ExitCode.UNREACHABLE)
+    if not st["ok"]:
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("logs")
 @click.argument("lane")
 @click.argument("host", required=False)
-@click.option("-n", "--lines", type=int, default=50, show_default=True)
-@click.option("-f", "--follow", is_flag=True, help="Keep printing HOST's log as it grows (needs HOST).")
+@click.option("-n", "--lines", type=int, default=50, show_default=True, help="Lines per rank.")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing the log as it grows (HOST's, or the head's)."
+)
+@JSON
 @click.pass_context
-def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bool) -> None:
+def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bool, as_json: bool) -> None:
     """The last lines of LANE's rank logs (on HOST, or every host).
+
+    While the lane runs: the running ranks' logs. After it stopped: the last run's logs, marked so.
 
     \b
     Examples:
       sparkfleet logs dsv41-flash-4x-mia
       sparkfleet logs dsv41-flash-4x-mia dgx1 -n 200
-      sparkfleet logs dsv41-flash-4x-mia dgx1 -f
+      sparkfleet logs dsv41-flash-4x-mia -f
     """
     from ..launch.lane import follow as do_follow
     from ..launch.lane import logs as do_logs
+    from ..launch.recipe import launch_recipe
 
+    inv = load_inventory(ctx)
     if follow:
-        if host is None:
-            raise click.UsageError("--follow needs HOST")
-        with do_follow(load_inventory(ctx), lane, host, lines) as stream:
+        target = host or launch_recipe(inv, lane).world.head
+        with do_follow(inv, lane, target, lines) as stream:
             for line in stream:
                 click.echo(line, nl=False)
         return
-    for h, ranks in do_logs(load_inventory(ctx), lane, host, lines).items():
-        for rank, text in ranks.items():
-            click.secho(f"==> {h} rank {rank} <==", bold=True)
+    answers = do_logs(inv, lane, host, lines, answers=True)
+    if as_json:
+        echo_json({"lane": lane, "hosts": answers})
+        return
+    shown = 0
+    for h, ans in answers.items():
+        for rank, text in ans["logs"].items():
+            last = " (last run; the lane is stopped)" if rank in ans.get("stopped", []) else ""
+            click.secho(f"==> {h} rank {rank}{last}: {ans.get('log_paths', {}).get(rank, '')} <==", bold=True)
             click.echo(text)
+            shown += 1
+    if not shown:
+        from ..errors import SparkfleetError
+
+        raise SparkfleetError(
+            f"no log of {lane} on {host or 'any of its hosts'}: it never ran there (or its state_dir moved)",
+            hint=f"sparkfleet launch {lane}",
+            exit_code=1,
+        )
 
 
 @click.command("doctor")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..fabric import FabricFacts
 from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
@@ -331,6 +331,55 @@ def _exited_workers(inv: Inventory, plan: LanePlan) -> list[RankExit]:
     return [g for gs in _parallel(check, plan.by_rank()[1:]) for g in gs]
 
 
+def occupants(inv: Inventory, lane_name: str) -> dict[str, list[dict]]:
+    """Other lanes with ranks running on this lane's hosts: other lane -> [{host, rank, name}]."""
+    lane = inv.lane(lane_name)
+
+    def ask(name: str) -> list[dict]:
+        req = {"state_dir": str(state_dir_of(inv.host(name)))}
+        return [{"host": name, **r} for r in call_agent(connect(inv.host(name)), "occupancy", req)["running"]]
+
+    out: dict[str, list[dict]] = {}
+    for r in (r for rs in _parallel(ask, list(lane.hosts)) for r in rs):
+        if r["lane"] != lane_name:
+            out.setdefault(r["lane"], []).append(r)
+    return out
+
+
+def check_occupancy(
+    inv: Inventory, lane_name: str, replace: bool, on_event: Callable[[str], None] = lambda _m: None
+) -> list[str]:
+    """Refuse (REFUSED) when another lane's ranks run on this lane's hosts, naming that lane; with
+    `replace`, stop those lanes first. Returns the lanes stopped."""
+    taken = occupants(inv, lane_name)
+    if taken and not replace:
+        lines = "; ".join(
+            f"lane {other} (" + ", ".join(f"rank {r['rank']} on {r['host']}" for r in rs) + ")"
+            for other, rs in sorted(taken.items())
+        )
+        first = sorted(taken)[0]
+        raise SparkfleetError(
+            f"{lane_name}'s hosts are occupied by {lines}",
+            hint=f"sparkfleet stop {first}, or sparkfleet launch {lane_name} --replace",
+            exit_code=ExitCode.REFUSED,
+        )
+    for other in sorted(taken):
+        if other in inv.lanes:
+            results = stop(inv, other)
+        else:  # a lane no longer in the inventory: stop it where its records are
+            results = []
+            for host in sorted({r["host"] for r in taken[other]}):
+                req = _state_request(inv, other, host)
+                results += call_agent(connect(inv.host(host)), "stop", req, timeout=120)["stopped"]
+        if not all(r["stopped"] for r in results):
+            raise SparkfleetError(
+                f"--replace: lane {other} did not stop", hint=f"sparkfleet status {other}",
+                exit_code=ExitCode.REFUSED,
+            )  # fmt: skip
+        on_event(f"replaced lane {other}: stopped its ranks on this lane's hosts")
+    return sorted(taken)
+
+
 def launch(
     inv: Inventory,
     lane_name: str,
@@ -338,8 +387,11 @@ def launch(
     keep_on_failure: bool = False,
     timeout_s: float | None = None,
     on_event: Callable[[str], None] = lambda _msg: None,
+    replace: bool = False,
 ) -> LaunchReport:
-    """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept)."""
+    """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept).
+
+    Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`."""
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
@@ -348,6 +400,7 @@ def launch(
         raise SparkfleetError(
             f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
         )
+    check_occupancy(inv, lane_name, replace, on_event)
     started: list[StartedRank] = []
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
@@ -410,11 +463,11 @@ def status(inv: Inventory, lane_name: str) -> dict:
         try:
             return call_agent(connect(inv.host(name)), "status", _state_request(inv, lane_name, name))
         except SparkfleetError as exc:
-            return {"error": exc.message}
+            return {"error": exc.message, "code": int(exc.exit_code)}
 
     for name, ans in zip(lane.hosts, _parallel(ask, list(lane.hosts)), strict=True):
         if "error" in ans:
-            errors.append({"host": name, "error": ans["error"]})
+            errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
             continue
         for r in ans["ranks"]:
             ranks.append({"host": name, "rank": r["record"]["rank"], "name": r["record"]["name"],
@@ -432,10 +485,11 @@ def status(inv: Inventory, lane_name: str) -> dict:
             health = {"health": ans.get("health"), "models_status": ans.get("models_status"),
                       "models": ans.get("models", [])}  # fmt: skip
         except SparkfleetError as exc:
-            errors.append({"host": head, "error": exc.message})
+            errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
     running = sum(1 for r in ranks if r["running"])
     return {
         "lane": lane_name,
+        "ok": running == len(lane.hosts) and not errors,
         "ranks": sorted(ranks, key=lambda r: r["rank"]),
         "running": running,
         "expected": len(lane.hosts),
@@ -446,8 +500,11 @@ def status(inv: Inventory, lane_name: str) -> dict:
     }
 
 
-def logs(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50) -> dict[str, dict]:
-    """host -> {rank: last lines} for the lane's ranks (on one host, or all)."""
+def logs(
+    inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50, answers: bool = False
+) -> dict[str, dict]:
+    """host -> {rank: last lines} for the lane's ranks (on one host, or all): the running run's, else
+    the last stopped run's. `answers`: host -> the agent's whole answer (`logs`, `stopped`, `log_paths`)."""
     lane = inv.lane(lane_name)
     names = [host] if host else list(lane.hosts)
     if host and host not in lane.hosts:
@@ -457,7 +514,7 @@ def logs(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 5
     out = {}
     for name in names:
         ans = call_agent(connect(inv.host(name)), "logs", _state_request(inv, lane_name, name, lines=lines))
-        out[name] = ans["logs"]
+        out[name] = ans if answers else ans["logs"]
     return out
 
 
@@ -471,6 +528,13 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
     runner = connect(inv.host(host))
     ans = call_agent(runner, "status", _state_request(inv, lane_name, host))
     if not ans["ranks"]:
+        last = call_agent(runner, "logs", _state_request(inv, lane_name, host, lines=0))
+        if last.get("stopped"):
+            raise SparkfleetError(
+                f"{lane_name} is not running on {host}: nothing to follow",
+                hint=f"sparkfleet logs {lane_name} {host} shows the last run's log",
+                exit_code=ExitCode.SHORTFALL,
+            )
         raise SparkfleetError(
             f"no rank of {lane_name} recorded on {host}", hint=f"sparkfleet launch {lane_name}"
         )
