@@ -121,7 +121,9 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
                     "staged+verified",
                     False,
                     f"{detail}: {why}",
-                    f"sparkfleet stage {recipe.lane if recipe else ''} --host {host_name}",
+                    f"sparkfleet stage {host_name} --lane {recipe.lane}"
+                    if recipe
+                    else f"sparkfleet stage {host_name}",
                 )
             )
     if recipe and recipe.receipt_roots:

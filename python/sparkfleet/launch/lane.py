@@ -532,7 +532,7 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
         if last.get("stopped"):
             raise SparkfleetError(
                 f"{lane_name} is not running on {host}: nothing to follow",
-                hint=f"sparkfleet logs {lane_name} {host} shows the last run's log",
+                hint=f"`sparkfleet logs {lane_name} {host}` shows the last run's log",
                 exit_code=ExitCode.SHORTFALL,
             )
         raise SparkfleetError(

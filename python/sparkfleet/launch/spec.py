@@ -216,7 +216,7 @@ def build_spec(
     if recipe.fabric == "roce" and facts is None and not fabric_unknown_ok:
         raise ShapeError(
             f"lane {lane.name!r} needs RoCE fabric facts for {host_name}",
-            hint="fabric detection runs on the node (sparkfleet doctor HOST shows why it failed)",
+            hint="fabric detection runs on the node (`sparkfleet doctor HOST` shows why it failed)",
         )
     state_dir = state_dir_of(host)
     cache_dir = (recipe.cache_dir or "{state_dir}/cache/{lane}").format(state_dir=state_dir, lane=lane.name)
