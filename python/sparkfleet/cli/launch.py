@@ -157,6 +157,7 @@ def _event(msg: str) -> None:
     help="Readiness timeout in seconds.",
 )
 @click.option("--replace", is_flag=True, help="Stop another lane whose ranks occupy these hosts first.")
+@click.option("--stop-on-interrupt", is_flag=True, help="On Ctrl-C, stop the ranks already started.")
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -171,10 +172,15 @@ def launch(
     keep_on_failure: bool,
     timeout: float | None,
     replace: bool,
+    stop_on_interrupt: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
     """Start LANE on its hosts (workers first, head last) and wait until it is ready.
+
+    While it boots: per rank the boot stage reached (the recipe's ready_signatures), elapsed
+    time, weight-load progress and the last log line (a live table on a terminal, one line per
+    stage change otherwise). Ctrl-C names the ranks still running and how to stop them.
 
     \b
     Examples:
@@ -188,17 +194,21 @@ def launch(
         _print_dry_run(ctx, lane, as_json)
         return
     from ..launch.lane import launch as do_launch
+    from .progress import BootView
 
     inv = load_inventory(ctx)
-    report = do_launch(
-        inv,
-        lane,
-        wait=not no_wait,
-        keep_on_failure=keep_on_failure,
-        timeout_s=timeout,
-        on_event=_event,
-        replace=replace,
-    )
+    with BootView(as_json) as view:
+        report = do_launch(
+            inv,
+            lane,
+            wait=not no_wait,
+            keep_on_failure=keep_on_failure,
+            timeout_s=timeout,
+            on_event=_event,
+            replace=replace,
+            on_progress=view.update,
+            stop_on_interrupt=stop_on_interrupt,
+        )
     ok = report.ready is None or report.ready.ok
     if as_json:
         echo_json(report)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote
 from ..inventory import Host, Inventory
 from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
-from .readiness import RankExit, ReadyReport, wait_ready
+from .readiness import BootWatch, RankExit, RankProgress, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe
 from .spec import LaunchSpec, ShapeError, build_spec, check_env_extras, check_world, state_dir_of
 
@@ -319,16 +320,47 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
     return [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
 
 
-def _exited_workers(inv: Inventory, plan: LanePlan) -> list[RankExit]:
+def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
+    """Workers that stopped running; each worker's new log lines go to `boot` on the way."""
+
     def check(spec: LaunchSpec) -> list[RankExit]:
-        ans = call_agent(connect(inv.host(spec.host)), "status", _state_request(inv, plan.lane, spec.host))
-        return [
-            RankExit(spec.host, spec.rank, r["returncode"])
-            for r in ans["ranks"]
-            if r["record"]["rank"] == spec.rank and not r["running"]
-        ]
+        req = _state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
+        ans = call_agent(connect(inv.host(spec.host)), "watch", req)
+        if not ans.get("found", True):
+            return [RankExit(spec.host, spec.rank, None)]
+        boot.feed(spec.rank, ans, clock())
+        return [] if ans.get("running", True) else [RankExit(spec.host, spec.rank, ans.get("returncode"))]
 
     return [g for gs in _parallel(check, plan.by_rank()[1:]) for g in gs]
+
+
+class LaunchInterrupted(SparkfleetError):
+    """Ctrl-C during a launch: which ranks still run, and how to stop them (or that they were stopped)."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s: float) -> LaunchInterrupted:
+    if stop_on_interrupt:
+        results = stop(inv, lane_name, stop_s)
+        left = [r for r in results if not r["stopped"]]
+        if not left:
+            return LaunchInterrupted(f"interrupted: {lane_name} stopped (--stop-on-interrupt)")
+        where = ", ".join(f"rank {r.get('rank', '?')} on {r['host']}" for r in left)
+        return LaunchInterrupted(
+            f"interrupted: {lane_name} did not stop everywhere: {where}", hint=f"sparkfleet stop {lane_name}"
+        )
+    running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
+    if not running:
+        return LaunchInterrupted(f"interrupted: no rank of {lane_name} is running")
+    where = ", ".join(
+        f"rank {r['rank']} on {r['host']} ({'pid ' + str(r['pid']) if r['pid'] else r['container_id']})"
+        for r in running
+    )
+    return LaunchInterrupted(
+        f"interrupted: {lane_name} ranks still running: {where}",
+        hint=f"sparkfleet stop {lane_name} (or launch with --stop-on-interrupt)",
+    )
 
 
 def occupants(inv: Inventory, lane_name: str) -> dict[str, list[dict]]:
@@ -388,10 +420,32 @@ def launch(
     timeout_s: float | None = None,
     on_event: Callable[[str], None] = lambda _msg: None,
     replace: bool = False,
+    on_progress: Callable[[list[RankProgress]], None] = lambda _p: None,
+    stop_on_interrupt: bool = False,
 ) -> LaunchReport:
     """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept).
 
-    Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`."""
+    Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`.
+    `on_progress` gets every rank's boot stage, elapsed time, weight-load progress and last log
+    line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
+    them first with `stop_on_interrupt`)."""
+    try:
+        return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, replace, on_progress)
+    except KeyboardInterrupt:
+        recipe = launch_recipe(inv, lane_name)
+        raise _interrupted(inv, lane_name, stop_on_interrupt, recipe.timeouts.stop_s) from None
+
+
+def _launch(
+    inv: Inventory,
+    lane_name: str,
+    wait: bool,
+    keep_on_failure: bool,
+    timeout_s: float | None,
+    on_event: Callable[[str], None],
+    replace: bool,
+    on_progress: Callable[[list[RankProgress]], None],
+) -> LaunchReport:
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
@@ -427,10 +481,21 @@ def launch(
         return LaunchReport(lane_name, started, None)
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
+    boot = BootWatch(
+        [(s.host, s.rank) for s in plan.by_rank()], plan.recipe.ready_signatures, time.monotonic()
+    )
 
     def poll_head(offset: int) -> dict:
         req = _state_request(inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
-        return call_agent(head_runner, "watch", req)
+        ans = call_agent(head_runner, "watch", req)
+        boot.feed(0, ans, time.monotonic())
+        on_progress(boot.snapshot(time.monotonic()))
+        return ans
+
+    def exited() -> list[RankExit]:
+        gone = _exited_workers(inv, plan, boot)
+        on_progress(boot.snapshot(time.monotonic()))
+        return gone
 
     ready = wait_ready(
         lane=lane_name,
@@ -438,7 +503,7 @@ def launch(
         weight_load_regex=plan.recipe.weight_load_regex,
         served_model_name=plan.recipe.served_model_name,
         poll_head=poll_head,
-        exited_ranks=lambda: _exited_workers(inv, plan),
+        exited_ranks=exited,
         timeout_s=timeout_s or plan.recipe.timeouts.ready_s,
         poll_s=plan.recipe.timeouts.poll_s,
         head_host=head.host,
