@@ -23,8 +23,8 @@ from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
 from ..bench.tokens import LocalTokenizer
-from ..errors import SparkfleetError
-from .progress import wants_bar
+from ..errors import ExitCode, SparkfleetError
+from .progress import quiet, wants_bar
 from .render import echo_json, load_inventory
 
 DEFAULT_URL_OUT = Path("sparkfleet-reports")
@@ -70,6 +70,24 @@ class RichBenchProgress:
 
     def step(self, label: str, advance: int = 1) -> None:
         self.bar.update(self.task, description=label, advance=advance)
+
+
+class LineBenchProgress:
+    """Off a terminal: one stderr line each time the phase changes (its first word: warmup, pp512,
+    sweep, quality ...), so a log shows where an hour-long run is."""
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.label: str | None = None
+
+    def start(self, total: int) -> None:
+        pass
+
+    def step(self, label: str, advance: int = 1) -> None:
+        phase = label.split(" ")[0]
+        if phase != self.phase or (phase == "quality" and label != self.label and advance == 0):
+            click.echo(f"· {label}", err=True)
+        self.phase, self.label = phase, label
 
 
 # -- smoke ------------------------------------------------------------------------------------------
@@ -269,7 +287,7 @@ def bench(
         with RichBenchProgress() as bar:
             run = go(bar)
     else:
-        run = go()
+        run = go(None if as_json or quiet() else LineBenchProgress())  # type: ignore[arg-type]
     assert target.reports_dir is not None
     paths = reports.write_report(run, target.reports_dir)
     comparison = None
@@ -299,6 +317,9 @@ def bench(
         )
     else:
         _print_bench(run, paths, doc_metrics, comparison)
+    if run.status == "interrupted":
+        click.secho(f"interrupted: the report of what was measured is {paths.json}", fg="yellow", err=True)
+        ctx.exit(ExitCode.INTERRUPTED)
     failed = run.status != "ok" or (comparison is not None and not comparison.ok)
     ctx.exit(1 if failed else 0)
 
