@@ -9,6 +9,7 @@ the whole lane if it does not come up. Nodes are reached only through hosts.conn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -259,7 +260,24 @@ def prepare(
     for name in names:
         specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics, fabric_unknown_ok=partial)
     unknown = {name: unknowns(inv, recipe, facts, name) for name in names} if partial else {}
+    for name, missing in unknown.items():  # the command must not show a guess as a value either
+        specs[name] = dataclasses.replace(specs[name], argv=_mark_unknown(specs[name], missing))
     return LanePlan(lane_name, recipe, facts, manifests, specs, unknown, unreachable)
+
+
+def _mark_unknown(spec: LaunchSpec, missing: dict[str, str]) -> tuple[str, ...]:
+    """argv with every value taken from an unknown env key written as `<KEY unknown>`."""
+    argv = list(spec.argv)
+    for key in missing:
+        value = spec.env.get(key)
+        if value is None:
+            continue
+        mark = f"<{key} unknown>"
+        if value == "":
+            argv = [mark if a == "" else a for a in argv]
+        else:
+            argv = [a.replace(value, mark) for a in argv]
+    return tuple(argv)
 
 
 DRY_RUN_WHY = "dry run: no host contacted"
