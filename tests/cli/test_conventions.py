@@ -119,10 +119,15 @@ def test_verbose_logs_each_host_command(caplog):
     assert "spark$ true 'a b'" in caplog.text
 
 
-def test_shell_completion_script_is_generated():
-    env = {**os.environ, "_SPARKFLEET_COMPLETE": "bash_source"}
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_shell_completion_is_documented_and_generated(shell):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"_SPARKFLEET_COMPLETE={shell}_source sparkfleet" in readme
+    env = {**os.environ, "_SPARKFLEET_COMPLETE": f"{shell}_source"}
     out = subprocess.run(
         [sys.executable, "-c", "from sparkfleet.cli import main; main(prog_name='sparkfleet')"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert out.returncode == 0 and "_sparkfleet_completion" in out.stdout
+    assert out.returncode == 0 and "_SPARKFLEET_COMPLETE" in out.stdout
