@@ -1,4 +1,4 @@
-"""`verify HOST` checks HOST's own tree over ssh (like `stage HOST`), `verify --lane L` every host.
+"""`verify HOST` over ssh (like `stage HOST`), `verify --lane L` every host; status and logs over ssh.
 
 Proof that the check runs on the host, not on the operator's disk: after dgx2 is staged, an
 empty tmpfs is mounted over dgx2's hub *on the operator's side only* (each host's sshd has its
@@ -80,3 +80,26 @@ def test_verify_unreachable_host_exits_unreachable(fleet):
     res = cli(root, "verify", "ghost")
     assert res.returncode == ExitCode.UNREACHABLE, res.stdout + res.stderr
     assert "ghost: error: ghost: ssh failed" in res.stdout
+
+
+def test_status_and_logs_over_ssh_tell_the_truth(fleet):
+    """The same lane over real ssh: status exits 0 only while both ranks run; after stop, logs
+    still shows each host's last run."""
+    from sparkfleet.launch.demo import demo_launch_tables
+
+    root, _ = fleet
+    recipe = root / "recipes" / LANE / "recipe.toml"
+    recipe.write_text(recipe.read_text() + demo_launch_tables(boot_delay=0.5))
+    try:
+        up = cli(root, "launch", LANE)
+        assert up.returncode == ExitCode.OK, up.stdout + up.stderr
+        assert cli(root, "status", LANE).returncode == ExitCode.OK
+    finally:
+        assert cli(root, "stop", LANE).returncode == ExitCode.OK
+    down = cli(root, "status", LANE)
+    assert down.returncode == ExitCode.SHORTFALL and "0/2 ranks running" in down.stdout
+    logs = cli(root, "logs", LANE)
+    assert logs.returncode == ExitCode.OK, logs.stderr
+    for host, rank in (("dgx1", 0), ("dgx2", 1)):
+        assert f"==> {host} rank {rank} (last run; the lane is stopped)" in logs.stdout
+    assert logs.stdout.count("The server is fired up and ready to roll!") == 2
