@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..errors import ExitCode, SparkfleetError
 from .progress import step_line
 from .render import echo_json, human_bytes, load_inventory, to_jsonable
 
@@ -33,8 +34,6 @@ def _plan_one(ctx: click.Context, lane: str, host: str, offline: bool):
 
 def _exit_if_unreachable(plan, as_json: bool) -> None:
     """After showing what could be derived: name the host ssh could not reach and exit UNREACHABLE."""
-    from ..errors import ExitCode
-
     if not plan.unreachable:
         return
     if not as_json:
@@ -234,7 +233,7 @@ def launch(
             if report.stopped_after_failure:
                 click.echo("  the lane was stopped (use --keep-on-failure to keep it)")
     if not ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
@@ -308,7 +307,7 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
         if not res:
             click.echo(f"{lane}: nothing recorded as running")
     if any(not r["stopped"] for r in res):
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("status")
@@ -323,7 +322,6 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
       sparkfleet status dsv41-flash-4x-mia
       sparkfleet status dsv41-flash-4x-mia --json
     """
-    from ..errors import ExitCode
     from ..launch.lane import status as do_status
 
     st = do_status(load_inventory(ctx), lane)
@@ -390,12 +388,10 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
             click.echo(text)
             shown += 1
     if not shown:
-        from ..errors import SparkfleetError
-
         raise SparkfleetError(
             f"no log of {lane} on {host or 'any of its hosts'}: it never ran there (or its state_dir moved)",
             hint=f"sparkfleet launch {lane}",
-            exit_code=1,
+            exit_code=ExitCode.SHORTFALL,
         )
 
 
@@ -423,7 +419,7 @@ def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
             if c.ok is False and c.hint:
                 click.echo(f"  {'':8} {'':16} fix: {c.hint}")
     if not report.ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("agent", hidden=True, context_settings={"ignore_unknown_options": True})
