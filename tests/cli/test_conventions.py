@@ -131,3 +131,22 @@ def test_shell_completion_is_documented_and_generated(shell):
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0 and "_SPARKFLEET_COMPLETE" in out.stdout
+
+
+def test_completion_offers_the_fleets_lanes_and_hosts():
+    """What `sparkfleet launch <TAB>` and `sparkfleet env LANE <TAB>` offer: the inventory's names."""
+    from pathlib import Path
+
+    from click.shell_completion import ShellComplete
+
+    repo = str(Path(__file__).resolve().parents[2])
+
+    def offered(*words: str, incomplete: str = "") -> list[str]:
+        comp = ShellComplete(main, {}, "sparkfleet", "_SPARKFLEET_COMPLETE")
+        return [c.value for c in comp.get_completions(["--root", repo, *words], incomplete)]
+
+    assert offered("launch", incomplete="dsv41") == ["dsv41-flash-4x-mia", "dsv41-flash-exl3-2x"]
+    assert offered("env", "dsv41-flash-4x-mia", incomplete="dgx") == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    assert "dgx3" in offered("doctor") and "dsv41-flash-exl3-2x" in offered("doctor")
+    assert offered("stage", incomplete="dgx4") == ["dgx4"]
+    assert offered("--root", "/nonexistent", "launch") == []  # no inventory: nothing, no error

@@ -8,7 +8,7 @@ import click
 
 from ..errors import ExitCode, SparkfleetError
 from .progress import step_line
-from .render import echo_json, human_bytes, load_inventory, to_jsonable
+from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
@@ -48,8 +48,8 @@ def _unknown_lines(unknown: dict[str, str], indent: str = "") -> list[str]:
 
 
 @click.command("env")
-@click.argument("lane")
-@click.argument("host")
+@click.argument("lane", shell_complete=complete("lane"))
+@click.argument("host", shell_complete=complete("host"))
 @OFFLINE
 @JSON
 @click.pass_context
@@ -87,8 +87,8 @@ def env(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) 
 
 
 @click.command("manifest")
-@click.argument("lane")
-@click.argument("host")
+@click.argument("lane", shell_complete=complete("lane"))
+@click.argument("host", shell_complete=complete("host"))
 @OFFLINE
 @JSON
 @click.pass_context
@@ -146,7 +146,7 @@ def _event(msg: str) -> None:
 
 
 @click.command("launch")
-@click.argument("lane")
+@click.argument("lane", shell_complete=complete("lane"))
 @click.option("--no-wait", is_flag=True, help="Start the ranks and return without waiting for readiness.")
 @click.option("--keep-on-failure", is_flag=True, help="Leave the ranks running when readiness fails.")
 @click.option(
@@ -286,7 +286,7 @@ def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
 
 
 @click.command("stop")
-@click.argument("lane")
+@click.argument("lane", shell_complete=complete("lane"))
 @JSON
 @click.pass_context
 def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
@@ -311,7 +311,7 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
 
 
 @click.command("status")
-@click.argument("lane")
+@click.argument("lane", shell_complete=complete("lane"))
 @JSON
 @click.pass_context
 def status(ctx: click.Context, lane: str, as_json: bool) -> None:
@@ -346,8 +346,8 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
 
 
 @click.command("logs")
-@click.argument("lane")
-@click.argument("host", required=False)
+@click.argument("lane", shell_complete=complete("lane"))
+@click.argument("host", required=False, shell_complete=complete("host"))
 @click.option("-n", "--lines", type=int, default=50, show_default=True, help="Lines per rank.")
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep printing the log as it grows (HOST's, or the head's)."
@@ -396,7 +396,7 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
 
 
 @click.command("doctor")
-@click.argument("target")
+@click.argument("target", shell_complete=complete("target"))
 @JSON
 @click.pass_context
 def doctor(ctx: click.Context, target: str, as_json: bool) -> None:

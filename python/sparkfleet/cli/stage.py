@@ -21,13 +21,13 @@ from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
 from .progress import FleetProgress, RichStageProgress, wants_bar
-from .render import echo_json, human_bytes, load_inventory
+from .render import complete, echo_json, human_bytes, load_inventory
 
 
 def selectors(fn):
     """The options `stage` and `verify` share: a HOST (+ --lane) from the inventory, or direct mode."""
     options = [
-        click.argument("host", required=False),
+        click.argument("host", required=False, shell_complete=complete("host")),
         click.option("--lane", show_default="every lane on HOST", help="Only this lane's repos."),
         click.option("--source", type=click.Path(path_type=Path), help="Direct mode: the source hub cache."),
         click.option(
