@@ -65,3 +65,13 @@ def test_no_module_imports_a_private_name():
         if name.startswith("_") and not name.startswith("__") and mod.startswith("sparkfleet")
     ]
     assert bad == []
+
+
+def test_the_node_side_agent_verb_does_not_import_rich():
+    """`sparkfleet agent` runs once per readiness poll on every node: no display stack on that path."""
+    import subprocess
+    import sys
+
+    code = "import sys, sparkfleet.cli.launch, sparkfleet.launch.agent; print('rich' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

@@ -7,7 +7,6 @@ import sys
 import click
 
 from ..errors import ExitCode, SparkfleetError
-from .progress import step_line
 from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -142,6 +141,8 @@ def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: b
 
 
 def _event(msg: str) -> None:
+    from .progress import step_line  # lazy: rich is not for the node-side `agent` verb
+
     step_line(msg)
 
 
