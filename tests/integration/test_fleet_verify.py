@@ -103,3 +103,14 @@ def test_status_and_logs_over_ssh_tell_the_truth(fleet):
     for host, rank in (("dgx1", 0), ("dgx2", 1)):
         assert f"==> {host} rank {rank} (last run; the lane is stopped)" in logs.stdout
     assert logs.stdout.count("The server is fired up and ready to roll!") == 2
+
+
+def test_stage_dry_run_runs_each_hosts_space_preflight_over_ssh(fleet):
+    root, hosts = fleet
+    ok = cli(root, "stage", "dgx2", "--dry-run")
+    assert ok.returncode == ExitCode.OK, ok.stdout + ok.stderr
+    assert f"dgx2: space on {hosts['dgx2'].nvme / 'hub'}: need " in ok.stdout and ": ok" in ok.stdout
+    short = cli(root, "stage", "--lane", LANE, "--dry-run", "--reserve-gib", "1000000")
+    assert short.returncode == ExitCode.SPACE, short.stdout + short.stderr
+    assert short.stdout.count("NOT ENOUGH") == 2  # each host answers for its own disk
+    assert not (hosts["dgx1"].nvme / "hub").exists()
