@@ -109,10 +109,6 @@ class LanePlan:
         """Workers first, head last: the head's dist-init listener must find every worker dialling in."""
         return list(reversed(self.by_rank()))
 
-    @property
-    def complete(self) -> bool:
-        return not any(self.unknown.values())
-
 
 def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
     lane = inv.lane(recipe.lane)
