@@ -46,9 +46,10 @@ def _smoke_and_bench(root: Path) -> bool:
         click.echo(f"sparkfleet {' '.join(verb)}:")
         proc = subprocess.run(
             [sys.executable, "-m", "sparkfleet", "--root", str(root), *verb],
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+            stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        for line in (proc.stdout + proc.stderr).splitlines():
+        for line in proc.stdout.splitlines():  # one stream: progress lines stay in order
             click.echo(f"  {line}")
         ok &= proc.returncode == 0
     return ok
