@@ -118,6 +118,7 @@ class LocalHost:
         return _run(self.name, argv, list(argv), input, timeout)
 
     def stream(self, argv: Sequence[str]):
+        log.info("%s$ %s", self.name, shlex.join(argv))
         return _stream(list(argv))
 
 
@@ -155,6 +156,8 @@ class SshHost:
         return _run(self.name, argv, self.ssh_argv(argv), input, timeout)
 
     def stream(self, argv: Sequence[str]):
+        log.info("%s$ %s", self.name, shlex.join(argv))
+        log.debug("  full argv: %s", shlex.join(self.ssh_argv(argv)))
         return _stream(self.ssh_argv(argv))
 
 

@@ -116,7 +116,9 @@ def test_verbose_logs_each_host_command(caplog):
 
     with caplog.at_level("INFO", logger="sparkfleet"):
         LocalHost("spark").run(["true", "a b"])
-    assert "spark$ true 'a b'" in caplog.text
+        with LocalHost("spark").stream(["echo", "streamed"]) as lines:
+            assert list(lines) == ["streamed\n"]
+    assert "spark$ true 'a b'" in caplog.text and "spark$ echo streamed" in caplog.text
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
