@@ -18,6 +18,14 @@ $(BIN)/sparkfleet: pyproject.toml
 
 venv: $(BIN)/sparkfleet
 
+# The demo needs the package and its runtime dependencies only (no test tools), installed
+# visibly: a first run spends a minute or two here and should say so.
+$(VENV)/.demo-deps: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing sparkfleet and its runtime dependencies into $(VENV) (first run only)"
+	$(BIN)/python -m pip install --progress-bar on -e .
+	@touch $@
+
 debian-deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -37,7 +45,7 @@ lint: venv
 test: venv debian-deps lint
 	$(BIN)/python -m pytest -q -ra
 
-demo: venv
+demo: $(VENV)/.demo-deps
 	rm -rf .demo
 	$(BIN)/sparkfleet demo --workdir .demo
 

@@ -8,14 +8,14 @@ apply here, e.g. no nvidia-smi on a test host).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .cli.render import human_bytes
 from .errors import SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
 from .inventory import GIB, Inventory
-from .launch.lane import _facts, call_agent, probe_request
+from .launch.lane import call_agent, node_facts, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, check_env_extras, check_world, state_dir_of
@@ -26,8 +26,15 @@ class Check:
     host: str
     name: str
     ok: bool | None  # None: not applicable here
-    detail: str
+    detail: str  # may name entries of `sizes` as {name}: the CLI formats the byte counts
     hint: str | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def text(self, fmt_bytes: Callable[[int], str]) -> str:
+        """The detail with its byte counts formatted by the caller (formatting belongs to the CLI)."""
+        if not self.sizes:
+            return self.detail
+        return self.detail.format(**{k: fmt_bytes(v) for k, v in self.sizes.items()})
 
     @property
     def mark(self) -> str:
@@ -85,7 +92,7 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
     )
     out.append(Check(host_name, "ssh", True, how))
 
-    facts = _facts(host_name, ans)
+    facts = node_facts(host_name, ans)
     need = host.reserve_bytes + int((recipe.needs_gib if recipe else 0) * GIB)
     free = ans["disk"]["free"]
     out.append(
@@ -93,8 +100,9 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
             host_name,
             "free space",
             free >= need,
-            f"{human_bytes(free)} free on {ans['disk']['path']}, needs {human_bytes(need)} (reserve + lane)",
+            f"{{free}} free on {ans['disk']['path']}, needs {{need}} (reserve + lane)",
             "free space on the local NVMe or lower reserve_gib",
+            sizes={"free": free, "need": need},
         )
     )
     for err in facts.model_errors:
@@ -113,7 +121,9 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
                     "staged+verified",
                     False,
                     f"{detail}: {why}",
-                    f"sparkfleet stage {recipe.lane if recipe else ''} --host {host_name}",
+                    f"sparkfleet stage {host_name} --lane {recipe.lane}"
+                    if recipe
+                    else f"sparkfleet stage {host_name}",
                 )
             )
     if recipe and recipe.receipt_roots:

@@ -28,6 +28,11 @@ class FabricError(SparkfleetError):
     """The node's RoCE fabric cannot be matched to its fabric IP."""
 
 
+# The RoCE env every node gets whatever it detects, and the keys only detection can fill in.
+FIXED_ENV = {"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0"}
+NODE_ENV_KEYS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
 @dataclass(frozen=True)
 class RoceGid:
     """One populated GID table slot of an HCA port."""
@@ -73,8 +78,7 @@ class FabricFacts:
     def env(self) -> dict[str, str]:
         """The per-node NCCL/Gloo env (transport tuning is the recipe's business, not detection's)."""
         return {
-            "NCCL_NET": "IB",
-            "NCCL_IB_DISABLE": "0",
+            **FIXED_ENV,
             "NCCL_IB_HCA": ",".join(self.hcas),
             "NCCL_IB_GID_INDEX": str(self.gid_index),
             "NCCL_SOCKET_IFNAME": self.netdev,

@@ -8,6 +8,7 @@ host-key answer fails fast instead of hanging a launch.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import subprocess
@@ -19,6 +20,8 @@ from typing import Protocol
 
 from .errors import ExitCode, SparkfleetError
 from .inventory import Host
+
+log = logging.getLogger(__name__)  # `sparkfleet -v` shows each command sent to a host
 
 # How sparkfleet is started on a remote host (an argv prefix; the flake puts `sparkfleet` on PATH).
 REMOTE_COMMAND_ENV = "SPARKFLEET_REMOTE"
@@ -65,6 +68,8 @@ class HostRunner(Protocol):
 def _run(
     host: str, shown: Sequence[str], argv: list[str], input: str | None, timeout: float | None
 ) -> RunResult:
+    log.info("%s$ %s", host, shlex.join(shown))
+    log.debug("  full argv: %s", shlex.join(argv))
     try:
         cp = subprocess.run(
             argv,
@@ -113,6 +118,7 @@ class LocalHost:
         return _run(self.name, argv, list(argv), input, timeout)
 
     def stream(self, argv: Sequence[str]):
+        log.info("%s$ %s", self.name, shlex.join(argv))
         return _stream(list(argv))
 
 
@@ -150,6 +156,8 @@ class SshHost:
         return _run(self.name, argv, self.ssh_argv(argv), input, timeout)
 
     def stream(self, argv: Sequence[str]):
+        log.info("%s$ %s", self.name, shlex.join(argv))
+        log.debug("  full argv: %s", shlex.join(self.ssh_argv(argv)))
         return _stream(self.ssh_argv(argv))
 
 

@@ -91,7 +91,7 @@ class BenchRun:
 
     tag: str
     created_utc: str
-    status: str = "ok"  # ok | failed
+    status: str = "ok"  # ok | failed | interrupted (Ctrl-C: what was measured until then)
     failures: list[str] = field(default_factory=list)
     schema: str = REPORT_SCHEMA
     sparkfleet_version: str = __version__
@@ -135,7 +135,20 @@ def run_bench(
     quality_runner: Callable[..., QualityResult] = run_quality,
     timeout: float = 600.0,
 ) -> BenchRun:
-    progress = progress or NoProgress()
+    shown = progress or NoProgress()
+    phase = ["connect"]
+
+    class _Phases:
+        """Names each phase when it starts (step with advance 0), not only when its first step ends."""
+
+        def start(self, total: int) -> None:
+            shown.start(total)
+
+        def step(self, label: str, advance: int = 1) -> None:
+            phase[0] = label
+            shown.step(label, advance)
+
+    progress = _Phases()
     started, cpu0 = time.monotonic(), _cpu_seconds()
     run = BenchRun(
         tag=tag,
@@ -161,6 +174,7 @@ def run_bench(
             return run
         run.model = endpoint.model
         progress.start(settings.steps(len(target.smoke)))
+        progress.step("warmup", 0)
         warm = measure(stream_chat(endpoint, chat_request(endpoint, "Say hello in one word.", 8)))
         progress.step("warmup")
         if not warm.ok:
@@ -174,6 +188,7 @@ def run_bench(
                 progress.step("smoke")
                 if not outcome.passed:
                     run.fail(f"smoke {case.prompt!r}: {outcome.problem}")
+        progress.step("decode probe", 0)
         run.decode_probe = run_decode_probe(endpoint, settings.probe, prefix(), tokenizer)
         progress.step("decode probe")
         if not run.decode_probe.metrics.ok:
@@ -182,18 +197,21 @@ def run_bench(
             run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
         for depth in settings.depths:
             for pp in settings.pp:
+                progress.step(f"pp{pp} @ d{depth}", 0)
                 row = run_pp(endpoint, pp, depth, settings.table_runs, prefix)
                 run.table.append(row)
                 progress.step(f"pp{pp} @ d{depth}", settings.table_runs)
                 if row.error:
                     run.fail(f"pp{pp} @ d{depth}: {row.error}")
             for tg in settings.tg:
+                progress.step(f"tg{tg} @ d{depth}", 0)
                 row = run_tg(endpoint, tg, depth, settings.table_runs, prefix, tokenizer)
                 run.table.append(row)
                 progress.step(f"tg{tg} @ d{depth}", settings.table_runs)
                 if row.error:
                     run.fail(f"tg{tg} @ d{depth}: {row.error}")
         for level in settings.sweep.levels:
+            progress.step(f"sweep c={level}", 0)
             result = run_level(
                 endpoint,
                 level,
@@ -208,16 +226,31 @@ def run_bench(
                     f"sweep c={level}: {result.failed}/{result.requests} requests failed: "
                     f"{'; '.join(result.errors)}"
                 )
+        progress.step("spec accept", 0)
         run.spec_accept = spec_accept_length(endpoint)
         if settings.quality is None:
             run.quality_note = "quality not run (--no-quality or --quick)"
         else:
+            progress.step("quality", 0)
+
+            def quality_event(event: dict) -> None:  # tool-eval-bench's own JSON-lines progress
+                if event.get("event") in ("scenario_start", "scenario_result") and event.get("total"):
+                    done = int(event.get("index", 0)) + (event["event"] == "scenario_result")  # 0-based
+                    progress.step(f"quality {done}/{event['total']} {event.get('scenario_id', '')}", 0)
+
             run.quality = quality_runner(
-                target.url, endpoint.model or "", settings.quality, api_key=target.api_key()
+                target.url,
+                endpoint.model or "",
+                settings.quality,
+                api_key=target.api_key(),
+                on_event=quality_event,
             )
             progress.step("quality")
             if run.quality.status != "ok":
                 run.fail(f"quality: {run.quality.error}")
+    except KeyboardInterrupt:  # keep what was measured: the caller writes it, marked interrupted
+        run.failures.append(f"interrupted (Ctrl-C) during {phase[0]}")
+        run.status = "interrupted"
     finally:
         run.token_sources = _token_sources(run)
         run.duration_s = time.monotonic() - started

@@ -2,19 +2,27 @@
 
 Commands parse arguments, call a core function, and render the record it returns (text or
 `--json`). They hold no logic of their own. A `SparkfleetError` is printed without a
-traceback and becomes the exit code.
+traceback and becomes the exit code (sparkfleet.errors.ExitCode); with `--json` it is printed
+as a JSON object on stdout instead, so a script piping `--json` never reads an empty document.
+
+Conventions every verb gets from the group: `-h`/`--help`, defaults shown as `[default: …]`,
+`NO_COLOR` honoured, `-v` (show each command sent to a host; `-vv` more) and `-q` (no progress
+bars or step lines: only results and errors).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import logging
+import os
 import sys
 from pathlib import Path
 
 import click
 
 from .. import __version__
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 
 # (module under sparkfleet.cli, verb): each verb is the module attribute of the same name.
 COMMANDS: list[tuple[str, str]] = [
@@ -46,28 +54,80 @@ class FleetGroup(click.Group):
                 return getattr(importlib.import_module(f".{module}", __name__), name)
         return super().get_command(ctx, cmd_name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Remember whether the verb was asked for --json before any of its parsing can fail.
+        before_dashdash = args[: args.index("--")] if "--" in args else args
+        ctx.meta["sparkfleet.json"] = "--json" in before_dashdash
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
+        as_json = ctx.meta.get("sparkfleet.json", False)
         try:
             return super().invoke(ctx)
         except SparkfleetError as exc:
-            click.secho(f"error: {exc.message}", fg="red", err=True)
-            if exc.hint:
-                click.echo(f"  hint: {exc.hint}", err=True)
-            sys.exit(exc.exit_code)
+            report_error(exc.message, exc.hint, int(exc.exit_code), as_json)
+        except click.UsageError as exc:
+            if not as_json:
+                raise
+            hint = f"{exc.ctx.command_path} --help" if exc.ctx else "sparkfleet --help"
+            report_error(exc.format_message(), hint, int(ExitCode.USAGE), True)
+        except KeyboardInterrupt:
+            report_error("interrupted", None, int(ExitCode.INTERRUPTED), as_json)
 
 
-@click.group(cls=FleetGroup)
+def report_error(message: str, hint: str | None, code: int, as_json: bool) -> None:
+    """Print a user-facing error (text on stderr, or a JSON object on stdout) and exit with `code`."""
+    if as_json:
+        click.echo(json.dumps({"error": message, "hint": hint, "code": code}, indent=2))
+    else:
+        click.secho(f"error: {message}", fg="red", err=True)
+        if hint:
+            click.echo(f"  hint: {hint}", err=True)
+    sys.exit(code)
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 100}
+
+
+@click.group(cls=FleetGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="sparkfleet")
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="SPARKFLEET_ROOT",
-    help="Fleet root holding hosts/fleet.toml and recipes/ (default: nearest parent of the cwd).",
+    show_envvar=True,
+    show_default="nearest parent of the cwd with hosts/fleet.toml",
+    help="Fleet root holding hosts/fleet.toml and recipes/.",
 )
+@click.option("-v", "--verbose", count=True, help="Show each command sent to a host (-vv: more).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or step lines: results and errors only.")
 @click.pass_context
-def main(ctx: click.Context, root: Path | None) -> None:
-    """Stage, launch and bench DeepSeek-V4.1-Flash lanes on a DGX Spark fleet."""
-    ctx.obj = {"root": root}
+def main(ctx: click.Context, root: Path | None, verbose: int, quiet: bool) -> None:
+    """Stage, launch and bench DeepSeek-V4.1-Flash lanes on a DGX Spark fleet.
+
+    \b
+    Examples:
+      sparkfleet doctor dsv41-flash-4x-mia
+      sparkfleet --root ~/fleet stage dgx1 --dry-run
+      sparkfleet launch dsv41-flash-4x-mia --dry-run
+      SPARKFLEET_ROOT=~/fleet sparkfleet status dsv41-flash-4x-mia --json
+
+    Shell completion: README "Shell completion".
+    """
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
+        ctx.color = False
+    ctx.obj = {"root": root, "verbose": verbose, "quiet": quiet}
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger = logging.getLogger("sparkfleet")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
 
 
-
+main.help = (
+    (main.help or "")
+    + "\n\nExit codes: "
+    + ", ".join(f"{int(code)} {code.name.lower()}" for code in ExitCode)
+    + "."
+)

@@ -23,8 +23,8 @@ from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
 from ..bench.tokens import LocalTokenizer
-from ..errors import SparkfleetError
-from .progress import wants_bar
+from ..errors import ExitCode, SparkfleetError
+from .progress import quiet, wants_bar
 from .render import echo_json, load_inventory
 
 DEFAULT_URL_OUT = Path("sparkfleet-reports")
@@ -72,20 +72,44 @@ class RichBenchProgress:
         self.bar.update(self.task, description=label, advance=advance)
 
 
+class LineBenchProgress:
+    """Off a terminal: one stderr line each time the phase changes (its first word: warmup, pp512,
+    sweep, quality ...), so a log shows where an hour-long run is."""
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.label: str | None = None
+
+    def start(self, total: int) -> None:
+        pass
+
+    def step(self, label: str, advance: int = 1) -> None:
+        phase = label.split(" ")[0]
+        if phase != self.phase or (phase == "quality" and label != self.label and advance == 0):
+            click.echo(f"· {label}", err=True)
+        self.phase, self.label = phase, label
+
+
 # -- smoke ------------------------------------------------------------------------------------------
 @click.command()
 @click.argument("lane", required=False)
 @click.option(
     "--url", help="Any OpenAI-compatible base URL instead of a lane (e.g. http://127.0.0.1:30000/v1)."
 )
-@click.option("--model", help="Model name (default: the first from /v1/models).")
+@click.option("--model", show_default="the first from /v1/models", help="Model name.")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def smoke(
     ctx: click.Context, lane: str | None, url: str | None, model: str | None, timeout: float, as_json: bool
 ) -> None:
-    """Ask the recipe's smoke prompts (temperature 0) and check answers and finish_reason."""
+    """Ask the recipe's smoke prompts (temperature 0) and check answers and finish_reason.
+
+    \b
+    Examples:
+      sparkfleet smoke dsv41-flash-4x-mia
+      sparkfleet smoke --url http://127.0.0.1:30000/v1
+    """
     target = _target(ctx, lane, url, None)
     endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
     outcomes = [run_smoke_case(endpoint, case) for case in target.smoke]
@@ -111,6 +135,16 @@ def smoke(
 
 
 # -- bench ------------------------------------------------------------------------------------------
+def _csv(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
+
+
+def _dflt(get) -> str:
+    """A bench option's default as shown in --help: the full run's value and, if different, --quick's."""
+    full, quick = get(BenchSettings()), get(BenchSettings.quick())
+    return str(full) if full == quick else f"{full}; {quick} with --quick"
+
+
 def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.replace(",", " ").split())
@@ -121,26 +155,57 @@ def _ints(text: str) -> tuple[int, ...]:
 @click.command()
 @click.argument("lane", required=False)
 @click.option("--url", help="Any OpenAI-compatible base URL instead of a lane.")
-@click.option("--tag", default=None, help="Report name tag (default: bench, or quick with --quick).")
+@click.option("--tag", default=None, show_default="bench; quick with --quick", help="Report name tag.")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Report folder (default: recipes/<lane>/reports, or ./sparkfleet-reports with --url).",
+    show_default="recipes/<lane>/reports; ./sparkfleet-reports with --url",
+    help="Report folder.",
 )
 @click.option("--quick", is_flag=True, help="A short run (seconds): small probe, one table row each, c=1,2.")
-@click.option("--model", help="Model name (default: the first from /v1/models).")
-@click.option("--prompt-tokens", type=int, help="Decode probe prompt length [487].")
-@click.option("--max-tokens", type=int, help="Decode probe output tokens [400].")
-@click.option("--pp", help="Prefill sizes, e.g. '512,2048'.")
-@click.option("--tg", help="Generation sizes, e.g. '128'.")
-@click.option("--depths", help="Context depths, e.g. '0,4096'.")
-@click.option("--runs", type=int, help="Repetitions per pp/tg row [2].")
-@click.option("--concurrency", help="Sweep levels, e.g. '1,2,4,8,16'.")
-@click.option("--requests", type=int, help="Requests per sweep level (at least the level) [16].")
-@click.option("--sweep-prompt-tokens", type=int, help="Sweep prompt length [256].")
-@click.option("--sweep-max-tokens", type=int, help="Sweep output tokens [128].")
+@click.option("--model", show_default="the first from /v1/models", help="Model name.")
 @click.option(
-    "--quality/--no-quality", default=None, help="Run tool-eval-bench (default: yes, no with --quick)."
+    "--prompt-tokens",
+    type=int,
+    show_default=_dflt(lambda s: s.probe.prompt_tokens),
+    help="Decode probe prompt length.",
+)
+@click.option(
+    "--max-tokens",
+    type=int,
+    show_default=_dflt(lambda s: s.probe.max_tokens),
+    help="Decode probe output tokens.",
+)
+@click.option("--pp", show_default=_dflt(lambda s: _csv(s.pp)), help="Prefill sizes, e.g. '512,2048'.")
+@click.option("--tg", show_default=_dflt(lambda s: _csv(s.tg)), help="Generation sizes, e.g. '128'.")
+@click.option("--depths", show_default=_dflt(lambda s: _csv(s.depths)), help="Context depths, e.g. '0,4096'.")
+@click.option(
+    "--runs", type=int, show_default=_dflt(lambda s: s.table_runs), help="Repetitions per pp/tg row."
+)
+@click.option("--concurrency", show_default=_dflt(lambda s: _csv(s.sweep.levels)), help="Sweep levels.")
+@click.option(
+    "--requests",
+    type=int,
+    show_default=_dflt(lambda s: s.sweep.requests_per_level),
+    help="Requests per sweep level (at least the level).",
+)
+@click.option(
+    "--sweep-prompt-tokens",
+    type=int,
+    show_default=_dflt(lambda s: s.sweep.prompt_tokens),
+    help="Sweep prompt length.",
+)
+@click.option(
+    "--sweep-max-tokens",
+    type=int,
+    show_default=_dflt(lambda s: s.sweep.max_tokens),
+    help="Sweep output tokens.",
+)
+@click.option(
+    "--quality/--no-quality",
+    default=None,
+    show_default="quality; no-quality with --quick",
+    help="Run tool-eval-bench.",
 )
 @click.option("--quality-full", is_flag=True, help="All tool-eval-bench scenarios, not the core 15.")
 @click.option("--quality-scenarios", help="Only these scenario ids, e.g. 'TC-01,TC-07'.")
@@ -179,7 +244,14 @@ def bench(
 ) -> None:
     """Decode probe, pp/tg table, concurrency sweep and quality; writes a report (JSON, Markdown, PNG).
 
-    An API key is read from $SPARKFLEET_API_KEY (or the recipe's [bench] api_key_env)."""
+    An API key is read from $SPARKFLEET_API_KEY (or the recipe's [bench] api_key_env).
+
+    \b
+    Examples:
+      sparkfleet bench dsv41-flash-4x-mia
+      sparkfleet bench dsv41-flash-4x-mia --quick --tag first-look
+      sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality
+    """
     target = _target(ctx, lane, url, out)
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
@@ -215,7 +287,7 @@ def bench(
         with RichBenchProgress() as bar:
             run = go(bar)
     else:
-        run = go()
+        run = go(None if as_json or quiet() else LineBenchProgress())  # type: ignore[arg-type]
     assert target.reports_dir is not None
     paths = reports.write_report(run, target.reports_dir)
     comparison = None
@@ -245,6 +317,9 @@ def bench(
         )
     else:
         _print_bench(run, paths, doc_metrics, comparison)
+    if run.status == "interrupted":
+        click.secho(f"interrupted: the report of what was measured is {paths.json}", fg="yellow", err=True)
+        ctx.exit(ExitCode.INTERRUPTED)
     failed = run.status != "ok" or (comparison is not None and not comparison.ok)
     ctx.exit(1 if failed else 0)
 
@@ -316,7 +391,13 @@ def _reports_dir(
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def list_(ctx: click.Context, lane: str | None, directory: Path | None, as_json: bool) -> None:
-    """A lane's reports, oldest first."""
+    """A lane's reports, oldest first.
+
+    \b
+    Examples:
+      sparkfleet report list dsv41-flash-4x-mia
+      sparkfleet report list --dir sparkfleet-reports --json
+    """
     folder, _, baseline = _reports_dir(ctx, lane, directory)
     items = reports.list_reports(folder)
     if as_json:
@@ -357,7 +438,13 @@ def compare(
 ) -> None:
     """Compare reports: `A B` (A is the base), `A` against the lane's baseline, or none: latest vs baseline.
 
-    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]."""
+    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds].
+
+    \b
+    Examples:
+      sparkfleet report compare --lane dsv41-flash-4x-mia
+      sparkfleet report compare A.json B.json
+    """
     if len(refs) > 2:
         raise SparkfleetError("compare takes at most two reports")
     folder, thresholds, baseline = (None, Thresholds(), None)

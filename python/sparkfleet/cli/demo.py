@@ -46,9 +46,10 @@ def _smoke_and_bench(root: Path) -> bool:
         click.echo(f"sparkfleet {' '.join(verb)}:")
         proc = subprocess.run(
             [sys.executable, "-m", "sparkfleet", "--root", str(root), *verb],
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+            stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        for line in (proc.stdout + proc.stderr).splitlines():
+        for line in proc.stdout.splitlines():  # one stream: progress lines stay in order
             click.echo(f"  {line}")
         ok &= proc.returncode == 0
     return ok
@@ -56,11 +57,20 @@ def _smoke_and_bench(root: Path) -> bool:
 
 @click.command()
 @click.option(
-    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here (default: temp)."
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    show_default="a temp dir, removed after",
+    help="Keep the demo here.",
 )
 @click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
 def demo(workdir: Path | None, shard_mib: int) -> None:
-    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify."""
+    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
+
+    \b
+    Examples:
+      sparkfleet demo
+      sparkfleet demo --workdir .demo
+    """
     keep = workdir is not None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
     try:

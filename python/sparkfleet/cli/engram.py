@@ -32,15 +32,19 @@ def _source_line(source: dict) -> str:
 @click.option(
     "--force", is_flag=True, help="Repack even when the directory holds other (or unidentified) packs."
 )
-@click.option(
-    "--full", is_flag=True, help="Check kept packs by sha256 of every byte (default: size + sample)."
-)
+@click.option("--full", is_flag=True, help="Check kept packs by sha256 of every byte, not size + sample.")
 @click.option("--dry-run", is_flag=True, help="Print the rows and files this host would get; write nothing.")
-@click.option("--reserve-gib", type=float, help="Free space to leave (default: the host's reserve_gib).")
+@click.option("--reserve-gib", type=float, show_default="the host's reserve_gib", help="Free space to leave.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def pack(ctx, lane, host, force, full, dry_run, reserve_gib, as_json) -> None:
-    """Pack HOST's rows of LANE's engram tables (skipped when its receipt matches and the packs verify)."""
+    """Pack HOST's rows of LANE's engram tables (skipped when its receipt matches and the packs verify).
+
+    \b
+    Examples:
+      sparkfleet engram pack dsv41-flash-4x-mia dgx1
+      sparkfleet engram pack dsv41-flash-4x-mia dgx1 --json
+    """
     inv = load_inventory(ctx)
     if dry_run:
         summary = core.plan(inv, lane, host).summary()
@@ -78,11 +82,17 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, as_json) -> None:
 @engram.command("verify")
 @click.argument("lane")
 @click.argument("host")
-@click.option("--full", is_flag=True, help="sha256 of every byte (default: size + header + sampled digest).")
+@click.option("--full", is_flag=True, help="sha256 of every byte, not size + header + sampled digest.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def verify(ctx, lane, host, full, as_json) -> None:
-    """Check HOST's packs for LANE against their receipt and the lane's tables; exit 1 on any shortfall."""
+    """Check HOST's packs for LANE against their receipt and the lane's tables; exit 1 on any shortfall.
+
+    \b
+    Examples:
+      sparkfleet engram verify dsv41-flash-4x-mia dgx2
+      sparkfleet engram verify dsv41-flash-4x-mia dgx2 --full
+    """
     report = verify_packs(load_inventory(ctx), lane, host, full=full)
     if as_json:
         echo_json(report.as_dict())

@@ -16,7 +16,13 @@ def inventory() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def check(ctx: click.Context, as_json: bool) -> None:
-    """Validate everything; an error names the file, the key path and what was expected."""
+    """Validate everything; an error names the file, the key path and what was expected.
+
+    \b
+    Examples:
+      sparkfleet inventory check
+      sparkfleet inventory check --json
+    """
     inv = load_inventory(ctx)
     unresolved = sorted(name for name, pin in inv.pins.items() if not pin.resolved)
     result = {
@@ -40,7 +46,13 @@ def check(ctx: click.Context, as_json: bool) -> None:
 @inventory.command("show")
 @click.pass_context
 def show(ctx: click.Context) -> None:
-    """Print the loaded inventory as JSON (defaults merged, lanes resolved to pins)."""
+    """Print the loaded inventory as JSON (defaults merged, lanes resolved to pins).
+
+    \b
+    Examples:
+      sparkfleet inventory show
+      sparkfleet --root ~/fleet inventory show
+    """
     inv = load_inventory(ctx)
     echo_json(
         {

@@ -6,75 +6,209 @@ import sys
 
 import click
 
-from .render import echo_json, load_inventory, to_jsonable
+from ..errors import ExitCode, SparkfleetError
+from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
-def _plan_one(ctx: click.Context, lane: str, host: str):
+OFFLINE = click.option(
+    "--offline",
+    is_flag=True,
+    help="Contact no host: show what the inventory and recipe decide, mark the rest.",
+)
+OFFLINE_WHY = "offline: no host contacted"
+
+
+def _plan_one(ctx: click.Context, lane: str, host: str, offline: bool):
+    """HOST's plan; an unreachable HOST is planned offline (the caller exits UNREACHABLE after showing it)."""
     from ..launch.lane import prepare
 
     inv = load_inventory(ctx)
     inv.host(host)
-    return prepare(inv, lane, hosts=[host])
+    return prepare(
+        inv, lane, hosts=[host], offline=OFFLINE_WHY if offline else None, tolerate_unreachable=True
+    )
+
+
+def _exit_if_unreachable(plan, as_json: bool) -> None:
+    """After showing what could be derived: name the host ssh could not reach and exit UNREACHABLE."""
+    if not plan.unreachable:
+        return
+    if not as_json:
+        for host, error in plan.unreachable.items():
+            click.secho(f"error: {error}", fg="red", err=True)
+            click.echo(f"  hint: the values marked unknown need {host}; --offline plans without it", err=True)
+    sys.exit(ExitCode.UNREACHABLE)
+
+
+def _unknown_lines(unknown: dict[str, str], indent: str = "") -> list[str]:
+    return [f"{indent}# unknown {key}: {why}" for key, why in unknown.items()]
 
 
 @click.command("env")
-@click.argument("lane")
-@click.argument("host")
+@click.argument("lane", shell_complete=complete("lane"))
+@click.argument("host", shell_complete=complete("host"))
+@OFFLINE
 @JSON
 @click.pass_context
-def env(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
-    """The derived env of LANE's rank on HOST (world shape, rank, dist init, per-node fabric)."""
+def env(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) -> None:
+    """The derived env of LANE's rank on HOST (world shape, rank, dist init, per-node fabric).
+
+    Node-detected values (RoCE HCA/GID/interfaces, the staged snapshot path) need HOST: with
+    --offline, or when HOST does not answer, they are listed as unknown with the reason (and an
+    unreachable HOST exits 4).
+
+    \b
+    Examples:
+      sparkfleet env dsv41-flash-4x-mia dgx2
+      sparkfleet env dsv41-flash-4x-mia dgx2 --offline
+      sparkfleet env dsv41-flash-4x-mia dgx2 --json
+    """
     from ..launch.spec import redact_env
 
-    spec = _plan_one(ctx, lane, host).specs[host]
+    plan = _plan_one(ctx, lane, host, offline)
+    spec, unknown = plan.specs[host], plan.unknown.get(host, {})
     shown = redact_env(spec.env)
     if as_json:
-        echo_json({"lane": lane, "host": host, "rank": spec.rank, "env": shown, "argv": spec.argv})
-        return
-    click.echo(f"# {lane} rank {spec.rank}/{spec.nnodes} on {host} ({spec.runtime})")
-    for k, v in shown.items():
-        click.echo(f"{k}={v}")
+        echo_json(
+            {"lane": lane, "host": host, "rank": spec.rank, "env": shown, "argv": spec.argv,
+             "unknown": unknown, "offline": offline, "unreachable": plan.unreachable}
+        )  # fmt: skip
+    else:
+        click.echo(f"# {lane} rank {spec.rank}/{spec.nnodes} on {host} ({spec.runtime})")
+        for k, v in shown.items():
+            if k not in unknown:
+                click.echo(f"{k}={v}")
+        for line in _unknown_lines(unknown):
+            click.echo(line)
+    _exit_if_unreachable(plan, as_json)
 
 
 @click.command("manifest")
-@click.argument("lane")
-@click.argument("host")
+@click.argument("lane", shell_complete=complete("lane"))
+@click.argument("host", shell_complete=complete("host"))
+@OFFLINE
 @JSON
 @click.pass_context
-def manifest(ctx: click.Context, lane: str, host: str, as_json: bool) -> None:
-    """The bind manifest of LANE on HOST: local staged+verified entries, else NAS read-only."""
-    m = _plan_one(ctx, lane, host).manifests[host]
+def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) -> None:
+    """The bind manifest of LANE on HOST: local staged+verified entries, else NAS read-only.
+
+    Which copy each directory binds is HOST's staged and verified state: with --offline, or when
+    HOST does not answer, each model's two candidate sources are shown and the choice is marked
+    unknown (an unreachable HOST exits 4).
+
+    \b
+    Examples:
+      sparkfleet manifest dsv41-flash-exl3-2x dgx1
+      sparkfleet manifest dsv41-flash-exl3-2x dgx1 --offline
+      sparkfleet manifest dsv41-flash-exl3-2x dgx1 --json
+    """
+    from ..launch.manifest import candidate_sources
+
+    plan = _plan_one(ctx, lane, host, offline)
+    m, unknown = plan.manifests[host], plan.unknown.get(host, {})
+    inv = load_inventory(ctx)
+    candidates = []
+    if "model binds" in unknown:
+        h = inv.host(host)
+        for model in inv.lane(lane).models:
+            local, nas = candidate_sources(model.repo, model.revision, h.local_hub, h.nas_hub)
+            candidates.append(
+                {"repo": model.repo, "revision": model.revision, "local": local, "nas": nas,
+                 "include": list(model.include), "exclude": list(model.exclude)}
+            )  # fmt: skip
     if as_json:
-        echo_json({**to_jsonable(m), "local": m.local, "nas": m.nas, "total": m.total})
-        return
-    for d in m.decisions:
-        click.echo(f"{d.origin:5}  {d.repo}/{d.directory or '.'}  ({d.entries} entries: {d.reason})")
-    click.echo(f"{m.total} binds: {m.local} local + {m.nas} NAS (read-only)")
+        echo_json(
+            {**to_jsonable(m), "local": m.local, "nas": m.nas, "total": m.total, "unknown": unknown,
+             "candidates": candidates, "offline": offline, "unreachable": plan.unreachable}
+        )  # fmt: skip
+    elif candidates:
+        for c in candidates:
+            patterns = "".join(f" --exclude {x}" for x in c["exclude"]) + "".join(
+                f" --include {x}" for x in c["include"]
+            )
+            click.echo(f"{c['repo']}@{c['revision']}{patterns}")
+            click.echo(f"  local  {c['local']}  (each directory staged and verified there)")
+            click.echo(f"  nas    {c['nas']}  (read-only, otherwise)")
+        for line in _unknown_lines({"model binds": unknown["model binds"]}):
+            click.echo(line)
+    else:
+        for d in m.decisions:
+            click.echo(f"{d.origin:5}  {d.repo}/{d.directory or '.'}  ({d.entries} entries: {d.reason})")
+        click.echo(f"{m.total} binds: {m.local} local + {m.nas} NAS (read-only)")
+    _exit_if_unreachable(plan, as_json)
 
 
 def _event(msg: str) -> None:
-    click.echo(f"· {msg}", err=True)
+    from .progress import step_line  # lazy: rich is not for the node-side `agent` verb
+
+    step_line(msg)
 
 
 @click.command("launch")
-@click.argument("lane")
+@click.argument("lane", shell_complete=complete("lane"))
 @click.option("--no-wait", is_flag=True, help="Start the ranks and return without waiting for readiness.")
 @click.option("--keep-on-failure", is_flag=True, help="Leave the ranks running when readiness fails.")
-@click.option("--timeout", type=float, default=None, help="Readiness timeout in seconds (recipe default).")
+@click.option(
+    "--timeout",
+    type=float,
+    show_default="the recipe's timeouts.ready_s",
+    help="Readiness timeout in seconds.",
+)
+@click.option("--replace", is_flag=True, help="Stop another lane whose ranks occupy these hosts first.")
+@click.option("--stop-on-interrupt", is_flag=True, help="On Ctrl-C, stop the ranks already started.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print each rank's image, argv, env, binds, devices in start order; touch no host.",
+)
 @JSON
 @click.pass_context
 def launch(
-    ctx: click.Context, lane: str, no_wait: bool, keep_on_failure: bool, timeout: float | None, as_json: bool
+    ctx: click.Context,
+    lane: str,
+    no_wait: bool,
+    keep_on_failure: bool,
+    timeout: float | None,
+    replace: bool,
+    stop_on_interrupt: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Start LANE on its hosts (workers first, head last) and wait until it is ready."""
+    """Start LANE on its hosts (workers first, head last) and wait until it is ready.
+
+    While it boots: per rank the boot stage reached (the recipe's ready_signatures), elapsed
+    time, weight-load progress and the last log line (a live table on a terminal, one line per
+    stage change otherwise). Ctrl-C names the ranks still running and how to stop them.
+
+    \b
+    Examples:
+      sparkfleet launch dsv41-flash-4x-mia --dry-run
+      sparkfleet launch dsv41-flash-4x-mia
+      sparkfleet launch dsv41-flash-4x-mia --no-wait
+      sparkfleet launch dsv41-flash-exl3-2x --replace
+      sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
+    """
+    if dry_run:
+        _print_dry_run(ctx, lane, as_json)
+        return
     from ..launch.lane import launch as do_launch
+    from .progress import BootView
 
     inv = load_inventory(ctx)
-    report = do_launch(
-        inv, lane, wait=not no_wait, keep_on_failure=keep_on_failure, timeout_s=timeout, on_event=_event
-    )
+    with BootView(as_json) as view:
+        report = do_launch(
+            inv,
+            lane,
+            wait=not no_wait,
+            keep_on_failure=keep_on_failure,
+            timeout_s=timeout,
+            on_event=_event,
+            replace=replace,
+            on_progress=view.update,
+            stop_on_interrupt=stop_on_interrupt,
+        )
     ok = report.ready is None or report.ready.ok
     if as_json:
         echo_json(report)
@@ -100,15 +234,69 @@ def launch(
             if report.stopped_after_failure:
                 click.echo("  the lane was stopped (use --keep-on-failure to keep it)")
     if not ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
+
+
+def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
+    """Every rank as it would start, workers first, head last, without touching a host."""
+    from ..launch.lane import dry_run, planned_argv
+    from ..launch.spec import redact_env
+
+    plan = dry_run(load_inventory(ctx), lane)
+    ranks = []
+    for n, spec in enumerate(plan.start_order(), 1):
+        unknown = plan.unknown.get(spec.host, {})
+        ranks.append(
+            {
+                "start": n,
+                "rank": spec.rank,
+                "host": spec.host,
+                "runtime": spec.runtime,
+                "name": spec.name,
+                "image": spec.image,
+                "argv": planned_argv(spec),
+                "env": {k: v for k, v in redact_env(spec.env).items() if k not in unknown},
+                "binds": [b.docker_arg() for b in spec.binds],
+                "devices": list(spec.devices),
+                "unknown": unknown,
+            }
+        )
+    if as_json:
+        echo_json({"lane": lane, "dry_run": True, "ranks": ranks})
+        return
+    import shlex
+
+    click.echo(f"{lane}: dry run, no host contacted; {len(ranks)} ranks in start order (workers first)")
+    for r in ranks:
+        role = "head" if r["rank"] == 0 else "worker"
+        click.secho(
+            f"[{r['start']}] rank {r['rank']} ({role}) on {r['host']}: {r['name']} ({r['runtime']})",
+            bold=True,
+        )
+        click.echo(f"  image:   {r['image'] or '(none: process runtime)'}")
+        click.echo(f"  argv:    {shlex.join(r['argv'])}")
+        click.echo("  env:")
+        for k, v in r["env"].items():
+            click.echo(f"    {k}={v}")
+        click.echo("  binds:" + ("" if r["binds"] else " (none)"))
+        for b in r["binds"]:
+            click.echo(f"    {b}")
+        click.echo(f"  devices: {', '.join(r['devices']) or '(none)'}")
+        for line in _unknown_lines(r["unknown"], indent="  "):
+            click.echo(line)
 
 
 @click.command("stop")
-@click.argument("lane")
+@click.argument("lane", shell_complete=complete("lane"))
 @JSON
 @click.pass_context
 def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
-    """Stop what sparkfleet started for LANE (recorded PIDs/containers only)."""
+    """Stop what sparkfleet started for LANE (recorded PIDs/containers only).
+
+    \b
+    Examples:
+      sparkfleet stop dsv41-flash-4x-mia
+    """
     from ..launch.lane import stop as do_stop
 
     res = do_stop(load_inventory(ctx), lane)
@@ -120,74 +308,119 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
         if not res:
             click.echo(f"{lane}: nothing recorded as running")
     if any(not r["stopped"] for r in res):
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("status")
-@click.argument("lane")
+@click.argument("lane", shell_complete=complete("lane"))
 @JSON
 @click.pass_context
 def status(ctx: click.Context, lane: str, as_json: bool) -> None:
-    """Per rank: running or how it ended; the head's /health and /v1/models."""
+    """Per rank: running or how it ended; the head's /health and /v1/models.
+
+    \b
+    Examples:
+      sparkfleet status dsv41-flash-4x-mia
+      sparkfleet status dsv41-flash-4x-mia --json
+    """
     from ..launch.lane import status as do_status
 
     st = do_status(load_inventory(ctx), lane)
     if as_json:
         echo_json(st)
-        return
-    click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
-    for r in st["ranks"]:
-        state = "running" if r["running"] else f"stopped ({r['detail']}, code {r['returncode']})"
-        click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
-    if st["endpoints"]:
-        e = st["endpoints"]
-        click.echo(f"  head {st['head']}:{st['port']} /health={e['health']} /v1/models={e['models_status']}")
-    for e in st["errors"]:
-        click.echo(f"  {e['host']}: {e['error']}")
+    else:
+        click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
+        for r in st["ranks"]:
+            state = "running" if r["running"] else f"stopped ({r['detail']}, code {r['returncode']})"
+            click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
+        if st["endpoints"]:
+            e = st["endpoints"]
+            click.echo(
+                f"  head {st['head']}:{st['port']} /health={e['health']} /v1/models={e['models_status']}"
+            )
+        for e in st["errors"]:
+            click.echo(f"  {e['host']}: {e['error']}")
+    if any(e.get("code") == ExitCode.UNREACHABLE for e in st["errors"]):
+        sys.exit(ExitCode.UNREACHABLE)
+    if not st["ok"]:
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("logs")
-@click.argument("lane")
-@click.argument("host", required=False)
-@click.option("-n", "--lines", type=int, default=50, show_default=True)
-@click.option("-f", "--follow", is_flag=True, help="Keep printing HOST's log as it grows (needs HOST).")
+@click.argument("lane", shell_complete=complete("lane"))
+@click.argument("host", required=False, shell_complete=complete("host"))
+@click.option("-n", "--lines", type=int, default=50, show_default=True, help="Lines per rank.")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing the log as it grows (HOST's, or the head's)."
+)
+@JSON
 @click.pass_context
-def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bool) -> None:
-    """The last lines of LANE's rank logs (on HOST, or every host)."""
+def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bool, as_json: bool) -> None:
+    """The last lines of LANE's rank logs (on HOST, or every host).
+
+    While the lane runs: the running ranks' logs. After it stopped: the last run's logs, marked so.
+
+    \b
+    Examples:
+      sparkfleet logs dsv41-flash-4x-mia
+      sparkfleet logs dsv41-flash-4x-mia dgx1 -n 200
+      sparkfleet logs dsv41-flash-4x-mia -f
+    """
     from ..launch.lane import follow as do_follow
     from ..launch.lane import logs as do_logs
+    from ..launch.recipe import launch_recipe
 
+    inv = load_inventory(ctx)
     if follow:
-        if host is None:
-            raise click.UsageError("--follow needs HOST")
-        with do_follow(load_inventory(ctx), lane, host, lines) as stream:
+        target = host or launch_recipe(inv, lane).world.head
+        with do_follow(inv, lane, target, lines) as stream:
             for line in stream:
                 click.echo(line, nl=False)
         return
-    for h, ranks in do_logs(load_inventory(ctx), lane, host, lines).items():
-        for rank, text in ranks.items():
-            click.secho(f"==> {h} rank {rank} <==", bold=True)
+    answers = do_logs(inv, lane, host, lines, answers=True)
+    if as_json:
+        echo_json({"lane": lane, "hosts": answers})
+        return
+    shown = 0
+    for h, ans in answers.items():
+        for rank, text in ans["logs"].items():
+            last = " (last run; the lane is stopped)" if rank in ans.get("stopped", []) else ""
+            click.secho(f"==> {h} rank {rank}{last}: {ans.get('log_paths', {}).get(rank, '')} <==", bold=True)
             click.echo(text)
+            shown += 1
+    if not shown:
+        raise SparkfleetError(
+            f"no log of {lane} on {host or 'any of its hosts'}: it never ran there (or its state_dir moved)",
+            hint=f"sparkfleet launch {lane}",
+            exit_code=ExitCode.SHORTFALL,
+        )
 
 
 @click.command("doctor")
-@click.argument("target")
+@click.argument("target", shell_complete=complete("target"))
 @JSON
 @click.pass_context
 def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
-    """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env."""
+    """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env.
+
+    \b
+    Examples:
+      sparkfleet doctor dgx1
+      sparkfleet doctor dsv41-flash-4x-mia --json
+    """
     from ..doctor import doctor as do_doctor
 
     report = do_doctor(load_inventory(ctx), target)
     if as_json:
-        echo_json({"target": report.target, "ok": report.ok, "checks": report.checks})
+        checks = [{**to_jsonable(c), "detail": c.text(human_bytes)} for c in report.checks]
+        echo_json({"target": report.target, "ok": report.ok, "checks": checks})
     else:
         for c in report.checks:
-            click.echo(f"{c.mark} {c.host:8} {c.name:16} {c.detail}")
+            click.echo(f"{c.mark} {c.host:8} {c.name:16} {c.text(human_bytes)}")
             if c.ok is False and c.hint:
                 click.echo(f"  {'':8} {'':16} fix: {c.hint}")
     if not report.ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("agent", hidden=True, context_settings={"ignore_unknown_options": True})

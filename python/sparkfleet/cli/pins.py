@@ -32,7 +32,8 @@ _MARK = {
     "--registry",
     envvar="SPARKFLEET_REGISTRY",
     default=None,
-    help="Registry base URL for every image (default: from the image name; Docker Hub for org/name).",
+    show_default="from the image name; Docker Hub for org/name",
+    help="Registry base URL for every image.",
 )
 @click.option(
     "--hf-endpoint",
@@ -86,7 +87,13 @@ def _render(report: core.PinReport, as_json: bool) -> None:
 def resolve(
     ctx: click.Context, names: tuple[str, ...], dry_run: bool, no_nix_hash: bool, as_json: bool
 ) -> None:
-    """Fill in full commits, digests and Nix hashes for NAMES (default: every pin); keeps comments."""
+    """Fill in full commits, digests and Nix hashes for NAMES (default: every pin); keeps comments.
+
+    \b
+    Examples:
+      sparkfleet pins resolve
+      sparkfleet pins resolve mia-tp4 --json
+    """
     report = core.resolve(
         load_inventory(ctx),
         names,
@@ -102,21 +109,32 @@ def resolve(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
-    """Check NAMES (default: all pins) with their sources; fails closed on drift, partial pins, no network."""
+    """Check NAMES (default: all pins) with their sources; fails closed on drift, partial pins, no network.
+
+    \b
+    Examples:
+      sparkfleet pins verify
+      sparkfleet pins verify dsv41-flash
+    """
     _render(core.verify(load_inventory(ctx), names, endpoints=ctx.obj["endpoints"]), as_json)
 
 
 @pins.command("import-manifest")
 @click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--from", "from_pin", required=True, help="The git pin whose runtime/sources.manifest this is.")
-@click.option("--prefix", default=None, help="Pin name prefix (default: '<from>-src-').")
+@click.option("--prefix", default=None, show_default="<from>-src-", help="Pin name prefix.")
 @click.option("--dry-run", is_flag=True, help="Print what would change, write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def import_manifest(
     ctx: click.Context, manifest: Path, from_pin: str, prefix: str | None, dry_run: bool, as_json: bool
 ) -> None:
-    """Turn each url row of MANIFEST into a url pin (component, commit, sha256, url) in hosts/fleet.toml."""
+    """Turn each url row of MANIFEST into a url pin (component, commit, sha256, url) in hosts/fleet.toml.
+
+    \b
+    Examples:
+      sparkfleet pins import-manifest runtime/sources.manifest --from mia-tp4
+    """
     report = core.import_manifest(
         load_inventory(ctx), manifest, from_pin=from_pin, prefix=prefix, dry_run=dry_run
     )

@@ -55,8 +55,25 @@ class RichStageProgress:
             self.progress.advance(self.task, 1)
 
 
+def quiet() -> bool:
+    """`sparkfleet -q`: no bars, no step lines (results and errors still print)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx else None
+    return bool(obj and obj.get("quiet"))
+
+
 def wants_bar(as_json: bool) -> bool:
-    return not as_json and sys.stderr.isatty()
+    return not as_json and not quiet() and sys.stderr.isatty()
+
+
+def step_line(msg: str) -> None:
+    """One progress line on stderr (`· msg`), unless -q."""
+    import click
+
+    if not quiet():
+        click.echo(f"· {msg}", err=True)
 
 
 class FleetProgress:
@@ -94,3 +111,58 @@ class FleetProgress:
             self.progress.update(task, description="done" if ok else "FAILED")
         elif kind == "error":
             self.progress.update(task, description=f"error: {event.get('message', '')[:60]}")
+
+
+class BootView:
+    """A launch's boot, per rank: a live table on a terminal, else one stderr line per stage change."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.live = None
+        self.lines = not as_json and not quiet()
+        self.shown: dict[int, str | None] = {}
+        if wants_bar(as_json):
+            from rich.live import Live
+
+            self.live = Live(console=Console(stderr=True), refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> BootView:
+        if self.live is not None:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def update(self, ranks: list) -> None:
+        """`ranks`: launch.readiness.RankProgress snapshots."""
+        if self.live is not None:
+            self.live.update(boot_table(ranks))
+            return
+        if not self.lines:
+            return
+        import click
+
+        for r in ranks:
+            if r.stage is not None and self.shown.get(r.rank) != r.stage:
+                self.shown[r.rank] = r.stage
+                click.echo(
+                    f"· rank {r.rank} on {r.host}: {r.stage} "
+                    f"({r.stages_seen}/{r.stages_total} stages, {r.elapsed_s:.1f} s)",
+                    err=True,
+                )
+
+
+def boot_table(ranks: list):
+    from rich.table import Table
+
+    table = Table(title="boot", expand=False)
+    for col in ("rank", "host", "stage", "elapsed", "weights", "last log line"):
+        table.add_column(col, overflow="ellipsis", no_wrap=col != "stage")
+    for r in ranks:
+        stage = f"{r.stages_seen}/{r.stages_total} {r.stage or '—'}" if r.stages_total else (r.stage or "—")
+        table.add_row(
+            str(r.rank), r.host, stage if r.running else f"EXITED {stage}", f"{r.elapsed_s:.0f} s",
+            r.load_progress or "", r.last_line[-80:],
+        )  # fmt: skip
+    return table

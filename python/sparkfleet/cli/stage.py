@@ -11,23 +11,24 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec
 from ..inventory import GIB
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
 from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
+from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
 from .progress import FleetProgress, RichStageProgress, wants_bar
-from .render import echo_json, human_bytes, load_inventory
+from .render import complete, echo_json, human_bytes, load_inventory
 
 
 def selectors(fn):
     """The options `stage` and `verify` share: a HOST (+ --lane) from the inventory, or direct mode."""
     options = [
-        click.argument("host", required=False),
-        click.option("--lane", help="Only this lane's repos (default: every lane on HOST)."),
+        click.argument("host", required=False, shell_complete=complete("host")),
+        click.option("--lane", show_default="every lane on HOST", help="Only this lane's repos."),
         click.option("--source", type=click.Path(path_type=Path), help="Direct mode: the source hub cache."),
         click.option(
             "--dest", type=click.Path(path_type=Path), help="Direct mode: the destination hub cache."
@@ -89,7 +90,7 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option(
     "--jobs", default=4, show_default=True, type=click.IntRange(1, 64), help="Parallel copy workers."
 )
-@click.option("--reserve-gib", type=float, help="Free space to leave (default: the host reserve_gib).")
+@click.option("--reserve-gib", type=float, show_default="the host's reserve_gib", help="Free space to leave.")
 @click.option(
     "--wait", "wait_seconds", default=0.0, type=float, help="Wait this long for another run's lock."
 )
@@ -103,7 +104,8 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
     "--ssh-config",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SPARKFLEET_SSH_CONFIG",
-    help="ssh_config for reaching hosts and peers (default: ~/.ssh/config).",
+    show_default="~/.ssh/config",
+    help="ssh_config for reaching hosts and peers.",
 )
 @click.pass_context
 def stage(
@@ -133,6 +135,13 @@ def stage(
 
     HOST is staged here when it is this machine (or with --here), else over ssh on HOST itself.
     Without HOST, --lane stages every host of the lane in parallel (--fanout: NAS read once).
+
+    \b
+    Examples:
+      sparkfleet stage dgx1 --dry-run
+      sparkfleet stage dgx1 --lane dsv41-flash-exl3-2x --verify full
+      sparkfleet stage --lane dsv41-flash-4x-mia --fanout
+      sparkfleet stage --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
     """
     if require_version and require_version != __version__:
         error = SparkfleetError(
@@ -163,11 +172,15 @@ def stage(
         reserve = int(reserve_gib * GIB)
     if dry_run:
         plans = execute.plan(requests)
+        space = execute.space_check(requests, plans, reserve)
         if as_json or events:
-            echo_json({"dry_run": True, "plans": [p.summary() for p in plans]})
-            return
-        for p in plans:
-            click.echo(_plan_line(p.summary()))
+            echo_json({"dry_run": True, "plans": [p.summary() for p in plans], "space": space})
+        else:
+            for p in plans:
+                click.echo(_plan_line(p.summary()))
+            _print_space(space)
+        if not space["ok"]:
+            sys.exit(ExitCode.SPACE)  # where the real run would stop before byte one
         return
     share = _parse_share(share_spec)
     peers = (
@@ -207,6 +220,19 @@ def _parse_share(spec: str | None) -> tuple[int, int] | None:
     if not 0 <= index < count:
         raise SparkfleetError(f"--share {spec}: I must be in 0..N-1")
     return index, count
+
+
+def _print_space(space: dict, prefix: str = "") -> None:
+    line = (
+        f"{prefix}space on {space.get('dest', '?')}: need {human_bytes(space['needed'])}, "
+        f"free {human_bytes(space.get('free', 0))}, reserve {human_bytes(space['reserve'])}"
+    )
+    if space["ok"]:
+        click.echo(line + ": ok")
+    else:
+        click.secho(line + ": NOT ENOUGH (the real run would refuse, exit 3)", fg="red")
+        if space.get("hint"):
+            click.echo(f"{prefix}  hint: {space['hint']}")
 
 
 def _plan_line(s: dict) -> str:
@@ -262,31 +288,78 @@ def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> l
     return outcomes
 
 
+def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) -> None:
+    """Verify each host on the host itself; one summary; exit 0 only when every host is complete."""
+    results = verify_hosts(inv, hosts, options)
+    ok = all(r.ok for r in results)
+    if as_json:
+        echo_json({"ok": ok, "hosts": [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]})
+    else:
+        for r in results:
+            if r.report is not None:
+                t = r.report
+                click.echo(
+                    f"{r.host}: links ok: {t['links_ok']}, dangling: {t['dangling']}, "
+                    f"mismatches: {t['mismatches']}, missing: {t['missing']}"
+                    + ("" if r.ok else "  INCOMPLETE")
+                )
+                for repo in t["repos"]:
+                    for problem in repo.get("problems", [])[:10]:
+                        click.echo(f"  {problem}")
+            else:
+                click.secho(f"{r.host}: error: {r.error}", fg="red")
+                if r.hint:
+                    click.echo(f"  hint: {r.hint}")
+    if not ok:
+        codes = [r.exit_code for r in results if not r.ok and r.report is None and r.exit_code]
+        sys.exit(max(codes) if codes else ExitCode.SHORTFALL)
+
+
 def _ignore(host: str, event: dict) -> None:
     pass
 
 
 def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> None:
-    """Ask the first host for its plan (it sees the NAS), then show who would take what from where."""
+    """Ask every host for its plan (each sees the NAS and its own free space), then show who
+    would take what from where, and whether each host has the space the real run checks first."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def argv_for(prefix: list[str]) -> list[str]:
-        return [*remote.stage_argv(prefix, inv.root.resolve(), hosts[0], options), "--dry-run"]
+    def ask(host: str) -> dict:
+        def argv_for(prefix: list[str]) -> list[str]:
+            return [*remote.stage_argv(prefix, inv.root.resolve(), host, options), "--dry-run"]
 
-    outcome = remote.run_host_stage(inv, hosts[0], argv_for, _ignore, options.ssh_config)
-    text = "\n".join(outcome.log)
-    try:
-        plans = json.loads(text[text.index("{") :])["plans"]
-    except ValueError:
-        raise SparkfleetError(f"{hosts[0]}: no plan came back", hint=outcome.log_tail) from None
+        outcome = remote.run_host_stage(inv, host, argv_for, _ignore, options.ssh_config)
+        text = "\n".join(outcome.log)
+        try:
+            return json.loads(text[text.index("{") :])
+        except ValueError:
+            raise SparkfleetError(
+                outcome.error or f"{host}: no plan came back",
+                hint=outcome.hint or outcome.log_tail,
+                exit_code=outcome.exit_code,
+            ) from None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
+        answers = dict(zip(hosts, pool.map(ask, hosts), strict=True))
+    plans = answers[hosts[0]]["plans"]
+    spaces = {h: a.get("space") for h, a in answers.items() if a.get("space")}
     files = sorted({(f[0], f[1], f[3]) for p in plans for f in p["file_list"]})
     sizes = {rel: size for rel, size, _ in files}
     wave1, pulls = fanout_plan(files, hosts) if fanout else ({h: list(sizes) for h in hosts}, [])
     nas_reads = {h: sum(sizes[r] for r in rels) for h, rels in wave1.items()}
+    short = [h for h, s in spaces.items() if not s["ok"]]
     if as_json:
-        echo_json({"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls})
+        echo_json(
+            {"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls,
+             "space": spaces}
+        )  # fmt: skip
+        if short:
+            sys.exit(ExitCode.SPACE)
         return
     for p in plans:
         click.echo(_plan_line(p))
+    for h, s in spaces.items():
+        _print_space(s, prefix=f"{h}: ")
     for h, rels in wave1.items():
         click.echo(f"{h}: from NAS {len(rels)} files ({human_bytes(nas_reads[h])})")
     for h in hosts:
@@ -295,13 +368,43 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
             seeds = ", ".join(sorted({p.seed for p in mine}))
             size = human_bytes(sum(p.size for p in mine))
             click.echo(f"{h}: from peers {len(mine)} files ({size}) via {seeds}")
+    if short:
+        sys.exit(ExitCode.SPACE)
 
 
 @click.command()
 @selectors
+@click.option("--here", is_flag=True, help="Verify on this machine even if HOST looks remote.")
+@click.option(
+    "--ssh-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SPARKFLEET_SSH_CONFIG",
+    show_default="~/.ssh/config",
+    help="ssh_config for reaching hosts.",
+)
 @click.pass_context
-def verify(ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json) -> None:
-    """Check the local tree against the source; change nothing. Exit 0 only if complete and correct."""
+def verify(
+    ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json, here, ssh_config
+) -> None:
+    """Check HOST's local tree against the source; change nothing. Exit 0 only if complete and correct.
+
+    Like `stage HOST`, HOST is checked on HOST itself (over ssh when it is another machine);
+    without HOST, --lane checks every host of the lane in parallel.
+
+    \b
+    Examples:
+      sparkfleet verify dgx1
+      sparkfleet verify dgx1 --lane dsv41-flash-exl3-2x --verify full
+      sparkfleet verify --lane dsv41-flash-4x-mia --json
+      sparkfleet verify --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
+    """
+    direct = source is not None or dest is not None or bool(repos)
+    if not direct and not here and (host or lane):
+        inv = load_inventory(ctx)
+        if host is None or not remote.is_this_host(inv.host(host)):
+            hosts = [host] if host else list(inv.lane(lane).hosts)
+            _verify_fleet(inv, hosts, VerifyOptions(lane, verify_mode, include, exclude, ssh_config), as_json)
+            return
     requests, _ = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     reports = execute.verify(requests, verify_mode)
     totals = {

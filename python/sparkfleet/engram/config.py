@@ -154,14 +154,24 @@ def packed_dir(inv: Inventory, lane_name: str, host_name: str) -> Path | None:
     return None if spec is None else placement(inv, spec, host_name).out_dir
 
 
-def launch_wiring(inv: Inventory, lane_name: str, host_name: str, in_container: bool) -> tuple[dict, list]:
-    """(env, binds) a rank needs to read its packs: DSV41_PACKED_DIR, and in a container a read-only bind.
+@dataclass(frozen=True)
+class PackMount:
+    """A rank's packs as a container sees them: host directory `source`, read-only at `target`."""
 
-    Called by launch.spec.build_spec; empty when the lane has no [engram]. The env key is refused
-    in [launch.env] for such a lane, so the directory is named in one place only.
+    source: Path
+    target: str
+
+
+def launch_wiring(
+    inv: Inventory, lane_name: str, host_name: str, in_container: bool
+) -> tuple[dict[str, str], list[PackMount]]:
+    """(env, mounts) a rank needs to read its packs: DSV41_PACKED_DIR, and in a container a read-only mount.
+
+    Called by launch.spec.build_spec, which turns the mounts into its own binds: the wiring runs
+    one way, launch → engram, so engram never imports launch. Empty when the lane has no
+    [engram]. The env key is refused in [launch.env] for such a lane, so the directory is named
+    in one place only.
     """
-    from ..launch.manifest import BindMount
-
     spec = engram_spec(inv, lane_name)
     if spec is None:
         return {}, []
@@ -174,4 +184,4 @@ def launch_wiring(inv: Inventory, lane_name: str, host_name: str, in_container: 
     out = placement(inv, spec, host_name).out_dir
     if not in_container:
         return {PACKED_DIR_ENV: str(out)}, []
-    return {PACKED_DIR_ENV: spec.mount}, [BindMount(out, spec.mount, True, "engram")]
+    return {PACKED_DIR_ENV: spec.mount}, [PackMount(out, spec.mount)]

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
@@ -104,6 +105,7 @@ def start(req: dict) -> dict:
     rec = runtime.start(spec)
     rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
     records.save(state_dir, rec)
+    records.last_run_path(state_dir, spec.lane, spec.rank).unlink(missing_ok=True)  # a new run began
     return {"record": to_jsonable(rec), "receipts": to_jsonable(cleared)}
 
 
@@ -123,13 +125,24 @@ def status(req: dict) -> dict:
 
 
 def stop(req: dict) -> dict:
-    """Stop every rank of the lane this node's records name; forget the records of stopped ranks."""
+    """Stop every rank of the lane this node's records name; retire the records of stopped ranks.
+
+    A retired record keeps the last run's log findable for `sparkfleet logs`: a container's log
+    is copied to the rank's log file first, since stopping removes the container.
+    """
     state_dir = Path(req["state_dir"])
     out = []
     for rec in records.load_all(state_dir, req["lane"]):
-        res = runtime_for(rec.runtime).stop(rec, float(req.get("timeout", 30)))
+        runtime = runtime_for(rec.runtime)
+        if rec.runtime != "process":
+            try:
+                data, _ = runtime.read_log(rec, 0, 1 << 30)
+                write_bytes(Path(rec.log_path), data, mode=0o600)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the log is a courtesy; stopping must not depend on it
+        res = runtime.stop(rec, float(req.get("timeout", 30)))
         if res.stopped:
-            records.forget(state_dir, rec)
+            records.retire(state_dir, rec)
         out.append(to_jsonable(res))
     return {"stopped": out}
 
@@ -159,17 +172,23 @@ def watch(req: dict) -> dict:
 
 
 def logs(req: dict) -> dict:
-    """The last `lines` lines of every recorded rank's log on this node."""
-    out = {}
-    for rec in records.load_all(Path(req["state_dir"]), req["lane"]):
-        runtime = runtime_for(rec.runtime)
-        data, _ = (
-            runtime.read_log(rec, 0, 1 << 30) if rec.runtime != "process" else (_tail_bytes(rec.log_path), 0)
-        )
+    """The last `lines` lines of every recorded rank's log on this node: the running run's, else the
+    last stopped run's (`stopped` names those ranks, `log_paths` where each log is)."""
+    state_dir = Path(req["state_dir"])
+    out, stopped, paths = {}, [], {}
+    live = records.load_all(state_dir, req["lane"])
+    for rec in live or records.load_last(state_dir, req["lane"]):
+        if not live:
+            stopped.append(str(rec.rank))
+        if live and rec.runtime != "process":
+            data, _ = runtime_for(rec.runtime).read_log(rec, 0, 1 << 30)
+        else:
+            data = _tail_bytes(rec.log_path)
         out[str(rec.rank)] = "\n".join(
             data.decode("utf-8", errors="replace").splitlines()[-int(req.get("lines", 50)) :]
         )
-    return {"logs": out}
+        paths[str(rec.rank)] = rec.log_path
+    return {"logs": out, "stopped": stopped, "log_paths": paths}
 
 
 def _tail_bytes(path: str, limit: int = 1 << 20) -> bytes:
@@ -231,7 +250,19 @@ def doctor(req: dict) -> dict:
     return out
 
 
+def occupancy(req: dict) -> dict:
+    """Every lane with a rank running on this node (from the records under state_dir/lanes/)."""
+    lanes_dir = Path(req["state_dir"]) / "lanes"
+    out = []
+    for d in sorted(lanes_dir.iterdir()) if lanes_dir.is_dir() else []:
+        for rec in records.load_all(lanes_dir.parent, d.name):
+            if runtime_for(rec.runtime).state(rec).running:
+                out.append({"lane": rec.lane, "rank": rec.rank, "name": rec.name})
+    return {"running": out}
+
+
 ACTIONS = {
+    "occupancy": occupancy,
     "probe": probe,
     "start": start,
     "stop": stop,

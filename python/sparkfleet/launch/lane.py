@@ -9,20 +9,23 @@ the whole lane if it does not come up. Nodes are reached only through hosts.conn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..fabric import FabricFacts
 from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
 from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
-from .readiness import RankExit, ReadyReport, wait_ready
+from .readiness import BootWatch, RankExit, RankProgress, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe
 from .spec import LaunchSpec, ShapeError, build_spec, check_env_extras, check_world, state_dir_of
 
@@ -78,20 +81,33 @@ class NodeFacts:
     fabric_error: str | None
     models: list[ModelState]
     model_errors: list[str] = field(default_factory=list)
+    not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
 
 
 @dataclass
 class LanePlan:
-    """Every rank's spec and manifest, computed before anything starts."""
+    """Every rank's spec and manifest, computed before anything starts.
+
+    A plan made without some node (`--offline`, `--dry-run`, or the host did not answer) holds
+    every value the inventory and recipe decide; what only the node can tell (fabric HCA/GID/
+    interfaces, which model entries are staged and verify) is listed in `unknown[host]` with
+    the reason, never guessed.
+    """
 
     lane: str
     recipe: LaunchRecipe
     facts: dict[str, NodeFacts]
     manifests: dict[str, BindManifest]
     specs: dict[str, LaunchSpec]  # host -> spec
+    unknown: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {value: why unknown}
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> the ssh error
 
     def by_rank(self) -> list[LaunchSpec]:
         return sorted(self.specs.values(), key=lambda s: s.rank)
+
+    def start_order(self) -> list[LaunchSpec]:
+        """Workers first, head last: the head's dist-init listener must find every worker dialling in."""
+        return list(reversed(self.by_rank()))
 
 
 def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
@@ -107,7 +123,8 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
     }
 
 
-def _facts(host: str, answer: dict) -> NodeFacts:
+def node_facts(host: str, answer: dict) -> NodeFacts:
+    """NodeFacts from an agent `probe` (or `doctor`) answer: shared by launch and doctor."""
     fabric = None
     if answer.get("fabric"):
         f = answer["fabric"]
@@ -143,19 +160,82 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
         )
 
 
-def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> LanePlan:
-    """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything."""
+def not_probed(host: str, why: str) -> NodeFacts:
+    """The facts of a node we did not (or could not) ask: nothing known, and why."""
+    return NodeFacts(host, None, None, [], not_probed=why)
+
+
+def unknowns(inv: Inventory, recipe: LaunchRecipe, facts: dict[str, NodeFacts], host_name: str) -> dict:
+    """{value: why} for what `host_name`'s spec lacks because a node was not probed."""
+    from ..fabric import NODE_ENV_KEYS
+
+    out: dict[str, str] = {}
+    nf = facts[host_name]
+    head = recipe.world.head
+    head_facts = facts.get(head)
+    if (
+        recipe.fabric == "roce"
+        and not inv.host(head).fabric_ip
+        and (head_facts is None or head_facts.fabric is None)
+    ):
+        out["DIST_INIT_ADDR"] = f"the head {head}'s fabric IP: not in hosts/fleet.toml and not detected"
+    if nf.not_probed is None:
+        return out
+    if nf.fabric is None and recipe.fabric == "roce":
+        why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
+        out.update({k: why for k in NODE_ENV_KEYS})
+        if not inv.host(host_name).fabric_ip:
+            out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
+    lane = inv.lane(recipe.lane)
+    if lane.models:
+        why = (
+            f"staged state on {host_name}: each snapshot directory binds from its local hub when "
+            f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
+        )
+        out["MODEL_PATH"] = why
+        out["model binds"] = why
+    return out
+
+
+def prepare(
+    inv: Inventory,
+    lane_name: str,
+    hosts: list[str] | None = None,
+    offline: str | None = None,
+    tolerate_unreachable: bool = False,
+) -> LanePlan:
+    """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything.
+
+    `offline`: contact no node; the reason is what `unknown` says. `tolerate_unreachable`: a node
+    that ssh cannot reach is planned as if offline and named in `unreachable` (the caller exits
+    with ExitCode.UNREACHABLE after showing what could be derived).
+    """
     recipe = launch_recipe(inv, lane_name)
     check_shape(inv, recipe)
     lane = inv.lane(lane_name)
     names = hosts or list(lane.hosts)
+    for name in names:
+        inv.host(name)
     in_container = recipe.runtime in ("docker", "podman")
+    unreachable: dict[str, str] = {}
 
     def probe_one(name: str) -> NodeFacts:
+        if offline is not None:
+            return not_probed(name, offline)
         host = inv.host(name)
-        return _facts(name, call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600))
+        try:
+            answer = call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600)
+        except HostUnreachable as exc:
+            if not tolerate_unreachable:
+                raise
+            unreachable[name] = exc.message
+            return not_probed(name, f"unreachable: {exc.message}")
+        return node_facts(name, answer)
 
     facts = {f.host: f for f in _parallel(probe_one, names)}
+    if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
+        head = recipe.world.head
+        facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
     manifests, specs = {}, {}
     for name in names:
         nf = facts[name]
@@ -164,16 +244,55 @@ def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> L
                 f"{name}: cannot read the lane's models: {'; '.join(nf.model_errors)}",
                 hint="is the NAS hub mounted on the node? (sparkfleet doctor " + name + ")",
             )
-        if recipe.fabric == "roce" and nf.fabric is None:
+        probed = offline is None and name not in unreachable
+        if recipe.fabric == "roce" and nf.fabric is None and probed:
             raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
         host = inv.host(name)
         manifests[name] = build_manifest(
             name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None
         )
     fabrics = {n: f.fabric for n, f in facts.items()}
+    partial = offline is not None or bool(unreachable)
     for name in names:
-        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics)
-    return LanePlan(lane_name, recipe, facts, manifests, specs)
+        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics, fabric_unknown_ok=partial)
+    unknown = {name: unknowns(inv, recipe, facts, name) for name in names} if partial else {}
+    for name, missing in unknown.items():  # the command must not show a guess as a value either
+        specs[name] = dataclasses.replace(specs[name], argv=_mark_unknown(specs[name], missing))
+    return LanePlan(lane_name, recipe, facts, manifests, specs, unknown, unreachable)
+
+
+def _mark_unknown(spec: LaunchSpec, missing: dict[str, str]) -> tuple[str, ...]:
+    """argv with every value taken from an unknown env key written as `<KEY unknown>`."""
+    argv = list(spec.argv)
+    for key in missing:
+        value = spec.env.get(key)
+        if value is None:
+            continue
+        mark = f"<{key} unknown>"
+        if value == "":
+            argv = [mark if a == "" else a for a in argv]
+        else:
+            argv = [a.replace(value, mark) for a in argv]
+    return tuple(argv)
+
+
+DRY_RUN_WHY = "dry run: no host contacted"
+
+
+def dry_run(inv: Inventory, lane_name: str) -> LanePlan:
+    """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh."""
+    return prepare(inv, lane_name, offline=DRY_RUN_WHY)
+
+
+def planned_argv(spec: LaunchSpec) -> list[str]:
+    """The full argv the rank's runtime would run: `docker|podman run ...`, else the serve command."""
+    if spec.runtime not in ("docker", "podman"):
+        return list(spec.argv)
+    from . import records
+    from .runtimes import container_run_argv
+
+    env_file = records.log_path(Path(spec.state_dir), spec.lane, spec.rank).with_suffix(".env")
+    return container_run_argv(spec, spec.runtime, env_file)
 
 
 def _state_request(inv: Inventory, lane: str, host: str, **extra: Any) -> dict:
@@ -215,16 +334,96 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
     return [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
 
 
-def _exited_workers(inv: Inventory, plan: LanePlan) -> list[RankExit]:
+def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
+    """Workers that stopped running; each worker's new log lines go to `boot` on the way."""
+
     def check(spec: LaunchSpec) -> list[RankExit]:
-        ans = call_agent(connect(inv.host(spec.host)), "status", _state_request(inv, plan.lane, spec.host))
-        return [
-            RankExit(spec.host, spec.rank, r["returncode"])
-            for r in ans["ranks"]
-            if r["record"]["rank"] == spec.rank and not r["running"]
-        ]
+        req = _state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
+        ans = call_agent(connect(inv.host(spec.host)), "watch", req)
+        if not ans.get("found", True):
+            return [RankExit(spec.host, spec.rank, None)]
+        boot.feed(spec.rank, ans, clock())
+        return [] if ans.get("running", True) else [RankExit(spec.host, spec.rank, ans.get("returncode"))]
 
     return [g for gs in _parallel(check, plan.by_rank()[1:]) for g in gs]
+
+
+class LaunchInterrupted(SparkfleetError):
+    """Ctrl-C during a launch: which ranks still run, and how to stop them (or that they were stopped)."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s: float) -> LaunchInterrupted:
+    if stop_on_interrupt:
+        results = stop(inv, lane_name, stop_s)
+        left = [r for r in results if not r["stopped"]]
+        if not left:
+            return LaunchInterrupted(f"interrupted: {lane_name} stopped (--stop-on-interrupt)")
+        where = ", ".join(f"rank {r.get('rank', '?')} on {r['host']}" for r in left)
+        return LaunchInterrupted(
+            f"interrupted: {lane_name} did not stop everywhere: {where}", hint=f"sparkfleet stop {lane_name}"
+        )
+    running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
+    if not running:
+        return LaunchInterrupted(f"interrupted: no rank of {lane_name} is running")
+    where = ", ".join(
+        f"rank {r['rank']} on {r['host']} ({'pid ' + str(r['pid']) if r['pid'] else r['container_id']})"
+        for r in running
+    )
+    return LaunchInterrupted(
+        f"interrupted: {lane_name} ranks still running: {where}",
+        hint=f"sparkfleet stop {lane_name} (or launch with --stop-on-interrupt)",
+    )
+
+
+def occupants(inv: Inventory, lane_name: str) -> dict[str, list[dict]]:
+    """Other lanes with ranks running on this lane's hosts: other lane -> [{host, rank, name}]."""
+    lane = inv.lane(lane_name)
+
+    def ask(name: str) -> list[dict]:
+        req = {"state_dir": str(state_dir_of(inv.host(name)))}
+        return [{"host": name, **r} for r in call_agent(connect(inv.host(name)), "occupancy", req)["running"]]
+
+    out: dict[str, list[dict]] = {}
+    for r in (r for rs in _parallel(ask, list(lane.hosts)) for r in rs):
+        if r["lane"] != lane_name:
+            out.setdefault(r["lane"], []).append(r)
+    return out
+
+
+def check_occupancy(
+    inv: Inventory, lane_name: str, replace: bool, on_event: Callable[[str], None] = lambda _m: None
+) -> list[str]:
+    """Refuse (REFUSED) when another lane's ranks run on this lane's hosts, naming that lane; with
+    `replace`, stop those lanes first. Returns the lanes stopped."""
+    taken = occupants(inv, lane_name)
+    if taken and not replace:
+        lines = "; ".join(
+            f"lane {other} (" + ", ".join(f"rank {r['rank']} on {r['host']}" for r in rs) + ")"
+            for other, rs in sorted(taken.items())
+        )
+        first = sorted(taken)[0]
+        raise SparkfleetError(
+            f"{lane_name}'s hosts are occupied by {lines}",
+            hint=f"sparkfleet stop {first}, or sparkfleet launch {lane_name} --replace",
+            exit_code=ExitCode.REFUSED,
+        )
+    for other in sorted(taken):
+        if other in inv.lanes:
+            results = stop(inv, other)
+        else:  # a lane no longer in the inventory: stop it where its records are
+            results = []
+            for host in sorted({r["host"] for r in taken[other]}):
+                req = _state_request(inv, other, host)
+                results += call_agent(connect(inv.host(host)), "stop", req, timeout=120)["stopped"]
+        if not all(r["stopped"] for r in results):
+            raise SparkfleetError(
+                f"--replace: lane {other} did not stop", hint=f"sparkfleet status {other}",
+                exit_code=ExitCode.REFUSED,
+            )  # fmt: skip
+        on_event(f"replaced lane {other}: stopped its ranks on this lane's hosts")
+    return sorted(taken)
 
 
 def launch(
@@ -234,8 +433,33 @@ def launch(
     keep_on_failure: bool = False,
     timeout_s: float | None = None,
     on_event: Callable[[str], None] = lambda _msg: None,
+    replace: bool = False,
+    on_progress: Callable[[list[RankProgress]], None] = lambda _p: None,
+    stop_on_interrupt: bool = False,
 ) -> LaunchReport:
-    """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept)."""
+    """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept).
+
+    Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`.
+    `on_progress` gets every rank's boot stage, elapsed time, weight-load progress and last log
+    line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
+    them first with `stop_on_interrupt`)."""
+    try:
+        return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, replace, on_progress)
+    except KeyboardInterrupt:
+        recipe = launch_recipe(inv, lane_name)
+        raise _interrupted(inv, lane_name, stop_on_interrupt, recipe.timeouts.stop_s) from None
+
+
+def _launch(
+    inv: Inventory,
+    lane_name: str,
+    wait: bool,
+    keep_on_failure: bool,
+    timeout_s: float | None,
+    on_event: Callable[[str], None],
+    replace: bool,
+    on_progress: Callable[[list[RankProgress]], None],
+) -> LaunchReport:
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
@@ -244,6 +468,7 @@ def launch(
         raise SparkfleetError(
             f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
         )
+    check_occupancy(inv, lane_name, replace, on_event)
     started: list[StartedRank] = []
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
@@ -270,10 +495,21 @@ def launch(
         return LaunchReport(lane_name, started, None)
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
+    boot = BootWatch(
+        [(s.host, s.rank) for s in plan.by_rank()], plan.recipe.ready_signatures, time.monotonic()
+    )
 
     def poll_head(offset: int) -> dict:
         req = _state_request(inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
-        return call_agent(head_runner, "watch", req)
+        ans = call_agent(head_runner, "watch", req)
+        boot.feed(0, ans, time.monotonic())
+        on_progress(boot.snapshot(time.monotonic()))
+        return ans
+
+    def exited() -> list[RankExit]:
+        gone = _exited_workers(inv, plan, boot)
+        on_progress(boot.snapshot(time.monotonic()))
+        return gone
 
     ready = wait_ready(
         lane=lane_name,
@@ -281,7 +517,7 @@ def launch(
         weight_load_regex=plan.recipe.weight_load_regex,
         served_model_name=plan.recipe.served_model_name,
         poll_head=poll_head,
-        exited_ranks=lambda: _exited_workers(inv, plan),
+        exited_ranks=exited,
         timeout_s=timeout_s or plan.recipe.timeouts.ready_s,
         poll_s=plan.recipe.timeouts.poll_s,
         head_host=head.host,
@@ -306,11 +542,11 @@ def status(inv: Inventory, lane_name: str) -> dict:
         try:
             return call_agent(connect(inv.host(name)), "status", _state_request(inv, lane_name, name))
         except SparkfleetError as exc:
-            return {"error": exc.message}
+            return {"error": exc.message, "code": int(exc.exit_code)}
 
     for name, ans in zip(lane.hosts, _parallel(ask, list(lane.hosts)), strict=True):
         if "error" in ans:
-            errors.append({"host": name, "error": ans["error"]})
+            errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
             continue
         for r in ans["ranks"]:
             ranks.append({"host": name, "rank": r["record"]["rank"], "name": r["record"]["name"],
@@ -328,10 +564,11 @@ def status(inv: Inventory, lane_name: str) -> dict:
             health = {"health": ans.get("health"), "models_status": ans.get("models_status"),
                       "models": ans.get("models", [])}  # fmt: skip
         except SparkfleetError as exc:
-            errors.append({"host": head, "error": exc.message})
+            errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
     running = sum(1 for r in ranks if r["running"])
     return {
         "lane": lane_name,
+        "ok": running == len(lane.hosts) and not errors,
         "ranks": sorted(ranks, key=lambda r: r["rank"]),
         "running": running,
         "expected": len(lane.hosts),
@@ -342,8 +579,11 @@ def status(inv: Inventory, lane_name: str) -> dict:
     }
 
 
-def logs(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50) -> dict[str, dict]:
-    """host -> {rank: last lines} for the lane's ranks (on one host, or all)."""
+def logs(
+    inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50, answers: bool = False
+) -> dict[str, dict]:
+    """host -> {rank: last lines} for the lane's ranks (on one host, or all): the running run's, else
+    the last stopped run's. `answers`: host -> the agent's whole answer (`logs`, `stopped`, `log_paths`)."""
     lane = inv.lane(lane_name)
     names = [host] if host else list(lane.hosts)
     if host and host not in lane.hosts:
@@ -353,7 +593,7 @@ def logs(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 5
     out = {}
     for name in names:
         ans = call_agent(connect(inv.host(name)), "logs", _state_request(inv, lane_name, name, lines=lines))
-        out[name] = ans["logs"]
+        out[name] = ans if answers else ans["logs"]
     return out
 
 
@@ -367,6 +607,13 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
     runner = connect(inv.host(host))
     ans = call_agent(runner, "status", _state_request(inv, lane_name, host))
     if not ans["ranks"]:
+        last = call_agent(runner, "logs", _state_request(inv, lane_name, host, lines=0))
+        if last.get("stopped"):
+            raise SparkfleetError(
+                f"{lane_name} is not running on {host}: nothing to follow",
+                hint=f"`sparkfleet logs {lane_name} {host}` shows the last run's log",
+                exit_code=ExitCode.SHORTFALL,
+            )
         raise SparkfleetError(
             f"no rank of {lane_name} recorded on {host}", hint=f"sparkfleet launch {lane_name}"
         )

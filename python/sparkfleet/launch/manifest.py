@@ -97,6 +97,12 @@ def snapshot_rel(repo: str, commit: str) -> str:
     return f"{repo_folder(repo)}/snapshots/{commit}"
 
 
+def candidate_sources(repo: str, revision: str, local_hub: Path, nas_hub: Path) -> tuple[str, str]:
+    """The two places a model's snapshot can bind from on a host: its local hub, else the NAS."""
+    rel = snapshot_rel(repo, revision)
+    return str(Path(local_hub) / rel), str(Path(nas_hub) / rel)
+
+
 def _directory(path: str) -> str:
     parent = str(PurePosixPath(path).parent)
     return "" if parent == "." else parent

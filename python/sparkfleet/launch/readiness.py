@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 TAIL_LINES = 40
+# Weight-load progress as SGLang/vLLM print it ("Loading safetensors checkpoint shards:  45% Completed
+# | 10/22 [...]"): the lane may sit in this stage for many minutes, so it is shown as it moves.
+LOAD_PROGRESS = re.compile(r"(\d+)% Completed \| (\d+)/(\d+)")
 
 
 @dataclass
@@ -29,6 +32,7 @@ class BootLog:
     order: list[str] = field(default_factory=list)
     weight_load_s: float | None = None
     tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    load_progress: str | None = None  # "10/22 (45%)" while weights load, from the log's own counter
     _partial: str = ""
 
     def feed(self, text: str, now: float) -> None:
@@ -49,6 +53,9 @@ class BootLog:
             if sig not in self.seen and sig in line:
                 self.seen[sig] = round(now - self.started, 3)
                 self.order.append(sig)
+        progress = LOAD_PROGRESS.search(line)
+        if progress:
+            self.load_progress = f"{progress.group(2)}/{progress.group(3)} ({progress.group(1)}%)"
         if self.weight_load_regex and self.weight_load_s is None:
             m = re.search(self.weight_load_regex, line)
             if m:
@@ -65,6 +72,56 @@ class BootLog:
     @property
     def missing(self) -> list[str]:
         return [s for s in self.signatures if s not in self.seen]
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """What one rank's log shows so far, for a live view of a long boot."""
+
+    host: str
+    rank: int
+    stage: str | None  # the last of the recipe's ready_signatures seen in this rank's log
+    stages_seen: int
+    stages_total: int
+    elapsed_s: float
+    load_progress: str | None
+    last_line: str
+    running: bool = True
+
+
+class BootWatch:
+    """Every rank's BootLog during a launch: fed from the agents' `watch` answers, read as snapshots."""
+
+    def __init__(self, ranks: list[tuple[str, int]], signatures: tuple[str, ...], started: float) -> None:
+        self.started = started
+        self.logs = {rank: BootLog(signatures, started=started) for _, rank in ranks}
+        self.hosts = dict((rank, host) for host, rank in ranks)
+        self.offsets = {rank: 0 for _, rank in ranks}
+        self.running = {rank: True for _, rank in ranks}
+
+    def feed(self, rank: int, answer: dict, now: float) -> None:
+        self.logs[rank].feed(answer.get("data", ""), now)
+        self.offsets[rank] = answer.get("offset", self.offsets[rank])
+        self.running[rank] = bool(answer.get("running", True))
+
+    def snapshot(self, now: float) -> list[RankProgress]:
+        out = []
+        for rank, log in sorted(self.logs.items()):
+            last = next((ln for ln in reversed(log.tail) if ln.strip()), log._partial.strip())
+            out.append(
+                RankProgress(
+                    host=self.hosts[rank],
+                    rank=rank,
+                    stage=log.last_stage,
+                    stages_seen=len(log.seen),
+                    stages_total=len(log.signatures),
+                    elapsed_s=round(now - self.started, 1),
+                    load_progress=log.load_progress,
+                    last_line=last,
+                    running=self.running[rank],
+                )
+            )
+        return out
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,30 @@ def forget(state_dir: Path, record: LaunchRecord) -> None:
     record_path(state_dir, record.lane, record.rank).unlink(missing_ok=True)
 
 
+def last_run_path(state_dir: Path, lane: str, rank: int) -> Path:
+    return lane_dir(state_dir, lane) / "last" / f"rank{rank}.json"
+
+
+def retire(state_dir: Path, record: LaunchRecord) -> None:
+    """A stopped rank's record moves to `last/`: `stop` no longer sees it, `logs` still finds its log."""
+    dest = last_run_path(state_dir, record.lane, record.rank)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(dest, json.dumps(dataclasses.asdict(record), indent=1).encode(), mode=0o600)
+    forget(state_dir, record)
+
+
+def load_last(state_dir: Path, lane: str) -> list[LaunchRecord]:
+    """The records of the lane's last stopped run on this node, by rank."""
+    out = []
+    d = lane_dir(state_dir, lane) / "last"
+    for p in sorted(d.glob("rank*.json")) if d.is_dir() else []:
+        try:
+            out.append(from_dict(json.loads(p.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(out, key=lambda r: r.rank)
+
+
 # ---- process identity --------------------------------------------------------------------------
 
 

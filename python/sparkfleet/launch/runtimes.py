@@ -209,7 +209,7 @@ class ContainerRuntime:
         if spec.image is None or not self.image_present(spec.image):
             raise RuntimeError_(
                 f"image {spec.image} is not present on {spec.host}",
-                hint="load the pinned image on every node first (sparkfleet doctor shows which lack it)",
+                hint="load the pinned image on every node (`sparkfleet doctor LANE` shows which lack it)",
             )
         cp = self._run([engine, *container_run_argv(spec, self.engine, env_file)[1:]])
         if cp.returncode != 0:

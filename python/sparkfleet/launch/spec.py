@@ -194,8 +194,13 @@ def build_spec(
     host_name: str,
     manifest: BindManifest,
     fabrics: dict[str, FabricFacts | None],
+    fabric_unknown_ok: bool = False,
 ) -> LaunchSpec:
-    """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None)."""
+    """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None).
+
+    `fabric_unknown_ok`: plan without the node (`--offline`, `--dry-run`, an unreachable host):
+    a RoCE lane's node-detected keys are left out for the caller to mark unknown.
+    """
     lane = inv.lane(recipe.lane)
     where = str(lane.recipe_path)
     world = recipe.world
@@ -208,10 +213,10 @@ def build_spec(
     host = inv.host(host_name)
     rank = world.ranks[host_name]
     facts = fabrics.get(host_name)
-    if recipe.fabric == "roce" and facts is None:
+    if recipe.fabric == "roce" and facts is None and not fabric_unknown_ok:
         raise ShapeError(
             f"lane {lane.name!r} needs RoCE fabric facts for {host_name}",
-            hint="fabric detection runs on the node (sparkfleet doctor HOST shows why it failed)",
+            hint="fabric detection runs on the node (`sparkfleet doctor HOST` shows why it failed)",
         )
     state_dir = state_dir_of(host)
     cache_dir = (recipe.cache_dir or "{state_dir}/cache/{lane}").format(state_dir=state_dir, lane=lane.name)
@@ -237,6 +242,10 @@ def build_spec(
         env["SGLANG_HOST_IP"] = my_ip
     if facts is not None and recipe.fabric == "roce":
         env.update(facts.env())
+    elif recipe.fabric == "roce":
+        from ..fabric import FIXED_ENV
+
+        env.update(FIXED_ENV)
     env.update(recipe.env)
 
     values = {
@@ -299,9 +308,9 @@ def build_spec(
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
     from ..engram.config import launch_wiring  # lazy: the node-side agent imports this module
 
-    engram_env, engram_binds = launch_wiring(inv, lane.name, host_name, in_container)
+    engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container)
     env.update(engram_env)
-    binds.extend(engram_binds)
+    binds.extend(BindMount(m.source, m.target, True, "engram") for m in engram_mounts)
     return LaunchSpec(
         lane=lane.name,
         host=host_name,

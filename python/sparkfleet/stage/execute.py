@@ -381,6 +381,24 @@ def plan(requests: list[StageRequest]) -> list[StagePlan]:
     return plans
 
 
+def space_check(requests: list[StageRequest], plans: list[StagePlan], reserve_bytes: int) -> dict:
+    """The dry run's preflight: what the real run checks before byte one, answered instead of raised.
+
+    Needed = the bytes of every file the destination lacks (what a fresh stage copies); a real
+    run may also repair files that fail their check, which only reading them can tell.
+    """
+    dests = {Path(r.dest_hub) for r in requests}
+    needed = sum(p.copy_bytes for p in plans)
+    out: dict = {"needed": needed, "reserve": reserve_bytes, "ok": True, "error": None, "hint": None}
+    for dest in dests:
+        out["dest"] = str(dest)
+        try:
+            out["free"] = preflight(dest, needed, reserve_bytes)
+        except SpaceError as exc:
+            out.update(ok=False, free=free_bytes(dest), error=exc.message, hint=exc.hint)
+    return out
+
+
 def verify(requests: list[StageRequest], mode: str = "sample") -> list[VerifyReport]:
     """Verify every request's local tree against its source; reads only."""
     reports = []

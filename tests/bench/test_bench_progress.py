@@ -1,0 +1,83 @@
+"""A bench you can follow: the label names the phase running now (not the last one finished), the
+quality run shows its own scenario count, a non-terminal run prints one line per phase, and
+Ctrl-C writes the report of what was measured, marked interrupted, and says where."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sparkfleet.bench.quality import QualitySettings, run_quality
+from sparkfleet.bench.run import BenchSettings, run_bench
+from sparkfleet.bench.target import for_url
+from sparkfleet.errors import ExitCode
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.labels: list[tuple[str, int]] = []
+
+    def start(self, total: int) -> None:
+        pass
+
+    def step(self, label: str, advance: int = 1) -> None:
+        self.labels.append((label, advance))
+
+    @property
+    def current(self) -> str:
+        return self.labels[-1][0]
+
+
+def test_label_is_the_current_phase_and_quality_shows_its_progress(fake_lane, tmp_path):
+    lane = fake_lane("--decode-tps", "1000000", "--prefill-tps", "100000000")
+    settings = BenchSettings(
+        **{**vars(BenchSettings.quick()), "quality": QualitySettings(scenarios=("TC-01", "TC-11"))}
+    )
+    rec, during_quality = Recorder(), []
+
+    def quality(*args, **kwargs):
+        during_quality.append(rec.current)  # what the display says while the hour-long part runs
+        return run_quality(*args, **kwargs)
+
+    run = run_bench(for_url(lane.url, tmp_path), settings, "t", progress=rec, quality_runner=quality)
+    assert run.quality is not None and run.quality.status == "ok", run.quality
+    assert during_quality == ["quality"]  # not "sweep c=2"
+    labels = [label for label, _ in rec.labels]
+    assert labels.index("sweep c=1") < labels.index("quality")
+    assert ("sweep c=1", 0) in rec.labels  # named when it starts, before a request finished
+    progress = [label for label in labels if label.startswith("quality ")]
+    assert progress[0].startswith("quality 0/2 ") and progress[-1].startswith("quality 2/2 ")
+    assert rec.labels[-1] == ("quality", 1)
+
+
+def _bench(url: str, out: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "sparkfleet", "bench", "--url", url, "--out", str(out), "--quick",
+            "--no-quality", "--depths", "0", "--concurrency", "1,2", "--requests", "4"]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_non_tty_lines_and_ctrl_c_keeps_what_was_measured(fake_lane, tmp_path):
+    lane = fake_lane("--decode-tps", "20", "--prefill-tps", "50000")
+    out = tmp_path / "reports"
+    proc = _bench(lane.url, out)
+    err = []
+    for line in proc.stderr:  # wait for the sweep to start (each request takes ~1.6 s here)
+        err.append(line)
+        if line.startswith("· sweep c=1"):
+            break
+    proc.send_signal(signal.SIGINT)  # our own child, by its PID
+    stdout, rest = proc.communicate(timeout=120)
+    stderr = "".join(err) + rest
+    assert proc.returncode == ExitCode.INTERRUPTED, stdout + stderr
+    phases = [ln[2:].split(" ")[0] for ln in stderr.splitlines() if ln.startswith("· ")]
+    wanted = ["warmup", "decode", "pp128", "tg32", "sweep"]
+    assert [p for p in phases if p in wanted] == wanted  # each phase once, in order
+    [report] = sorted(out.glob("*.json"))
+    assert f"interrupted: the report of what was measured is {report}" in stderr
+    doc = json.loads(report.read_text())
+    assert doc["status"] == "interrupted"
+    assert doc["failures"][-1] == "interrupted (Ctrl-C) during sweep c=1"
+    assert doc["decode_probe"]["metrics"]["decode_tps"] > 0  # measured before Ctrl-C, kept
