@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from sparkfleet.bench.client import Endpoint
+from sparkfleet.bench.report import key_metrics, write_report
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.sweep import SweepSettings, run_level
 from sparkfleet.bench.target import for_url
-from sparkfleet.report import key_metrics, write_report
 
 QUICK = BenchSettings.quick()
 

@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import report as reports
+from ..bench import report as reports
 from ..bench.client import Endpoint, discover_model
 from ..bench.probes import DecodeProbe, run_smoke_case
 from ..bench.quality import QualitySettings

@@ -1,0 +1,100 @@
+"""Comparing two report documents: key metrics against the lane's thresholds.
+
+A comparison checks a fixed set of key metrics against thresholds (the lane's [bench.thresholds])
+and says which ones regressed; a failed run always counts as a regression — it has no numbers to
+compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+# -- comparison ----------------------------------------------------------------------------------
+def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
+    """The numbers a comparison looks at, by stable names."""
+    out: dict[str, float | None] = {}
+    probe = (doc.get("decode_probe") or {}).get("metrics") or {}
+    out["decode_tps"] = probe.get("decode_tps")
+    out["ttft_s"] = probe.get("ttft_s")
+    for row in doc.get("table") or []:
+        out[f"{row['test']}@d{row['depth']}"] = row.get("tps_mean")
+    for lv in doc.get("sweep") or []:
+        out[f"aggregate_tps@c{lv['concurrency']}"] = lv.get("aggregate_tps")
+    q = doc.get("quality") or {}
+    out["quality_score"] = q.get("score") if q.get("status") == "ok" else None
+    return out
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    name: str
+    base: float | None
+    new: float | None
+    change_pct: float | None
+    limit: str
+    regression: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    base: str
+    new: str
+    deltas: list[MetricDelta]
+    regressions: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.regressions
+
+
+def _rule(name: str, thresholds: Any) -> tuple[str, float] | None:
+    """(direction, allowed change) for a metric: 'drop_pct' / 'rise_pct' / 'drop_points'."""
+    if name == "decode_tps" or name.startswith("tg"):
+        return "drop_pct", thresholds.decode_tps_drop_pct
+    if name.startswith("pp"):
+        return "drop_pct", thresholds.prefill_tps_drop_pct
+    if name == "ttft_s":
+        return "rise_pct", thresholds.ttft_rise_pct
+    if name.startswith("aggregate_tps"):
+        return "drop_pct", thresholds.aggregate_tps_drop_pct
+    if name == "quality_score":
+        return "drop_points", thresholds.quality_drop_points
+    return None
+
+
+def compare(
+    base: dict[str, Any], new: dict[str, Any], thresholds: Any, base_name: str = "base", new_name: str = "new"
+) -> Comparison:
+    regressions = []
+    if new.get("status") != "ok":
+        regressions.append(f"{new_name} failed: {'; '.join(new.get('failures') or ['unknown'])}")
+    b, n = key_metrics(base), key_metrics(new)
+    deltas = []
+    for name in b:
+        rule = _rule(name, thresholds)
+        if rule is None or b[name] is None:
+            continue
+        direction, allowed = rule
+        limit = {"drop_points": f"-{allowed:g} points", "drop_pct": f"-{allowed:g}%"}.get(
+            direction, f"+{allowed:g}%"
+        )
+        old, cur = b[name], n.get(name)
+        if cur is None:  # absent: not measured this time (other settings); None: the step failed
+            deltas.append(MetricDelta(name, old, None, None, limit, name in n))
+            if name in n:
+                regressions.append(f"{name}: measured in {base_name}, missing (failed) in {new_name}")
+            continue
+        change = (cur - old) / old * 100 if old else None
+        if direction == "drop_points":
+            bad = cur < old - allowed
+        elif direction == "drop_pct":
+            bad = change is not None and change < -allowed
+        else:
+            bad = change is not None and change > allowed
+        deltas.append(MetricDelta(name, old, cur, change, limit, bad))
+        if bad:
+            what = f"{cur - old:+.1f} points" if direction == "drop_points" else f"{change:+.1f}%"
+            regressions.append(f"{name}: {old:.4g} → {cur:.4g} ({what}, limit {limit})")
+    return Comparison(base_name, new_name, deltas, regressions)

@@ -1,0 +1,147 @@
+"""The Markdown view of a report document (a plain dict read back from its JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(value: Any, digits: int = 1, scale: float = 1.0) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, int | float):
+        return f"{value * scale:.{digits}f}"
+    return str(value)
+
+
+def _dist(d: dict[str, Any] | None, scale: float = 1000.0) -> str:
+    if not d:
+        return "—"
+    return f"{d['p50'] * scale:.1f} / {d['p90'] * scale:.1f} / {d['p99'] * scale:.1f}"
+
+
+def render_markdown(doc: dict[str, Any], stem: str) -> str:
+    lines = [f"# Bench report `{stem}`", ""]
+    status = doc.get("status")
+    lines.append(
+        f"**Status: {'OK' if status == 'ok' else 'FAILED'}**"
+        + ("" if status == "ok" else " — numbers below are missing where a step failed; do not compare them.")
+    )
+    for failure in doc.get("failures") or []:
+        lines.append(f"- failure: {failure}")
+    lines += [
+        "",
+        f"- lane: {doc.get('lane') or '(none: --url)'}",
+        f"- url: {doc.get('url')}",
+        f"- model: {doc.get('model')}",
+        f"- hosts: {', '.join(doc.get('hosts') or []) or '—'}",
+        f"- recipe sha256: {doc.get('recipe_sha256') or '—'}",
+        f"- created (UTC): {doc.get('created_utc')}; duration {_fmt(doc.get('duration_s'))} s; "
+        f"client CPU {_fmt(doc.get('client_cpu_s'), 2)} s",
+        f"- token counts from: {', '.join(doc.get('token_sources') or []) or '—'}",
+        f"- sparkfleet {doc.get('sparkfleet_version')}",
+    ]
+    if doc.get("pins"):
+        lines += [
+            "",
+            "## Pins in force",
+            "",
+            "| pin | kind | source | value | resolved |",
+            "|---|---|---|---|---|",
+        ]
+        for name, pin in doc["pins"].items():
+            lines.append(
+                f"| {name} | {pin.get('kind')} | {pin.get('source')} | `{pin.get('value')}` | "
+                f"{'yes' if pin.get('resolved') else 'no'} |"
+            )
+    if doc.get("smoke"):
+        lines += [
+            "",
+            "## Smoke",
+            "",
+            "| prompt | expected | answer | finish | pass |",
+            "|---|---|---|---|---|",
+        ]
+        for s in doc["smoke"]:
+            answer = (s.get("answer") or s.get("problem") or "").replace("|", "\\|").replace("\n", " ")[:80]
+            lines.append(
+                f"| {s['prompt']} | {s['expect']} | {answer} | {s.get('finish_reason')} | "
+                f"{'yes' if s['passed'] else 'NO'} |"
+            )
+    probe = doc.get("decode_probe")
+    if probe:
+        m, p = probe["metrics"], probe["probe"]
+        lines += [
+            "",
+            "## Decode probe",
+            "",
+            f"{p['prompt_tokens']}-token prompt, max_tokens {p['max_tokens']}, temperature 0, streaming",
+            "",
+        ]
+        if m.get("error"):
+            lines.append(f"**failed:** {m['error']}")
+        else:
+            lines += [
+                f"- decode: **{_fmt(m['decode_tps'])} tok/s** (tokens from {m['token_source']})",
+                f"- TTFT: {_fmt(m['ttft_s'], 1, 1000)} ms; TPOT {_fmt(m['tpot_s'], 2, 1000)} ms; "
+                f"{m['completion_tokens']} tokens in {m['chunks']} chunks "
+                f"({_fmt(m['completion_tokens'] / max(m['chunks'], 1), 2)} tokens/chunk)",
+                f"- prompt tokens (server): {m.get('prompt_tokens')}; cached: {m.get('cached_tokens')}",
+            ]
+    if doc.get("table"):
+        lines += [
+            "",
+            "## pp/tg (llama-bench style)",
+            "",
+            "| test | depth | t/s | ± | runs | TTFT ms | note |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in doc["table"]:
+            note = f"FAILED: {r['error']}" if r.get("error") else (r.get("token_source") or "")
+            lines.append(
+                f"| {r['test']} | d{r['depth']} | {_fmt(r['tps_mean'])} | {_fmt(r['tps_std'])} | "
+                f"{r['runs']} | {_fmt(r['ttft_s_mean'], 1, 1000)} | {note} |"
+            )
+    if doc.get("sweep"):
+        lines += [
+            "",
+            "## Concurrency sweep",
+            "",
+            "| c | requests | failed | aggregate tok/s | per-request tok/s p50 | TTFT ms p50/p90/p99 "
+            "| ITL ms p50/p90/p99 | TPOT ms p50/p90/p99 |",
+            "|---:|---:|---:|---:|---:|---|---|---|",
+        ]
+        for lv in doc["sweep"]:
+            per = lv.get("per_request_tps")
+            lines.append(
+                f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | "
+                f"{_fmt(lv['aggregate_tps'])} | {_fmt(per['p50']) if per else '—'} | "
+                f"{_dist(lv.get('ttft_s'))} | "
+                f"{_dist(lv.get('itl_s'))} | {_dist(lv.get('tpot_s'))} |"
+            )
+            for err in lv.get("errors") or []:
+                lines.append(f"|  | | | **failed:** {err} | | | | |")
+    spec = doc.get("spec_accept")
+    lines += [
+        "",
+        "## Speculative decoding",
+        "",
+        f"- average accept length: {_fmt(spec['value'], 2)} (from {spec['source']})"
+        if spec
+        else "- average accept length: not reported by the server",
+    ]
+    lines += ["", "## Quality (tool-eval-bench)", ""]
+    q = doc.get("quality")
+    if not q:
+        lines.append(f"- {doc.get('quality_note') or 'not run'}")
+    elif q.get("status") != "ok":
+        lines.append(f"- **{q.get('status')}**: {q.get('error')}")
+    else:
+        lines += [
+            f"- score: **{_fmt(q['score'], 0)}/100** "
+            f"({_fmt(q.get('points'), 0)}/{_fmt(q.get('max_points'), 0)} points, "
+            f"{q.get('scenarios')} scenarios) {q.get('rating') or ''}",
+            f"- tool-eval-bench {q.get('tool_version')}",
+        ]
+        for f in q.get("failed_scenarios") or []:
+            lines.append(f"  - {f['scenario_id']} {f['status']}: {f.get('summary') or ''}")
+    return "\n".join(lines) + "\n"
