@@ -107,3 +107,28 @@ def test_bench_url_mode_writes_into_out(fake_lane, tmp_path):
 def test_lane_or_url_is_required():
     done = sparkfleet("bench")
     assert done.returncode == 2 and "LANE or give --url" in done.stderr
+
+
+def test_a_failed_lane_run_stays_out_of_the_tracked_reports_unless_asked(fake_lane, tmp_path):
+    lane = fake_lane("--error-rate", "1")
+    root = tmp_path / "fleet"
+    name = write_fleet_root(root, lane.port)
+    tracked = root / "recipes" / name / "reports"
+    work = tmp_path / "cwd"
+    work.mkdir()
+    done = sparkfleet("bench", name, *QUICK, "--json", root=root, cwd=work)
+    assert done.returncode == 1
+    written = work / json.loads(done.stdout)["report"]["json"]  # relative to the cwd
+    assert written.parent == work / "sparkfleet-reports" / name and written.is_file()
+    assert list(tracked.iterdir()) == []
+    asked = sparkfleet("bench", name, *QUICK, "--save-to-lane", "--json", root=root, cwd=work)
+    assert asked.returncode == 1
+    assert Path(json.loads(asked.stdout)["report"]["json"]).parent == tracked
+    assert len(list(tracked.iterdir())) == 2  # .json + .md (a failed run has nothing to plot)
+
+
+def test_a_url_run_cannot_be_saved_to_a_lane(fake_lane, tmp_path):
+    lane = fake_lane()
+    done = sparkfleet("bench", "--url", lane.url, "--save-to-lane", *QUICK, cwd=tmp_path)
+    assert done.returncode == 2 and "--save-to-lane" in done.stderr
+    assert not (tmp_path / "sparkfleet-reports").exists()

@@ -125,7 +125,13 @@ def _ints(text: str) -> tuple[int, ...]:
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Report folder (default: recipes/<lane>/reports, or ./sparkfleet-reports with --url).",
+    help="Report folder (default: recipes/<lane>/reports for a successful lane run; a failed run or "
+    "a --url run goes to ./sparkfleet-reports[/<lane>]).",
+)
+@click.option(
+    "--save-to-lane",
+    is_flag=True,
+    help="Write the report into recipes/<lane>/reports even if the run failed.",
 )
 @click.option("--quick", is_flag=True, help="A short run (seconds): small probe, one table row each, c=1,2.")
 @click.option("--model", help="Model name (default: the first from /v1/models).")
@@ -158,6 +164,7 @@ def bench(
     url: str | None,
     tag: str | None,
     out: Path | None,
+    save_to_lane: bool,
     quick: bool,
     model: str | None,
     prompt_tokens: int | None,
@@ -180,7 +187,11 @@ def bench(
     """Decode probe, pp/tg table, concurrency sweep and quality; writes a report (JSON, Markdown, PNG).
 
     An API key is read from $SPARKFLEET_API_KEY (or the recipe's [bench] api_key_env)."""
-    target = _target(ctx, lane, url, out)
+    if url and save_to_lane:
+        raise SparkfleetError(
+            "--save-to-lane needs a LANE: a --url run has no lane", hint="use --out DIR to choose a folder"
+        )
+    target = _target(ctx, lane, url, None)
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
         levels=_ints(concurrency) if concurrency else base.sweep.levels,
@@ -216,12 +227,13 @@ def bench(
             run = go(bar)
     else:
         run = go()
-    assert target.reports_dir is not None
-    paths = reports.write_report(run, target.reports_dir)
+    lane_reports = target.reports_dir if target.lane else None
+    folder = reports.destination(lane_reports, run.status == "ok", out=out, save_to_lane=save_to_lane)
+    paths = reports.write_report(run, folder)
     comparison = None
     if target.baseline and run.status == "ok":
         try:
-            base_path = reports.resolve(target.baseline, target.reports_dir)
+            base_path = reports.resolve(target.baseline, lane_reports)
             comparison = reports.compare(
                 reports.load_document(base_path),
                 reports.load_document(paths.json),

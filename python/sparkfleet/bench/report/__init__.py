@@ -12,6 +12,7 @@ from .plots import render_png
 from .records import (
     ReportPaths,
     ReportSummary,
+    destination,
     list_reports,
     load_document,
     report_stem,
@@ -27,6 +28,7 @@ __all__ = [
     "ReportPaths",
     "ReportSummary",
     "compare",
+    "destination",
     "key_metrics",
     "list_reports",
     "load_document",

@@ -1,4 +1,10 @@
-"""Report files: one run → `<UTC YYYY-MM-DD_HHMMSS>_<tag>.{json,md,png}`; loading and listing them.
+"""Report files: one run → `<UTC YYYY-MM-DD_HHMMSS>[-N]_<tag>.{json,md,png}`; loading and listing them.
+
+A report's name is claimed, never overwritten: the JSON record is written to a temp file, fsynced,
+and hard-linked to its final name (link(2) fails if the name exists, so two runs in the same second
+— or two processes at once — each get their own name: the second becomes `…_HHMMSS-2_<tag>`). The
+Markdown and PNG views follow under the claimed name. Where a run's report goes (`destination`):
+a lane's tracked reports/ only for a successful lane run or when asked; otherwise a work folder.
 
 The JSON is the record (everything measured, the pins in force, the recipe hash, the hosts); the
 Markdown and the PNG are views of it. `list` and `compare` read the JSON documents back as plain
@@ -9,20 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...atomic import write_bytes
+from ...atomic import fsync_dir, temp_file, write_bytes
 from ...errors import SparkfleetError
 from ...jsonable import to_jsonable
 from .compare import key_metrics
 from .markdown import render_markdown
 from .plots import render_png
 
-_STEM = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{6})_(.+)$")
+_STEM = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{6})(?:-(\d+))?_(.+)$")
+SCRATCH_DIR = Path("sparkfleet-reports")  # relative to the cwd: untracked work folder
 
 
 @dataclass(frozen=True)
@@ -48,9 +56,25 @@ def safe_tag(tag: str) -> str:
     return cleaned or "bench"
 
 
-def report_stem(created_utc: str, tag: str) -> str:
-    when = datetime.strptime(created_utc, "%Y-%m-%dT%H:%M:%SZ")
-    return f"{when:%Y-%m-%d_%H%M%S}_{safe_tag(tag)}"
+def report_stem(created_utc: str, tag: str, seq: int = 1) -> str:
+    """`YYYY-MM-DD_HHMMSS_<tag>`; the n-th report claimed in the same second gets `-n` after the time."""
+    when = datetime.fromisoformat(created_utc.replace("Z", "+00:00"))
+    return f"{when:%Y-%m-%d_%H%M%S}{'' if seq == 1 else f'-{seq}'}_{safe_tag(tag)}"
+
+
+def destination(
+    lane_reports: Path | None, ok: bool, *, out: Path | None = None, save_to_lane: bool = False
+) -> Path:
+    """Where a run's report goes: `out` if given; a lane's tracked reports/ for a successful lane run
+    (or any lane run with `save_to_lane`); else the untracked work folder (./sparkfleet-reports,
+    per lane). A --url run has no lane (lane_reports None) and never lands in one unless `out` says so."""
+    if out is not None:
+        return out
+    if lane_reports is not None and (ok or save_to_lane):
+        return lane_reports
+    if lane_reports is not None:  # recipes/<lane>/reports → ./sparkfleet-reports/<lane>
+        return SCRATCH_DIR / lane_reports.parent.name
+    return SCRATCH_DIR
 
 
 def to_document(run: Any) -> dict[str, Any]:
@@ -59,13 +83,34 @@ def to_document(run: Any) -> dict[str, Any]:
 
 
 # -- writing ----------------------------------------------------------------------------------------
+def _claim(out_dir: Path, created_utc: str, tag: str, data: bytes) -> str:
+    """Publish `data` as `<stem>.json` under the first free stem; returns the stem. Never overwrites."""
+    final = out_dir / f"{report_stem(created_utc, tag)}.json"
+    with temp_file(final) as (fd, tmp):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    try:
+        for seq in range(1, 10_000):
+            stem = report_stem(created_utc, tag, seq)
+            try:
+                os.link(tmp, out_dir / f"{stem}.json")
+            except FileExistsError:
+                continue
+            fsync_dir(out_dir)
+            return stem
+        raise SparkfleetError(f"{out_dir}: no free report name for {final.name} after 9999 tries")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_report(run: Any, out_dir: Path) -> ReportPaths:
-    """Write JSON, Markdown and PNG for one run into `out_dir` (each atomically)."""
+    """Write JSON, Markdown and PNG for one run into `out_dir` under a name no other report holds."""
     doc = to_document(run)
-    stem = report_stem(doc["created_utc"], doc["tag"])
     out_dir.mkdir(parents=True, exist_ok=True)
+    stem = _claim(out_dir, doc["created_utc"], doc["tag"], (json.dumps(doc, indent=2) + "\n").encode())
     paths = ReportPaths(out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.png")
-    write_bytes(paths.json, (json.dumps(doc, indent=2) + "\n").encode())
     write_bytes(paths.markdown, render_markdown(doc, stem).encode())
     png = render_png(doc)
     if png is None:
@@ -88,12 +133,14 @@ def load_document(path: Path) -> dict[str, Any]:
 
 
 def list_reports(reports_dir: Path) -> list[ReportSummary]:
-    """The reports in a folder, oldest first (their names sort by time)."""
-    out = []
-    for path in sorted(reports_dir.glob("*.json")) if reports_dir.is_dir() else []:
+    """The reports in a folder, oldest first (by the time in their names, then the order claimed)."""
+    found = []
+    for path in reports_dir.glob("*.json") if reports_dir.is_dir() else []:
         match = _STEM.match(path.stem)
-        if not match:
-            continue
+        if match:
+            found.append(((match.group(1), int(match.group(2) or 1), path.stem), path, match.group(3)))
+    out = []
+    for _, path, tag in sorted(found):
         try:
             doc = load_document(path)
         except SparkfleetError:
@@ -104,7 +151,7 @@ def list_reports(reports_dir: Path) -> list[ReportSummary]:
                 path.stem,
                 path,
                 doc.get("created_utc", ""),
-                match.group(2),
+                tag,
                 doc.get("status", "?"),
                 metrics.get("decode_tps"),
                 metrics.get("quality_score"),
