@@ -132,3 +132,19 @@ def test_a_url_run_cannot_be_saved_to_a_lane(fake_lane, tmp_path):
     done = sparkfleet("bench", "--url", lane.url, "--save-to-lane", *QUICK, cwd=tmp_path)
     assert done.returncode == 2 and "--save-to-lane" in done.stderr
     assert not (tmp_path / "sparkfleet-reports").exists()
+
+
+def test_a_quick_run_against_a_full_baseline_is_refused_not_a_regression(fake_lane, tmp_path):
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000")
+    name = write_fleet_root(tmp_path, lane.port)
+    first = sparkfleet("bench", name, *QUICK, "--tag", "base", "--json", root=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    stem = Path(json.loads(first.stdout)["report"]["json"]).stem
+    recipe = tmp_path / "recipes" / name / "recipe.toml"
+    recipe.write_text(recipe.read_text() + f'[bench]\nbaseline = "{stem}"\n')
+    other = sparkfleet("bench", name, *QUICK, "--prompt-tokens", "487", "--tag", "other", root=tmp_path)
+    assert other.returncode == 0, other.stdout + other.stderr  # the bench itself succeeded
+    assert "probe.prompt_tokens: 128 → 487" in other.stdout and "refused" in other.stdout
+    assert "REGRESSION" not in other.stdout
+    compared = sparkfleet("report", "compare", "--lane", name, root=tmp_path)
+    assert compared.returncode == 5 and "probe.prompt_tokens" in compared.stdout

@@ -23,7 +23,7 @@ from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
 from ..bench.tokens import LocalTokenizer
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from .progress import wants_bar
 from .render import echo_json, load_inventory
 
@@ -213,6 +213,7 @@ def bench(
         )
         if want_quality
         else None,
+        is_quick=base.is_quick,
     )
     tag = tag or ("quick" if quick else "bench")
     counter = LocalTokenizer(tokenizer) if tokenizer else None
@@ -257,7 +258,8 @@ def bench(
         )
     else:
         _print_bench(run, paths, doc_metrics, comparison)
-    failed = run.status != "ok" or (comparison is not None and not comparison.ok)
+    # a refused baseline comparison (other settings or hosts) is printed, not a failed bench
+    failed = run.status != "ok" or (comparison is not None and bool(comparison.regressions))
     ctx.exit(1 if failed else 0)
 
 
@@ -346,14 +348,25 @@ def list_(ctx: click.Context, lane: str | None, directory: Path | None, as_json:
 
 def _print_comparison(c: reports.Comparison) -> None:
     click.echo(f"compare {c.base} → {c.new}")
+    for m in c.mismatches:
+        click.secho(f"  {'≠' if m.blocking else '·'} {m.line()}", fg="yellow" if m.blocking else None)
+    if c.refused:
+        click.secho(
+            "refused: these reports measured different things (settings or hosts differ, ≠ above); "
+            "--force compares them anyway and marks each figure a difference touches",
+            fg="yellow",
+        )
+        return
     for d in c.deltas:
         change = f"{d.change_pct:+.1f}%" if d.change_pct is not None else "n/a"
         base = f"{d.base:.4g}" if d.base is not None else "—"
         new = f"{d.new:.4g}" if d.new is not None else "—"
         flag = click.style(" REGRESSION", fg="red") if d.regression else ""
-        click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}")
+        marks = f"  ≠ {', '.join(d.differs)}" if d.differs else ""
+        click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}{marks}")
     if c.ok:
-        click.secho("no regression", fg="green")
+        click.secho("no regression" + (" (forced: marked figures are not like for like)" if c.forced else ""),
+                    fg="green")  # fmt: skip
     for r in c.regressions:
         click.secho(f"regression: {r}", fg="red")
 
@@ -362,14 +375,24 @@ def _print_comparison(c: reports.Comparison) -> None:
 @click.argument("refs", nargs=-1)
 @click.option("--lane", help="Resolve names in this lane's reports; compare against its declared baseline.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option(
+    "--force", is_flag=True, help="Compare even when settings or host fingerprints differ (marked)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def compare(
-    ctx: click.Context, refs: tuple[str, ...], lane: str | None, directory: Path | None, as_json: bool
+    ctx: click.Context,
+    refs: tuple[str, ...],
+    lane: str | None,
+    directory: Path | None,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Compare reports: `A B` (A is the base), `A` against the lane's baseline, or none: latest vs baseline.
 
-    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]."""
+    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]; 5 (refused)
+    when the two measured different things — other settings (probe size, depths, quick…) or other
+    host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless --force."""
     if len(refs) > 2:
         raise SparkfleetError("compare takes at most two reports")
     folder, thresholds, baseline = (None, Thresholds(), None)
@@ -391,9 +414,10 @@ def compare(
         thresholds,
         base_path.stem,
         new_path.stem,
+        force=force,
     )
     if as_json:
         echo_json({"ok": result.ok, **{k: v for k, v in vars(result).items()}})
     else:
         _print_comparison(result)
-    ctx.exit(0 if result.ok else 1)
+    ctx.exit(ExitCode.REFUSED if result.refused else ExitCode.OK if result.ok else ExitCode.SHORTFALL)

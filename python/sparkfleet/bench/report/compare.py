@@ -1,29 +1,39 @@
 """Comparing two report documents: key metrics against the lane's thresholds.
 
-A comparison checks a fixed set of key metrics against thresholds (the lane's [bench.thresholds])
-and says which ones regressed; a failed run always counts as a regression — it has no numbers to
-compare.
+A comparison first checks that the two reports measured the same thing (comparability: settings,
+host fingerprints); if not it refuses — no deltas, no "regression" — unless forced, and then every
+delta a differing setting or fingerprint touches is marked. Otherwise it checks a fixed set of key
+metrics against thresholds (the lane's [bench.thresholds]) and says which ones regressed; a failed
+run always counts as a regression — it has no numbers to compare.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .comparability import Mismatch, affects, metric_family, mismatches
 
-# -- comparison ----------------------------------------------------------------------------------
+
+def number(value: Any) -> float | None:
+    """A figure as one number: a plain value, or the mean of a repeated one ({"mean", "ci95", ...})."""
+    if isinstance(value, dict):
+        value = value.get("mean")
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
     """The numbers a comparison looks at, by stable names."""
     out: dict[str, float | None] = {}
     probe = (doc.get("decode_probe") or {}).get("metrics") or {}
-    out["decode_tps"] = probe.get("decode_tps")
-    out["ttft_s"] = probe.get("ttft_s")
+    out["decode_tps"] = number(probe.get("decode_tps"))
+    out["ttft_s"] = number(probe.get("ttft_s"))
     for row in doc.get("table") or []:
-        out[f"{row['test']}@d{row['depth']}"] = row.get("tps_mean")
+        out[f"{row['test']}@d{row['depth']}"] = number(row.get("tps_mean"))
     for lv in doc.get("sweep") or []:
-        out[f"aggregate_tps@c{lv['concurrency']}"] = lv.get("aggregate_tps")
+        out[f"aggregate_tps@c{lv['concurrency']}"] = number(lv.get("aggregate_tps"))
     q = doc.get("quality") or {}
-    out["quality_score"] = q.get("score") if q.get("status") == "ok" else None
+    out["quality_score"] = number(q.get("score")) if q.get("status") == "ok" else None
     return out
 
 
@@ -35,6 +45,7 @@ class MetricDelta:
     change_pct: float | None
     limit: str
     regression: bool
+    differs: tuple[str, ...] = ()  # settings/fingerprint keys that differ for this metric (forced)
 
 
 @dataclass(frozen=True)
@@ -43,10 +54,17 @@ class Comparison:
     new: str
     deltas: list[MetricDelta]
     regressions: list[str]
+    mismatches: list[Mismatch] = field(default_factory=list)
+    refused: bool = False  # blocking mismatches and not forced: no deltas were computed
+    forced: bool = False
 
     @property
     def ok(self) -> bool:
-        return not self.regressions
+        return not self.regressions and not self.refused
+
+    @property
+    def blocking(self) -> list[Mismatch]:
+        return [m for m in self.mismatches if m.blocking]
 
 
 def _rule(name: str, thresholds: Any) -> tuple[str, float] | None:
@@ -65,12 +83,24 @@ def _rule(name: str, thresholds: Any) -> tuple[str, float] | None:
 
 
 def compare(
-    base: dict[str, Any], new: dict[str, Any], thresholds: Any, base_name: str = "base", new_name: str = "new"
+    base: dict[str, Any],
+    new: dict[str, Any],
+    thresholds: Any,
+    base_name: str = "base",
+    new_name: str = "new",
+    *,
+    force: bool = False,
 ) -> Comparison:
+    """Deltas and regressions of `new` against `base`; refused when they measured different things
+    (a failed `new` is a regression all the same: refusing would hide it)."""
     regressions = []
+    b, n = key_metrics(base), key_metrics(new)
+    both = {metric_family(k) for k, v in b.items() if v is not None and n.get(k) is not None}
+    found = mismatches(base, new, {f for f in both if f})
     if new.get("status") != "ok":
         regressions.append(f"{new_name} failed: {'; '.join(new.get('failures') or ['unknown'])}")
-    b, n = key_metrics(base), key_metrics(new)
+    elif any(m.blocking for m in found) and not force:
+        return Comparison(base_name, new_name, [], [], found, refused=True)
     deltas = []
     for name in b:
         rule = _rule(name, thresholds)
@@ -81,8 +111,9 @@ def compare(
             direction, f"+{allowed:g}%"
         )
         old, cur = b[name], n.get(name)
+        differs = tuple(m.key for m in found if affects(m, name))
         if cur is None:  # absent: not measured this time (other settings); None: the step failed
-            deltas.append(MetricDelta(name, old, None, None, limit, name in n))
+            deltas.append(MetricDelta(name, old, None, None, limit, name in n, differs))
             if name in n:
                 regressions.append(f"{name}: measured in {base_name}, missing (failed) in {new_name}")
             continue
@@ -93,8 +124,9 @@ def compare(
             bad = change is not None and change < -allowed
         else:
             bad = change is not None and change > allowed
-        deltas.append(MetricDelta(name, old, cur, change, limit, bad))
+        deltas.append(MetricDelta(name, old, cur, change, limit, bad, differs))
         if bad:
             what = f"{cur - old:+.1f} points" if direction == "drop_points" else f"{change:+.1f}%"
-            regressions.append(f"{name}: {old:.4g} → {cur:.4g} ({what}, limit {limit})")
-    return Comparison(base_name, new_name, deltas, regressions)
+            marked = f"; forced, {', '.join(differs)} differ" if differs else ""
+            regressions.append(f"{name}: {old:.4g} → {cur:.4g} ({what}, limit {limit}{marked})")
+    return Comparison(base_name, new_name, deltas, regressions, found, forced=force)

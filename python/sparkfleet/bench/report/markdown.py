@@ -1,16 +1,77 @@
-"""The Markdown view of a report document (a plain dict read back from its JSON)."""
+"""The Markdown view of a report document (a plain dict read back from its JSON).
+
+A repeated figure may be recorded as {"mean": x, "ci95": y, ...}: it is shown as "x ± y" (the 95 %
+confidence half-width), a plain number as itself.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from .comparability import flatten
+
+FINGERPRINT_COLUMNS = (
+    ("kernel", "kernel"),
+    ("driver", "driver"),
+    ("cuda", "CUDA"),
+    ("nccl", "NCCL"),
+    ("firmware", "firmware"),
+    ("gpu_clocks", "GPU clocks"),
+    ("power_mode", "power mode"),
+)
+
 
 def _fmt(value: Any, digits: int = 1, scale: float = 1.0) -> str:
     if value is None:
         return "—"
+    if isinstance(value, dict) and isinstance(value.get("mean"), int | float):
+        ci = value.get("ci95")
+        mean = f"{value['mean'] * scale:.{digits}f}"
+        return mean if not isinstance(ci, int | float) else f"{mean} ± {ci * scale:.{digits}f}"
     if isinstance(value, int | float):
         return f"{value * scale:.{digits}f}"
     return str(value)
+
+
+def _gb(value: Any) -> str:
+    return f"{value / 1e9:.1f} GB" if isinstance(value, int | float) else "—"
+
+
+def _settings_lines(doc: dict[str, Any]) -> list[str]:
+    flat = flatten(doc.get("settings") or {})
+    if not flat:
+        return []
+    lines = ["", "## Settings (what makes two reports comparable)", "", "| setting | value |", "|---|---|"]
+    for key, value in flat.items():
+        shown = ", ".join(str(v) for v in value) if isinstance(value, tuple) else value
+        lines.append(f"| {key} | {'—' if shown is None else shown} |")
+    return lines
+
+
+def _fingerprint_lines(doc: dict[str, Any]) -> list[str]:
+    before, after = doc.get("fingerprints") or {}, doc.get("fingerprints_after") or {}
+    if not before:
+        return ["", "## Hosts", "", "- no host fingerprints recorded (a --url run, or collection not wired)"]
+    head = " | ".join(title for _, title in FINGERPRINT_COLUMNS)
+    lines = [
+        "",
+        "## Hosts (fingerprints)",
+        "",
+        f"| host | {head} | free memory before → after | image |",
+        "|---" * (len(FINGERPRINT_COLUMNS) + 3) + "|",
+    ]
+    for host, fp in before.items():
+        fp = fp or {}
+        if fp.get("error"):
+            lines.append(f"| {host} | not collected: {fp['error']} |" + " |" * (len(FINGERPRINT_COLUMNS) + 1))
+            continue
+        cells = " | ".join(str(fp.get(key) or "—") for key, _ in FINGERPRINT_COLUMNS)
+        mem = _gb(fp.get("mem_available_bytes"))
+        later = (after.get(host) or {}).get("mem_available_bytes")
+        if later is not None:
+            mem += f" → {_gb(later)}"
+        lines.append(f"| {host} | {cells} | {mem} | `{fp.get('image_id') or '—'}` |")
+    return lines
 
 
 def _dist(d: dict[str, Any] | None, scale: float = 1000.0) -> str:
@@ -53,6 +114,7 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
                 f"| {name} | {pin.get('kind')} | {pin.get('source')} | `{pin.get('value')}` | "
                 f"{'yes' if pin.get('resolved') else 'no'} |"
             )
+    lines += _settings_lines(doc) + _fingerprint_lines(doc)
     if doc.get("smoke"):
         lines += [
             "",
@@ -98,8 +160,8 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
         for r in doc["table"]:
             note = f"FAILED: {r['error']}" if r.get("error") else (r.get("token_source") or "")
             lines.append(
-                f"| {r['test']} | d{r['depth']} | {_fmt(r['tps_mean'])} | {_fmt(r['tps_std'])} | "
-                f"{r['runs']} | {_fmt(r['ttft_s_mean'], 1, 1000)} | {note} |"
+                f"| {r['test']} | d{r['depth']} | {_fmt(r['tps_mean'])} | {_fmt(r.get('tps_std'))} | "
+                f"{r.get('runs')} | {_fmt(r.get('ttft_s_mean'), 1, 1000)} | {note} |"
             )
     if doc.get("sweep"):
         lines += [
