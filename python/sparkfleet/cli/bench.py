@@ -366,7 +366,7 @@ def _print_comparison(c: reports.Comparison) -> None:
         click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}{marks}")
     if c.ok:
         click.secho("no regression" + (" (forced: marked figures are not like for like)" if c.forced else ""),
-                    fg="green")  # fmt: skip
+                    fg="green")
     for r in c.regressions:
         click.secho(f"regression: {r}", fg="red")
 
