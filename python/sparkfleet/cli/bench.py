@@ -365,10 +365,37 @@ def _print_comparison(c: reports.Comparison) -> None:
         marks = f"  ≠ {', '.join(d.differs)}" if d.differs else ""
         click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}{marks}")
     if c.ok:
-        click.secho("no regression" + (" (forced: marked figures are not like for like)" if c.forced else ""),
-                    fg="green")
+        click.secho(
+            "no regression" + (" (forced: marked figures are not like for like)" if c.forced else ""),
+            fg="green",
+        )
     for r in c.regressions:
         click.secho(f"regression: {r}", fg="red")
+
+
+@report.command("html")
+@click.argument("lane")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Page to write (default: ./sparkfleet-reports/<lane>.html).",
+)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def html(ctx: click.Context, lane: str, out: Path | None, directory: Path | None, as_json: bool) -> None:
+    """One static, self-contained history page for LANE: charts over time, the runs, the baseline.
+
+    No network and no external assets: the page opens from a file; links to each report are
+    relative to the page."""
+    from ..bench.report.html import write_page
+
+    folder, _, baseline = _reports_dir(ctx, lane, directory)
+    page = write_page(lane, folder, baseline, out or reports.SCRATCH_DIR / f"{reports.safe_tag(lane)}.html")
+    if as_json:
+        echo_json(page)
+    else:
+        click.echo(f"{page.reports} reports ({page.ok} ok) → {page.path}")
 
 
 @report.command("compare")

@@ -10,6 +10,7 @@ from .compare import Comparison, MetricDelta, compare, key_metrics
 from .markdown import render_markdown
 from .plots import render_png
 from .records import (
+    SCRATCH_DIR,
     ReportPaths,
     ReportSummary,
     destination,
@@ -27,6 +28,7 @@ __all__ = [
     "MetricDelta",
     "ReportPaths",
     "ReportSummary",
+    "SCRATCH_DIR",
     "compare",
     "destination",
     "key_metrics",

@@ -1,0 +1,106 @@
+"""A lane's history: one point per report, oldest first, with the figures the history page plots.
+
+Read from the report documents (plain dicts), so reports of older versions still take part; a
+figure a report does not carry is None, and a failed run is a point with no figures at all (it is
+listed, never plotted as a number).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .compare import number
+from .records import list_reports, load_document
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One plotted value, with its ± when the report recorded one (95 % CI half-width)."""
+
+    value: float
+    ci95: float | None = None
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    name: str
+    created_utc: str
+    tag: str
+    status: str
+    json_path: Path
+    baseline: bool
+    decode_tps: Figure | None = None
+    ttft_c1_p50_ms: Figure | None = None
+    ttft_c1_p99_ms: Figure | None = None
+    top_concurrency: int | None = None
+    ttft_top_p50_ms: Figure | None = None
+    ttft_top_p99_ms: Figure | None = None
+    quality_score: Figure | None = None
+    roofline_decode_pct: Figure | None = None  # report["roofline"]["decode"]["pct_of_bound"]
+    pins: dict[str, str] = field(default_factory=dict)
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    failures: tuple[str, ...] = ()
+
+    def sibling(self, suffix: str) -> Path | None:
+        """The report's .md / .png next to its JSON, if it exists."""
+        path = self.json_path.with_suffix(suffix)
+        return path if path.is_file() else None
+
+
+def _figure(value: Any, scale: float = 1.0) -> Figure | None:
+    mean = number(value)
+    if mean is None:
+        return None
+    ci = value.get("ci95") if isinstance(value, dict) else None
+    return Figure(mean * scale, ci * scale if isinstance(ci, int | float) else None)
+
+
+def _quantile(dist: Any, q: str) -> Figure | None:
+    return _figure(dist.get(q), 1000.0) if isinstance(dist, dict) else None
+
+
+def point(doc: dict[str, Any], name: str, json_path: Path, baseline: bool) -> HistoryPoint:
+    ok = doc.get("status") == "ok"
+    probe = ((doc.get("decode_probe") or {}).get("metrics") or {}) if ok else {}
+    levels = [lv for lv in doc.get("sweep") or [] if ok and lv.get("ttft_s")]
+    c1 = next((lv for lv in levels if lv.get("concurrency") == 1), None)
+    top = max(levels, key=lambda lv: lv.get("concurrency", 0), default=None)
+    quality = doc.get("quality") or {}
+    roofline = ((doc.get("roofline") or {}).get("decode") or {}) if ok else {}
+    return HistoryPoint(
+        name=name,
+        created_utc=str(doc.get("created_utc") or ""),
+        tag=str(doc.get("tag") or ""),
+        status=str(doc.get("status") or "?"),
+        json_path=json_path,
+        baseline=baseline,
+        decode_tps=_figure(probe.get("decode_tps")),
+        ttft_c1_p50_ms=_quantile(c1.get("ttft_s"), "p50") if c1 else None,
+        ttft_c1_p99_ms=_quantile(c1.get("ttft_s"), "p99") if c1 else None,
+        top_concurrency=top.get("concurrency") if top else None,
+        ttft_top_p50_ms=_quantile(top.get("ttft_s"), "p50") if top else None,
+        ttft_top_p99_ms=_quantile(top.get("ttft_s"), "p99") if top else None,
+        quality_score=_figure(quality.get("score")) if ok and quality.get("status") == "ok" else None,
+        roofline_decode_pct=_figure(roofline.get("pct_of_bound")),
+        pins={k: str((v or {}).get("value")) for k, v in (doc.get("pins") or {}).items()},
+        fingerprints=dict(doc.get("fingerprints") or {}),
+        settings=dict(doc.get("settings") or {}),
+        failures=tuple(doc.get("failures") or ()),
+    )
+
+
+def lane_history(reports_dir: Path, baseline: str | None) -> list[HistoryPoint]:
+    """Every report in a lane's folder, oldest first; `baseline` (a report name) is marked."""
+    return [
+        point(load_document(r.path), r.name, r.path, baseline is not None and r.name == baseline)
+        for r in list_reports(reports_dir)
+    ]
+
+
+def relative_link(target: Path, page: Path) -> str:
+    """A link from the page to a report file that keeps working when both move together."""
+    return Path(os.path.relpath(target.resolve(), page.resolve().parent)).as_posix()
