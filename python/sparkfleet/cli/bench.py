@@ -1,9 +1,10 @@
-"""`sparkfleet smoke`, `sparkfleet bench`, `sparkfleet report list|compare`.
+"""`sparkfleet smoke`, `sparkfleet bench`, `sparkfleet report list|compare|html`.
 
 Exit codes: 0 all good; 1 a smoke answer was wrong, a bench step failed (the report says which) or
-a comparison found a regression; 2 a usage or inventory error. An API key, when the server wants one,
-comes from $SPARKFLEET_API_KEY (or the variable the recipe's [bench] api_key_env names), never from
-the command line, and never reaches a report.
+a comparison found a regression; 2 a usage or inventory error; 5 (refused) a comparison of reports
+that measured different things (other settings or host fingerprints) without --force. An API key,
+when the server wants one, comes from $SPARKFLEET_API_KEY (or the variable the recipe's [bench]
+api_key_env names), never from the command line, and never reaches a report.
 """
 
 from __future__ import annotations
