@@ -35,7 +35,9 @@ FP = {
 }
 
 
-def _report(when: str, decode, *, status="ok", quality=90.0, roofline=None, driver="580.95.05") -> dict:
+def _report(
+    when: str, decode, *, status="ok", quality=90.0, roofline=None, driver="580.95.05", probe=487
+) -> dict:
     doc = {
         "schema": "sparkfleet.bench/1",
         "status": status,
@@ -43,7 +45,7 @@ def _report(when: str, decode, *, status="ok", quality=90.0, roofline=None, driv
         "tag": "bench",
         "created_utc": f"2026-09-{when}Z",
         "lane": "lane-x",
-        "settings": {"probe": {"prompt_tokens": 487, "max_tokens": 400}, "sweep": {"levels": [1, 4]}},
+        "settings": {"probe": {"prompt_tokens": probe, "max_tokens": 400}, "sweep": {"levels": [1, 4]}},
         "pins": {"weights": {"value": "a" * 40}},
         "fingerprints": {"dgx1": {**FP, "driver": driver}, "dgx2": {**FP, "host": "dgx2"}},
     }
@@ -67,7 +69,7 @@ def _lane_reports(folder: Path, roofline: bool) -> list[str]:
             _report("28T05:30:09", {"mean": 36.5, "ci95": 0.8, "n": 3}, quality=88.0, driver="580.105.08"),
         ),  # fmt: skip
         ("29T05:30:09", _report("29T05:30:09", None, status="failed")),
-        ("30T05:30:09", _report("30T05:30:09", 37.0, roofline=71.5 if roofline else None)),
+        ("30T05:30:09", _report("30T05:30:09", 37.0, roofline=71.5 if roofline else None, probe=128)),
     ]
     folder.mkdir(parents=True, exist_ok=True)
     names = []
@@ -167,6 +169,10 @@ def test_the_page_is_self_contained_and_links_every_report(tmp_path):
     assert [r.get("data-run") for r in rows if r.get("data-run")] == names[::-1]  # newest first
     assert [r["data-run"] for r in rows if "baseline" in r.get("class", "")] == [names[0]]
     assert "≠ previous run" in text  # the driver moved between the first two runs
+    versus = {r["data-run"]: r for r in rows if r.get("data-run")}
+    assert "≠ dgx1.driver" in text and "≠ probe.prompt_tokens" in text  # each unlike the baseline, and why
+    unlike = {c["data-run"] for c in dom.find("circle", "chart-decode", cls="unlike")}
+    assert unlike == {names[1], names[3]} and names[0] in versus  # drawn hollow, the baseline is not
 
 
 @needs_chromium

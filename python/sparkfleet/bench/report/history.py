@@ -7,11 +7,13 @@ listed, never plotted as a number).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .comparability import PROBE, QUALITY, SWEEP, TABLE, mismatches
 from .compare import number
 from .records import list_reports, load_document
 
@@ -44,6 +46,8 @@ class HistoryPoint:
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     failures: tuple[str, ...] = ()
+    # what makes this run not like for like with the baseline (settings / fingerprint keys)
+    unlike_baseline: tuple[str, ...] = ()
 
     def sibling(self, suffix: str) -> Path | None:
         """The report's .md / .png next to its JSON, if it exists."""
@@ -94,11 +98,18 @@ def point(doc: dict[str, Any], name: str, json_path: Path, baseline: bool) -> Hi
 
 
 def lane_history(reports_dir: Path, baseline: str | None) -> list[HistoryPoint]:
-    """Every report in a lane's folder, oldest first; `baseline` (a report name) is marked."""
-    return [
-        point(load_document(r.path), r.name, r.path, baseline is not None and r.name == baseline)
-        for r in list_reports(reports_dir)
-    ]
+    """Every report in a lane's folder, oldest first; `baseline` (a report name) is marked, and
+    every run is checked against it as `report compare` would (what differs is recorded)."""
+    docs = [(r, load_document(r.path)) for r in list_reports(reports_dir)]
+    base = next((doc for r, doc in docs if r.name == baseline), None)
+    out = []
+    for r, doc in docs:
+        p = point(doc, r.name, r.path, base is not None and r.name == baseline)
+        if base is not None and not p.baseline:
+            found = mismatches(base, doc, {PROBE, TABLE, SWEEP, QUALITY})
+            p = dataclasses.replace(p, unlike_baseline=tuple(m.key for m in found if m.blocking))
+        out.append(p)
+    return out
 
 
 def relative_link(target: Path, page: Path) -> str:

@@ -147,12 +147,16 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
                     f'y2="{y(v.value - v.ci95):.1f}" stroke="{color}" stroke-width="1.5"/>'
                 )
             ci = f" ± {_fmt(v.ci95)}" if v.ci95 else ""
+            unlike = points[i].unlike_baseline
+            # a run not like for like with the baseline is drawn hollow (and says why)
+            look = f'fill="#fff" stroke="{color}" stroke-width="2.5"' if unlike else f'fill="{color}"'
+            why = f" — not like the baseline: {', '.join(unlike)}" if unlike else ""
             out.append(
-                f'<circle class="pt" data-run="{_e(points[i].name)}" data-value="{v.value:.6g}" '
-                f'cx="{x(i):.1f}" cy="{y(v.value):.1f}" r="{6 if points[i].baseline else 4.5}" '
-                f'fill="{color}">'
-                f"<title>{_e(s.label)} — {_e(points[i].name)}: {_fmt(v.value)}{ci} {_e(chart.unit)}</title>"
-                "</circle>"
+                f'<circle class="pt{" unlike" if unlike else ""}" data-run="{_e(points[i].name)}" '
+                f'data-value="{v.value:.6g}" cx="{x(i):.1f}" cy="{y(v.value):.1f}" '
+                f'r="{6 if points[i].baseline else 4.5}" {look}>'
+                f"<title>{_e(s.label)} — {_e(points[i].name)}: {_fmt(v.value)}{ci} {_e(chart.unit)}{_e(why)}"
+                "</title></circle>"
             )
         out.append("</g>")
     if not drawn:
@@ -216,6 +220,10 @@ def charts(points: Sequence[HistoryPoint]) -> list[Chart]:
     ]
 
 
+def _when(created_utc: str) -> str:
+    return created_utc.replace("T", " ").removesuffix("Z")
+
+
 def _cell(v: Figure | None, unit: str = "") -> str:
     if v is None:
         return "—"
@@ -228,7 +236,8 @@ def _settings(s: dict) -> str:
     if probe:
         parts.append(f"probe {probe.get('prompt_tokens')}→{probe.get('max_tokens')}")
     if sweep.get("levels"):
-        parts.append(f"c {','.join(str(c) for c in sweep['levels'])} ×{sweep.get('requests_per_level')}")
+        per = sweep.get("requests_per_level")
+        parts.append(f"c {','.join(str(c) for c in sweep['levels'])}" + (f" ×{per}" if per else ""))
     if s.get("depths") is not None:
         parts.append(f"depths {','.join(str(d) for d in s['depths'])}")
     if s.get("table_runs") is not None:
@@ -260,6 +269,14 @@ def _fingerprints(p: HistoryPoint, prev: HistoryPoint | None) -> str:
     return f"<details><summary>{len(p.fingerprints)} hosts{flag}</summary>{''.join(lines)}</details>"
 
 
+def _versus(p: HistoryPoint, has_baseline: bool) -> str:
+    if p.baseline or not has_baseline:
+        return "—"
+    if p.unlike_baseline:
+        return f'<span class="unlike">≠ {_e(", ".join(p.unlike_baseline))}</span>'
+    return "like for like" if p.status == "ok" else "—"
+
+
 def _links(p: HistoryPoint, link) -> str:
     out = [f'<a href="{_e(link(p.json_path))}">json</a>']
     for suffix, label in ((".md", "md"), (".png", "png")):
@@ -273,9 +290,10 @@ def _table(points: Sequence[HistoryPoint], link) -> str:
     head = (
         "<tr><th>when (UTC)</th><th>report</th><th>status</th><th>decode tok/s</th>"
         "<th>TTFT c=1 p50 / p99 ms</th><th>top c: TTFT p50 / p99 ms</th><th>quality</th>"
-        "<th>% roofline</th><th>settings</th><th>pins</th><th>hosts</th></tr>"
+        "<th>% roofline</th><th>settings</th><th>vs baseline</th><th>pins</th><th>hosts</th></tr>"
     )
     rows = []
+    has_baseline = any(p.baseline for p in points)
     for i, p in enumerate(reversed(points)):  # newest first
         prev_index = len(points) - 2 - i
         prev = points[prev_index] if prev_index >= 0 else None
@@ -295,11 +313,12 @@ def _table(points: Sequence[HistoryPoint], link) -> str:
             else "—"
         )
         rows.append(
-            f'<tr class="{cls}" data-run="{_e(p.name)}"><td>{_e(p.created_utc)}</td>'
+            f'<tr class="{cls}" data-run="{_e(p.name)}"><td class="when">{_e(_when(p.created_utc))}</td>'
             f"<td>{_e(p.name)}{badge}<br>{_links(p, link)}</td><td>{status}</td>"
             f"<td>{_cell(p.decode_tps)}</td><td>{_cell(p.ttft_c1_p50_ms)} / {_cell(p.ttft_c1_p99_ms)}</td>"
             f"<td>{top}</td><td>{_cell(p.quality_score)}</td><td>{_cell(p.roofline_decode_pct, ' %')}</td>"
-            f"<td>{_e(_settings(p.settings))}</td><td>{pins}</td><td>{_fingerprints(p, prev)}</td></tr>"
+            f"<td>{_e(_settings(p.settings))}</td><td>{_versus(p, has_baseline)}</td><td>{pins}</td>"
+            f"<td>{_fingerprints(p, prev)}</td></tr>"
         )
     return f'<table id="runs"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
@@ -318,8 +337,8 @@ table{border-collapse:collapse;margin-top:8px;font-size:12.5px}
 th,td{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}
 th{background:#f4f4f4}tr.baseline{background:#fff4e6}tr.failed td{color:#999}
 .badge{background:#ff7f0e;color:#fff;border-radius:3px;padding:0 5px;font-size:11px}
-.bad{color:#b00;font-weight:bold}.changed{background:#ffe08a}
-code{font-size:11.5px}details div{margin-left:8px;white-space:nowrap}
+.bad{color:#b00;font-weight:bold}.changed{background:#ffe08a}.unlike{color:#8a5a00}
+td.when{white-space:nowrap}code{font-size:11.5px}details div{margin-left:8px;white-space:nowrap}
 """
 
 
