@@ -108,3 +108,13 @@ def test_two_reports_in_one_second_never_overwrite_each_other(tmp_path):
 
 def test_stem_accepts_fractional_seconds():
     assert report_stem("2026-09-27T05:30:09.123456Z", "t") == "2026-09-27_053009_t"
+
+
+def test_an_ambiguous_name_says_so_and_names_the_candidates(tmp_path):
+    for url in ("http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"):
+        write_report(BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url=url), tmp_path)
+    with pytest.raises(SparkfleetError) as err:
+        resolve("053009", tmp_path)
+    assert "ambiguous" in err.value.message and "2026-09-27_053009-2_t" in err.value.message
+    assert resolve("053009-2", tmp_path).stem == "2026-09-27_053009-2_t"
+    assert resolve("2026-09-27_053009_t", tmp_path).stem == "2026-09-27_053009_t"

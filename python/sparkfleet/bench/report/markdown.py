@@ -77,7 +77,7 @@ def _fingerprint_lines(doc: dict[str, Any]) -> list[str]:
 def _dist(d: dict[str, Any] | None, scale: float = 1000.0) -> str:
     if not d:
         return "—"
-    return f"{d['p50'] * scale:.1f} / {d['p90'] * scale:.1f} / {d['p99'] * scale:.1f}"
+    return " / ".join(_fmt(d.get(q), 1, scale) for q in ("p50", "p90", "p99"))
 
 
 def render_markdown(doc: dict[str, Any], stem: str) -> str:

@@ -177,6 +177,11 @@ def resolve(ref: str, reports_dir: Path | None) -> Path:
         matches = sorted(reports_dir.glob(f"*{ref}*.json"))
         if len(matches) == 1:
             return matches[0]
+        if matches:
+            raise SparkfleetError(
+                f"{ref!r} is ambiguous in {reports_dir}: {', '.join(m.stem for m in matches)}",
+                hint="give more of the name (two runs in one second are told apart by -2, -3, …)",
+            )
     raise SparkfleetError(
         f"no report {ref!r}" + (f" in {reports_dir}" if reports_dir else ""),
         hint="give a report name from `sparkfleet report list LANE` or a path to its .json",
