@@ -282,3 +282,19 @@ def test_cli_writes_the_page_for_a_lane(tmp_path):
     assert [r["data-run"] for r in dom.find("tr", "runs") if "baseline" in r.get("class", "")] == [names[1]]
     default = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert default.returncode == 0 and (tmp_path / "sparkfleet-reports" / f"{name}.html").is_file()
+
+
+def test_report_strings_are_escaped_and_odd_shapes_do_not_break_the_page(tmp_path):
+    folder = tmp_path / "reports"
+    names = _lane_reports(folder, roofline=False)
+    doc = json.loads((folder / f"{names[3]}.json").read_text())
+    doc["fingerprints"]["dgx1"]["kernel"] = "<script>alert(1)</script>"
+    doc["pins"]["weights"]["value"] = '"><img src=x onerror=alert(1)>'
+    doc["roofline"] = ["not", "a", "section"]
+    doc["sweep"].append({"concurrency": "eight", "ttft_s": 3})
+    (folder / f"{names[3]}.json").write_text(json.dumps(doc))
+    text = write_page("lane-x", folder, None, tmp_path / "page.html").path.read_text()
+    dom = _dom(text)
+    assert dom.find("script") == [] and dom.find("img") == []
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert len(dom.find("circle", "chart-decode", cls="pt")) == 3 and "no baseline declared" in text

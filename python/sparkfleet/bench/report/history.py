@@ -67,14 +67,21 @@ def _quantile(dist: Any, q: str) -> Figure | None:
     return _figure(dist.get(q), 1000.0) if isinstance(dist, dict) else None
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def point(doc: dict[str, Any], name: str, json_path: Path, baseline: bool) -> HistoryPoint:
+    """A report as a history point; shapes it does not know (older or newer versions) read as absent."""
     ok = doc.get("status") == "ok"
-    probe = ((doc.get("decode_probe") or {}).get("metrics") or {}) if ok else {}
-    levels = [lv for lv in doc.get("sweep") or [] if ok and lv.get("ttft_s")]
-    c1 = next((lv for lv in levels if lv.get("concurrency") == 1), None)
-    top = max(levels, key=lambda lv: lv.get("concurrency", 0), default=None)
-    quality = doc.get("quality") or {}
-    roofline = ((doc.get("roofline") or {}).get("decode") or {}) if ok else {}
+    probe = _dict(_dict(doc.get("decode_probe")).get("metrics")) if ok else {}
+    sweep = doc.get("sweep") if isinstance(doc.get("sweep"), list) else []
+    levels = [lv for lv in sweep if ok and isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)]
+    levels = [lv for lv in levels if lv.get("ttft_s")]
+    c1 = next((lv for lv in levels if lv["concurrency"] == 1), None)
+    top = max(levels, key=lambda lv: lv["concurrency"], default=None)
+    quality = _dict(doc.get("quality"))
+    roofline = _dict(_dict(doc.get("roofline")).get("decode")) if ok else {}
     return HistoryPoint(
         name=name,
         created_utc=str(doc.get("created_utc") or ""),
@@ -85,15 +92,15 @@ def point(doc: dict[str, Any], name: str, json_path: Path, baseline: bool) -> Hi
         decode_tps=_figure(probe.get("decode_tps")),
         ttft_c1_p50_ms=_quantile(c1.get("ttft_s"), "p50") if c1 else None,
         ttft_c1_p99_ms=_quantile(c1.get("ttft_s"), "p99") if c1 else None,
-        top_concurrency=top.get("concurrency") if top else None,
+        top_concurrency=top["concurrency"] if top else None,
         ttft_top_p50_ms=_quantile(top.get("ttft_s"), "p50") if top else None,
         ttft_top_p99_ms=_quantile(top.get("ttft_s"), "p99") if top else None,
         quality_score=_figure(quality.get("score")) if ok and quality.get("status") == "ok" else None,
         roofline_decode_pct=_figure(roofline.get("pct_of_bound")),
-        pins={k: str((v or {}).get("value")) for k, v in (doc.get("pins") or {}).items()},
-        fingerprints=dict(doc.get("fingerprints") or {}),
-        settings=dict(doc.get("settings") or {}),
-        failures=tuple(doc.get("failures") or ()),
+        pins={k: str(_dict(v).get("value")) for k, v in _dict(doc.get("pins")).items()},
+        fingerprints={h: _dict(fp) for h, fp in _dict(doc.get("fingerprints")).items()},
+        settings=_dict(doc.get("settings")),
+        failures=tuple(str(f) for f in doc.get("failures") or ()),
     )
 
 
