@@ -220,3 +220,14 @@ def test_a_host_that_cannot_be_fingerprinted_is_recorded_and_counts_as_unknown()
     new["fingerprints"]["dgx2"] = got["dgx2"]
     verdict = compare(base, new, Thresholds())
     assert verdict.ok and verdict.mismatches and not verdict.blocking
+
+
+def test_settings_that_shape_no_figure_never_block():
+    base, new = _doc(), _doc()
+    base["settings"]["spec_sample_s"], new["settings"]["spec_sample_s"] = 0.5, 0.25
+    new["settings"]["smoke"] = False
+    new["settings"]["depths"] = [0, 4096]  # rows are named by depth: pp512@d4096 is simply new
+    verdict = compare(base, new, Thresholds())
+    assert verdict.ok and not verdict.mismatches
+    new["settings"]["table_runs"] = 5  # a mean over 5 runs is not a mean over 3
+    assert [m.key for m in compare(base, new, Thresholds()).blocking] == ["table_runs"]

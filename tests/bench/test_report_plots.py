@@ -27,7 +27,8 @@ def _doc() -> dict:
         ]
         + [{"concurrency": 8, "aggregate_tps": None, "per_request_tps": None, "ttft_samples_s": []}],
         "table": [
-            {"test": "pp512", "depth": 0, "tps_mean": 3900.0, "tps_std": 40.0},
+            {"test": "pp512", "depth": 0, "tps_mean": 3900.0, "tps_std": 40.0, "tps_ci95": 99.4},
+            {"test": "pp2048", "depth": 0, "tps_mean": 3800.0, "tps_std": 30.0},
             {"test": "tg128", "depth": 0, "tps_mean": {"mean": 38.5, "ci95": 0.7, "n": 3}},
             {"test": "pp512", "depth": 4096, "tps_mean": None, "error": "HTTP 500"},
         ],
@@ -81,10 +82,13 @@ def _spans(ax) -> list:
 
 def test_pp_and_tg_panels_show_each_measured_row_with_its_spread(fig):
     pp, tg = _axes(fig, "pp (prefill)"), _axes(fig, "tg (decode)")
-    assert _bars(pp) == {"bar-pp512@d0": 3900.0} and _bars(tg) == {"bar-tg128@d0": 38.5}
-    assert [t.get_text() for t in pp.get_xticklabels()] == ["pp512@d0", "pp512@d4096"]
+    assert _bars(pp) == {"bar-pp512@d0": 3900.0, "bar-pp2048@d0": 3800.0} and _bars(tg) == {
+        "bar-tg128@d0": 38.5
+    }
+    assert [t.get_text() for t in pp.get_xticklabels()] == ["pp512@d0", "pp2048@d0", "pp512@d4096"]
     assert [t.get_text() for t in pp.texts] == ["failed"]  # the failed row says so where its bar would be
-    assert _spans(pp) == [40.0] and _spans(tg) == [0.7]  # the stdev, or the ci95 where recorded
+    # the 95 % CI where recorded (flat tps_ci95 or a {mean, ci95} figure), else the stdev
+    assert _spans(pp) == [99.4, 30.0] and _spans(tg) == [0.7]
     assert tg.get_ylim()[1] < 50  # its own axis: a 38 tok/s bar is not a sliver next to 3900
 
 

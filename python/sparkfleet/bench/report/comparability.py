@@ -24,6 +24,10 @@ from typing import Any
 # Fingerprint fields that move between runs of the very same stack.
 VOLATILE_FINGERPRINT_FIELDS = frozenset({"host", "mem_available_bytes", "error"})
 
+# Settings that shape no compared figure: part of the metric names (pp512@d4096), a pass/fail gate,
+# or how often the spec-decoding gauge is sampled.
+NAMED_OR_NEUTRAL = frozenset({"pp", "tg", "depths", "smoke", "spec_sample_s"})
+
 # Metric families: which part of a run produced a key metric.
 PROBE, TABLE, SWEEP, QUALITY = "probe", "table", "sweep", "quality"
 
@@ -67,7 +71,7 @@ def setting_scope(key: str) -> str | None:
     aggregate_tps@c4): a row measured in both reports is the same test whatever else was run.
     Settings this module does not know (a newer bench's) are taken to shape every figure."""
     head = key.split(".", 1)[0]
-    if key.endswith("timeout_s") or key == "sweep.levels" or head in ("smoke", "pp", "tg", "depths"):
+    if key.endswith("timeout_s") or key == "sweep.levels" or head in NAMED_OR_NEUTRAL:
         return None
     return {"probe": PROBE, "sweep": SWEEP, "quality": QUALITY, "table_runs": TABLE}.get(head, "all")
 

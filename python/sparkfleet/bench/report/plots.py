@@ -27,6 +27,10 @@ def _ok_levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _spread(row: dict[str, Any]) -> float:
+    """The row's ±: its 95 % CI half-width (`tps_ci95`, or `ci95` of a {mean, ci95} figure), else its
+    standard deviation (reports from before CIs), else nothing."""
+    if isinstance(row.get("tps_ci95"), int | float):
+        return float(row["tps_ci95"])
     mean = row.get("tps_mean")
     if isinstance(mean, dict) and isinstance(mean.get("ci95"), int | float):
         return float(mean["ci95"])
