@@ -298,3 +298,13 @@ def test_report_strings_are_escaped_and_odd_shapes_do_not_break_the_page(tmp_pat
     assert dom.find("script") == [] and dom.find("img") == []
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert len(dom.find("circle", "chart-decode", cls="pt")) == 3 and "no baseline declared" in text
+
+
+def test_runs_in_the_same_minute_are_told_apart_on_the_axis(tmp_path):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for when in ("27T05:30:09", "27T05:30:41"):
+        name = f"2026-09-27_{when[3:].replace(':', '')}_bench"
+        (folder / f"{name}.json").write_text(json.dumps(_report(when, 35.0)))
+    text = write_page("lane-x", folder, None, tmp_path / "page.html").path.read_text()
+    assert ">09-27 05:30:09<" in text and ">09-27 05:30:41<" in text

@@ -76,8 +76,12 @@ def _fmt(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 or value == int(value) else f"{value:.1f}"
 
 
-def _short_time(created_utc: str) -> str:
-    return created_utc[5:16].replace("T", " ") if len(created_utc) >= 16 else created_utc
+def _axis_labels(points: Sequence[HistoryPoint]) -> list[str]:
+    """MM-DD HH:MM under each run; with seconds when two runs share a minute."""
+    short = [p.created_utc[5:16].replace("T", " ") for p in points]
+    if len(set(short)) < len(short):
+        short = [p.created_utc[5:19].replace("T", " ") for p in points]
+    return short
 
 
 def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
@@ -105,11 +109,12 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
     out.append(f'<text x="14" y="{TOP + plot_h / 2:.0f}" class="unit" transform="rotate(-90 14 '
                f'{TOP + plot_h / 2:.0f})" text-anchor="middle">{_e(chart.unit)}</text>')  # fmt: skip
     every = max(1, math.ceil(len(points) / 12))
+    labels = _axis_labels(points)
     for i, p in enumerate(points):
         if i % every == 0 or p.baseline:
             out.append(
                 f'<text x="{x(i):.1f}" y="{H - BOTTOM + 16}" class="tick" text-anchor="middle">'
-                f"{_e(_short_time(p.created_utc))}</text>"
+                f"{_e(labels[i])}</text>"
             )
         if p.baseline:
             out.append(
