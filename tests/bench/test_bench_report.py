@@ -118,3 +118,19 @@ def test_an_ambiguous_name_says_so_and_names_the_candidates(tmp_path):
     assert "ambiguous" in err.value.message and "2026-09-27_053009-2_t" in err.value.message
     assert resolve("053009-2", tmp_path).stem == "2026-09-27_053009-2_t"
     assert resolve("2026-09-27_053009_t", tmp_path).stem == "2026-09-27_053009_t"
+
+
+def test_names_stay_unique_on_a_filesystem_without_hard_links(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def no_links(src, dst, *a, **k):
+        raise OSError(errno.EPERM, "Operation not permitted", str(dst))
+
+    monkeypatch.setattr(os, "link", no_links)
+    first = write_report(BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url="http://a/v1"), tmp_path)
+    second = write_report(BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url="http://b/v1"), tmp_path)
+    assert first.json.name == "2026-09-27_053009_t.json" and second.json.name == "2026-09-27_053009-2_t.json"
+    assert json.loads(first.json.read_text())["url"] == "http://a/v1"
+    assert json.loads(second.json.read_text())["url"] == "http://b/v1"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -14,6 +14,7 @@ dicts, so reports written by older versions stay comparable.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -83,6 +84,22 @@ def to_document(run: Any) -> dict[str, Any]:
 
 
 # -- writing ----------------------------------------------------------------------------------------
+def _link_no_clobber(tmp: Path, final: Path) -> None:
+    """Put `tmp` at `final` unless `final` exists (FileExistsError). link(2) where the filesystem has
+    hard links; elsewhere the name is reserved with O_EXCL and the finished temp replaces the
+    reservation (a crash in between leaves an empty file, which listing skips as not a report)."""
+    try:
+        os.link(tmp, final)
+        return
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+    os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+    os.replace(tmp, final)
+
+
 def _claim(out_dir: Path, created_utc: str, tag: str, data: bytes) -> str:
     """Publish `data` as `<stem>.json` under the first free stem; returns the stem. Never overwrites."""
     final = out_dir / f"{report_stem(created_utc, tag)}.json"
@@ -95,7 +112,7 @@ def _claim(out_dir: Path, created_utc: str, tag: str, data: bytes) -> str:
         for seq in range(1, 10_000):
             stem = report_stem(created_utc, tag, seq)
             try:
-                os.link(tmp, out_dir / f"{stem}.json")
+                _link_no_clobber(tmp, out_dir / f"{stem}.json")
             except FileExistsError:
                 continue
             fsync_dir(out_dir)
