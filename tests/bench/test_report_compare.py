@@ -231,3 +231,15 @@ def test_settings_that_shape_no_figure_never_block():
     assert verdict.ok and not verdict.mismatches
     new["settings"]["table_runs"] = 5  # a mean over 5 runs is not a mean over 3
     assert [m.key for m in compare(base, new, Thresholds()).blocking] == ["table_runs"]
+
+
+def test_markdown_table_shows_the_rows_confidence_interval_and_net_figure():
+    doc = _doc()
+    pp = {"test": "pp512", "depth": 4096, "tps_mean": 3901.0, "tps_std": 12.0, "tps_ci95": 29.8}
+    pp.update({"tps_net_mean": 4020.0, "tps_net_ci95": 31.0, "runs": 3, "ttft_s_mean": 0.131})
+    tg = {"test": "tg128", "depth": 0, "tps_mean": 35.0, "tps_std": 0.2, "runs": 2, "ttft_s_mean": 0.1}
+    doc["table"] = [{**pp, "token_source": "usage"}, tg]
+    doc["decode_probe"] = None
+    text = render_markdown(doc, "stem")
+    assert "| pp512 | d4096 | 3901.0 | 29.8 | 4020.0 ± 31.0 | 3 | 131.0 | usage |" in text
+    assert "| tg128 | d0 | 35.0 | 0.2 | — | 2 | 100.0 |" in text  # an older report: its stdev
