@@ -239,7 +239,7 @@ def test_markdown_table_shows_the_rows_confidence_interval_and_net_figure():
     pp.update({"tps_net_mean": 4020.0, "tps_net_ci95": 31.0, "runs": 3, "ttft_s_mean": 0.131})
     tg = {"test": "tg128", "depth": 0, "tps_mean": 35.0, "tps_std": 0.2, "runs": 2, "ttft_s_mean": 0.1}
     doc["table"] = [{**pp, "token_source": "usage"}, tg]
-    doc["decode_probe"] = None
+    doc["decode_probe"], doc["sweep"] = None, []
     text = render_markdown(doc, "stem")
     assert "| pp512 | d4096 | 3901.0 | 29.8 | 4020.0 ± 31.0 | 3 | 131.0 | usage |" in text
     assert "| tg128 | d0 | 35.0 | 0.2 | — | 2 | 100.0 |" in text  # an older report: its stdev
