@@ -216,6 +216,8 @@ def test_a_host_that_cannot_be_fingerprinted_is_recorded_and_counts_as_unknown()
     got = fingerprint_hosts(["dgx1", "dgx2"], collect)
     assert got["dgx1"] == {"host": "dgx1", "driver": "580.95.05"}
     assert got["dgx2"]["error"].startswith("OSError: ssh: connect")
+    blank = fingerprint_hosts(["dgx3"], lambda h: Fingerprint(h, None))["dgx3"]
+    assert blank["driver"] is None and "no stack fact" in blank["error"]
     base, new = _doc(), _doc()
     new["fingerprints"]["dgx2"] = got["dgx2"]
     verdict = compare(base, new, Thresholds())
