@@ -67,7 +67,7 @@ def _lane_reports(folder: Path, roofline: bool) -> list[str]:
         (
             "28T05:30:09",
             _report("28T05:30:09", {"mean": 36.5, "ci95": 0.8, "n": 3}, quality=88.0, driver="580.105.08"),
-        ),  # fmt: skip
+        ),
         ("29T05:30:09", _report("29T05:30:09", None, status="failed")),
         ("30T05:30:09", _report("30T05:30:09", 37.0, roofline=71.5 if roofline else None, probe=128)),
     ]

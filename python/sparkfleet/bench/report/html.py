@@ -106,8 +106,11 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
         v = y_max * k / 5
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" class="tick" text-anchor="end">{_fmt(v)}</text>')
-    out.append(f'<text x="14" y="{TOP + plot_h / 2:.0f}" class="unit" transform="rotate(-90 14 '
-               f'{TOP + plot_h / 2:.0f})" text-anchor="middle">{_e(chart.unit)}</text>')  # fmt: skip
+    mid = TOP + plot_h / 2
+    out.append(
+        f'<text x="14" y="{mid:.0f}" class="unit" transform="rotate(-90 14 {mid:.0f})" '
+        f'text-anchor="middle">{_e(chart.unit)}</text>'
+    )
     every = max(1, math.ceil(len(points) / 12))
     labels = _axis_labels(points)
     for i, p in enumerate(points):
