@@ -245,3 +245,21 @@ def test_markdown_table_shows_the_rows_confidence_interval_and_net_figure():
     text = render_markdown(doc, "stem")
     assert "| pp512 | d4096 | 3901.0 | 29.8 | 4020.0 ± 31.0 | 3 | 131.0 | usage |" in text
     assert "| tg128 | d0 | 35.0 | 0.2 | — | 2 | 100.0 |" in text  # an older report: its stdev
+
+
+def test_a_change_inside_both_runs_confidence_intervals_is_marked_as_possible_noise():
+    def with_row(mean: float, ci: float | None) -> dict:
+        doc = _doc()
+        doc["table"] = [{"test": "tg128", "depth": 0, "tps_mean": mean, "tps_ci95": ci}]
+        return doc
+
+    t = Thresholds(decode_tps_drop_pct=5)
+    noisy = compare(with_row(35.0, 2.0), with_row(33.0, 2.0), t)  # -5.7 %, but |Δ| 2.0 < 2.83
+    (delta,) = [d for d in noisy.deltas if d.name == "tg128@d0"]
+    assert delta.regression and delta.within_noise is True
+    assert any("may be noise" in r for r in noisy.regressions)
+    real = compare(with_row(35.0, 0.3), with_row(33.0, 0.3), t)
+    assert [d.within_noise for d in real.deltas if d.name == "tg128@d0"] == [False]
+    assert not any("noise" in r for r in real.regressions)
+    once = compare(with_row(35.0, None), with_row(33.0, 0.3), t)  # measured once: nothing to say
+    assert [d.within_noise for d in once.deltas if d.name == "tg128@d0"] == [None]

@@ -364,6 +364,7 @@ def _print_comparison(c: reports.Comparison) -> None:
         new = f"{d.new:.4g}" if d.new is not None else "—"
         flag = click.style(" REGRESSION", fg="red") if d.regression else ""
         marks = f"  ≠ {', '.join(d.differs)}" if d.differs else ""
+        marks += {True: "  (within 95 % CIs)", False: "  (beyond 95 % CIs)", None: ""}[d.within_noise]
         click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}{marks}")
     if c.ok:
         click.secho(

@@ -6,7 +6,7 @@ lists and resolves a lane's reports, and compares two of them.
 
 from __future__ import annotations
 
-from .compare import Comparison, MetricDelta, compare, key_metrics
+from .compare import Comparison, MetricDelta, compare, key_intervals, key_metrics
 from .markdown import render_markdown
 from .plots import render_png
 from .records import (
@@ -31,6 +31,7 @@ __all__ = [
     "SCRATCH_DIR",
     "compare",
     "destination",
+    "key_intervals",
     "key_metrics",
     "list_reports",
     "load_document",

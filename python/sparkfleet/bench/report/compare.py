@@ -37,6 +37,26 @@ def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
+def key_intervals(doc: dict[str, Any]) -> dict[str, float]:
+    """95 % CI half-widths of the key metrics that were repeated (a table row's `tps_ci95`, or the
+    `ci95` of a {mean, ci95} figure); metrics measured once have none."""
+    out: dict[str, float] = {}
+
+    def put(name: str, value: Any, flat: Any = None) -> None:
+        ci = flat if flat is not None else (value.get("ci95") if isinstance(value, dict) else None)
+        if isinstance(ci, int | float) and not isinstance(ci, bool):
+            out[name] = float(ci)
+
+    probe = (doc.get("decode_probe") or {}).get("metrics") or {}
+    put("decode_tps", probe.get("decode_tps"))
+    put("ttft_s", probe.get("ttft_s"))
+    for row in doc.get("table") or []:
+        put(f"{row['test']}@d{row['depth']}", row.get("tps_mean"), row.get("tps_ci95"))
+    for lv in doc.get("sweep") or []:
+        put(f"aggregate_tps@c{lv['concurrency']}", lv.get("aggregate_tps"))
+    return out
+
+
 @dataclass(frozen=True)
 class MetricDelta:
     name: str
@@ -46,6 +66,8 @@ class MetricDelta:
     limit: str
     regression: bool
     differs: tuple[str, ...] = ()  # settings/fingerprint keys that differ for this metric (forced)
+    # both figures carry a 95 % CI: is the change inside what their noise allows? (None: unknown)
+    within_noise: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +117,7 @@ def compare(
     (a failed `new` is a regression all the same: refusing would hide it)."""
     regressions = []
     b, n = key_metrics(base), key_metrics(new)
+    ci_b, ci_n = key_intervals(base), key_intervals(new)
     both = {metric_family(k) for k, v in b.items() if v is not None and n.get(k) is not None}
     found = mismatches(base, new, {f for f in both if f})
     if new.get("status") != "ok":
@@ -124,9 +147,13 @@ def compare(
             bad = change is not None and change < -allowed
         else:
             bad = change is not None and change > allowed
-        deltas.append(MetricDelta(name, old, cur, change, limit, bad, differs))
+        noise = None
+        if name in ci_b and name in ci_n:  # difference of two means: half-widths add in quadrature
+            noise = abs(cur - old) <= (ci_b[name] ** 2 + ci_n[name] ** 2) ** 0.5
+        deltas.append(MetricDelta(name, old, cur, change, limit, bad, differs, noise))
         if bad:
             what = f"{cur - old:+.1f} points" if direction == "drop_points" else f"{change:+.1f}%"
             marked = f"; forced, {', '.join(differs)} differ" if differs else ""
+            marked += "; within the 95 % CIs of both runs: may be noise" if noise else ""
             regressions.append(f"{name}: {old:.4g} → {cur:.4g} ({what}, limit {limit}{marked})")
     return Comparison(base_name, new_name, deltas, regressions, found, forced=force)
