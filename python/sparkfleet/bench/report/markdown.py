@@ -51,7 +51,12 @@ def _settings_lines(doc: dict[str, Any]) -> list[str]:
 def _fingerprint_lines(doc: dict[str, Any]) -> list[str]:
     before, after = doc.get("fingerprints") or {}, doc.get("fingerprints_after") or {}
     if not before:
-        return ["", "## Hosts", "", "- no host fingerprints recorded (a --url run, or collection not wired)"]
+        return [
+            "",
+            "## Hosts",
+            "",
+            "- no host fingerprints recorded (a --url run has no hosts; a lane run records one per host)",
+        ]
     head = " | ".join(title for _, title in FINGERPRINT_COLUMNS)
     lines = [
         "",
