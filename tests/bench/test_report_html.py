@@ -132,6 +132,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         "--disable-component-update",
         "--disable-sync",
         "--hide-scrollbars",
+        "--disable-dev-shm-usage",  # containers often have a 64 MiB /dev/shm
         f"--user-data-dir={profile}",
         *args,
     ]
