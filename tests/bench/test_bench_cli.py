@@ -107,3 +107,44 @@ def test_bench_url_mode_writes_into_out(fake_lane, tmp_path):
 def test_lane_or_url_is_required():
     done = sparkfleet("bench")
     assert done.returncode == 2 and "LANE or give --url" in done.stderr
+
+
+def test_a_failed_lane_run_stays_out_of_the_tracked_reports_unless_asked(fake_lane, tmp_path):
+    lane = fake_lane("--error-rate", "1")
+    root = tmp_path / "fleet"
+    name = write_fleet_root(root, lane.port)
+    tracked = root / "recipes" / name / "reports"
+    work = tmp_path / "cwd"
+    work.mkdir()
+    done = sparkfleet("bench", name, *QUICK, "--json", root=root, cwd=work)
+    assert done.returncode == 1
+    written = work / json.loads(done.stdout)["report"]["json"]  # relative to the cwd
+    assert written.parent == work / "sparkfleet-reports" / name and written.is_file()
+    assert list(tracked.iterdir()) == []
+    asked = sparkfleet("bench", name, *QUICK, "--save-to-lane", "--json", root=root, cwd=work)
+    assert asked.returncode == 1
+    assert Path(json.loads(asked.stdout)["report"]["json"]).parent == tracked
+    assert len(list(tracked.iterdir())) == 2  # .json + .md (a failed run has nothing to plot)
+
+
+def test_a_url_run_cannot_be_saved_to_a_lane(fake_lane, tmp_path):
+    lane = fake_lane()
+    done = sparkfleet("bench", "--url", lane.url, "--save-to-lane", *QUICK, cwd=tmp_path)
+    assert done.returncode == 2 and "--save-to-lane" in done.stderr
+    assert not (tmp_path / "sparkfleet-reports").exists()
+
+
+def test_a_quick_run_against_a_full_baseline_is_refused_not_a_regression(fake_lane, tmp_path):
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000")
+    name = write_fleet_root(tmp_path, lane.port)
+    first = sparkfleet("bench", name, *QUICK, "--tag", "base", "--json", root=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    stem = Path(json.loads(first.stdout)["report"]["json"]).stem
+    recipe = tmp_path / "recipes" / name / "recipe.toml"
+    recipe.write_text(recipe.read_text() + f'[bench]\nbaseline = "{stem}"\n')
+    other = sparkfleet("bench", name, *QUICK, "--prompt-tokens", "487", "--tag", "other", root=tmp_path)
+    assert other.returncode == 0, other.stdout + other.stderr  # the bench itself succeeded
+    assert "probe.prompt_tokens: 128 → 487" in other.stdout and "refused" in other.stdout
+    assert "REGRESSION" not in other.stdout
+    compared = sparkfleet("report", "compare", "--lane", name, root=tmp_path)
+    assert compared.returncode == 5 and "probe.prompt_tokens" in compared.stdout

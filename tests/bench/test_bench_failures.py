@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from sparkfleet.bench.client import Endpoint
+from sparkfleet.bench.report import key_metrics, write_report
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.sweep import SweepSettings, run_level
 from sparkfleet.bench.target import for_url
-from sparkfleet.report import key_metrics, write_report
 
 QUICK = BenchSettings.quick()
 
@@ -28,7 +28,13 @@ def test_dropped_stream_fails_the_probe_and_the_report_says_so(fake_lane, tmp_pa
     markdown = paths.markdown.read_text()
     assert "**Status: FAILED**" in markdown and "stream ended without [DONE]" in markdown
     assert "decode: **" not in markdown  # no number printed for the failed probe
-    assert paths.png is None  # nothing measured, nothing plotted
+    # only what was measured is plotted: the pp row (1 token out) survived the drops, nothing else did
+    from sparkfleet.bench.report.plots import build_figure
+
+    measured = [r["test"][:2] for r in doc["table"] if r["tps_mean"] is not None]
+    fig = build_figure(doc)
+    panels = [a.get_title().split()[0] for a in fig.axes] if fig is not None else []
+    assert panels == measured == ["pp"] and paths.png is not None
 
 
 def test_http_errors_fail_the_run_at_warmup(fake_lane, tmp_path):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from sparkfleet.bench.report import compare, list_reports, report_stem, resolve, write_report
 from sparkfleet.bench.run import BenchRun
 from sparkfleet.bench.target import Thresholds
 from sparkfleet.errors import SparkfleetError
-from sparkfleet.report import compare, list_reports, report_stem, resolve, write_report
 
 
 def _doc(decode: float, ttft: float = 0.1, quality: float | None = 92.0, status: str = "ok") -> dict:
@@ -81,3 +81,56 @@ def test_api_key_never_reaches_a_report(fake_lane, tmp_path, monkeypatch):
     paths = write_report(run, tmp_path)
     for path in (paths.json, paths.markdown):
         assert "sk-very-secret-123" not in path.read_text()
+
+
+def test_two_reports_in_one_second_never_overwrite_each_other(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    precious = tmp_path / "2026-09-27_053009_t.json"
+    precious.write_text('{"schema": "sparkfleet.bench/1", "url": "someone else"}\n')
+    runs = [
+        BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url=f"http://127.0.0.1:{i}/v1")
+        for i in range(6)
+    ]
+    with ThreadPoolExecutor(6) as pool:
+        written = list(pool.map(lambda r: write_report(r, tmp_path), runs))
+    assert "someone else" in precious.read_text()  # never clobbered
+    assert len({p.json for p in written}) == 6 and precious not in {p.json for p in written}
+    urls = {json.loads(p.json.read_text())["url"] for p in written}
+    assert urls == {r.url for r in runs}
+    for p in written:  # each view carries its own record's stem
+        assert p.markdown.stem == p.json.stem and p.json.stem in p.markdown.read_text()
+    names = [r.name for r in list_reports(tmp_path)]
+    assert names[0] == "2026-09-27_053009_t" and len(names) == 7
+    assert names[1:] == [f"2026-09-27_053009-{n}_t" for n in range(2, 8)]  # ordered by claim
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_stem_accepts_fractional_seconds():
+    assert report_stem("2026-09-27T05:30:09.123456Z", "t") == "2026-09-27_053009_t"
+
+
+def test_an_ambiguous_name_says_so_and_names_the_candidates(tmp_path):
+    for url in ("http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"):
+        write_report(BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url=url), tmp_path)
+    with pytest.raises(SparkfleetError) as err:
+        resolve("053009", tmp_path)
+    assert "ambiguous" in err.value.message and "2026-09-27_053009-2_t" in err.value.message
+    assert resolve("053009-2", tmp_path).stem == "2026-09-27_053009-2_t"
+    assert resolve("2026-09-27_053009_t", tmp_path).stem == "2026-09-27_053009_t"
+
+
+def test_names_stay_unique_on_a_filesystem_without_hard_links(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def no_links(src, dst, *a, **k):
+        raise OSError(errno.EPERM, "Operation not permitted", str(dst))
+
+    monkeypatch.setattr(os, "link", no_links)
+    first = write_report(BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url="http://a/v1"), tmp_path)
+    second = write_report(BenchRun(tag="t", created_utc="2026-09-27T05:30:09Z", url="http://b/v1"), tmp_path)
+    assert first.json.name == "2026-09-27_053009_t.json" and second.json.name == "2026-09-27_053009-2_t.json"
+    assert json.loads(first.json.read_text())["url"] == "http://a/v1"
+    assert json.loads(second.json.read_text())["url"] == "http://b/v1"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

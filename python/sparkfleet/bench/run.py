@@ -65,6 +65,7 @@ class BenchSettings:
     sweep: SweepSettings = SweepSettings()
     quality: QualitySettings | None = QualitySettings()
     smoke: bool = True
+    is_quick: bool = False  # recorded: a --quick run is never compared with a full one unforced
 
     @classmethod
     def quick(cls) -> BenchSettings:
@@ -77,6 +78,7 @@ class BenchSettings:
             table_runs=1,
             sweep=SweepSettings(levels=(1, 2), requests_per_level=2, prompt_tokens=64, max_tokens=32),
             quality=None,
+            is_quick=True,
         )
 
     def steps(self, smoke_cases: int) -> int:
@@ -102,6 +104,9 @@ class BenchRun:
     recipe_sha256: str | None = None
     model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    # per host: HostFingerprint.to_dict() (sparkfleet.hoststack) before and after the run
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fingerprints_after: dict[str, dict[str, Any]] = field(default_factory=dict)
     warmup_error: str | None = None
     smoke: list[SmokeOutcome] = field(default_factory=list)
     decode_probe: DecodeProbeResult | None = None
@@ -134,7 +139,9 @@ def run_bench(
     progress: Progress | None = None,
     quality_runner: Callable[..., QualityResult] = run_quality,
     timeout: float = 600.0,
+    fingerprint: Callable[[], dict[str, dict[str, Any]]] | None = None,
 ) -> BenchRun:
+    """`fingerprint` (when given) returns {host: fingerprint dict}; it is taken before and after."""
     shown = progress or NoProgress()
     phase = ["connect"]
 
@@ -159,6 +166,7 @@ def run_bench(
         pins=target.pins,
         recipe_sha256=target.recipe_sha256,
         settings=dataclasses.asdict(settings),
+        fingerprints=fingerprint() if fingerprint else {},
     )
     nonce = run_nonce()
     counter = iter(range(10**9))
@@ -252,6 +260,8 @@ def run_bench(
         run.failures.append(f"interrupted (Ctrl-C) during {phase[0]}")
         run.status = "interrupted"
     finally:
+        if fingerprint:
+            run.fingerprints_after = fingerprint()
         run.token_sources = _token_sources(run)
         run.duration_s = time.monotonic() - started
         run.client_cpu_s = _cpu_seconds() - cpu0

@@ -1,9 +1,10 @@
-"""`sparkfleet smoke`, `sparkfleet bench`, `sparkfleet report list|compare`.
+"""`sparkfleet smoke`, `sparkfleet bench`, `sparkfleet report list|compare|html`.
 
 Exit codes: 0 all good; 1 a smoke answer was wrong, a bench step failed (the report says which) or
-a comparison found a regression; 2 a usage or inventory error. An API key, when the server wants one,
-comes from $SPARKFLEET_API_KEY (or the variable the recipe's [bench] api_key_env names), never from
-the command line, and never reaches a report.
+a comparison found a regression; 2 a usage or inventory error; 5 (refused) a comparison of reports
+that measured different things (other settings or host fingerprints) without --force. An API key,
+when the server wants one, comes from $SPARKFLEET_API_KEY (or the variable the recipe's [bench]
+api_key_env names), never from the command line, and never reaches a report.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import report as reports
+from ..bench import report as reports
 from ..bench.client import Endpoint, discover_model
 from ..bench.probes import DecodeProbe, run_smoke_case
 from ..bench.quality import QualitySettings
@@ -159,8 +160,13 @@ def _ints(text: str) -> tuple[int, ...]:
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    show_default="recipes/<lane>/reports; ./sparkfleet-reports with --url",
+    show_default="recipes/<lane>/reports for a successful lane run; ./sparkfleet-reports[/<lane>] otherwise",
     help="Report folder.",
+)
+@click.option(
+    "--save-to-lane",
+    is_flag=True,
+    help="Write the report into recipes/<lane>/reports even if the run failed.",
 )
 @click.option("--quick", is_flag=True, help="A short run (seconds): small probe, one table row each, c=1,2.")
 @click.option("--model", show_default="the first from /v1/models", help="Model name.")
@@ -223,6 +229,7 @@ def bench(
     url: str | None,
     tag: str | None,
     out: Path | None,
+    save_to_lane: bool,
     quick: bool,
     model: str | None,
     prompt_tokens: int | None,
@@ -252,7 +259,11 @@ def bench(
       sparkfleet bench dsv41-flash-4x-mia --quick --tag first-look
       sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality
     """
-    target = _target(ctx, lane, url, out)
+    if url and save_to_lane:
+        raise SparkfleetError(
+            "--save-to-lane needs a LANE: a --url run has no lane", hint="use --out DIR to choose a folder"
+        )
+    target = _target(ctx, lane, url, None)
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
         levels=_ints(concurrency) if concurrency else base.sweep.levels,
@@ -274,6 +285,7 @@ def bench(
         )
         if want_quality
         else None,
+        is_quick=base.is_quick,
     )
     tag = tag or ("quick" if quick else "bench")
     counter = LocalTokenizer(tokenizer) if tokenizer else None
@@ -288,12 +300,13 @@ def bench(
             run = go(bar)
     else:
         run = go(None if as_json or quiet() else LineBenchProgress())  # type: ignore[arg-type]
-    assert target.reports_dir is not None
-    paths = reports.write_report(run, target.reports_dir)
+    lane_reports = target.reports_dir if target.lane else None
+    folder = reports.destination(lane_reports, run.status == "ok", out=out, save_to_lane=save_to_lane)
+    paths = reports.write_report(run, folder)
     comparison = None
     if target.baseline and run.status == "ok":
         try:
-            base_path = reports.resolve(target.baseline, target.reports_dir)
+            base_path = reports.resolve(target.baseline, lane_reports)
             comparison = reports.compare(
                 reports.load_document(base_path),
                 reports.load_document(paths.json),
@@ -320,7 +333,8 @@ def bench(
     if run.status == "interrupted":
         click.secho(f"interrupted: the report of what was measured is {paths.json}", fg="yellow", err=True)
         ctx.exit(ExitCode.INTERRUPTED)
-    failed = run.status != "ok" or (comparison is not None and not comparison.ok)
+    # a refused baseline comparison (other settings or hosts) is printed, not a failed bench
+    failed = run.status != "ok" or (comparison is not None and bool(comparison.regressions))
     ctx.exit(1 if failed else 0)
 
 
@@ -415,30 +429,86 @@ def list_(ctx: click.Context, lane: str | None, directory: Path | None, as_json:
 
 def _print_comparison(c: reports.Comparison) -> None:
     click.echo(f"compare {c.base} → {c.new}")
+    for m in c.mismatches:
+        click.secho(f"  {'≠' if m.blocking else '·'} {m.line()}", fg="yellow" if m.blocking else None)
+    if c.refused:
+        click.secho(
+            "refused: these reports measured different things (settings or hosts differ, ≠ above); "
+            "--force compares them anyway and marks each figure a difference touches",
+            fg="yellow",
+        )
+        return
     for d in c.deltas:
         change = f"{d.change_pct:+.1f}%" if d.change_pct is not None else "n/a"
         base = f"{d.base:.4g}" if d.base is not None else "—"
         new = f"{d.new:.4g}" if d.new is not None else "—"
         flag = click.style(" REGRESSION", fg="red") if d.regression else ""
-        click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}")
+        marks = f"  ≠ {', '.join(d.differs)}" if d.differs else ""
+        marks += {True: "  (within 95 % CIs)", False: "  (beyond 95 % CIs)", None: ""}[d.within_noise]
+        click.echo(f"  {d.name:<22} {base:>10} → {new:>10}  {change:>8}  (limit {d.limit}){flag}{marks}")
     if c.ok:
-        click.secho("no regression", fg="green")
+        click.secho(
+            "no regression" + (" (forced: marked figures are not like for like)" if c.forced else ""),
+            fg="green",
+        )
     for r in c.regressions:
         click.secho(f"regression: {r}", fg="red")
+
+
+@report.command("html")
+@click.argument("lane")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    show_default="./sparkfleet-reports/<lane>.html",
+    help="Page to write.",
+)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def html(ctx: click.Context, lane: str, out: Path | None, directory: Path | None, as_json: bool) -> None:
+    """One static, self-contained history page for LANE: charts over time, the runs, the baseline.
+
+    No network and no external assets: the page opens from a file; links to each report are
+    relative to the page.
+
+    \b
+    Examples:
+      sparkfleet report html dsv41-flash-exl3-2x
+      sparkfleet report html dsv41-flash-4x-mia --out /tmp/tp4.html
+    """
+    from ..bench.report.html import write_page
+
+    folder, _, baseline = _reports_dir(ctx, lane, directory)
+    page = write_page(lane, folder, baseline, out or reports.SCRATCH_DIR / f"{reports.safe_tag(lane)}.html")
+    if as_json:
+        echo_json(page)
+    else:
+        click.echo(f"{page.reports} reports ({page.ok} ok) → {page.path}")
 
 
 @report.command("compare")
 @click.argument("refs", nargs=-1)
 @click.option("--lane", help="Resolve names in this lane's reports; compare against its declared baseline.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option(
+    "--force", is_flag=True, help="Compare even when settings or host fingerprints differ (marked)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def compare(
-    ctx: click.Context, refs: tuple[str, ...], lane: str | None, directory: Path | None, as_json: bool
+    ctx: click.Context,
+    refs: tuple[str, ...],
+    lane: str | None,
+    directory: Path | None,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Compare reports: `A B` (A is the base), `A` against the lane's baseline, or none: latest vs baseline.
 
-    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds].
+    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]; 5 (refused)
+    when the two measured different things — other settings (probe size, depths, quick…) or other
+    host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless --force.
 
     \b
     Examples:
@@ -466,9 +536,10 @@ def compare(
         thresholds,
         base_path.stem,
         new_path.stem,
+        force=force,
     )
     if as_json:
         echo_json({"ok": result.ok, **{k: v for k, v in vars(result).items()}})
     else:
         _print_comparison(result)
-    ctx.exit(0 if result.ok else 1)
+    ctx.exit(ExitCode.REFUSED if result.refused else ExitCode.OK if result.ok else ExitCode.SHORTFALL)
