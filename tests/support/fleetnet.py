@@ -43,6 +43,7 @@ SFTP_SERVER_CANDIDATES = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/
 _NETNS_RE = re.compile(r"^sf-(\d+)-[0-9a-f]+-")
 _LINK_RE = re.compile(r"^sf[bv](\d+)-[0-9a-f]+$")
 _TMPDIR_RE = re.compile(r"^sf-(\d+)-")
+SESSION_SHARE_RE = re.compile(r":/.*/sf-(\d+)-[^/]*/")  # user@addr:<tmp>/sf-<pid>-<rand>/... (an sshfs source)
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,14 +241,17 @@ def sweep_stale(tmp_root: str | os.PathLike | None = None) -> list[str]:
     actions: list[str] = []
     tmp_root = Path(tmp_root or tempfile.gettempdir())
 
-    # 1. mounts below <tmp>/sf-<deadpid>-*/ (deepest first)
+    # 1. mounts below <tmp>/sf-<deadpid>-*/, and sshfs mounts anywhere (a test's tmp_path) of a
+    #    share inside one: a killed run never reached its teardown (deepest first)
     stale_mps = []
-    for _, mp, fstype in mounts():
+    for source, mp, fstype in mounts():
+        owner = SESSION_SHARE_RE.search(source) if fstype == "fuse.sshfs" else None
         try:
             rel = Path(mp).relative_to(tmp_root)
         except ValueError:
-            continue
-        m = _TMPDIR_RE.match(rel.parts[0]) if rel.parts else None
+            rel = None
+        m = _TMPDIR_RE.match(rel.parts[0]) if rel and rel.parts else None
+        m = m or owner
         if m and not pid_alive(int(m.group(1))):
             stale_mps.append((mp, fstype))
     for mp, fstype in sorted(stale_mps, key=lambda t: -len(t[0])):

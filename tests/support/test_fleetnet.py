@@ -263,3 +263,12 @@ def test_sweep_removes_dead_prefix_only():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for br in created_links:
             subprocess.run(["ip", "link", "del", br], capture_output=True)
+
+
+def test_an_sshfs_mount_of_a_dead_sessions_share_is_recognised_wherever_it_is_mounted():
+    """A killed test run leaves its sshfs mount under pytest's tmp_path: its source names the owner."""
+    from support.fleetnet import SESSION_SHARE_RE
+
+    m = SESSION_SHARE_RE.search("root@10.105.193.17:/tmp/sf-26858-j5aeef6o/nas/share")
+    assert m is not None and m.group(1) == "26858"
+    assert SESSION_SHARE_RE.search("root@10.1.2.3:/srv/share") is None
