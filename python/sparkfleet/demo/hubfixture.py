@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..hubcache import SHARED_STORE_LAYOUT, SHARED_STORE_MARKER, repo_folder
+from .synthmodel import tensors_file_bytes
 
 WEIGHTS_REPO = "demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw"
 DRAFTER_REPO = "demo-org/DeepSeek-V4.1-Flash-DSpark-EXL3-3bpw"
@@ -235,18 +236,6 @@ def build_nas_hub(
 
 ENGRAM_REPO = "demo-org/DeepSeek-V4.1-Flash-Engram"
 ENGRAM_TENSOR = "layers.{layer}.engram.embed.{part}"
-
-
-def tensors_file_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
-    """A valid safetensors file of tensors given as name -> (dtype, shape, raw bytes), in order."""
-    header, offset = {}, 0
-    for name, (dtype, shape, data) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    return struct.pack("<Q", len(head)) + head + b"".join(t[2] for t in tensors.values())
 
 
 @dataclass
