@@ -21,6 +21,7 @@ from typing import Any
 from .atomic import write_bytes
 from .errors import SparkfleetError
 from .jsonable import to_jsonable
+from .roofline.section import markdown_lines
 
 _STEM = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{6})_(.+)$")
 
@@ -213,6 +214,9 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
         ]
         for f in q.get("failed_scenarios") or []:
             lines.append(f"  - {f['scenario_id']} {f['status']}: {f.get('summary') or ''}")
+    roof = doc.get("roofline")
+    if roof:
+        lines += ["", *markdown_lines(roof)]
     return "\n".join(lines) + "\n"
 
 
@@ -323,6 +327,11 @@ def resolve(ref: str, reports_dir: Path | None) -> Path:
 def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
     """The numbers a comparison looks at, by stable names."""
     out: dict[str, float | None] = {}
+    roof = doc.get("roofline") or {}
+    if roof.get("decode"):
+        out["decode_pct_of_bound"] = roof["decode"].get("pct_of_bound")
+    for p in roof.get("prefill") or []:
+        out[f"{p['test']}@d{p['depth']}_pct_of_bound"] = p.get("pct_of_bound")
     probe = (doc.get("decode_probe") or {}).get("metrics") or {}
     out["decode_tps"] = probe.get("decode_tps")
     out["ttft_s"] = probe.get("ttft_s")
@@ -382,6 +391,12 @@ def compare(
     deltas = []
     for name in b:
         rule = _rule(name, thresholds)
+        if name.endswith("pct_of_bound") and b[name] is not None:
+            # Shown side by side, not judged: the measured rates above carry the thresholds.
+            cur = n.get(name)
+            change = (cur - b[name]) / b[name] * 100 if cur is not None and b[name] else None
+            deltas.append(MetricDelta(name, b[name], cur, change, "shown", False))
+            continue
         if rule is None or b[name] is None:
             continue
         direction, allowed = rule

@@ -111,6 +111,8 @@ class BenchRun:
     quality: QualityResult | None = None
     quality_note: str | None = None
     token_sources: list[str] = field(default_factory=list)
+    # How far from the physical limit (roofline/section.py), for a lane; None for a bare --url.
+    roofline: dict[str, Any] | None = None
     duration_s: float = 0.0
     client_cpu_s: float = 0.0
 

@@ -216,6 +216,10 @@ def bench(
             run = go(bar)
     else:
         run = go()
+    if target.lane:
+        from ..roofline.service import section_for_report
+
+        run.roofline = section_for_report(load_inventory(ctx), target.lane, reports.to_document(run))
     assert target.reports_dir is not None
     paths = reports.write_report(run, target.reports_dir)
     comparison = None
@@ -277,6 +281,14 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             click.echo(f"  c={lv.concurrency:<3} FAILED ({lv.failed}/{lv.requests})")
     if run.spec_accept:
         click.echo(f"  spec accept length: {run.spec_accept.value:.2f} ({run.spec_accept.source})")
+    decode_bound = (run.roofline or {}).get("decode")
+    if decode_bound:
+        click.echo(
+            f"  roofline: {decode_bound['pct_of_bound']:.1f} % of the {decode_bound['bound_tps']:.1f} tok/s "
+            f"decode bound ({decode_bound['binding']})"
+        )
+    elif run.roofline and run.roofline.get("unavailable"):
+        click.echo(f"  roofline: unavailable: {run.roofline['unavailable']}")
     if run.quality:
         q = run.quality
         click.echo(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import SparkfleetError
 from .machine import MachineFigures
 from .model import ModelCost
 
@@ -89,7 +90,10 @@ def decode_terms(
     notes = []
     bw = machine.value("memory_bandwidth")
     if bw is None:
-        raise ValueError("no memory_bandwidth figure")
+        raise SparkfleetError(
+            f"{machine.host}: no memory_bandwidth figure (host kind {machine.kind!r})",
+            hint="give the host a `kind` with [host_kinds.<kind>] memory_bandwidth in hosts/fleet.toml",
+        )
     verify = (shape.draft_tokens or 0) + 1
     weights = cost.step_weight_bytes(verify) / shape.tp
     if drafter is not None and shape.draft_tokens:

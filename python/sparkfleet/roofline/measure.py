@@ -20,7 +20,7 @@ from pathlib import Path
 CHUNK = 8 * 1024 * 1024
 READ_LIMIT = 512 * 1024 * 1024
 WRITE_BYTES = 256 * 1024 * 1024
-MIN_BYTES = 4 * 1024 * 1024  # below this a rate is mostly syscall noise
+MIN_BYTES = 1024 * 1024  # below this a rate is mostly syscall noise
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def largest_files(roots: Iterable[Path], limit: int = 16) -> list[Path]:
                     st = path.lstat()
                 except OSError:
                     continue
-                if path.is_file() and not path.is_symlink() and st.st_size >= CHUNK:
+                if path.is_file() and not path.is_symlink() and st.st_size >= MIN_BYTES:
                     found.append((st.st_size, path))
     return [p for _, p in sorted(found, reverse=True)[:limit]]
 

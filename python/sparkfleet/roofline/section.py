@@ -114,6 +114,8 @@ def _rate(value: float | None, unit: str) -> str:
 def markdown_lines(section: dict[str, Any]) -> list[str]:
     """The section as Markdown (a heading, the decode and prefill figures, the inputs, the notes)."""
     out = ["## How far from the physical limit (roofline)", ""]
+    if section.get("unavailable"):
+        return [*out, f"- unavailable: {section['unavailable']}"]
     decode = section.get("decode")
     if decode:
         out += [

@@ -107,8 +107,27 @@ def report_section(inv: Inventory, lane: Lane, report: dict[str, Any], inputs: d
     return build_section(report, inputs, figures_for(inv, lane, inputs), lane_shape(lane))
 
 
+def section_for_report(inv: Inventory, lane_name: str, report: dict[str, Any]) -> dict[str, Any]:
+    """The section, or why there is none (a report is written either way, never lost to this)."""
+    lane = inv.lane(lane_name)
+    try:
+        return report_section(inv, lane, report, lane_roofline_inputs(inv, lane))
+    except SparkfleetError as exc:
+        return {"unavailable": exc.message, "hint": exc.hint}
+
+
 def machine_doc(inv: Inventory, lane: Lane, inputs: dict[str, Any]) -> dict[str, Any]:
     return primitives_doc(figures_for(inv, lane, inputs))
+
+
+def staging_bound_of_run(
+    run: dict[str, Any], source_hubs: list[Path], repo_dirs: list[str], state_dir: Path | None
+) -> dict[str, Any] | None:
+    """`staging_bound` for a finished stage run (its `as_dict()`), probing where it read and wrote."""
+    roots = [hub / "blobs" for hub in source_hubs]
+    roots += [hub / d / "blobs" for hub in source_hubs for d in repo_dirs]
+    dest = Path(run["dest_hub"]) / ".locks"
+    return staging_bound(run.get("copied_bytes", 0), run.get("seconds", 0.0), roots, dest, state_dir)
 
 
 def staging_bound(
