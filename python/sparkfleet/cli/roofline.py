@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from ..errors import SparkfleetError
 from ..roofline import service
-from ..roofline.bound import decode_terms
+from ..roofline.bound import StepTerms, decode_terms
 from ..roofline.lane import cost_from_doc
 from .render import echo_json, load_inventory
 
@@ -45,7 +46,10 @@ def roofline(
     shape = service.lane_shape(the_lane)
     target = cost_from_doc(inputs["target"])
     drafter = cost_from_doc(inputs["drafter"]) if inputs.get("drafter") else None
-    terms, notes = decode_terms(target, figures, shape, context, drafter)
+    try:
+        terms, notes = decode_terms(target, figures, shape, context, drafter)
+    except SparkfleetError as exc:  # no bandwidth figure: the model's side still stands on its own
+        terms, notes = None, [f"no decode bound: {exc.message} ({exc.hint})"]
     out = {
         "lane": lane,
         "host": inputs["host"],
@@ -61,24 +65,14 @@ def roofline(
             "kv_bytes_per_token": target.kv_bytes_per_token,
             "flops_per_token": target.flops_per_token(context),
         },
-        "step": {
-            "memory_ms": terms.memory_s * 1000,
-            "compute_ms": None if terms.compute_s is None else terms.compute_s * 1000,
-            "fabric_ms": None if terms.fabric_s is None else terms.fabric_s * 1000,
-            "bound_step_ms": terms.bound_s * 1000,
-            "binding": terms.binding(),
-            "bound_tps_at_1_token_per_step": 1.0 / terms.bound_s,
-            "bound_tps_if_every_draft_accepted": (shape.draft_tokens + 1) / terms.bound_s
-            if shape.draft_tokens
-            else None,
-        },
+        "step": _step_doc(terms, shape.draft_tokens) if terms else None,
         "machine": service.machine_doc(inv, the_lane, inputs),
         "notes": list(dict.fromkeys([*notes, *target.notes])),
     }
     if as_json:
         echo_json(out)
         return
-    m, s = out["model"], out["step"]
+    m, s = out["model"], out["step"] or {}
     click.echo(f"{lane}: {m['name']}, read from {out['read_from']} on {out['host']}")
     click.echo(
         f"  per decode token: {m['decode_bytes_per_token'] / 1e9:.4f} GB of weights "
@@ -88,13 +82,14 @@ def roofline(
         click.echo(f"    {category:<14} {nbytes / 1e9:10.4f} GB")
     if m["kv_bytes_per_token"]:
         click.echo(f"  KV cache: {m['kv_bytes_per_token']} bytes per context token")
-    click.echo(
-        f"  one step at context {context}: memory {s['memory_ms']:.2f} ms"
-        + (f", compute {s['compute_ms']:.3f} ms" if s["compute_ms"] is not None else "")
-        + (f", fabric {s['fabric_ms']:.3f} ms" if s["fabric_ms"] is not None else "")
-        + f" -> bound {s['bound_tps_at_1_token_per_step']:.1f} tok/s ({s['binding']}-bound)"
-    )
-    if s["bound_tps_if_every_draft_accepted"]:
+    if s:
+        click.echo(
+            f"  one step at context {context}: memory {s['memory_ms']:.2f} ms"
+            + (f", compute {s['compute_ms']:.3f} ms" if s["compute_ms"] is not None else "")
+            + (f", fabric {s['fabric_ms']:.3f} ms" if s["fabric_ms"] is not None else "")
+            + f" -> bound {s['bound_tps_at_1_token_per_step']:.1f} tok/s ({s['binding']}-bound)"
+        )
+    if s.get("bound_tps_if_every_draft_accepted"):
         click.echo(f"  with every draft accepted: {s['bound_tps_if_every_draft_accepted']:.1f} tok/s")
     for name, f in out["machine"]["figures"].items():
         click.echo(
@@ -102,6 +97,18 @@ def roofline(
         )
     for note in out["notes"]:
         click.echo(f"  note: {note}")
+
+
+def _step_doc(terms: StepTerms, draft_tokens: int | None) -> dict:
+    return {
+        "memory_ms": terms.memory_s * 1000,
+        "compute_ms": None if terms.compute_s is None else terms.compute_s * 1000,
+        "fabric_ms": None if terms.fabric_s is None else terms.fabric_s * 1000,
+        "bound_step_ms": terms.bound_s * 1000,
+        "binding": terms.binding(),
+        "bound_tps_at_1_token_per_step": 1.0 / terms.bound_s,
+        "bound_tps_if_every_draft_accepted": (draft_tokens + 1) / terms.bound_s if draft_tokens else None,
+    }
 
 
 @click.command()

@@ -53,7 +53,7 @@ def largest_files(roots: Iterable[Path], limit: int = 16) -> list[Path]:
                     st = path.lstat()
                 except OSError:
                     continue
-                if path.is_file() and not path.is_symlink() and st.st_size >= MIN_BYTES:
+                if path.is_file() and not path.is_symlink() and st.st_size >= 64 * 1024:
                     found.append((st.st_size, path))
     return [p for _, p in sorted(found, reverse=True)[:limit]]
 
@@ -61,7 +61,7 @@ def largest_files(roots: Iterable[Path], limit: int = 16) -> list[Path]:
 def read_rate(files: Iterable[Path], limit: int = READ_LIMIT, label: str = "read") -> Rate | None:
     """Sequential read of up to `limit` bytes over `files`, page cache dropped first."""
     total, elapsed = 0, 0.0
-    buf = bytearray(CHUNK)
+    buf = memoryview(bytearray(CHUNK))
     for path in files:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -72,7 +72,7 @@ def read_rate(files: Iterable[Path], limit: int = READ_LIMIT, label: str = "read
             start = time.perf_counter()
             with os.fdopen(fd, "rb", buffering=0, closefd=False) as fh:
                 while total < limit:
-                    n = fh.readinto(buf)
+                    n = fh.readinto(buf[: min(CHUNK, limit - total)])
                     if not n:
                         break
                     total += n
