@@ -30,7 +30,7 @@ def test_read_rate_reads_at_most_the_limit_largest_first(tmp_path: Path) -> None
     found = largest_files([tmp_path / "hub"])
     assert found == [files[0], files[2], files[1]]  # tiny files and links left out
     rate = read_rate(found, limit=4 * MIB)
-    assert rate is not None and rate.nbytes == 4 * MIB  # 3 MiB of the first, 1 of the second: stops at the limit
+    assert rate is not None and rate.nbytes == 4 * MIB  # 3 MiB, then 1 of 2: stops at the limit
     assert rate.value > 0 and "page cache dropped" in rate.method
     assert read_rate([files[3]]) is None  # too little to time
 
