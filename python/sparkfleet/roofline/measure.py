@@ -14,6 +14,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,51 +59,69 @@ def largest_files(roots: Iterable[Path], limit: int = 16) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)[:limit]]
 
 
-def read_rate(files: Iterable[Path], limit: int = READ_LIMIT, label: str = "read") -> Rate | None:
-    """Sequential read of up to `limit` bytes over `files`, page cache dropped first."""
-    total, elapsed = 0, 0.0
+def _read_files(files: list[Path], limit: int) -> int:
+    """Read up to `limit` bytes from `files` in order, each file's cached pages dropped first."""
+    total = 0
     buf = memoryview(bytearray(CHUNK))
     for path in files:
+        if total >= limit:
+            break
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue
         try:
             _drop_cache(fd)
-            start = time.perf_counter()
-            with os.fdopen(fd, "rb", buffering=0, closefd=False) as fh:
-                while total < limit:
-                    n = fh.readinto(buf[: min(CHUNK, limit - total)])
-                    if not n:
-                        break
-                    total += n
-            elapsed += time.perf_counter() - start
+            while total < limit:
+                n = os.readv(fd, [buf[: min(CHUNK, limit - total)]])
+                if not n:
+                    break
+                total += n
         finally:
             os.close(fd)
-        if total >= limit:
-            break
+    return total
+
+
+def read_rate(
+    files: Iterable[Path], limit: int = READ_LIMIT, label: str = "read", streams: int = 1
+) -> Rate | None:
+    """Read up to `limit` bytes over `files` in `streams` parallel readers (as staging reads)."""
+    files = list(files)
+    groups = [files[i::streams] for i in range(streams)] if streams > 1 else [files]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        total = sum(pool.map(lambda g: _read_files(g, limit // len(groups)), groups))
+    seconds = time.perf_counter() - start
     if total < MIN_BYTES:
         return None
-    return Rate(total, elapsed, f"{label}: {total >> 20} MiB sequential, page cache dropped first")
+    return Rate(
+        total, seconds, f"{label}: {total >> 20} MiB in {len(groups)} stream(s), page cache dropped first"
+    )
 
 
-def write_rate(directory: Path, nbytes: int = WRITE_BYTES, label: str = "write") -> Rate:
-    """Write `nbytes` to a temp file in `directory`, fsync, remove: the rate staging writes at."""
-    directory.mkdir(parents=True, exist_ok=True)
-    block = os.urandom(CHUNK)  # incompressible, so a compressing filesystem cannot flatter the rate
-    path = directory / f".sparkfleet-measure-{os.getpid()}.tmp"
+def _write_file(path: Path, nbytes: int, block: bytes) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        start = time.perf_counter()
         written = 0
         while written < nbytes:
             written += os.write(fd, block[: min(CHUNK, nbytes - written)])
         os.fsync(fd)
-        seconds = time.perf_counter() - start
+        return written
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
-    return Rate(written, seconds, f"{label}: {written >> 20} MiB written and fsync'd")
+
+
+def write_rate(directory: Path, nbytes: int = WRITE_BYTES, label: str = "write", streams: int = 1) -> Rate:
+    """Write `nbytes` in `streams` temp files in `directory`, fsync each, remove: staging's write rate."""
+    directory.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(CHUNK)  # incompressible, so a compressing filesystem cannot flatter the rate
+    paths = [directory / f".sparkfleet-measure-{os.getpid()}-{i}.tmp" for i in range(streams)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=streams) as pool:
+        written = sum(pool.map(lambda p: _write_file(p, nbytes // streams, block), paths))
+    seconds = time.perf_counter() - start
+    return Rate(written, seconds, f"{label}: {written >> 20} MiB in {streams} stream(s), each fsync'd")
 
 
 def cpu_copy_rate(nbytes: int = 256 * 1024 * 1024, repeats: int = 3) -> Rate:

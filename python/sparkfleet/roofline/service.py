@@ -30,20 +30,21 @@ from .measure import cpu_copy_rate, gpu_rates, largest_files, read_rate, write_r
 from .section import build_section
 
 REMOTE_TIMEOUT_S = 600.0
+STREAMS = 4  # parallel readers/writers in the probes: staging's default --jobs
 
 
 def measure_here(host: Host, quick: bool = False) -> dict[str, Measurement]:
     """Measure this machine as `host`: NVMe read/write, NAS read, memory; record and return all."""
     limit = 64 * 1024 * 1024 if quick else 512 * 1024 * 1024
     found: dict[str, tuple[float, str]] = {}
-    nvme = read_rate(largest_files([host.local_hub]), limit, "local hub blobs")
+    nvme = read_rate(largest_files([host.local_hub]), limit, "local hub blobs", STREAMS)
     if nvme:
         found["nvme_read"] = (nvme.value, nvme.method)
-    nas = read_rate(largest_files([host.nas_hub]), limit, "NAS hub blobs")
+    nas = read_rate(largest_files([host.nas_hub]), limit, "NAS hub blobs", STREAMS)
     if nas:
         found["nas_read"] = (nas.value, nas.method)
     state = state_dir_of(host)
-    wrote = write_rate(state / "measure", limit // 2, "state dir (local NVMe)")
+    wrote = write_rate(state / "measure", limit // 2, "state dir (local NVMe)", STREAMS)
     found["nvme_write"] = (wrote.value, wrote.method)
     cpu = cpu_copy_rate(limit // 2)
     found["cpu_memory_copy"] = (cpu.value, cpu.method)
@@ -145,12 +146,12 @@ def staging_bound(
     write = known["nvme_write"].value if "nvme_write" in known else None
     fresh: dict[str, tuple[float, str]] = {}
     if read is None:
-        rate = read_rate(largest_files(source_roots, 4), 64 * 1024 * 1024, "stage source blobs")
+        rate = read_rate(largest_files(source_roots, 8), 64 * 1024 * 1024, "stage source blobs", STREAMS)
         if rate:
             read = rate.value
             fresh["nas_read"] = (rate.value, rate.method)
     if write is None:
-        rate = write_rate(dest_dir, 64 * 1024 * 1024, "stage destination")
+        rate = write_rate(dest_dir, 64 * 1024 * 1024, "stage destination", STREAMS)
         write = rate.value
         fresh["nvme_write"] = (rate.value, rate.method)
     if fresh and state_dir is not None:
