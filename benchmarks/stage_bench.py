@@ -5,6 +5,8 @@
          `cp -a && sync` (cp alone leaves its bytes in the page cache; we fsync every file).
   rerun: `sparkfleet stage` on a complete tree (sampled verification only) vs
          `rsync -a --checksum` on a complete tree (reads every byte on both sides).
+  bound: the cold throughput as a % of the slower of source read and destination write, both
+         measured on this machine in the same run (caches dropped; the write fsync'd).
 Ratios > 1 mean sparkfleet is faster. Page caches are dropped before each timed step when
 this runs as root (reported as `caches_dropped`); each step runs --rounds times in alternating
 order after an untimed warm-up copy, and the medians are compared. This machine is small and noisy: read the
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub  # noqa: E402
+from sparkfleet.roofline.measure import largest_files, read_rate, write_rate  # noqa: E402
 from sparkfleet.stage import execute  # noqa: E402
 from sparkfleet.stage.plan import StageRequest  # noqa: E402
 
@@ -106,6 +109,12 @@ def main() -> None:
                 sizes[name] = tree_bytes(dest)
         t_ours, t_cp, t_cps = (statistics.median(times[n]) for n in ("ours", "cp_a", "cp_a_sync"))
         ours_bytes, cp_bytes = sizes["ours"], sizes["cp_a"]
+        # The bound on this machine, measured now: source read (cold) and destination write (fsync'd).
+        drop_caches()
+        size = min(ours_bytes, 1024**3)
+        source = read_rate(largest_files([nas.root]), size, "source", streams=args.jobs)
+        dest = write_rate(work / "bound-probe", size, "destination", streams=args.jobs)
+        io_bound = min(source.value, dest.value) if source else None
 
         subprocess.run(["rsync", "-a", f"{nas.root}/", f"{rsync_dest}/"], check=True)
         rsync_times, rerun_times, reads = [], [], []
@@ -134,6 +143,11 @@ def main() -> None:
             "cold_throughput_vs_cp": round((ours_bytes / t_ours) / (cp_bytes / t_cp), 3),
             "cold_throughput_vs_cp_sync": round((ours_bytes / t_ours) / (cp_bytes / t_cps), 3),
             "cold_goal": ">= 0.9 vs cp -a",
+            "cold_pct_of_io_bound": round(100 * ours_bytes / t_ours / io_bound, 1) if io_bound else None,
+            "cp_a_sync_pct_of_io_bound": round(100 * cp_bytes / t_cps / io_bound, 1) if io_bound else None,
+            "io_bound_binding": None
+            if not io_bound
+            else ("source read" if source.value <= dest.value else "destination write"),
             "rerun_speedup_vs_rsync_checksum": round(t_rsync / t_rerun, 1),
             "rerun_goal": ">= 20x",
             "rerun_bytes_read": rerun_read,
@@ -145,6 +159,8 @@ def main() -> None:
                 "ours_rerun": round(t_rerun, 3),
                 "rsync_checksum_rerun": round(t_rsync, 3),
             },
+            "source_read_mb_s": round(source.value / 1e6, 1) if source else None,
+            "dest_write_mb_s": round(dest.value / 1e6, 1),
             "rounds": args.rounds,
             "jobs": args.jobs,
             "cpus": os.cpu_count(),

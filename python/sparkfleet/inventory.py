@@ -52,6 +52,36 @@ class Host:
     nas_export: str | None = None
     # "nixos" or "dgx-os" (Nix on Ubuntu): which deploy-rs profiles the host takes (modules/lib/fleet.nix).
     os: str = "dgx-os"
+    # The [host_kinds] entry holding this machine's physical figures (the roofline's primitives).
+    kind: str | None = None
+
+
+# A figure's unit as written -> its base unit (bytes/s or FLOP/s).
+UNIT_SCALE = {"GB/s": 1e9, "Gb/s": 1e9 / 8, "MB/s": 1e6, "TFLOP/s": 1e12}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A physical figure of a kind of host, as declared: value (None = not published) and source."""
+
+    name: str
+    value: float | None  # as written, in `unit`
+    unit: str
+    source: str
+
+    @property
+    def base(self) -> float | None:
+        """The value in bytes/s or FLOP/s."""
+        return None if self.value is None else self.value * UNIT_SCALE[self.unit]
+
+
+@dataclass(frozen=True)
+class HostKind:
+    """A kind of machine (GB10 Spark): the figures a bound is computed from."""
+
+    name: str
+    description: str
+    figures: dict[str, Figure]
 
 
 @dataclass(frozen=True)
@@ -110,6 +140,7 @@ class Inventory:
     hosts: dict[str, Host]
     pins: dict[str, Pin]
     lanes: dict[str, Lane]
+    host_kinds: dict[str, HostKind] = field(default_factory=dict)
 
     def host(self, name: str) -> Host:
         try:
@@ -222,7 +253,17 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any], path: Path) 
         state_dir=Path(merged["state_dir"]) if "state_dir" in merged else None,
         nas_export=merged.get("nas_export"),
         os=merged.get("os", "dgx-os"),
+        kind=merged.get("kind"),
     )
+
+
+def _host_kind(name: str, doc: dict[str, Any]) -> HostKind:
+    figures = {
+        key: Figure(key, value.get("value"), value["unit"], value["source"])
+        for key, value in doc.items()
+        if isinstance(value, dict)
+    }
+    return HostKind(name, doc.get("description", ""), figures)
 
 
 def _pin(name: str, doc: dict[str, Any]) -> Pin:
@@ -288,6 +329,13 @@ def load(root: Path | None = None) -> Inventory:
     defaults = fleet.get("defaults", {})
     hosts = {name: _host(name, defaults, own, fleet_path) for name, own in fleet["hosts"].items()}
     pins = {name: _pin(name, doc) for name, doc in fleet.get("pins", {}).items()}
+    kinds = {name: _host_kind(name, doc) for name, doc in fleet.get("host_kinds", {}).items()}
+    for host in hosts.values():
+        if host.kind is not None and host.kind not in kinds:
+            raise InventoryError(
+                f"{fleet_path}: hosts.{host.name}.kind: unknown host kind {host.kind!r}",
+                hint=f"expected one of: {', '.join(sorted(kinds)) or '(none declared in [host_kinds])'}",
+            )
     lanes = {}
     recipes = root / RECIPES_DIR
     for recipe_path in sorted(recipes.glob(f"*/{RECIPE_FILE}")) if recipes.is_dir() else []:
@@ -295,4 +343,4 @@ def load(root: Path | None = None) -> Inventory:
         doc = read_toml(recipe_path)
         validate(doc, "recipe", recipe_path)
         lanes[name] = _lane(name, doc, recipe_path, hosts, pins)
-    return Inventory(root=root, hosts=hosts, pins=pins, lanes=lanes)
+    return Inventory(root=root, hosts=hosts, pins=pins, lanes=lanes, host_kinds=kinds)

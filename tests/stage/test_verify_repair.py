@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from stage_helpers import drafter_request, tree_state, weights_request
 
-from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
+from sparkfleet.demo.hubfixture import DRAFTER_REPO, EMBED_FILE, WEIGHTS_REPO
 from sparkfleet.digests import WINDOW, sample_offsets
 from sparkfleet.hubcache import repo_folder
 from sparkfleet.stage import execute
@@ -148,11 +148,11 @@ def test_stale_ref_with_newline_rewritten(nas, local):
 
 
 def test_reuse_only_after_content_equality(nas, local):
-    """The drafter's shared-experts blob equals the weights' one: hardlinked after verification."""
+    """The drafter's embedding blob equals the weights' one: hardlinked after verification."""
     execute.stage([weights_request(nas, local)])
     run = execute.stage([drafter_request(nas, local)])
     assert run.results[0].reused_files == 1
-    name = "shared-experts.safetensors"
+    name = EMBED_FILE
     w = _blob_of(local, nas, name)
     d = Path(
         os.path.realpath(local / repo_folder(DRAFTER_REPO) / "snapshots" / nas.drafter.commits["main"] / name)
@@ -163,7 +163,7 @@ def test_reuse_only_after_content_equality(nas, local):
 def test_same_name_different_content_is_not_reused(nas, local, tmp_path):
     """A local blob whose name matches but whose bytes do not is never linked in."""
     execute.stage([weights_request(nas, local)])
-    w = _blob_of(local, nas, "shared-experts.safetensors")
+    w = _blob_of(local, nas, EMBED_FILE)
     w.write_bytes(os.urandom(w.stat().st_size))  # same name, same size, other bytes
     run = execute.stage([drafter_request(nas, local)])
     assert (run.results[0].reused_files, run.ok) == (0, True)
@@ -173,10 +173,10 @@ def test_same_name_different_content_is_not_reused(nas, local, tmp_path):
             / repo_folder(DRAFTER_REPO)
             / "snapshots"
             / nas.drafter.commits["main"]
-            / "shared-experts.safetensors"
+            / EMBED_FILE
         )
     )
-    assert d.read_bytes() == nas.drafter.files[nas.drafter.commits["main"]]["shared-experts.safetensors"]
+    assert d.read_bytes() == nas.drafter.files[nas.drafter.commits["main"]][EMBED_FILE]
 
 
 @pytest.mark.parametrize("jobs", [1, 4])

@@ -43,7 +43,8 @@ SFTP_SERVER_CANDIDATES = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/
 _NETNS_RE = re.compile(r"^sf-(\d+)-[0-9a-f]+-")
 _LINK_RE = re.compile(r"^sf[bv](\d+)-[0-9a-f]+$")
 _TMPDIR_RE = re.compile(r"^sf-(\d+)-")
-SESSION_SHARE_RE = re.compile(r":/.*/sf-(\d+)-[^/]*/")  # user@addr:<tmp>/sf-<pid>-<rand>/... (an sshfs source)
+# An sshfs source: user@addr:<tmp>/sf-<pid>-<rand>/...
+SESSION_SHARE_RE = re.compile(r":/.*/sf-(\d+)-[^/]*/")
 
 
 # --------------------------------------------------------------------------------------------

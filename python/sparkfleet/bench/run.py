@@ -1,6 +1,6 @@
 """One benchmark run, start to finish: warmup, smoke, decode probe, pp/tg table, sweep, quality.
 
-`run_bench` returns a `BenchRun` record; `sparkfleet.report` writes it. Any failed step puts the run
+`run_bench` returns a `BenchRun` record; `sparkfleet.bench.report` writes it. Any failed step puts the run
 in status "failed" with the step's reason, and that step carries no number. A failed warmup stops
 the run early: nothing after it could be trusted.
 """
@@ -116,6 +116,8 @@ class BenchRun:
     quality: QualityResult | None = None
     quality_note: str | None = None
     token_sources: list[str] = field(default_factory=list)
+    # How far from the physical limit (roofline/section.py), for a lane; None for a bare --url.
+    roofline: dict[str, Any] | None = None
     duration_s: float = 0.0
     client_cpu_s: float = 0.0
 

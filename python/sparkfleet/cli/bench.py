@@ -300,6 +300,10 @@ def bench(
             run = go(bar)
     else:
         run = go(None if as_json or quiet() else LineBenchProgress())  # type: ignore[arg-type]
+    if target.lane:
+        from ..roofline.service import section_for_report
+
+        run.roofline = section_for_report(load_inventory(ctx), target.lane, reports.to_document(run))
     lane_reports = target.reports_dir if target.lane else None
     folder = reports.destination(lane_reports, run.status == "ok", out=out, save_to_lane=save_to_lane)
     paths = reports.write_report(run, folder)
@@ -366,6 +370,14 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             click.echo(f"  c={lv.concurrency:<3} FAILED ({lv.failed}/{lv.requests})")
     if run.spec_accept:
         click.echo(f"  spec accept length: {run.spec_accept.value:.2f} ({run.spec_accept.source})")
+    decode_bound = (run.roofline or {}).get("decode")
+    if decode_bound:
+        click.echo(
+            f"  roofline: {decode_bound['pct_of_bound']:.1f} % of the {decode_bound['bound_tps']:.1f} tok/s "
+            f"decode bound ({decode_bound['binding']})"
+        )
+    elif run.roofline and run.roofline.get("unavailable"):
+        click.echo(f"  roofline: unavailable: {run.roofline['unavailable']}")
     if run.quality:
         q = run.quality
         click.echo(

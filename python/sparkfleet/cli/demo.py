@@ -15,11 +15,13 @@ import click
 from .. import inventory
 from ..demo.fleet import DEMO_LANE, write_demo_fleet
 from ..engram import pack as engram_pack
+from ..errors import SparkfleetError
+from ..launch.spec import state_dir_of
 from ..stage import execute
 from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar
 from .render import human_bytes
-from .stage import print_stage_run
+from .stage import print_stage_run, with_io_bound
 
 
 def _stage_host(inv, host: str, jobs: int) -> bool:
@@ -27,7 +29,7 @@ def _stage_host(inv, host: str, jobs: int) -> bool:
     bar = RichStageProgress() if wants_bar(False) else None
     with bar if bar else contextlib.nullcontext():
         run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
-    print_stage_run(run.as_dict(), prefix="  ")
+    print_stage_run(with_io_bound(run.as_dict(), requests, state_dir_of(inv.host(host))), prefix="  ")
     return run.ok
 
 
@@ -55,6 +57,16 @@ def _smoke_and_bench(root: Path) -> bool:
     return ok
 
 
+def _spark_kind() -> inventory.HostKind | None:
+    """The checkout's own host kind (GB10 figures) when the demo runs inside one; else none."""
+    try:
+        real = inventory.load()
+    except SparkfleetError:
+        return None
+    kinds = {h.kind for h in real.hosts.values() if h.kind}
+    return real.host_kinds.get(sorted(kinds)[0]) if kinds else None
+
+
 @click.command()
 @click.option(
     "--workdir",
@@ -74,7 +86,7 @@ def demo(workdir: Path | None, shard_mib: int) -> None:
     keep = workdir is not None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
     try:
-        fleet = write_demo_fleet(workdir, shard_bytes=shard_mib * 1024 * 1024)
+        fleet = write_demo_fleet(workdir, shard_bytes=shard_mib * 1024 * 1024, host_kind=_spark_kind())
         inv = inventory.load(fleet.root)
         lane = inv.lane(DEMO_LANE)
         click.echo(f"demo fleet: {fleet.root} (NAS hub {fleet.nas_hub})")

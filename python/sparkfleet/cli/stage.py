@@ -12,8 +12,9 @@ import click
 
 from .. import __version__
 from ..errors import ExitCode, SparkfleetError
-from ..hubcache import parse_repo_spec
+from ..hubcache import parse_repo_spec, repo_folder
 from ..inventory import GIB
+from ..launch.spec import state_dir_of
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
 from ..stage.fanout import fanout_plan
@@ -190,6 +191,7 @@ def stage(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
         wait_seconds=wait_seconds, share=share, peers=peers,
     )  # fmt: skip
+    state_dir = state_dir_of(load_inventory(ctx).host(host)) if host else None
     if events:
         sink = EventsProgress()
         try:
@@ -197,17 +199,28 @@ def stage(
         except SparkfleetError as exc:
             sink.error(exc)
             sys.exit(exc.exit_code)
-        sink.result(run.as_dict())
+        sink.result(with_io_bound(run.as_dict(), requests, state_dir))
         sys.exit(0 if run.ok else 1)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = run_stage(progress=bar)
+    summary = with_io_bound(run.as_dict(), requests, state_dir)
     if as_json:
-        echo_json(run.as_dict())
+        echo_json(summary)
     else:
-        print_stage_run(run.as_dict())
+        print_stage_run(summary)
     if not run.ok:
         sys.exit(1)
+
+
+def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | None) -> dict:
+    """The run summary plus its throughput as a % of this host's source-read / dest-write bound."""
+    from ..roofline.service import staging_bound_of_run
+
+    hubs = sorted({Path(r.source_hub) for r in requests})
+    folders = sorted({repo_folder(r.repo) for r in requests})
+    run["io_bound"] = staging_bound_of_run(run, hubs, folders, state_dir)
+    return run
 
 
 def _parse_share(spec: str | None) -> tuple[int, int] | None:
@@ -260,7 +273,14 @@ def print_stage_run(run: dict, prefix: str = "") -> None:
                 f"{prefix}  links ok: {v['links_ok']}, dangling: {v['dangling']}, "
                 f"mismatches: {v['mismatches']}, missing: {v['missing']}"
             )
-    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {run['mb_per_s']:.1f} MB/s")
+    bound = run.get("io_bound")
+    limit = (
+        f" = {bound['pct_of_bound']:.0f} % of this host's {bound['binding']} "
+        f"({bound['source_read'] / 1e6:.0f} MB/s read, {bound['dest_write'] / 1e6:.0f} MB/s write)"
+        if bound
+        else ""
+    )
+    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {run['mb_per_s']:.1f} MB/s{limit}")
 
 
 def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> list:

@@ -7,10 +7,12 @@ through exactly the code paths the real fleet does — only the paths point into
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import atomic
+from ..inventory import HostKind
 from ..launch.demo import demo_launch_tables
 from .hubfixture import (
     DRAFTER_REPO,
@@ -41,8 +43,26 @@ def _q(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
-def write_demo_fleet(workdir: Path, shard_bytes: int = 1024 * 1024) -> DemoFleet:
-    """Build the NAS fixture and a two-host inventory pointing at it under `workdir`."""
+def host_kinds_toml(kinds: Iterable[HostKind]) -> str:
+    """[host_kinds.*] tables for the demo fleet, copied from a real inventory's (never restated)."""
+    out = []
+    for kind in kinds:
+        out.append(f"[host_kinds.{kind.name}]\ndescription = {_q(kind.description)}")
+        for f in kind.figures.values():
+            value = "" if f.value is None else f"value = {f.value!r}, "
+            out.append(f"{f.name} = {{ {value}unit = {_q(f.unit)}, source = {_q(f.source)} }}")
+        out.append("")
+    return "\n".join(out)
+
+
+def write_demo_fleet(
+    workdir: Path, shard_bytes: int = 1024 * 1024, host_kind: HostKind | None = None
+) -> DemoFleet:
+    """Build the NAS fixture and a two-host inventory pointing at it under `workdir`.
+
+    `host_kind` (the checkout's GB10 figures, when the demo runs in one) makes the demo "Sparks"
+    that kind, so the demo report's roofline divides by the real machine's figures.
+    """
     workdir = workdir.resolve()
     fixture = build_nas_hub(workdir / "nas" / "hub", shard_bytes=shard_bytes)
     engram = build_engram_repo(fixture.root, rows={1: 4001, 14: 4003})
@@ -58,8 +78,10 @@ schema_version = 1
 ssh_user = "root"
 nas_hub = {_q(str(fixture.root))}
 reserve_gib = 0
+{f"kind = {_q(host_kind.name)}" if host_kind else ""}
 
 {hosts}
+{host_kinds_toml([host_kind] if host_kind else [])}
 [pins.demo-weights]
 kind = "hf"
 repo = {_q(WEIGHTS_REPO)}
@@ -92,6 +114,10 @@ pin = "demo-engram"
 pattern = ["layers.{{layer}}.engram.embed.weight", "layers.{{layer}}.engram.embed.scale"]
 rows = {{ 1 = 4001, 14 = 4003 }}
 row_bytes = 264
+
+# What the checkpoint cannot say (sparkfleet roofline): the demo's engram reads 2 rows a token.
+[roofline]
+engram_rows_per_token = 2
 """ + demo_launch_tables()
     atomic.write_bytes(root / "hosts" / "fleet.toml", fleet.encode())
     atomic.write_bytes(root / "recipes" / DEMO_LANE / "recipe.toml", recipe.encode())

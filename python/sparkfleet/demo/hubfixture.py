@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..hubcache import SHARED_STORE_LAYOUT, SHARED_STORE_MARKER, repo_folder
+from .synthmodel import SynthSpec, filled, tensors_file_bytes
 
 WEIGHTS_REPO = "demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw"
+# The embedding the drafter shares with the weights: the same blob in both repos' own stores.
+EMBED_FILE = "model-embed.safetensors"
 DRAFTER_REPO = "demo-org/DeepSeek-V4.1-Flash-DSpark-EXL3-3bpw"
 
 
@@ -167,26 +170,25 @@ def build_nas_hub(
 
     weights = _Writer(hub, WEIGHTS_REPO, absolute_links)
     truth = RepoTruth(WEIGHTS_REPO, {"old": _commit("weights-old"), "main": _commit("weights-main")})
-    shared_tensor = _noise(rng, shard_bytes // 2)  # identical bytes in both repos' own blob stores
-    shard_data = []
-    for i in range(shards):
-        # Every shard has the same size; contents differ (the "wrong shard bound by size" trap).
-        shard_data.append(safetensors_bytes({f"model.layers.{i}.experts.w1": _noise(rng, shard_bytes)}))
-    index = {
-        "metadata": {"total_size": sum(len(s) for s in shard_data)},
-        "weight_map": {
-            f"model.layers.{i}.experts.w1": f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-            for i in range(shards)
-        },
-    }
-    config = json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "quant": "exl3-3bpw"}).encode()
+    # The weights are a DeepSeek-shaped synthetic MoE (demo/synthmodel.py): one layer a shard, so
+    # every shard has the same size while contents differ (the "wrong shard bound by size" trap),
+    # and the roofline reads a real config.json and real tensor names from what the demo staged.
+    spec = SynthSpec.for_layer_bytes(shard_bytes, layers=shards)
+    noise = lambda n: _noise(rng, n)  # noqa: E731
+    embed = tensors_file_bytes(filled(spec.top_tensors(), noise))  # identical bytes in both repos
+    shard_data = [tensors_file_bytes(filled(spec.layer_tensors(i), noise)) for i in range(shards)]
+    shard_names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    weight_map = {t: shard_names[i] for i in range(shards) for t in spec.layer_tensors(i)}
+    weight_map.update({t: EMBED_FILE for t in spec.top_tensors()})
+    index = {"metadata": {"total_size": sum(map(len, shard_data)) + len(embed)}, "weight_map": weight_map}
+    config = json.dumps({**spec.config(), "quant": "fp8-demo"}, indent=1).encode()
     routes = ["shared", "shared-abs", "deep", None]
     main_files: dict[str, tuple[bytes, bool, str | None]] = {
         "config.json": (config, False, None),
         "model.safetensors.index.json": (json.dumps(index).encode(), False, None),
         "tokenizer/tokenizer_config.json": (b'{"model_max_length": 1048576}', False, None),
         "tokenizer/nested/special_tokens.json": (b'{"bos": "<s>"}', False, None),
-        "shared-experts.safetensors": (safetensors_bytes({"shared": shared_tensor}), True, None),
+        EMBED_FILE: (embed, True, None),
     }
     for i, data in enumerate(shard_data):
         main_files[f"model-{i + 1:05d}-of-{shards:05d}.safetensors"] = (data, True, routes[i % len(routes)])
@@ -223,7 +225,7 @@ def build_nas_hub(
             True,
             "shared",
         ),
-        "shared-experts.safetensors": (safetensors_bytes({"shared": shared_tensor}), True, None),
+        EMBED_FILE: (embed, True, None),
     }
     drafter.snapshot(dtruth.commits["main"], dfiles, real=set())
     drafter.ref("main", dtruth.commits["main"])
@@ -235,18 +237,6 @@ def build_nas_hub(
 
 ENGRAM_REPO = "demo-org/DeepSeek-V4.1-Flash-Engram"
 ENGRAM_TENSOR = "layers.{layer}.engram.embed.{part}"
-
-
-def tensors_file_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
-    """A valid safetensors file of tensors given as name -> (dtype, shape, raw bytes), in order."""
-    header, offset = {}, 0
-    for name, (dtype, shape, data) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    return struct.pack("<Q", len(head)) + head + b"".join(t[2] for t in tensors.values())
 
 
 @dataclass

@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from ..errors import SourceError
 from ..hubcache import HubRoot, repo_folder
 from ..inventory import Host
+from ..safetensors_header import SafetensorsHeader, TensorInfo, read_header
 from .config import LAYER_FIELD, EngramSpec, TableRef
-from .safetensors_index import SafetensorsHeader, TensorInfo, read_header
 
 INDEX_FILE = "model.safetensors.index.json"
 LOCAL = "local"

@@ -23,8 +23,14 @@ def number(value: Any) -> float | None:
 
 
 def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
-    """The numbers a comparison looks at, by stable names."""
+    """The numbers a comparison looks at, by stable names (a `*pct_of_bound` is shown, not judged)."""
     out: dict[str, float | None] = {}
+    roof = doc.get("roofline") if isinstance(doc.get("roofline"), dict) else {}
+    if isinstance(roof.get("decode"), dict):
+        out["decode_pct_of_bound"] = number(roof["decode"].get("pct_of_bound"))
+    for p in roof.get("prefill") or []:
+        if isinstance(p, dict):
+            out[f"{p.get('test')}@d{p.get('depth')}_pct_of_bound"] = number(p.get("pct_of_bound"))
     probe = (doc.get("decode_probe") or {}).get("metrics") or {}
     out["decode_tps"] = number(probe.get("decode_tps"))
     out["ttft_s"] = number(probe.get("ttft_s"))
@@ -127,6 +133,12 @@ def compare(
     deltas = []
     for name in b:
         rule = _rule(name, thresholds)
+        if name.endswith("pct_of_bound") and b[name] is not None:
+            # Shown side by side, not judged: the measured rates carry the thresholds.
+            cur = n.get(name)
+            change = (cur - b[name]) / b[name] * 100 if cur is not None and b[name] else None
+            deltas.append(MetricDelta(name, b[name], cur, change, "shown", False))
+            continue
         if rule is None or b[name] is None:
             continue
         direction, allowed = rule

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...roofline.section import markdown_lines
 from .comparability import flatten
 
 FINGERPRINT_COLUMNS = (
@@ -216,4 +217,7 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
         ]
         for f in q.get("failed_scenarios") or []:
             lines.append(f"  - {f['scenario_id']} {f['status']}: {f.get('summary') or ''}")
+    roof = doc.get("roofline")
+    if isinstance(roof, dict) and roof:
+        lines += ["", *markdown_lines(roof)]
     return "\n".join(lines) + "\n"

@@ -6,6 +6,8 @@ offsets are relative to the first byte after the header. Reading only the header
 address any row of a 100 GB table without mapping or loading it. Every promise the header makes is
 checked against the file (offsets inside the file, sizes agree with dtype x shape), because a row
 range computed from a lying header would silently pack the wrong bytes.
+
+Two rooms read it: the engram packer (row ranges) and the roofline model (bytes a token touches).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SourceError
+from .errors import SourceError
 
 # safetensors' own cap on the header (100 MB); anything larger is not a safetensors file.
 MAX_HEADER_BYTES = 100 * 1000 * 1000

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from sparkfleet.demo.hubfixture import tensors_file_bytes
-from sparkfleet.engram.safetensors_index import read_header
 from sparkfleet.errors import SourceError
+from sparkfleet.safetensors_header import read_header
 
 
 def raw_file(header: dict, data: bytes) -> bytes:

@@ -1,0 +1,141 @@
+"""`sparkfleet roofline LANE` and `sparkfleet measure HOST`: the physical limit and the figures behind it."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import SparkfleetError
+from ..roofline import service
+from ..roofline.bound import StepTerms, decode_terms
+from ..roofline.lane import cost_from_doc
+from .render import echo_json, load_inventory
+
+
+@click.command()
+@click.argument("lane")
+@click.option("--host", show_default="the lane's head", help="Read the staged files on this host.")
+@click.option(
+    "--context", type=click.IntRange(min=1), default=1024, show_default=True,
+    help="Context length the decode bound is computed at.",
+)  # fmt: skip
+@click.option("--here", is_flag=True, help="Node side: read the files on this machine and answer JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def roofline(
+    ctx: click.Context, lane: str, host: str | None, context: int, here: bool, as_json: bool
+) -> None:
+    """Bytes and FLOPs one token costs the LANE's model, and the decode bound they set.
+
+    Reads config.json and the safetensors headers of the lane's staged snapshot on the head host
+    (over ssh, or here), never the weights themselves. Every bench report of the lane carries the
+    same figures next to what was measured.
+
+    \b
+    Examples:
+      sparkfleet roofline dsv41-flash-4x-mia
+      sparkfleet roofline dsv41-flash-exl3-2x --context 32768 --json
+    """
+    inv = load_inventory(ctx)
+    the_lane = inv.lane(lane)
+    the_host = inv.host(host) if host else None
+    if here:
+        echo_json(service.inputs_here(inv, the_lane, the_host or inv.host(the_lane.hosts[0])))
+        return
+    inputs = service.lane_roofline_inputs(inv, the_lane, the_host)
+    figures = service.figures_for(inv, the_lane, inputs)
+    shape = service.lane_shape(the_lane)
+    target = cost_from_doc(inputs["target"])
+    drafter = cost_from_doc(inputs["drafter"]) if inputs.get("drafter") else None
+    try:
+        terms, notes = decode_terms(target, figures, shape, context, drafter)
+    except SparkfleetError as exc:  # no bandwidth figure: the model's side still stands on its own
+        terms, notes = None, [f"no decode bound: {exc.message} ({exc.hint})"]
+    out = {
+        "lane": lane,
+        "host": inputs["host"],
+        "read_from": inputs["origin"],
+        "tp": shape.tp,
+        "context": context,
+        "model": {
+            "name": target.name,
+            "total_bytes": target.total_bytes,
+            "decode_bytes_per_token": target.step_weight_bytes(1),
+            "decode_bytes_per_token_per_rank": target.step_weight_bytes(1) / shape.tp,
+            "breakdown": target.decode_breakdown(1),
+            "kv_bytes_per_token": target.kv_bytes_per_token,
+            "flops_per_token": target.flops_per_token(context),
+        },
+        "step": _step_doc(terms, shape.draft_tokens) if terms else None,
+        "machine": service.machine_doc(inv, the_lane, inputs),
+        "notes": list(dict.fromkeys([*notes, *target.notes])),
+    }
+    if as_json:
+        echo_json(out)
+        return
+    m, s = out["model"], out["step"] or {}
+    click.echo(f"{lane}: {m['name']}, read from {out['read_from']} on {out['host']}")
+    click.echo(
+        f"  per decode token: {m['decode_bytes_per_token'] / 1e9:.4f} GB of weights "
+        f"({m['decode_bytes_per_token_per_rank'] / 1e9:.4f} GB a rank at TP{shape.tp})"
+    )
+    for category, nbytes in sorted(m["breakdown"].items(), key=lambda x: -x[1]):
+        click.echo(f"    {category:<14} {nbytes / 1e9:10.4f} GB")
+    if m["kv_bytes_per_token"]:
+        click.echo(f"  KV cache: {m['kv_bytes_per_token']} bytes per context token")
+    if s:
+        click.echo(
+            f"  one step at context {context}: memory {s['memory_ms']:.2f} ms"
+            + (f", compute {s['compute_ms']:.3f} ms" if s["compute_ms"] is not None else "")
+            + (f", fabric {s['fabric_ms']:.3f} ms" if s["fabric_ms"] is not None else "")
+            + f" -> bound {s['bound_tps_at_1_token_per_step']:.1f} tok/s ({s['binding']}-bound)"
+        )
+    if s.get("bound_tps_if_every_draft_accepted"):
+        click.echo(f"  with every draft accepted: {s['bound_tps_if_every_draft_accepted']:.1f} tok/s")
+    for name, f in out["machine"]["figures"].items():
+        click.echo(
+            f"  {name}: {f['value']} ({f['origin']}; {f['source'] or (f['measured'] or {}).get('method')})"
+        )
+    for note in out["notes"]:
+        click.echo(f"  note: {note}")
+
+
+def _step_doc(terms: StepTerms, draft_tokens: int | None) -> dict:
+    return {
+        "memory_ms": terms.memory_s * 1000,
+        "compute_ms": None if terms.compute_s is None else terms.compute_s * 1000,
+        "fabric_ms": None if terms.fabric_s is None else terms.fabric_s * 1000,
+        "bound_step_ms": terms.bound_s * 1000,
+        "binding": terms.binding(),
+        "bound_tps_at_1_token_per_step": 1.0 / terms.bound_s,
+        "bound_tps_if_every_draft_accepted": (draft_tokens + 1) / terms.bound_s if draft_tokens else None,
+    }
+
+
+@click.command()
+@click.argument("host")
+@click.option("--quick", is_flag=True, help="64 MiB probes instead of 512 MiB.")
+@click.option("--here", is_flag=True, help="Node side: measure this machine as HOST and answer JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def measure(ctx: click.Context, host: str, quick: bool, here: bool, as_json: bool) -> None:
+    """Measure HOST's NVMe read/write, NAS read and memory rates on HOST itself, and record them.
+
+    The roofline uses a measured figure over the declared one ([host_kinds] in hosts/fleet.toml).
+
+    \b
+    Examples:
+      sparkfleet measure dgx1
+      sparkfleet measure dgx1 --quick --json
+    """
+    inv = load_inventory(ctx)
+    the_host = inv.host(host)
+    found = (
+        {n: m.__dict__ for n, m in service.measure_here(the_host, quick).items()}
+        if here
+        else service.measure_host(inv, the_host, quick)
+    )
+    if as_json or here:
+        echo_json(found)
+        return
+    for name, m in found.items():
+        click.echo(f"{host} {name:<16} {m['value'] / 1e9:8.2f} G/s  ({m['method']}; {m['measured_utc']})")

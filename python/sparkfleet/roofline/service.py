@@ -1,0 +1,170 @@
+"""The roofline's actions: measure a host, gather a lane's inputs there, bound a report, bound a stage.
+
+Everything that must read a host's files runs on that host — the same sparkfleet, started over
+OpenSSH (`hosts.SshHost`) or as a subprocess for this machine — and answers one JSON document; the
+pure parts (`model`, `bound`, `section`) only ever see that JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import SparkfleetError
+from ..hosts import LocalHost, check_reachable, connect
+from ..inventory import Host, Inventory, Lane
+from ..launch.spec import state_dir_of
+from ..stage.remote import is_this_host, sparkfleet_argv
+from .bound import LaneShape
+from .lane import RooflineConfig, lane_inputs
+from .machine import (
+    Measurement,
+    load_measurements,
+    machine_figures,
+    measurement_of,
+    primitives_doc,
+    record_measurements,
+)
+from .measure import cpu_copy_rate, gpu_rates, largest_files, read_rate, write_rate
+from .section import build_section
+
+REMOTE_TIMEOUT_S = 600.0
+STREAMS = 4  # parallel readers/writers in the probes: staging's default --jobs
+
+
+def measure_here(host: Host, quick: bool = False) -> dict[str, Measurement]:
+    """Measure this machine as `host`: NVMe read/write, NAS read, memory; record and return all."""
+    limit = 64 * 1024 * 1024 if quick else 512 * 1024 * 1024
+    found: dict[str, tuple[float, str]] = {}
+    nvme = read_rate(largest_files([host.local_hub]), limit, "local hub blobs", STREAMS)
+    if nvme:
+        found["nvme_read"] = (nvme.value, nvme.method)
+    nas = read_rate(largest_files([host.nas_hub]), limit, "NAS hub blobs", STREAMS)
+    if nas:
+        found["nas_read"] = (nas.value, nas.method)
+    state = state_dir_of(host)
+    wrote = write_rate(state / "measure", limit // 2, "state dir (local NVMe)", STREAMS)
+    found["nvme_write"] = (wrote.value, wrote.method)
+    cpu = cpu_copy_rate(limit // 2)
+    found["cpu_memory_copy"] = (cpu.value, cpu.method)
+    for name, rate in gpu_rates().items():
+        found[name] = (rate.value, rate.method)
+    return record_measurements(state, found)
+
+
+def _run_there(inv: Inventory, host: Host, tail: list[str]) -> dict[str, Any]:
+    """Run `sparkfleet --root ROOT <tail> --here --json` on `host` and return its JSON answer."""
+    runner = LocalHost(host.name) if is_this_host(host) else connect(host)
+    argv = [*sparkfleet_argv(runner), "--root", str(inv.root.resolve()), *tail, "--here", "--json"]
+    result = check_reachable(runner.run(argv, timeout=REMOTE_TIMEOUT_S))
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SparkfleetError(
+            f"{host.name}: `{' '.join(tail)}` failed: {detail}", exit_code=result.returncode
+        )
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        raise SparkfleetError(f"{host.name}: `{' '.join(tail)}` answered no JSON") from None
+
+
+def measure_host(inv: Inventory, host: Host, quick: bool = False) -> dict[str, Any]:
+    """`measure` on the host itself (here or over ssh); the recorded figures as JSON."""
+    if is_this_host(host):
+        return {name: m.__dict__ for name, m in measure_here(host, quick).items()}
+    return _run_there(inv, host, ["measure", host.name, *(["--quick"] if quick else [])])
+
+
+def inputs_here(inv: Inventory, lane: Lane, host: Host) -> dict[str, Any]:
+    """The lane's model costs read on this machine (as `host`), plus its recorded measurements."""
+    out = lane_inputs(inv, lane, host)
+    out["measurements"] = {n: m.__dict__ for n, m in load_measurements(state_dir_of(host)).items()}
+    return out
+
+
+def lane_roofline_inputs(inv: Inventory, lane: Lane, host: Host | None = None) -> dict[str, Any]:
+    """Inputs for `lane`, read on `host` (default: the lane's head, where rank 0's files are)."""
+    host = host or inv.host(lane.hosts[0])
+    if is_this_host(host):
+        return inputs_here(inv, lane, host)
+    return _run_there(inv, host, ["roofline", lane.name, "--host", host.name])
+
+
+def lane_shape(lane: Lane) -> LaneShape:
+    world = lane.raw.get("world") or {}
+    tp = int(world.get("tp") or len(lane.hosts) or 1)
+    return LaneShape(tp=tp, draft_tokens=RooflineConfig.of(lane).draft_tokens)
+
+
+def figures_for(inv: Inventory, lane: Lane, inputs: dict[str, Any]):
+    host = inv.host(inputs.get("host") or lane.hosts[0])
+    measured = {name: measurement_of(m) for name, m in (inputs.get("measurements") or {}).items()}
+    return machine_figures(inv, host, measured)
+
+
+def report_section(inv: Inventory, lane: Lane, report: dict[str, Any], inputs: dict[str, Any]) -> dict:
+    """The roofline section for a lane's report document."""
+    return build_section(report, inputs, figures_for(inv, lane, inputs), lane_shape(lane))
+
+
+def section_for_report(inv: Inventory, lane_name: str, report: dict[str, Any]) -> dict[str, Any]:
+    """The section, or why there is none (a report is written either way, never lost to this)."""
+    lane = inv.lane(lane_name)
+    try:
+        return report_section(inv, lane, report, lane_roofline_inputs(inv, lane))
+    except SparkfleetError as exc:
+        return {"unavailable": exc.message, "hint": exc.hint}
+
+
+def machine_doc(inv: Inventory, lane: Lane, inputs: dict[str, Any]) -> dict[str, Any]:
+    return primitives_doc(figures_for(inv, lane, inputs))
+
+
+def staging_bound_of_run(
+    run: dict[str, Any], source_hubs: list[Path], repo_dirs: list[str], state_dir: Path | None
+) -> dict[str, Any] | None:
+    """`staging_bound` for a finished stage run (its `as_dict()`), probing where it read and wrote."""
+    roots = [hub / "blobs" for hub in source_hubs]
+    roots += [hub / d / "blobs" for hub in source_hubs for d in repo_dirs]
+    dest = Path(run["dest_hub"]) / ".locks"
+    return staging_bound(run.get("copied_bytes", 0), run.get("seconds", 0.0), roots, dest, state_dir)
+
+
+def staging_bound(
+    copied_bytes: int, seconds: float, source_roots: list[Path], dest_dir: Path, state_dir: Path | None
+) -> dict[str, Any] | None:
+    """Stage throughput as a % of the slower of source read and destination write on this host.
+
+    Uses the host's recorded `nas_read`/`nvme_write` when `measure` or an earlier stage made them,
+    else measures both now (64 MiB each) and records them for next time.
+    """
+    if seconds <= 0 or copied_bytes <= 0:
+        return None
+    known = load_measurements(state_dir) if state_dir else {}
+    read = known["nas_read"].value if "nas_read" in known else None
+    write = known["nvme_write"].value if "nvme_write" in known else None
+    fresh: dict[str, tuple[float, str]] = {}
+    if read is None:
+        rate = read_rate(largest_files(source_roots, 8), 64 * 1024 * 1024, "stage source blobs", STREAMS)
+        if rate:
+            read = rate.value
+            fresh["nas_read"] = (rate.value, rate.method)
+    if write is None:
+        rate = write_rate(dest_dir, 64 * 1024 * 1024, "stage destination", STREAMS)
+        write = rate.value
+        fresh["nvme_write"] = (rate.value, rate.method)
+    if fresh and state_dir is not None:
+        record_measurements(state_dir, fresh)
+    if read is None:
+        return None
+    bound = min(read, write)
+    throughput = copied_bytes / seconds
+    return {
+        "throughput": throughput,
+        "source_read": read,
+        "dest_write": write,
+        "bound": bound,
+        "binding": "source read" if read <= write else "destination write",
+        "pct_of_bound": 100.0 * throughput / bound,
+    }
