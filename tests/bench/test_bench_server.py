@@ -110,11 +110,13 @@ def test_api_key_required(fake_lane):
 
 
 def test_server_info_and_metrics(fake_lane):
-    lane = fake_lane("--tokens-per-chunk", "3")
+    lane = fake_lane("--tokens-per-chunk", "3", "--first-chunk-alone")
     endpoint = Endpoint(lane.url, "m")
     stream_chat(endpoint, chat_request(endpoint, "hi there", 4))
     info = get_json(endpoint, "/get_server_info", root=True)
-    assert info["internal_states"][0]["avg_spec_accept_length"] == 3.0
+    assert (
+        info["internal_states"][0]["avg_spec_accept_length"] == 3.0
+    )  # the prefill token, then one step of 3
     status, body = get(endpoint, "/metrics", root=True)
     text = body.decode()
     assert status == 200 and 'sglang:generation_tokens_total{model_name="deepseek-v4.1-flash"} 4' in text
