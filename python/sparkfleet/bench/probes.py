@@ -22,6 +22,9 @@ DEFAULT_SMOKE = (
     ("What is 19+23? Answer with the number only.", "42"),
 )
 _THINK = re.compile(r"<think>.*?</think>", re.S)
+# Room for a reasoning model to think before it answers (DeepSeek-V4.1-Flash reasons first): a
+# 64-token budget fails a correct answer that simply came after 100 tokens of thought.
+DEFAULT_SMOKE_MAX_TOKENS = 2048
 
 
 # -- smoke --------------------------------------------------------------------------------------
@@ -31,7 +34,7 @@ class SmokeCase:
 
     prompt: str
     expect: str
-    max_tokens: int = 64
+    max_tokens: int = DEFAULT_SMOKE_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -52,16 +55,24 @@ def answer_matches(answer: str, expect: str) -> bool:
 
 
 def run_smoke_case(endpoint: Endpoint, case: SmokeCase) -> SmokeOutcome:
+    """Ask one case and judge the *answer*: never the reasoning, and never a reply that was cut off."""
     result = stream_chat(endpoint, chat_request(endpoint, case.prompt, case.max_tokens))
     if not result.ok:
         return SmokeOutcome(case.prompt, case.expect, False, None, result.finish_reason, None, result.error)
-    answer = result.text
+    answer = endpoint.secrets.safe(result.answer)
     latency = (result.chunks[-1].at if result.chunks else result.ended) - result.started
     problem = None
-    if not answer_matches(answer, case.expect):
+    if result.finish_reason == "length":
+        problem = (
+            f"cut off after {case.max_tokens} tokens (finish_reason 'length'); "
+            "raise smoke.max_tokens in the recipe or pass --max-tokens"
+        )
+    elif not answer_matches(answer, case.expect):
         problem = f"expected {case.expect!r} in the answer"
+        if not answer and result.reasoning_text:
+            problem += " (the reply was all reasoning, no answer)"
     elif result.finish_reason != "stop":
-        problem = f"finish_reason {result.finish_reason!r}, expected 'stop' (answer cut off?)"
+        problem = f"finish_reason {result.finish_reason!r}, expected 'stop'"
     return SmokeOutcome(
         case.prompt, case.expect, problem is None, answer, result.finish_reason, latency, problem
     )

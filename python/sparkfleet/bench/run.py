@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from .. import __version__
 from ..errors import SparkfleetError
-from .client import Endpoint, chat_request, discover_model, stream_chat
+from .client import chat_request, discover_model, stream_chat
 from .metrics import measure
 from .probes import (
     DecodeProbe,
@@ -155,7 +155,7 @@ def run_bench(
 
     try:
         try:
-            endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
+            endpoint = discover_model(target.endpoint(model, timeout))
         except SparkfleetError as exc:  # unreachable, booting, or an error page: a failed run, on record
             run.fail(f"server: {exc.message}")
             return run

@@ -16,7 +16,9 @@ from typing import Any
 
 from ..errors import SparkfleetError
 from ..inventory import Inventory, Lane
-from .probes import DEFAULT_SMOKE, SmokeCase
+from .client import Endpoint
+from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
+from .sanitize import clean, split_credentials
 
 DEFAULT_PORT = 30000
 API_KEY_ENV = "SPARKFLEET_API_KEY"
@@ -45,10 +47,14 @@ class BenchTarget:
     baseline: str | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     api_key_env: str = API_KEY_ENV
+    url_auth: str | None = field(default=None, repr=False)  # from `user:pass@` in --url, never stored
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file we write, never into a report)."""
         return os.environ.get(self.api_key_env) or None
+
+    def endpoint(self, model: str | None, timeout: float) -> Endpoint:
+        return Endpoint(self.url, model, self.api_key(), timeout, basic_auth=self.url_auth)
 
 
 def _section(lane: Lane, name: str) -> dict[str, Any]:
@@ -89,7 +95,7 @@ def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
 
 def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
     smoke = _section(lane, "smoke")
-    default_max = int(smoke.get("max_tokens", 64))
+    default_max = int(smoke.get("max_tokens", DEFAULT_SMOKE_MAX_TOKENS))
     cases = tuple(
         SmokeCase(c["prompt"], str(c["expect"]), int(c.get("max_tokens", default_max)))
         for c in smoke.get("cases") or []
@@ -116,11 +122,13 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
 
 
 def for_url(url: str, out: Path | None) -> BenchTarget:
+    """A target for any URL; `user:pass@` in it becomes an Authorization header, never a stored URL."""
+    creds = split_credentials(url)
     if not url.startswith(("http://", "https://")):
         raise SparkfleetError(
-            f"--url wants an http(s) URL, got {url!r}", hint="e.g. http://127.0.0.1:30000/v1"
+            f"--url wants an http(s) URL, got {clean(creds.url)!r}", hint="e.g. http://127.0.0.1:30000/v1"
         )
-    url = url.rstrip("/")
+    url = creds.url.rstrip("/")
     if not url.endswith("/v1"):
         url += "/v1"
-    return BenchTarget(url=url, reports_dir=out)
+    return BenchTarget(url=url, reports_dir=out, url_auth=creds.basic_auth)

@@ -9,6 +9,7 @@ the command line, and never reaches a report.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import click
@@ -16,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import report as reports
-from ..bench.client import Endpoint, discover_model
-from ..bench.probes import DecodeProbe, run_smoke_case
+from ..bench.client import discover_model
+from ..bench.probes import DecodeProbe, SmokeCase, run_smoke_case
 from ..bench.quality import QualitySettings
 from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
@@ -28,6 +29,37 @@ from .progress import wants_bar
 from .render import echo_json, load_inventory
 
 DEFAULT_URL_OUT = Path("sparkfleet-reports")
+POSITIVE = click.IntRange(min=1)
+
+
+class IntList(click.ParamType):
+    """'512,2048' or '512 2048' → (512, 2048), each at least `minimum` (checked before any request)."""
+
+    name = "ints"
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        if isinstance(value, tuple):
+            return value
+        try:
+            items = tuple(int(x) for x in str(value).replace(",", " ").split())
+        except ValueError:
+            self.fail(f"expected integers, got {value!r}", param, ctx)
+        if not items:
+            self.fail("expected at least one integer", param, ctx)
+        bad = [x for x in items if x < self.minimum]
+        if bad:
+            self.fail(f"{bad[0]} is below {self.minimum}", param, ctx)
+        return items
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A deadline must be a finite number of seconds above zero (nan and inf never expire)."""
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds")
+    return value
 
 
 def _target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
@@ -79,16 +111,35 @@ class RichBenchProgress:
     "--url", help="Any OpenAI-compatible base URL instead of a lane (e.g. http://127.0.0.1:30000/v1)."
 )
 @click.option("--model", help="Model name (default: the first from /v1/models).")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--max-tokens",
+    type=POSITIVE,
+    help="Token budget per answer, reasoning included [recipe's smoke.max_tokens, else 2048].",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    callback=_seconds,
+    help="Deadline for each whole request (connect to last byte).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def smoke(
-    ctx: click.Context, lane: str | None, url: str | None, model: str | None, timeout: float, as_json: bool
+    ctx: click.Context,
+    lane: str | None,
+    url: str | None,
+    model: str | None,
+    max_tokens: int | None,
+    timeout: float,
+    as_json: bool,
 ) -> None:
-    """Ask the recipe's smoke prompts (temperature 0) and check answers and finish_reason."""
+    """Ask the recipe's smoke prompts (temperature 0) and check the answers (not the reasoning)."""
     target = _target(ctx, lane, url, None)
-    endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
-    outcomes = [run_smoke_case(endpoint, case) for case in target.smoke]
+    endpoint = discover_model(target.endpoint(model, timeout))
+    cases = [SmokeCase(c.prompt, c.expect, max_tokens or c.max_tokens) for c in target.smoke]
+    outcomes = [run_smoke_case(endpoint, case) for case in cases]
     ok = all(o.passed for o in outcomes)
     if as_json:
         echo_json(
@@ -111,13 +162,6 @@ def smoke(
 
 
 # -- bench ------------------------------------------------------------------------------------------
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.replace(",", " ").split())
-    except ValueError:
-        raise click.BadParameter(f"expected integers, got {text!r}") from None
-
-
 @click.command()
 @click.argument("lane", required=False)
 @click.option("--url", help="Any OpenAI-compatible base URL instead of a lane.")
@@ -129,16 +173,16 @@ def _ints(text: str) -> tuple[int, ...]:
 )
 @click.option("--quick", is_flag=True, help="A short run (seconds): small probe, one table row each, c=1,2.")
 @click.option("--model", help="Model name (default: the first from /v1/models).")
-@click.option("--prompt-tokens", type=int, help="Decode probe prompt length [487].")
-@click.option("--max-tokens", type=int, help="Decode probe output tokens [400].")
-@click.option("--pp", help="Prefill sizes, e.g. '512,2048'.")
-@click.option("--tg", help="Generation sizes, e.g. '128'.")
-@click.option("--depths", help="Context depths, e.g. '0,4096'.")
-@click.option("--runs", type=int, help="Repetitions per pp/tg row [2].")
-@click.option("--concurrency", help="Sweep levels, e.g. '1,2,4,8,16'.")
-@click.option("--requests", type=int, help="Requests per sweep level (at least the level) [16].")
-@click.option("--sweep-prompt-tokens", type=int, help="Sweep prompt length [256].")
-@click.option("--sweep-max-tokens", type=int, help="Sweep output tokens [128].")
+@click.option("--prompt-tokens", type=POSITIVE, help="Decode probe prompt length [487].")
+@click.option("--max-tokens", type=POSITIVE, help="Decode probe output tokens [400].")
+@click.option("--pp", type=IntList(1), help="Prefill sizes, e.g. '512,2048'.")
+@click.option("--tg", type=IntList(1), help="Generation sizes, e.g. '128'.")
+@click.option("--depths", type=IntList(0), help="Context depths, e.g. '0,4096'.")
+@click.option("--runs", type=POSITIVE, help="Repetitions per pp/tg row [2].")
+@click.option("--concurrency", type=IntList(1), help="Sweep levels, e.g. '1,2,4,8,16'.")
+@click.option("--requests", type=POSITIVE, help="Requests per sweep level (at least the level) [16].")
+@click.option("--sweep-prompt-tokens", type=POSITIVE, help="Sweep prompt length [256].")
+@click.option("--sweep-max-tokens", type=POSITIVE, help="Sweep output tokens [128].")
 @click.option(
     "--quality/--no-quality", default=None, help="Run tool-eval-bench (default: yes, no with --quick)."
 )
@@ -149,7 +193,14 @@ def _ints(text: str) -> tuple[int, ...]:
     type=click.Path(exists=True, path_type=Path),
     help="Local tokenizer.json (or folder) for servers that report no usage.",
 )
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    callback=_seconds,
+    help="Deadline for each whole request (connect to last byte).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def bench(
@@ -162,11 +213,11 @@ def bench(
     model: str | None,
     prompt_tokens: int | None,
     max_tokens: int | None,
-    pp: str | None,
-    tg: str | None,
-    depths: str | None,
+    pp: tuple[int, ...] | None,
+    tg: tuple[int, ...] | None,
+    depths: tuple[int, ...] | None,
     runs: int | None,
-    concurrency: str | None,
+    concurrency: tuple[int, ...] | None,
     requests: int | None,
     sweep_prompt_tokens: int | None,
     sweep_max_tokens: int | None,
@@ -183,7 +234,7 @@ def bench(
     target = _target(ctx, lane, url, out)
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
-        levels=_ints(concurrency) if concurrency else base.sweep.levels,
+        levels=concurrency or base.sweep.levels,
         requests_per_level=requests or base.sweep.requests_per_level,
         prompt_tokens=sweep_prompt_tokens or base.sweep.prompt_tokens,
         max_tokens=sweep_max_tokens or base.sweep.max_tokens,
@@ -191,9 +242,9 @@ def bench(
     want_quality = (not quick) if quality is None else quality
     settings = BenchSettings(
         probe=DecodeProbe(prompt_tokens or base.probe.prompt_tokens, max_tokens or base.probe.max_tokens),
-        pp=_ints(pp) if pp else base.pp,
-        tg=_ints(tg) if tg else base.tg,
-        depths=_ints(depths) if depths else base.depths,
+        pp=pp or base.pp,
+        tg=tg or base.tg,
+        depths=depths or base.depths,
         table_runs=runs or base.table_runs,
         sweep=sweep,
         quality=QualitySettings(
