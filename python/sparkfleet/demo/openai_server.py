@@ -19,6 +19,7 @@ Conventions (documented because tests and benchmarks rely on them):
   a deterministic word stream of max_tokens tokens (default 64), finish_reason "length".
 - --reasoning-tokens N starts every chat answer with N thinking words streamed as
   `reasoning_content` (SGLang's reasoning parser does this for DeepSeek); max_tokens counts them.
+  For a sum the last thinking word is the right result; --wrong-answer then answers one less.
 - Usage: --usage none never reports usage; final reports it in a last chunk when the request asks
   `stream_options.include_usage`; continuous also puts cumulative usage in every chunk when the request
   asks `stream_options.continuous_usage_stats` (as vLLM and SGLang do).
@@ -161,6 +162,7 @@ class ServerConfig:
     seed: int = 0
     max_running: int = 0  # 0 = every request decodes at once
     reasoning_tokens: int = 0  # chat answers start with this many thinking words (reasoning_content)
+    wrong_answer: bool = False  # sums answered one too low (after reasoning that got them right)
     first_chunk_alone: bool = False
     accept_range: tuple[int, int] | None = None
     role_chunk: bool = True
@@ -224,11 +226,15 @@ def last_user_text(body: dict[str, Any]) -> str:
     return str(body.get("prompt", ""))
 
 
-def answer_tokens(body: dict[str, Any], words: list[str], reasoning: int = 0) -> tuple[list[str], str, int]:
+def answer_tokens(
+    body: dict[str, Any], words: list[str], reasoning: int = 0, wrong: bool = False
+) -> tuple[list[str], str, int]:
     """(output tokens, finish_reason, how many of them are reasoning) for a request (deterministic).
 
     With `reasoning` > 0 the answer is preceded by that many thinking words (streamed as
-    reasoning_content, as SGLang's reasoning parser does); max_tokens counts them too.
+    reasoning_content, as SGLang's reasoning parser does); max_tokens counts them too. For a sum
+    the reasoning ends with the right result; `wrong` makes the final answer one less (a model that
+    reasoned right and answered wrong: only the answer may be judged).
     """
     max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
     thinking = [f"think{i % 10}" for i in range(reasoning)]
@@ -236,7 +242,9 @@ def answer_tokens(body: dict[str, Any], words: list[str], reasoning: int = 0) ->
     if match:
         a, op, b = int(match.group(1)), match.group(2), int(match.group(3))
         value = a + b if op == "+" else a - b if op == "-" else a * b
-        tokens, finish = thinking + [str(value)], "stop"
+        if thinking:
+            thinking[-1] = str(value)
+        tokens, finish = thinking + [str(value - 1 if wrong else value)], "stop"
     else:
         digest = hashlib.sha256(" ".join(words).encode()).digest()
         start = int.from_bytes(digest[:4], "big")
@@ -474,7 +482,9 @@ class Handler(BaseHTTPRequestHandler):
         words = prompt_words(body)
         cached = self._cached_tokens(words)
         chat = path == "/v1/chat/completions"
-        tokens, finish, thinking = answer_tokens(body, words, cfg.reasoning_tokens if chat else 0)
+        tokens, finish, thinking = answer_tokens(
+            body, words, cfg.reasoning_tokens if chat else 0, cfg.wrong_answer
+        )
         if cfg.hostile in ("echo-key", "escapes") and thinking < len(tokens):
             extra = self._echo() if cfg.hostile == "echo-key" else ESCAPES
             tokens[-1] += extra.replace(" ", "_")
@@ -803,6 +813,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reasoning-tokens", type=int, default=0, help="thinking words before each chat answer")
     p.add_argument("--max-running", type=int, default=0, help="requests decoding at once; others queue")
+    p.add_argument("--wrong-answer", action="store_true", help="answer sums one too low")
     p.add_argument("--first-chunk-alone", action="store_true", help="prefill token alone, then decode steps")
     p.add_argument("--accept-range", metavar="LO-HI", help="tokens per decode step drawn from LO..HI")
     p.add_argument("--no-role-chunk", action="store_true", help="no role-only opening chunk")
@@ -848,6 +859,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         seed=a.seed,
         max_running=a.max_running,
         reasoning_tokens=a.reasoning_tokens,
+        wrong_answer=a.wrong_answer,
         first_chunk_alone=a.first_chunk_alone,
         accept_range=accept_range,
         role_chunk=not a.no_role_chunk,
