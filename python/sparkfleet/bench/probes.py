@@ -6,12 +6,11 @@ and why), never as a number.
 
 from __future__ import annotations
 
-import http.client
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .client import Endpoint, chat_request, get, get_json, stream_chat
+from .client import Endpoint, chat_request, stream_chat
 from .metrics import RequestMetrics, measure
 from .prompts import make_prompt
 from .tokens import TokenCounter
@@ -169,59 +168,3 @@ def run_tg(
         ttfts.append(m.ttft_s or 0.0)
         source = m.token_source
     return _row(f"tg{tg}", depth, samples, ttfts, source, None)
-
-
-# -- speculative decoding accept length -----------------------------------------------------------
-@dataclass(frozen=True)
-class SpecAccept:
-    value: float
-    source: str  # "/get_server_info" | "/metrics"
-
-
-def _find_accept(doc: object) -> float | None:
-    if isinstance(doc, dict):
-        value = doc.get("avg_spec_accept_length")
-        if isinstance(value, int | float):
-            return float(value)
-        for key in ("internal_states", "scheduler_info"):
-            found = _find_accept(doc.get(key))
-            if found is not None:
-                return found
-    if isinstance(doc, list):
-        values = [v for v in (_find_accept(d) for d in doc) if v is not None]
-        return sum(values) / len(values) if values else None
-    return None
-
-
-_PROM = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN)\s*$")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Metric name → value (summed over label sets), for the few metrics we read."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _PROM.match(line.strip())
-        if match and match.group(3) != "NaN":
-            out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
-    return out
-
-
-def spec_accept_length(endpoint: Endpoint) -> SpecAccept | None:
-    """SGLang's avg_spec_accept_length, or vLLM's 1 + accepted/drafts from /metrics; None if absent."""
-    value = _find_accept(get_json(endpoint, "/get_server_info", root=True))
-    if value is not None:
-        return SpecAccept(value, "/get_server_info")
-    try:
-        status, body = get(endpoint, "/metrics", root=True)
-    except (OSError, http.client.HTTPException):
-        return None
-    if status != 200:
-        return None
-    metrics = parse_prometheus(body.decode(errors="replace"))
-    if "sglang:spec_accept_length" in metrics:
-        return SpecAccept(metrics["sglang:spec_accept_length"], "/metrics")
-    drafts = metrics.get("vllm:spec_decode_num_drafts_total")
-    accepted = metrics.get("vllm:spec_decode_num_accepted_tokens_total")
-    if drafts and accepted is not None:
-        return SpecAccept(1.0 + accepted / drafts, "/metrics")
-    return None

@@ -23,16 +23,15 @@ from .probes import (
     DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
-    SpecAccept,
     TableRow,
     run_decode_probe,
     run_pp,
     run_smoke_case,
     run_tg,
-    spec_accept_length,
 )
 from .prompts import run_nonce
 from .quality import QualityResult, QualitySettings, run_quality
+from .spec import SpecAccept, SpecSampler
 from .sweep import SweepLevel, SweepSettings, run_level
 from .target import BenchTarget
 from .tokens import TokenCounter
@@ -65,6 +64,7 @@ class BenchSettings:
     sweep: SweepSettings = SweepSettings()
     quality: QualitySettings | None = QualitySettings()
     smoke: bool = True
+    spec_sample_s: float = 0.5  # how often the SGLang accept-length gauge is sampled
 
     @classmethod
     def quick(cls) -> BenchSettings:
@@ -153,6 +153,7 @@ def run_bench(
     def prefix() -> str:
         return f"sf-{nonce}-r{next(counter)}"
 
+    sampler: SpecSampler | None = None
     try:
         try:
             endpoint = discover_model(target.endpoint(model, timeout))
@@ -174,6 +175,7 @@ def run_bench(
                 progress.step("smoke")
                 if not outcome.passed:
                     run.fail(f"smoke {case.prompt!r}: {outcome.problem}")
+        sampler = SpecSampler(endpoint, settings.spec_sample_s)
         run.decode_probe = run_decode_probe(endpoint, settings.probe, prefix(), tokenizer)
         progress.step("decode probe")
         if not run.decode_probe.metrics.ok:
@@ -208,7 +210,7 @@ def run_bench(
                     f"sweep c={level}: {result.failed}/{result.requests} requests failed: "
                     f"{'; '.join(result.errors)}"
                 )
-        run.spec_accept = spec_accept_length(endpoint)
+        run.spec_accept = sampler.stop()
         if settings.quality is None:
             run.quality_note = "quality not run (--no-quality or --quick)"
         else:
@@ -219,6 +221,8 @@ def run_bench(
             if run.quality.status != "ok":
                 run.fail(f"quality: {run.quality.error}")
     finally:
+        if sampler is not None:
+            sampler.close()
         run.token_sources = _token_sources(run)
         run.duration_s = time.monotonic() - started
         run.client_cpu_s = _cpu_seconds() - cpu0

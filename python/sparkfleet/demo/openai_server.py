@@ -170,7 +170,7 @@ class ServerConfig:
     think_in_content: bool = False
     cache_report: bool = True
     overhead_ms: float = 0.0
-    spec_metrics: str = "sglang"  # sglang | vllm
+    spec_metrics: str = "sglang"  # sglang | vllm | none (only /get_server_info's lifetime average)
     spec_ranks: int = 1
     spec_history_drafts: int = 0
     spec_history_accept: float = 0.0
@@ -292,6 +292,11 @@ def render_prometheus(cfg: ServerConfig, state: ServerState) -> str:
             "# TYPE sglang:generation_tokens_total counter",
             f'sglang:generation_tokens_total{{model_name="{cfg.served_model_name}"}} '
             f"{state.generation_tokens_total}",
+        ]
+    if cfg.speculative:  # the truth, for tests: steps and the tokens they yielded (no engine has these)
+        lines += [
+            f"sparkfleet_demo:spec_steps_total {drafts}",
+            f"sparkfleet_demo:spec_step_tokens_total {drafts + accepted}",
         ]
     if cfg.speculative and cfg.spec_metrics == "sglang":
         window = sum(recent) / len(recent) if recent else cfg.spec_history_accept
@@ -821,7 +826,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--think-in-content", action="store_true", help="no reasoning parser: </think> in content")
     p.add_argument("--no-cache-report", action="store_true", help="usage without prompt_tokens_details")
     p.add_argument("--overhead-ms", type=float, default=0.0, help="per-request cost before prefill")
-    p.add_argument("--spec-metrics", choices=("sglang", "vllm"), default="sglang")
+    p.add_argument("--spec-metrics", choices=("sglang", "vllm", "none"), default="sglang")
     p.add_argument("--spec-ranks", type=int, default=1, help="tp_rank series of the SGLang gauge")
     p.add_argument("--spec-history-drafts", type=int, default=0, help="decode steps before this run")
     p.add_argument("--spec-history-accept", type=float, default=0.0, help="their mean accept length")
