@@ -96,7 +96,8 @@ class DecodeProbeResult:
 def run_decode_probe(
     endpoint: Endpoint, probe: DecodeProbe, prefix: str, tokenizer: TokenCounter | None = None
 ) -> DecodeProbeResult:
-    body = chat_request(endpoint, make_prompt(probe.prompt_tokens, prefix), probe.max_tokens, ignore_eos=True)
+    prompt = make_prompt(probe.prompt_tokens, prefix, tokenizer)
+    body = chat_request(endpoint, prompt, probe.max_tokens, ignore_eos=True)
     return DecodeProbeResult(probe, measure(stream_chat(endpoint, body), tokenizer))
 
 
@@ -193,18 +194,19 @@ def run_pp(
     runs: int,
     prefix: Callable[[], str],
     rtt_s: float | None = None,
+    tokenizer: TokenCounter | None = None,
 ) -> TableRow:
     """Prefill of `pp` new tokens after `depth` tokens of context in the KV cache (PP_DEFINITION)."""
     samples, net, ttfts, bases = [], [], [], set()
     for _ in range(runs):
-        context = make_prompt(depth, prefix()) if depth else ""
+        context = make_prompt(depth, prefix(), tokenizer) if depth else ""
         context_tokens = 0
         if depth:
             warm = measure(stream_chat(endpoint, chat_request(endpoint, context, 1)))
             if not warm.ok:
                 return _row(f"pp{pp}", depth, [], [], None, f"context warmup failed: {warm.error}")
             context_tokens = warm.prompt_tokens or depth
-        new = make_prompt(pp, prefix())
+        new = make_prompt(pp, prefix(), tokenizer)
         m = measure(stream_chat(endpoint, chat_request(endpoint, f"{context} {new}" if context else new, 1)))
         if not m.ok or not m.ttft_s:
             return _row(f"pp{pp}", depth, [], [], None, m.error or "no first token")
@@ -262,7 +264,7 @@ def run_tg(
     """Generation of `tg` tokens after `depth` tokens of (unique) context; tok/s = decode tok/s."""
     samples, ttfts, source = [], [], None
     for _ in range(runs):
-        prompt = make_prompt(max(depth, 8), prefix())
+        prompt = make_prompt(max(depth, 8), prefix(), tokenizer)
         m = measure(stream_chat(endpoint, chat_request(endpoint, prompt, tg, ignore_eos=True)), tokenizer)
         if not m.ok or m.decode_tps is None:
             return _row(f"tg{tg}", depth, [], [], m.token_source, m.error or "too few chunks to time decode")

@@ -190,7 +190,7 @@ def run_bench(
         run.client_rtt_s = client_round_trip(endpoint)
         for depth in settings.depths:
             for pp in settings.pp:
-                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix, run.client_rtt_s)
+                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix, run.client_rtt_s, tokenizer)
                 run.table.append(row)
                 progress.step(f"pp{pp} @ d{depth}", settings.table_runs)
                 if row.error:

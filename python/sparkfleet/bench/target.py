@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SparkfleetError
+from ..hubcache import repo_folder
 from ..inventory import Inventory, Lane
 from .client import Endpoint
 from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
@@ -48,6 +49,7 @@ class BenchTarget:
     thresholds: Thresholds = field(default_factory=Thresholds)
     api_key_env: str = API_KEY_ENV
     url_auth: str | None = field(default=None, repr=False)  # from `user:pass@` in --url, never stored
+    tokenizer: Path | None = None  # the model's own tokenizer.json, when a readable hub holds it
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file we write, never into a report)."""
@@ -103,6 +105,30 @@ def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
     return cases or tuple(SmokeCase(p, e, default_max) for p, e in DEFAULT_SMOKE)
 
 
+def staged_tokenizer(inv: Inventory, lane: Lane) -> Path | None:
+    """The lane's first model's tokenizer.json in a hub this machine can read, or None.
+
+    The head's staged local hub first (a bench run on the head), then the NAS hub; the snapshot is
+    the pinned revision (a full commit, or the one snapshot a recorded prefix names). Offline: only
+    files already on disk are looked at.
+    """
+    if not lane.models:
+        return None
+    need = lane.models[0]
+    head = inv.host(lane.hosts[0])
+    for hub in (head.local_hub, head.nas_hub):
+        snapshots = hub / repo_folder(need.repo) / "snapshots"
+        try:
+            names = [p.name for p in snapshots.iterdir()] if snapshots.is_dir() else []
+        except OSError:
+            continue
+        for name in sorted(n for n in names if need.revision and n.startswith(need.revision)):
+            candidate = snapshots / name / "tokenizer.json"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
 def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
     bench = _section(lane, "bench")
@@ -118,6 +144,7 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         baseline=bench.get("baseline"),
         thresholds=thresholds,
         api_key_env=bench.get("api_key_env", API_KEY_ENV),
+        tokenizer=staged_tokenizer(inv, lane),
     )
 
 

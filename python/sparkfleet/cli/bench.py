@@ -255,7 +255,7 @@ def bench(
         else None,
     )
     tag = tag or ("quick" if quick else "bench")
-    counter = LocalTokenizer(tokenizer) if tokenizer else None
+    counter = LocalTokenizer(tokenizer) if tokenizer else _staged_counter(target)
 
     def go(progress: RichBenchProgress | None = None):
         return run_bench(
@@ -298,6 +298,17 @@ def bench(
         _print_bench(run, paths, doc_metrics, comparison)
     failed = run.status != "ok" or (comparison is not None and not comparison.ok)
     ctx.exit(1 if failed else 0)
+
+
+def _staged_counter(target: BenchTarget) -> LocalTokenizer | None:
+    """The model's own tokenizer from the staged hub, when there is one and `tokenizers` is installed."""
+    if target.tokenizer is None:
+        return None
+    try:
+        return LocalTokenizer(target.tokenizer)
+    except SparkfleetError as exc:
+        click.echo(f"note: not using {target.tokenizer}: {exc.message}", err=True)
+        return None
 
 
 def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> None:
