@@ -311,6 +311,22 @@ def _staged_counter(target: BenchTarget) -> LocalTokenizer | None:
         return None
 
 
+def _pm(ci: float | None) -> str:
+    return f" ± {ci:.1f}" if ci is not None else ""
+
+
+def _row_text(row) -> str:
+    """`12.3 ± 0.4 t/s` (95 % CI), the figure net of the client round trip for pp, or why there is none."""
+    if row.error:
+        return f"FAILED {row.error}"
+    if row.tps_mean is None:
+        return row.unknown or "unknown"
+    text = f"{row.tps_mean:.1f}{_pm(row.tps_ci95)} t/s"
+    if row.tps_net_mean is not None:
+        text += f" ({row.tps_net_mean:.1f}{_pm(row.tps_net_ci95)} net of client round trip)"
+    return text
+
+
 def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> None:
     color = "green" if run.status == "ok" else "red"
     click.secho(f"bench {run.status.upper()}: {run.lane or run.url} ({run.model}), tag {run.tag}", fg=color)
@@ -322,13 +338,10 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms "
             f"({probe.completion_tokens} tokens, {probe.chunks} chunks, tokens from {probe.token_source})"
         )
+    if run.client_rtt_s is not None:
+        click.echo(f"  client round trip (one-token request): {run.client_rtt_s * 1000:.1f} ms")
     for row in run.table:
-        value = (
-            f"{row.tps_mean:.1f} ± {row.tps_std:.1f} t/s"
-            if row.tps_mean is not None
-            else f"FAILED {row.error}"
-        )
-        click.echo(f"  {row.test:>7} @ d{row.depth:<5} {value}")
+        click.echo(f"  {row.test:>7} @ d{row.depth:<5} {_row_text(row)}")
     for lv in run.sweep:
         if lv.ok and lv.ttft_s:
             click.echo(
@@ -339,6 +352,8 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             click.echo(f"  c={lv.concurrency:<3} FAILED ({lv.failed}/{lv.requests})")
     if run.spec_accept:
         click.echo(f"  spec accept length: {run.spec_accept.value:.2f} ({run.spec_accept.source})")
+    else:
+        click.echo("  spec accept length: none (no speculative decoding seen)")
     if run.quality:
         q = run.quality
         click.echo(
