@@ -624,6 +624,7 @@ class Handler(BaseHTTPRequestHandler):
                 "total_tokens": usage["prompt_tokens"] + done,
             }
 
+        opening: dict[str, Any] | None = None
         if chat and cfg.role_chunk:  # OpenAI opens a chat stream with an empty role delta
             opening = {
                 **base,
@@ -633,8 +634,6 @@ class Handler(BaseHTTPRequestHandler):
             }
             if want_continuous:
                 opening["usage"] = running_usage(0)
-            self._event(opening)
-            sent += 1
         split = 0 if in_content else thinking
         crossing = cfg.mixed_deltas and chat
         if cfg.accept_range is not None:
@@ -660,6 +659,12 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if decode_origin is None:
                 self._sleep_until(first_token_at + (hi - 1) / cfg.decode_tps)
+                if opening is not None:  # engines send it with the first token, not before prefill
+                    self._event(opening)
+                    sent += 1
+                    if cfg.drop_after is not None and sent >= cfg.drop_after:
+                        self._drop()
+                        return
             else:
                 self._sleep_until(decode_origin + (hi - first_hi) / cfg.decode_tps)
             last = n == len(plan) - 1
