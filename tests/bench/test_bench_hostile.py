@@ -246,3 +246,17 @@ def test_redaction_covers_common_secret_names():
 def test_peak_rss_helper_measures_this_interpreter():
     # guards the RSS assertions above: ru_maxrss is KiB on Linux
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 1024
+
+
+def test_chunked_decoding_survives_any_split_and_refuses_garbage():
+    from sparkfleet.bench.client import _Dechunk
+
+    body = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\n\r\n"
+    for step in (1, 2, 3, 7, len(body)):
+        d = _Dechunk()
+        out = b"".join(d.feed(body[i : i + step]) for i in range(0, len(body), step))
+        assert out == b"hello world!" and d.done
+    with pytest.raises(Exception, match="bad chunk size"):
+        _Dechunk().feed(b"zz\r\n")
+    with pytest.raises(Exception, match="longer than 1 KiB"):
+        _Dechunk().feed(b"1" * 2000)

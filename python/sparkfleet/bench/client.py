@@ -365,6 +365,10 @@ def stream_chat(endpoint: Endpoint, body: dict[str, Any]) -> StreamResult:
         payload = json.dumps(body).encode()
         headers = _headers(endpoint, {"Content-Type": "application/json", "Accept": "text/event-stream"})
         conn.request("POST", path, body=payload, headers=headers)
+        if conn.sock is not None:
+            # Blocking reads from here on: the watchdog enforces the deadline, and a socket with a
+            # timeout costs a poll() before every recv() (the client's CPU per token is a goal).
+            conn.sock.settimeout(None)
         resp = conn.getresponse()
         result.status = resp.status
         if resp.status != 200:
@@ -435,14 +439,59 @@ def implausible_usage(result: StreamResult, max_tokens: int | None) -> str | Non
     return None
 
 
+class _Dechunk:
+    """HTTP/1.1 chunked transfer decoding, incremental.
+
+    Why not http.client's: it makes ~20 Python calls per chunk, and every SSE event is its own
+    chunk; decoding here keeps the client's CPU per token a small fraction of a decode step.
+    """
+
+    def __init__(self) -> None:
+        self.raw = b""
+        self.left = 0  # payload bytes still to come in the current chunk
+        self.crlf = False  # the CRLF after a chunk's payload is still to come
+        self.done = False  # the last (zero-size) chunk was seen
+
+    def feed(self, data: bytes) -> bytes:
+        raw, out = self.raw + data, []
+        while raw and not self.done:
+            if self.left:
+                piece = raw[: self.left]
+                out.append(piece)
+                self.left -= len(piece)
+                raw = raw[len(piece) :]
+                self.crlf = self.left == 0
+            elif self.crlf:
+                if len(raw) < 2:
+                    break
+                raw, self.crlf = raw[2:], False
+            else:
+                end = raw.find(b"\r\n")
+                if end < 0:
+                    if len(raw) > 1024:
+                        raise http.client.HTTPException("chunk size line longer than 1 KiB")
+                    break
+                try:
+                    self.left = int(raw[:end].split(b";", 1)[0], 16)
+                except ValueError:
+                    raise http.client.HTTPException(f"bad chunk size {raw[:20]!r}") from None
+                raw = raw[end + 2 :]
+                self.done = self.left == 0
+        self.raw = raw
+        return b"".join(out)
+
+
 def _read_events(resp: http.client.HTTPResponse, result: StreamResult, max_tokens: int | None) -> None:
     """Split the body into SSE lines (capped) and fold each event into `result`."""
     all_continuous = True
     chunk_limit = None if max_tokens is None else 2 * max_tokens + 16
     usage_limit = None if max_tokens is None else max_tokens + usage_slack(max_tokens)
     pending, total = b"", 0
-    while True:
-        data = resp.read1(65536)
+    fp = resp.fp
+    dechunk = _Dechunk() if resp.chunked else None
+    chunks = result.chunks
+    while fp is not None:
+        data = fp.read1(65536)
         if not data:
             break
         now = time.perf_counter()
@@ -450,44 +499,46 @@ def _read_events(resp: http.client.HTTPResponse, result: StreamResult, max_token
         if total > MAX_STREAM_BYTES:
             result.error = f"stream larger than {MAX_STREAM_BYTES >> 20} MiB (stopped reading)"
             return
+        if dechunk is not None:
+            data = dechunk.feed(data)
         lines = (pending + data).split(b"\n")
         pending = lines.pop()
         if len(pending) > MAX_LINE_BYTES:
             result.error = f"an SSE line longer than {MAX_LINE_BYTES >> 20} MiB (stopped reading)"
             return
         for line in lines:
-            line = line.strip()
             if not line.startswith(b"data:"):
                 continue
-            data_ = line[5:].strip()
-            if data_ == b"[DONE]":
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
                 result.done_seen = True
-                result.continuous_usage = bool(result.chunks) and all_continuous
+                result.continuous_usage = bool(chunks) and all_continuous
                 return
             try:
-                event = json.loads(data_)
-                all_continuous = _fold(event, now, result) and all_continuous
+                all_continuous = _fold(json.loads(payload), now, result) and all_continuous
             except (ValueError, RecursionError):
-                result.error = f"not JSON in stream: {clean(data_[:120].decode(errors='replace'))!r}"
+                result.error = f"not JSON in stream: {clean(payload[:120].decode(errors='replace'))!r}"
                 return
             except _Malformed as exc:
                 result.error = f"malformed stream event: {exc}"
                 return
             if result.error:
                 return
-            if chunk_limit is not None and len(result.chunks) > chunk_limit:
+            if chunk_limit is not None and len(chunks) > chunk_limit:
                 result.error = (
-                    f"server kept streaming: {len(result.chunks)} chunks for max_tokens {max_tokens} "
+                    f"server kept streaming: {len(chunks)} chunks for max_tokens {max_tokens} "
                     "(stopped reading)"
                 )
                 return
-            last = result.chunks[-1].usage_completion_tokens if result.chunks else None
+            last = chunks[-1].usage_completion_tokens if chunks else None
             if usage_limit is not None and last is not None and last > usage_limit:
                 result.error = (
                     f"implausible usage: {last} completion tokens so far for max_tokens {max_tokens}"
                 )
                 return
-    result.continuous_usage = bool(result.chunks) and all_continuous
+        if dechunk is not None and dechunk.done:
+            break
+    result.continuous_usage = bool(chunks) and all_continuous
 
 
 def _fold(event: Any, now: float, result: StreamResult) -> bool:
