@@ -60,9 +60,9 @@ def test_decode_within_one_percent_and_ttft(fake_lane, per_chunk, usage, source)
 
 def test_local_tokenizer_counts_exactly_when_the_server_reports_no_usage(fake_lane, tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
-    from sparkfleet.demo.openai_server import _VOCAB
+    from sparkfleet.demo.openai_server import VOCAB
 
-    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(_VOCAB)}}
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(VOCAB)}}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.save(str(tmp_path / "tokenizer.json"))

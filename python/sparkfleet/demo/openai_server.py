@@ -105,7 +105,7 @@ DEFAULT_MAX_TOKENS = 64
 
 # A whole expression, not digits inside a word (a benchmark nonce like "sf-1234abcd-r7" is no sum).
 _ARITH = re.compile(r"(?<![\w-])(-?\d+)\s*([*×+\-])\s*(-?\d+)(?![\w-])")
-_VOCAB = (
+VOCAB = (
     "alpha",
     "bravo",
     "charlie",
@@ -248,7 +248,7 @@ def answer_tokens(
     else:
         digest = hashlib.sha256(" ".join(words).encode()).digest()
         start = int.from_bytes(digest[:4], "big")
-        tokens = thinking + [_VOCAB[(start + 7 * i) % len(_VOCAB)] for i in range(max_tokens)]
+        tokens = thinking + [VOCAB[(start + 7 * i) % len(VOCAB)] for i in range(max_tokens)]
         finish = "length"
     if len(tokens) > max_tokens:
         tokens, finish = tokens[:max_tokens], "length"
