@@ -334,8 +334,13 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
         click.secho(f"  failed: {failure}", fg="red")
     probe = run.decode_probe.metrics if run.decode_probe else None
     if probe and probe.ok and probe.decode_tps is not None and probe.ttft_s is not None:
+        net = (
+            f" ({(probe.ttft_s - run.client_rtt_s) * 1000:.0f} ms net of client round trip)"
+            if run.client_rtt_s is not None and probe.ttft_s > run.client_rtt_s
+            else ""
+        )
         click.echo(
-            f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms "
+            f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms{net} "
             f"({probe.completion_tokens} tokens, {probe.chunks} chunks, tokens from {probe.token_source})"
         )
     if run.client_rtt_s is not None:
