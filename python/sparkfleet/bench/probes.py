@@ -174,7 +174,7 @@ def _row(
     )
 
 
-def client_round_trip(endpoint: Endpoint, tries: int = 5) -> float | None:
+def client_round_trip(endpoint: Endpoint, tries: int = 9) -> float | None:
     """Median time to first token of a one-token request: what the client and HTTP cost by themselves."""
     ttfts = []
     for _ in range(tries):
