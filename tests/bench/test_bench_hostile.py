@@ -6,6 +6,7 @@ user gave (--timeout is a whole-request deadline), while steps the mode does not
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -260,3 +261,22 @@ def test_chunked_decoding_survives_any_split_and_refuses_garbage():
         _Dechunk().feed(b"zz\r\n")
     with pytest.raises(Exception, match="longer than 1 KiB"):
         _Dechunk().feed(b"1" * 2000)
+
+
+def test_quality_output_is_scrubbed_too(fake_lane, tmp_path, monkeypatch):
+    from sparkfleet.bench.quality import FailedScenario, QualityResult, QualitySettings
+
+    key = "sk-quality-secret-42"
+    lane = fake_lane("--api-key", key, *FAST)
+    monkeypatch.setenv("SPARKFLEET_API_KEY", key)
+
+    def echoing_runner(url, model, settings, api_key=None):
+        said = f"the model said: your key is {api_key}\x1b]0;owned\x07"
+        return QualityResult(
+            "failed", "3.0.0", error=said, failed_scenarios=[FailedScenario("TC-01", "fail", 0, said)]
+        )
+
+    settings = dataclasses.replace(QUICK, quality=QualitySettings())
+    run = run_bench(for_url(lane.url, tmp_path), settings, "quality", quality_runner=echoing_runner)
+    text = json.dumps(dataclasses.asdict(run.quality))
+    assert key not in text and "\x1b" not in text and "<redacted>" in run.quality.error

@@ -221,8 +221,8 @@ def run_bench(
         if settings.quality is None:
             run.quality_note = "quality not run (--no-quality or --quick)"
         else:
-            run.quality = quality_runner(
-                target.url, endpoint.model or "", settings.quality, api_key=target.api_key()
+            run.quality = endpoint.secrets.safe_all(
+                quality_runner(target.url, endpoint.model or "", settings.quality, api_key=target.api_key())
             )
             progress.step("quality")
             if run.quality.status != "ok":

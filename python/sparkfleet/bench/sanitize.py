@@ -10,8 +10,10 @@ from a server passes `clean` before it is printed or stored; every known secret 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
@@ -47,6 +49,22 @@ class Secrets:
     def safe(self, text: str) -> str:
         """`clean` then `scrub`: the one filter for anything a server sent us."""
         return self.scrub(clean(text))
+
+    def safe_all(self, value: Any) -> Any:
+        """`safe` applied to every string inside a dataclass / list / dict (a record from a tool that
+        talked to the server, e.g. the quality run's failed-scenario summaries)."""
+        if isinstance(value, str):
+            return self.safe(value)
+        if isinstance(value, list):
+            return [self.safe_all(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.safe_all(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.safe_all(v) for k, v in value.items()}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes = {f.name: self.safe_all(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            return dataclasses.replace(value, **changes)
+        return value
 
 
 @dataclass(frozen=True)
