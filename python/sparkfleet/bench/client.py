@@ -27,6 +27,7 @@ MAX_LINE_BYTES = 1 << 20  # one SSE line; a real event is a few hundred bytes
 MAX_STREAM_BYTES = 64 << 20  # one streamed answer (a 32k-token answer is ~10 MB of events)
 MAX_BODY_BYTES = 8 << 20  # a plain response: /v1/models, /get_server_info, /metrics, an error page
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_decode = json.JSONDecoder().decode
 
 
 class ResponseTooLarge(http.client.HTTPException):
@@ -77,7 +78,7 @@ class Endpoint:
         return Endpoint(self.base_url, model, self.api_key, self.timeout, self.basic_auth)
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     """One SSE event that carried output text: when it arrived and what it said.
 
@@ -242,8 +243,8 @@ def get(
         if watchdog.expired:
             raise TimeoutError(f"no complete answer within {seconds:g} s")
         return resp.status, body
-    except OSError:
-        if watchdog.expired:
+    except OSError as exc:
+        if watchdog.expired or isinstance(exc, TimeoutError):  # the deadline, whichever saw it first
             raise TimeoutError(f"no complete answer within {seconds:g} s") from None
         raise
     finally:
@@ -337,13 +338,15 @@ def _text(value: Any, what: str) -> str:
 
 
 def _check_usage(usage: Any) -> dict[str, Any]:
-    if not isinstance(usage, dict):
+    if usage.__class__ is not dict:
         raise _Malformed(f"usage is a {type(usage).__name__}, not an object")
-    _count(usage.get("prompt_tokens"), "usage.prompt_tokens")
-    _count(usage.get("completion_tokens"), "usage.completion_tokens")
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key)
+        if value is not None and (value.__class__ is not int or value < 0):
+            _count(value, f"usage.{key}")
     details = usage.get("prompt_tokens_details")
     if details is not None:
-        if not isinstance(details, dict):
+        if details.__class__ is not dict:
             raise _Malformed("usage.prompt_tokens_details is not an object")
         _count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens")
     return usage
@@ -379,7 +382,9 @@ def stream_chat(endpoint: Endpoint, body: dict[str, Any]) -> StreamResult:
             _read_events(resp, result, max_tokens if isinstance(max_tokens, int) else None)
     except http.client.IncompleteRead:
         pass  # the connection closed mid-stream: reported below as "ended without [DONE]"
-    except (OSError, http.client.HTTPException) as exc:  # timeouts are OSErrors
+    except TimeoutError:
+        watchdog.expired = True  # the socket's own timeout saw the deadline first
+    except (OSError, http.client.HTTPException) as exc:
         if not watchdog.expired:
             result.error = (
                 f"stream broken after {len(result.chunks)} content chunks: {type(exc).__name__}: {exc}"
@@ -515,7 +520,7 @@ def _read_events(resp: http.client.HTTPResponse, result: StreamResult, max_token
                 result.continuous_usage = bool(chunks) and all_continuous
                 return
             try:
-                all_continuous = _fold(json.loads(payload), now, result) and all_continuous
+                all_continuous = _fold(_decode(payload.decode()), now, result) and all_continuous
             except (ValueError, RecursionError):
                 result.error = f"not JSON in stream: {clean(payload[:120].decode(errors='replace'))!r}"
                 return
@@ -542,42 +547,50 @@ def _read_events(resp: http.client.HTTPResponse, result: StreamResult, max_token
 
 
 def _fold(event: Any, now: float, result: StreamResult) -> bool:
-    """Add one event to `result`; False when it carried text without cumulative usage."""
-    if not isinstance(event, dict):
+    """Add one event to `result`; False when it carried text without cumulative usage.
+
+    The common case (a dict with a list of dict choices, str deltas) takes the fast path; anything
+    else goes through the checks that name what is wrong.
+    """
+    if event.__class__ is not dict:
         raise _Malformed(f"an event that is a JSON {type(event).__name__}, not an object")
     if "error" in event:
         result.error = f"error event in stream: {_error_text(json.dumps(event).encode())}"
         return True
     usage = event.get("usage")
+    cumulative = None
     if usage is not None:
         result.usage = _check_usage(usage)
+        cumulative = usage.get("completion_tokens")
     choices = event.get("choices")
     if choices is None:
-        choices = []
-    if not isinstance(choices, list):
+        return True
+    if choices.__class__ is not list:
         raise _Malformed(f"choices is a {type(choices).__name__}, not a list")
     continuous = True
     for choice in choices:
-        if not isinstance(choice, dict):
+        if choice.__class__ is not dict:
             raise _Malformed(f"a choice is a {type(choice).__name__}, not an object")
         delta = choice.get("delta")
         if delta is None:
-            delta = {}
-        if not isinstance(delta, dict):
+            delta = _EMPTY
+        elif delta.__class__ is not dict:
             raise _Malformed(f"delta is a {type(delta).__name__}, not an object")
-        content = _text(delta.get("content"), "delta.content") or _text(choice.get("text"), "text")
-        thinking = _text(delta.get("reasoning_content"), "delta.reasoning_content") or _text(
-            delta.get("reasoning"), "delta.reasoning"
-        )
+        content = delta.get("content")
+        if content.__class__ is not str:
+            content = _text(content, "delta.content") or _text(choice.get("text"), "text")
+        thinking = delta.get("reasoning_content")
+        if thinking.__class__ is not str:
+            thinking = _text(thinking, "delta.reasoning_content") or _text(
+                delta.get("reasoning"), "delta.reasoning"
+            )
         reason = choice.get("finish_reason")
         if reason is not None:
             result.finish_reason = _text(reason, "finish_reason")[:40]
         if content or thinking:
-            cumulative = None
-            if usage and usage.get("completion_tokens") is not None:
-                cumulative = int(usage["completion_tokens"])
             continuous = continuous and cumulative is not None
-            result.chunks.append(
-                Chunk(at=now, content=content, usage_completion_tokens=cumulative, reasoning=thinking)
-            )
+            result.chunks.append(Chunk(now, content, cumulative, thinking))
     return continuous
+
+
+_EMPTY: dict[str, Any] = {}

@@ -764,6 +764,13 @@ class FakeLaneServer(ThreadingHTTPServer):
     # would see dropped SYNs and a 1 s retransmit in its TTFT.
     request_queue_size = 128
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (after [DONE], or on purpose) is not an error worth a traceback:
+        stderr may be a pipe nobody drains, and a full pipe would stall every handler thread."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
     def __init__(self, cfg: ServerConfig) -> None:
         super().__init__((cfg.host, cfg.port), Handler)
         self.cfg = cfg
