@@ -280,3 +280,15 @@ def test_quality_output_is_scrubbed_too(fake_lane, tmp_path, monkeypatch):
     run = run_bench(for_url(lane.url, tmp_path), settings, "quality", quality_runner=echoing_runner)
     text = json.dumps(dataclasses.asdict(run.quality))
     assert key not in text and "\x1b" not in text and "<redacted>" in run.quality.error
+
+
+def test_credentials_in_a_recipes_bench_url_are_lifted_too(tmp_path):
+    from bench_fleet import write_fleet_root
+
+    from sparkfleet import inventory
+    from sparkfleet.bench.target import for_lane
+
+    name = write_fleet_root(tmp_path, 30000, bench='[bench]\nurl = "http://ops:pa55word@10.0.0.9:8000/v1"\n')
+    target = for_lane(inventory.load(tmp_path), name)
+    assert target.url == "http://10.0.0.9:8000/v1" and "pa55word" not in repr(target)
+    assert target.endpoint(None, 5).basic_auth.startswith("Basic ")

@@ -133,8 +133,10 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
     bench = _section(lane, "bench")
     thresholds = Thresholds(**{k: float(v) for k, v in (bench.get("thresholds") or {}).items()})
+    creds = split_credentials(lane_url(inv, lane))  # a [bench] url may carry user:pass@
     return BenchTarget(
-        url=lane_url(inv, lane),
+        url=creds.url,
+        url_auth=creds.basic_auth,
         lane=lane.name,
         hosts=lane.hosts,
         pins=pins_in_force(inv, lane),
