@@ -1,18 +1,27 @@
-"""Decode tok/s accuracy: sparkfleet's client vs llama-benchy 0.4.0 vs the truth, and our CPU per token.
+"""Every shape side by side: sparkfleet's bench vs llama-benchy 0.4.0 vs the truth, in one run.
 
-Against the demo OpenAI server (sleep-paced: its decode rate is the truth) with 1 and with 3 tokens
-per SSE chunk (3 is what speculative decoding looks like on the wire). llama-benchy needs a tokenizer
-and downloads a book; both are made here and served from loopback: a word-level tokenizer.json
-matching the demo server's token = word rule, and a generated text on a local HTTP server. Its
-book cache goes to a temporary HOME. Prints one JSON line. If llama-benchy cannot run, the line says
-why (field "llama_benchy.reason") and still carries our numbers.
+The truth is the demo OpenAI server (sleep-paced; its rates are configured, its speculative steps
+counted), streaming the ways SGLang and vLLM really do:
+- decode: tg128 after a 487-token prompt on 1 token/chunk, 3/chunk and variable acceptance (1-5
+  per step) — the prefill token alone first — each with continuous usage and with only a final
+  usage record, each with and without a role-only first chunk (12 shapes);
+- prefill: pp512 @ d4096 with prefix caching on, cached_tokens reported and not reported, and a
+  pp128 @ d0 behind 8 ms of per-request overhead (what made --quick read ~7 % low);
+- speculative accept length of this run: vLLM counters and SGLang's per-rank gauge, each after
+  100,000 earlier steps at another acceptance (the lifetime average is shown for contrast);
+- client CPU as a share of measured decode time at 100 tok/s.
+llama-benchy needs a tokenizer and downloads a book; both are made here and served from loopback
+(a word-level tokenizer.json matching the demo server's token = word rule, a generated text). Its
+book cache goes to a temporary HOME. Prints one JSON line. If llama-benchy cannot run, the line
+says why (field "llama_benchy.reason") and still carries our numbers.
 
-    .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3]
+    .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3] [--skip-benchy]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -28,10 +37,20 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from sparkfleet.bench.client import Endpoint, chat_request, get_json, stream_chat
-from sparkfleet.bench.probes import DecodeProbe, run_decode_probe
-from sparkfleet.demo.openai_server import _VOCAB
+from sparkfleet.bench.metrics import measure
+from sparkfleet.bench.probes import (
+    DecodeProbe,
+    client_round_trip,
+    cold_prefill_rate,
+    run_decode_probe,
+    run_pp,
+    within_ceiling,
+)
+from sparkfleet.bench.prompts import make_prompt
+from sparkfleet.bench.spec import SpecSampler, read_metrics
+from sparkfleet.demo.openai_server import VOCAB
 
-PROMPT_TOKENS, MAX_TOKENS = 487, 400
+PROMPT_TOKENS, TG = 487, 128
 BOOK_WORDS = (
     "the",
     "fleet",
@@ -71,23 +90,8 @@ class QuietFiles(SimpleHTTPRequestHandler):
         pass
 
 
-def start_fake_lane(per_chunk: int, decode_tps: float) -> tuple[subprocess.Popen, str]:
-    argv = [
-        sys.executable,
-        "-u",
-        "-m",
-        "sparkfleet.demo.openai_server",
-        "--port",
-        "0",
-        "--decode-tps",
-        str(decode_tps),
-        "--prefill-tps",
-        "20000",
-        "--tokens-per-chunk",
-        str(per_chunk),
-        "--usage",
-        "continuous",
-    ]
+def start_fake_lane(*flags: str) -> tuple[subprocess.Popen, str]:
+    argv = [sys.executable, "-u", "-m", "sparkfleet.demo.openai_server", "--port", "0", *flags]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     first = proc.stdout.readline()
@@ -128,149 +132,281 @@ def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_ours(url: str, runs: int) -> dict:
-    endpoint = Endpoint(url, "deepseek-v4.1-flash")
-    assert stream_chat(endpoint, chat_request(endpoint, "warm up", 4)).ok
-    rates, tokens, source = [], 0, None
-    cpu0 = cpu_seconds()
-    for i in range(runs):
-        m = run_decode_probe(endpoint, DecodeProbe(PROMPT_TOKENS, MAX_TOKENS), f"sf-acc-r{i}").metrics
-        if not m.ok or m.decode_tps is None:
-            raise SystemExit(f"our probe failed: {m.error}")
-        rates.append(m.decode_tps)
-        tokens += m.completion_tokens or 0
-        source = m.token_source
-    cpu = cpu_seconds() - cpu0
-    return {
-        "tps": sum(rates) / len(rates),
-        "samples": rates,
-        "token_source": source,
-        "cpu_us_per_token": cpu / tokens * 1e6,
-    }
+def pct(value: float | None, truth: float) -> float | None:
+    return None if value is None else round((value - truth) / truth * 100, 3)
 
 
-def measure_benchy(url: str, runs: int, tokenizer: Path, book_url: str, home: Path) -> dict:
-    exe = shutil.which("llama-benchy", path=str(Path(sys.executable).parent)) or shutil.which("llama-benchy")
-    if exe is None:
-        return {
-            "status": "unavailable",
-            "reason": "llama-benchy is not installed (pip install llama-benchy==0.4.0)",
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+class Benchy:
+    """llama-benchy 0.4.0 run offline against a local server, its book and tokenizer from loopback."""
+
+    def __init__(self, work: Path, skip: bool) -> None:
+        self.work = work
+        self.reason: str | None = "skipped (--skip-benchy)" if skip else None
+        self.version: str | None = None
+        self.exe = shutil.which("llama-benchy", path=str(Path(sys.executable).parent)) or shutil.which(
+            "llama-benchy"
+        )
+        if self.exe is None and self.reason is None:
+            self.reason = "llama-benchy is not installed (pip install llama-benchy==0.4.0)"
+        rng = random.Random(7)
+        (work / "book.txt").write_text(" ".join(rng.choice(BOOK_WORDS) for _ in range(40000)))
+        if self.reason is None:
+            try:
+                make_tokenizer(work / "tokenizer", set(BOOK_WORDS) | set(VOCAB))
+            except ImportError as exc:
+                self.reason = f"no tokenizers package to build a local tokenizer: {exc}"
+        self.books = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(work)))
+        threading.Thread(target=self.books.serve_forever, daemon=True).start()
+        self.book_url = f"http://127.0.0.1:{self.books.server_address[1]}/book.txt"
+
+    def close(self) -> None:
+        self.books.shutdown()
+        self.books.server_close()
+
+    def run(self, url: str, runs: int, pp: int, tg: int, depth: int = 0) -> dict:
+        """{"pp_tps", "tg_tps"} of the measured (not the context-prefill) phase, or {"error"}."""
+        if self.reason:
+            return {"error": self.reason}
+        result = self.work / "benchy.json"
+        result.unlink(missing_ok=True)
+        argv = [
+            self.exe, "--base-url", url, "--model", "local/wordlevel",
+            "--served-model-name", "deepseek-v4.1-flash", "--tokenizer", str(self.work / "tokenizer"),
+            "--book-url", self.book_url, "--pp", str(pp), "--tg", str(tg), "--runs", str(runs),
+            "--exact-tg", "--latency-mode", "generation", "--skip-coherence", "--format", "json",
+            "--save-result", str(result),
+        ]  # fmt: skip
+        if depth:
+            argv += ["--depth", str(depth), "--enable-prefix-caching"]
+        env = {
+            **os.environ,
+            "HOME": str(self.work),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
         }
-    result = home / "benchy.json"
-    argv = [
-        exe,
-        "--base-url",
-        url,
-        "--model",
-        "local/wordlevel",
-        "--served-model-name",
-        "deepseek-v4.1-flash",
-        "--tokenizer",
-        str(tokenizer),
-        "--book-url",
-        book_url,
-        "--pp",
-        str(PROMPT_TOKENS),
-        "--tg",
-        str(MAX_TOKENS),
-        "--runs",
-        str(runs),
-        "--exact-tg",
-        "--latency-mode",
-        "none",
-        "--skip-coherence",
-        "--format",
-        "json",
-        "--save-result",
-        str(result),
-    ]
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
-    cpu0 = cpu_seconds(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=home)
-    cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0
-    if done.returncode != 0 or not result.is_file():
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return {"status": "failed", "reason": f"exit {done.returncode}: {' | '.join(tail)}"[:400]}
-    doc = json.loads(result.read_text())
-    tg = doc["benchmarks"][0]["tg_throughput"]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=self.work)
+        if done.returncode != 0 or not result.is_file():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            return {"error": f"exit {done.returncode}: {' | '.join(tail)}"[:300]}
+        doc = json.loads(result.read_text())
+        self.version = doc.get("version")
+        measured = [b for b in doc["benchmarks"] if not b.get("is_context_prefill_phase")][-1]
+        tg_stats, pp_stats = measured.get("tg_throughput"), measured.get("pp_throughput")
+        return {
+            "pp_tps": pp_stats["mean"] if pp_stats else None,
+            "tg_tps": tg_stats["mean"] if tg_stats else None,
+        }
+
+
+STEPS = {
+    "1/chunk": ("--tokens-per-chunk", "1"),
+    "3/chunk": ("--tokens-per-chunk", "3", "--first-chunk-alone"),
+    "accept 1-5": ("--accept-range", "1-5", "--first-chunk-alone"),
+}
+
+
+def decode_cases(truth: float, runs: int, benchy: Benchy, only_first: bool) -> list[dict]:
+    cases = []
+    for steps, flags in STEPS.items():
+        for usage in ("continuous", "final"):
+            for role in (True, False):
+                shape = [*flags, "--usage", usage, "--decode-tps", str(truth), "--prefill-tps", "20000"]
+                if not role:
+                    shape.append("--no-role-chunk")
+                proc, url = start_fake_lane(*shape)
+                try:
+                    endpoint = Endpoint(url, "deepseek-v4.1-flash")
+                    assert stream_chat(endpoint, chat_request(endpoint, "warm up", 4)).ok
+                    rates, source = [], None
+                    for i in range(runs):
+                        m = run_decode_probe(endpoint, DecodeProbe(PROMPT_TOKENS, TG), f"sf-acc-{i}").metrics
+                        if not m.ok or m.decode_tps is None:
+                            raise SystemExit(f"our probe failed on {steps}/{usage}: {m.error}")
+                        rates.append(m.decode_tps)
+                        source = m.token_source
+                    theirs = benchy.run(url, runs, PROMPT_TOKENS, TG)
+                finally:
+                    stop(proc)
+                case = {
+                    "shape": f"{steps}, {usage} usage, {'role chunk' if role else 'no role chunk'}",
+                    "ours_tps": round(mean(rates), 3),
+                    "ours_error_pct": pct(mean(rates), truth),
+                    "ours_token_source": source,
+                }
+                if "error" in theirs:
+                    case["llama_benchy"] = theirs["error"]
+                else:
+                    case["llama_benchy_tps"] = round(theirs["tg_tps"], 3)
+                    case["llama_benchy_error_pct"] = pct(theirs["tg_tps"], truth)
+                cases.append(case)
+                if only_first:
+                    return cases
+    return cases
+
+
+PREFILL = 5000.0
+PREFILL_CASES = (
+    ("pp512 @ d4096, cached_tokens reported", 512, 4096, ("--overhead-ms", "4")),
+    ("pp512 @ d4096, cached_tokens not reported", 512, 4096, ("--overhead-ms", "4", "--no-cache-report")),
+    ("pp128 @ d0, 8 ms per-request overhead", 128, 0, ("--overhead-ms", "8", "--no-cache-report")),
+)
+
+
+def prefill_cases(runs: int, benchy: Benchy) -> list[dict]:
+    cases, seq = [], itertools.count()
+
+    def prefix() -> str:
+        return f"sf-pp-{next(seq)}"
+
+    for name, pp, depth, flags in PREFILL_CASES:
+        proc, url = start_fake_lane("--prefill-tps", str(PREFILL), "--decode-tps", "2000", *flags)
+        try:
+            endpoint = Endpoint(url, "deepseek-v4.1-flash")
+            assert stream_chat(endpoint, chat_request(endpoint, "warm up", 4)).ok
+            rtt = client_round_trip(endpoint)
+            row = run_pp(endpoint, pp, depth, runs, prefix, rtt)
+            cold = run_pp(endpoint, pp, 0, runs, prefix, rtt)
+            row = within_ceiling(row, cold_prefill_rate([cold]))
+            # what the bench before this fix printed: the whole prompt over TTFT, cache hits and all
+            old = measure(
+                stream_chat(
+                    endpoint,
+                    chat_request(endpoint, make_prompt(depth + pp, prefix()), 1),
+                )
+            )
+            if depth:
+                context = make_prompt(depth, prefix())
+                stream_chat(endpoint, chat_request(endpoint, context, 1))
+                old = measure(
+                    stream_chat(
+                        endpoint,
+                        chat_request(endpoint, f"{context} {make_prompt(pp, prefix())}", 1),
+                    )
+                )
+            theirs = benchy.run(url, runs, pp, 1, depth)
+        finally:
+            stop(proc)
+        case = {
+            "shape": name,
+            "truth_tps": PREFILL,
+            "ours_tps": round(row.tps_mean, 1) if row.tps_mean else None,
+            "ours_error_pct": pct(row.tps_mean, PREFILL),
+            "ours_net_of_client_rtt_tps": round(row.tps_net_mean, 1) if row.tps_net_mean else None,
+            "ours_net_error_pct": pct(row.tps_net_mean, PREFILL),
+            "ours_unknown": row.unknown,
+            "client_rtt_ms": round(rtt * 1000, 2) if rtt else None,
+            "old_method_error_pct": pct((old.prompt_tokens or 0) / old.ttft_s, PREFILL)
+            if old.ttft_s
+            else None,
+        }
+        if "error" in theirs:
+            case["llama_benchy"] = theirs["error"]
+        elif theirs["pp_tps"] is not None:
+            case["llama_benchy_tps"] = round(theirs["pp_tps"], 1)
+            case["llama_benchy_error_pct"] = pct(theirs["pp_tps"], PREFILL)
+        cases.append(case)
+    return cases
+
+
+def spec_cases() -> list[dict]:
+    cases = []
+    history = ("--spec-history-drafts", "100000", "--spec-history-accept", "1.5")
+    for name, flags in (
+        ("vLLM counters, accept 1-5", ("--accept-range", "1-5", "--spec-metrics", "vllm")),
+        ("SGLang gauge x4 ranks, accept 1-5", ("--accept-range", "1-5", "--spec-ranks", "4")),
+        ("SGLang gauge x4 ranks, 3 per step", ("--tokens-per-chunk", "3", "--spec-ranks", "4")),
+    ):
+        proc, url = start_fake_lane(*flags, *history, "--first-chunk-alone", "--decode-tps", "2000")
+        try:
+            endpoint = Endpoint(url, "deepseek-v4.1-flash")
+            before = read_metrics(endpoint)
+            sampler = SpecSampler(endpoint, interval_s=0.1)
+            for i in range(8):
+                run_decode_probe(endpoint, DecodeProbe(128, 256), f"sf-spec-{i}")
+            ours = sampler.stop()
+            after = read_metrics(endpoint)
+            lifetime = get_json(endpoint, "/get_server_info", root=True)["internal_states"][0]
+        finally:
+            stop(proc)
+        steps = after["sparkfleet_demo:spec_steps_total"][0] - before["sparkfleet_demo:spec_steps_total"][0]
+        tokens = (
+            after["sparkfleet_demo:spec_step_tokens_total"][0]
+            - before["sparkfleet_demo:spec_step_tokens_total"][0]
+        )
+        truth = tokens / steps
+        cases.append(
+            {
+                "shape": name,
+                "truth_accept_length": round(truth, 4),
+                "ours": round(ours.value, 4) if ours else None,
+                "ours_source": ours.source if ours else None,
+                "ours_error_pct": pct(ours.value if ours else None, truth),
+                "lifetime_get_server_info_error_pct": pct(lifetime["avg_spec_accept_length"], truth),
+                "llama_benchy": "does not measure accept length",
+            }
+        )
+    return cases
+
+
+def client_cpu(rate: float = 100.0) -> dict:
+    """Our CPU while streaming a 400-token answer at `rate` tok/s, as a share of the decode time."""
+    proc, url = start_fake_lane("--decode-tps", str(rate), "--prefill-tps", "20000", "--usage", "continuous")
+    try:
+        endpoint = Endpoint(url, "deepseek-v4.1-flash")
+        assert stream_chat(endpoint, chat_request(endpoint, "warm up", 4)).ok
+        cpu0 = cpu_seconds()
+        m = run_decode_probe(endpoint, DecodeProbe(PROMPT_TOKENS, 400), "sf-cpu").metrics
+        cpu = cpu_seconds() - cpu0
+    finally:
+        stop(proc)
+    decode_s = m.latency_s - m.ttft_s
     return {
-        "status": "ran",
-        "version": doc.get("version"),
-        "tps": tg["mean"],
-        "samples": tg["values"],
-        "process_cpu_s": cpu,
-        "wall_s": time.monotonic() - started,
+        "decode_tps": rate,
+        "client_cpu_ms": round(cpu * 1000, 2),
+        "decode_s": round(decode_s, 3),
+        "cpu_pct_of_decode": round(cpu / decode_s * 100, 3),
+        "cpu_us_per_token": round(cpu / (m.completion_tokens or 1) * 1e6, 1),
     }
+
+
+def worst(cases: list[dict], key: str) -> float | None:
+    values = [abs(c[key]) for c in cases if c.get(key) is not None]
+    return max(values) if values else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--decode-tps", type=float, default=400.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-benchy", action="store_true", help="our numbers only (faster)")
+    parser.add_argument("--only-first-decode-shape", action="store_true", help="a smoke run of this script")
     args = parser.parse_args()
-    truth = args.decode_tps
-    out: dict = {
-        "benchmark": "bench_accuracy",
-        "truth_decode_tps": truth,
-        "prompt_tokens": PROMPT_TOKENS,
-        "max_tokens": MAX_TOKENS,
-        "runs": args.runs,
-        "cases": [],
-    }
+    out: dict = {"benchmark": "bench_accuracy", "truth_decode_tps": args.decode_tps, "runs": args.runs}
     with tempfile.TemporaryDirectory(prefix="sparkfleet-bench-accuracy-") as scratch:
-        work = Path(scratch)
-        rng = random.Random(7)
-        (work / "book.txt").write_text(" ".join(rng.choice(BOOK_WORDS) for _ in range(40000)))
-        benchy_note = None
+        benchy = Benchy(Path(scratch), args.skip_benchy)
         try:
-            make_tokenizer(work / "tokenizer", set(BOOK_WORDS) | set(_VOCAB))
-        except ImportError as exc:
-            benchy_note = f"no tokenizers package to build a local tokenizer: {exc}"
-        books = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(work)))
-        threading.Thread(target=books.serve_forever, daemon=True).start()
-        book_url = f"http://127.0.0.1:{books.server_address[1]}/book.txt"
-        cpu_per_token = []
-        try:
-            for per_chunk in (1, 3):
-                proc, url = start_fake_lane(per_chunk, truth)
-                try:
-                    ours = measure_ours(url, args.runs)
-                    benchy = (
-                        {"status": "unavailable", "reason": benchy_note}
-                        if benchy_note
-                        else measure_benchy(url, args.runs, work / "tokenizer", book_url, work)
-                    )
-                finally:
-                    stop(proc)
-                cpu_per_token.append(ours["cpu_us_per_token"])
-                case = {
-                    "tokens_per_chunk": per_chunk,
-                    "ours_tps": round(ours["tps"], 3),
-                    "ours_error_pct": round((ours["tps"] - truth) / truth * 100, 3),
-                    "ours_token_source": ours["token_source"],
-                }
-                if benchy.get("status") == "ran":
-                    case |= {
-                        "llama_benchy_tps": round(benchy["tps"], 3),
-                        "llama_benchy_error_pct": round((benchy["tps"] - truth) / truth * 100, 3),
-                        "ratio_ours_to_llama_benchy": round(ours["tps"] / benchy["tps"], 5),
-                        "llama_benchy_process_cpu_s": round(benchy["process_cpu_s"], 2),
-                    }
-                out["cases"].append(case)
-                out["llama_benchy"] = {
-                    k: v for k, v in benchy.items() if k in ("status", "version", "reason")
-                }
+            out["decode_tg128"] = decode_cases(
+                args.decode_tps, args.runs, benchy, args.only_first_decode_shape
+            )
+            out["prefill"] = prefill_cases(args.runs, benchy)
         finally:
-            books.shutdown()
-            books.server_close()
-    out["ours_client_cpu_us_per_token"] = round(sum(cpu_per_token) / len(cpu_per_token), 2)
+            benchy.close()
+        out["spec_accept_length"] = spec_cases()
+        out["client_cpu_at_100_tps"] = client_cpu()
+        out["llama_benchy"] = {"version": benchy.version, "reason": benchy.reason}
+    out["summary"] = {
+        "decode_worst_abs_error_pct_ours": worst(out["decode_tg128"], "ours_error_pct"),
+        "decode_worst_abs_error_pct_llama_benchy": worst(out["decode_tg128"], "llama_benchy_error_pct"),
+        "prefill_worst_abs_error_pct_ours_net": worst(out["prefill"], "ours_net_error_pct"),
+        "prefill_worst_abs_error_pct_llama_benchy": worst(out["prefill"], "llama_benchy_error_pct"),
+        "spec_worst_abs_error_pct_ours": worst(out["spec_accept_length"], "ours_error_pct"),
+        "client_cpu_pct_of_decode_at_100_tps": out["client_cpu_at_100_tps"]["cpu_pct_of_decode"],
+    }
     print(json.dumps(out))
 
 

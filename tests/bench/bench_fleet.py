@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 
-def write_fleet_root(root, port: int, *, smoke: str = "", bench: str = "") -> str:
+def write_fleet_root(
+    root,
+    port: int,
+    *,
+    smoke: str = "",
+    bench: str = "",
+    local_hub: str = "/tmp/hub",
+    nas_hub: str = "/tmp/nas",
+) -> str:
     """A minimal fleet root whose one lane, `fake-lane`, has its head on 127.0.0.1:<port>."""
     (root / "hosts").mkdir(parents=True, exist_ok=True)
     (root / "hosts" / "fleet.toml").write_text(
         "schema_version = 1\n"
-        '[defaults]\nssh_user = "tester"\nlocal_hub = "/tmp/hub"\nnas_hub = "/tmp/nas"\n'
+        f'[defaults]\nssh_user = "tester"\nlocal_hub = "{local_hub}"\nnas_hub = "{nas_hub}"\n'
         '[hosts.head]\naddress = "127.0.0.1"\n'
         '[hosts.worker]\naddress = "127.0.0.2"\n'
         '[pins.weights]\nkind = "hf"\nrepo = "org/model"\nrevision = "' + "a" * 40 + '"\n'

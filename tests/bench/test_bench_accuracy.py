@@ -60,9 +60,9 @@ def test_decode_within_one_percent_and_ttft(fake_lane, per_chunk, usage, source)
 
 def test_local_tokenizer_counts_exactly_when_the_server_reports_no_usage(fake_lane, tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
-    from sparkfleet.demo.openai_server import _VOCAB
+    from sparkfleet.demo.openai_server import VOCAB
 
-    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(_VOCAB)}}
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(VOCAB)}}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.save(str(tmp_path / "tokenizer.json"))
@@ -102,7 +102,7 @@ def test_pp_rows_measure_prefill_with_unique_prefixes_and_a_cached_depth(fake_la
 
 
 def test_spec_accept_length_sources():
-    from sparkfleet.bench.probes import _find_accept, parse_prometheus
+    from sparkfleet.bench.spec import _find_accept, parse_prometheus
 
     assert (
         _find_accept({"internal_states": [{"avg_spec_accept_length": 2.5}, {"avg_spec_accept_length": 3.5}]})

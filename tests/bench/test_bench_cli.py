@@ -68,7 +68,8 @@ def test_bench_lane_writes_a_full_report_then_compare_against_baseline(fake_lane
     recipe = (tmp_path / "recipes" / name / "recipe.toml").read_bytes()
     assert doc["recipe_sha256"] == hashlib.sha256(recipe).hexdigest()
     assert abs(doc["decode_probe"]["metrics"]["decode_tps"] - 300) / 300 < 0.1  # see test_bench_accuracy
-    assert doc["spec_accept"] == {"value": 3.0, "source": "/get_server_info"}
+    assert doc["spec_accept"]["source"] == "sglang gauge, sampled through this run"
+    assert 2.5 < doc["spec_accept"]["value"] <= 3.0  # steps of 3; a request's last step may be shorter
     assert doc["token_sources"] == ["continuous_usage"]
     assert [lv["concurrency"] for lv in doc["sweep"]] == [1, 2]
 

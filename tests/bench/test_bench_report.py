@@ -134,3 +134,23 @@ def test_names_stay_unique_on_a_filesystem_without_hard_links(tmp_path, monkeypa
     assert json.loads(first.json.read_text())["url"] == "http://a/v1"
     assert json.loads(second.json.read_text())["url"] == "http://b/v1"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_markdown_shows_confidence_intervals_net_figures_and_unknown_pp(tmp_path):
+    from sparkfleet.bench.probes import TableRow
+
+    run = BenchRun(tag="ci", created_utc="2026-11-30T14:00:00Z")
+    run.table = [
+        TableRow(
+            "pp512", 0, 3, 3900.0, 50.0, (3850.0, 3900.0, 3950.0), 0.13, "server_usage",
+            tps_ci95=124.2, tps_net_mean=4100.0, tps_net_ci95=130.0, basis="cached_tokens reported",
+        ),
+        TableRow(
+            "pp512", 4096, 3, None, None, (), None, "server_usage",
+            unknown="unknown: 35000 tok/s would exceed the engine's cold prefill rate (3950 tok/s at d0)",
+        ),
+    ]  # fmt: skip
+    markdown = write_report(run, tmp_path).markdown.read_text()
+    assert "| pp512 | d0 | 3900.0 | 124.2 | 4100.0 ± 130.0 | 3 |" in markdown
+    deep = next(line for line in markdown.splitlines() if "| d4096 |" in line)
+    assert "unknown: 35000 tok/s would exceed" in deep and "| — | — | — |" in deep

@@ -110,11 +110,13 @@ def test_api_key_required(fake_lane):
 
 
 def test_server_info_and_metrics(fake_lane):
-    lane = fake_lane("--tokens-per-chunk", "3")
+    lane = fake_lane("--tokens-per-chunk", "3", "--first-chunk-alone")
     endpoint = Endpoint(lane.url, "m")
     stream_chat(endpoint, chat_request(endpoint, "hi there", 4))
     info = get_json(endpoint, "/get_server_info", root=True)
-    assert info["internal_states"][0]["avg_spec_accept_length"] == 3.0
+    assert (
+        info["internal_states"][0]["avg_spec_accept_length"] == 3.0
+    )  # the prefill token, then one step of 3
     status, body = get(endpoint, "/metrics", root=True)
     text = body.decode()
     assert status == 200 and 'sglang:generation_tokens_total{model_name="deepseek-v4.1-flash"} 4' in text
@@ -144,3 +146,24 @@ def test_reasoning_is_timed_and_counted_but_not_the_answer(fake_lane):
     assert len(result.output_text.split()) == 21
     cut = stream_chat(endpoint, chat_request(endpoint, "What is 19+23?", 10))
     assert cut.text == "" and cut.finish_reason == "length"  # thinking ate the budget
+
+
+def test_speculative_plans_send_the_prefill_token_alone_then_whole_steps():
+    from sparkfleet.demo.openai_server import spec_plan
+
+    assert spec_plan(10, [3]) == [(0, 1), (1, 4), (4, 7), (7, 10)]
+    assert spec_plan(6, [1, 5]) == [(0, 1), (1, 2), (2, 6)]
+    # a step stops at the end of the reasoning unless the server mixes them (vLLM's delta)
+    assert spec_plan(8, [3], split_at=3) == [(0, 1), (1, 3), (3, 6), (6, 8)]
+    assert spec_plan(8, [3], split_at=3, crossing=True) == [(0, 1), (1, 4), (4, 7), (7, 8)]
+    assert spec_plan(0, [3]) == []
+
+
+def test_stream_shapes_on_the_wire(fake_lane):
+    lane = fake_lane("--accept-range", "1-5", "--first-chunk-alone", "--no-role-chunk", "--no-cache-report")
+    endpoint = Endpoint(lane.url, "m")
+    result = stream_chat(endpoint, chat_request(endpoint, "tell me more", 60, ignore_eos=True))
+    assert result.ok and len(result.chunks[0].content.split()) == 1  # the prefill token alone
+    sizes = [len(c.content.split()) for c in result.chunks[1:]]
+    assert sum(sizes) == 59 and max(sizes) <= 5 and len(set(sizes)) > 1  # variable acceptance
+    assert "prompt_tokens_details" not in result.usage and result.cached_tokens is None

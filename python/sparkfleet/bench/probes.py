@@ -6,13 +6,13 @@ and why), never as a number.
 
 from __future__ import annotations
 
-import http.client
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .client import Endpoint, chat_request, get, get_json, stream_chat
-from .metrics import RequestMetrics, measure
+from .client import Endpoint, chat_request, stream_chat
+from .metrics import RequestMetrics, ci95, measure
 from .prompts import make_prompt
 from .tokens import TokenCounter
 
@@ -22,6 +22,9 @@ DEFAULT_SMOKE = (
     ("What is 19+23? Answer with the number only.", "42"),
 )
 _THINK = re.compile(r"<think>.*?</think>", re.S)
+# Room for a reasoning model to think before it answers (DeepSeek-V4.1-Flash reasons first): a
+# 64-token budget fails a correct answer that simply came after 100 tokens of thought.
+DEFAULT_SMOKE_MAX_TOKENS = 2048
 
 
 # -- smoke --------------------------------------------------------------------------------------
@@ -31,7 +34,7 @@ class SmokeCase:
 
     prompt: str
     expect: str
-    max_tokens: int = 64
+    max_tokens: int = DEFAULT_SMOKE_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -52,16 +55,24 @@ def answer_matches(answer: str, expect: str) -> bool:
 
 
 def run_smoke_case(endpoint: Endpoint, case: SmokeCase) -> SmokeOutcome:
+    """Ask one case and judge the *answer*: never the reasoning, and never a reply that was cut off."""
     result = stream_chat(endpoint, chat_request(endpoint, case.prompt, case.max_tokens))
     if not result.ok:
         return SmokeOutcome(case.prompt, case.expect, False, None, result.finish_reason, None, result.error)
-    answer = result.text
+    answer = endpoint.secrets.safe(result.answer)
     latency = (result.chunks[-1].at if result.chunks else result.ended) - result.started
     problem = None
-    if not answer_matches(answer, case.expect):
+    if result.finish_reason == "length":
+        problem = (
+            f"cut off after {case.max_tokens} tokens (finish_reason 'length'); "
+            "raise smoke.max_tokens in the recipe or pass --max-tokens"
+        )
+    elif not answer_matches(answer, case.expect):
         problem = f"expected {case.expect!r} in the answer"
+        if not answer and result.reasoning_text:
+            problem += " (the reply was all reasoning, no answer)"
     elif result.finish_reason != "stop":
-        problem = f"finish_reason {result.finish_reason!r}, expected 'stop' (answer cut off?)"
+        problem = f"finish_reason {result.finish_reason!r}, expected 'stop'"
     return SmokeOutcome(
         case.prompt, case.expect, problem is None, answer, result.finish_reason, latency, problem
     )
@@ -85,14 +96,32 @@ class DecodeProbeResult:
 def run_decode_probe(
     endpoint: Endpoint, probe: DecodeProbe, prefix: str, tokenizer: TokenCounter | None = None
 ) -> DecodeProbeResult:
-    body = chat_request(endpoint, make_prompt(probe.prompt_tokens, prefix), probe.max_tokens, ignore_eos=True)
+    prompt = make_prompt(probe.prompt_tokens, prefix, tokenizer)
+    body = chat_request(endpoint, prompt, probe.max_tokens, ignore_eos=True)
     return DecodeProbeResult(probe, measure(stream_chat(endpoint, body), tokenizer))
 
 
 # -- pp/tg table (llama-bench style) --------------------------------------------------------------
+PP_DEFINITION = """\
+ppN @ dD: how fast the engine prefills N new prompt tokens when D tokens of context are already
+in its KV cache (prefix cache). Each run sends a unique D-token context once (max_tokens 1) so the
+server caches it, then that context + N unique new tokens; tok/s = tokens actually prefilled /
+time to first token. Tokens prefilled = prompt − cached_tokens when the server reports
+cached_tokens, else N (the context is assumed cached). Both figures are given: with the client's
+own round trip (the TTFT of a one-token request) and without it. A figure above what the engine's
+cold prefill rate (pp at d0, nothing cached) makes possible is not a prefill rate: it is
+reported as unknown, with the reason."""
+CEILING_SLACK = 1.10  # a deep prefill can read this far above the best cold one (noise), no further
+
+
 @dataclass(frozen=True)
 class TableRow:
-    """One llama-bench row: `pp512 @ d4096` or `tg128 @ d0`, with tok/s over its runs."""
+    """One llama-bench row: `pp512 @ d4096` or `tg128 @ d0`, with tok/s over its runs.
+
+    tps_* is tokens / TTFT as the client saw it; tps_net_* subtracts the client round trip
+    (pp rows). `basis` says how prefilled tokens were counted; `unknown` says why a pp row has no
+    figure although nothing failed.
+    """
 
     test: str  # "pp512" | "tg128"
     depth: int
@@ -103,40 +132,125 @@ class TableRow:
     ttft_s_mean: float | None
     token_source: str | None
     error: str | None = None
+    tps_ci95: float | None = None
+    tps_net_mean: float | None = None
+    tps_net_ci95: float | None = None
+    net_samples: tuple[float, ...] = ()
+    basis: str | None = None
+    unknown: str | None = None
 
 
 def _row(
-    test: str, depth: int, samples: list[float], ttfts: list[float], source: str | None, error: str | None
+    test: str,
+    depth: int,
+    samples: list[float],
+    ttfts: list[float],
+    source: str | None,
+    error: str | None,
+    net: list[float] | None = None,
+    basis: str | None = None,
 ) -> TableRow:
     if error or not samples:
         return TableRow(test, depth, len(samples), None, None, (), None, source, error or "no samples")
     mean = sum(samples) / len(samples)
     std = (sum((s - mean) ** 2 for s in samples) / (len(samples) - 1)) ** 0.5 if len(samples) > 1 else 0.0
     ttft = sum(ttfts) / len(ttfts)
-    return TableRow(test, depth, len(samples), mean, std, tuple(samples), ttft, source, None)
+    net = net or []
+    return TableRow(
+        test,
+        depth,
+        len(samples),
+        mean,
+        std,
+        tuple(samples),
+        ttft,
+        source,
+        None,
+        ci95(samples),
+        sum(net) / len(net) if net and len(net) == len(samples) else None,
+        ci95(net) if len(net) == len(samples) else None,
+        tuple(net),
+        basis,
+    )
 
 
-def run_pp(endpoint: Endpoint, pp: int, depth: int, runs: int, prefix: Callable[[], str]) -> TableRow:
-    """Prefill of `pp` new tokens after `depth` tokens of context already in the KV cache.
+def client_round_trip(endpoint: Endpoint, tries: int = 9) -> float | None:
+    """Median time to first token of a one-token request: what the client and HTTP cost by themselves."""
+    ttfts = []
+    for _ in range(tries):
+        m = measure(stream_chat(endpoint, chat_request(endpoint, ".", 1)))
+        if m.ok and m.ttft_s is not None:
+            ttfts.append(m.ttft_s)
+    if not ttfts:
+        return None
+    ttfts.sort()
+    return ttfts[len(ttfts) // 2]
 
-    The context is sent once first (so a prefix-caching server holds it), then context + pp new words
-    with max_tokens 1; tok/s = tokens actually prefilled (prompt − cached, per the server's usage) / TTFT.
-    """
-    samples, ttfts = [], []
+
+def run_pp(
+    endpoint: Endpoint,
+    pp: int,
+    depth: int,
+    runs: int,
+    prefix: Callable[[], str],
+    rtt_s: float | None = None,
+    tokenizer: TokenCounter | None = None,
+) -> TableRow:
+    """Prefill of `pp` new tokens after `depth` tokens of context in the KV cache (PP_DEFINITION)."""
+    samples, net, ttfts, bases = [], [], [], set()
     for _ in range(runs):
-        context = make_prompt(depth, prefix()) if depth else ""
+        context = make_prompt(depth, prefix(), tokenizer) if depth else ""
+        context_tokens = 0
         if depth:
             warm = measure(stream_chat(endpoint, chat_request(endpoint, context, 1)))
             if not warm.ok:
                 return _row(f"pp{pp}", depth, [], [], None, f"context warmup failed: {warm.error}")
-        words = context.split() + make_prompt(pp, prefix()).split()
-        m = measure(stream_chat(endpoint, chat_request(endpoint, " ".join(words), 1)))
+            context_tokens = warm.prompt_tokens or depth
+        new = make_prompt(pp, prefix(), tokenizer)
+        m = measure(stream_chat(endpoint, chat_request(endpoint, f"{context} {new}" if context else new, 1)))
         if not m.ok or not m.ttft_s:
             return _row(f"pp{pp}", depth, [], [], None, m.error or "no first token")
-        prefilled = (m.prompt_tokens or len(words)) - (m.cached_tokens or 0)
+        prompt = m.prompt_tokens or (depth + pp)
+        if m.cached_tokens is not None:
+            prefilled, basis = prompt - m.cached_tokens, "cached_tokens reported"
+        elif depth:
+            prefilled = max(prompt - context_tokens, 1)
+            basis = "cached_tokens not reported: context assumed cached"
+        else:
+            prefilled, basis = prompt, "cached_tokens not reported: unique prompt, nothing cached"
+        bases.add(basis)
         samples.append(prefilled / m.ttft_s)
+        if rtt_s is not None and m.ttft_s > rtt_s:
+            net.append(prefilled / (m.ttft_s - rtt_s))
         ttfts.append(m.ttft_s)
-    return _row(f"pp{pp}", depth, samples, ttfts, "server_usage", None)
+    return _row(f"pp{pp}", depth, samples, ttfts, "server_usage", None, net, "; ".join(sorted(bases)))
+
+
+def cold_prefill_rate(rows: list[TableRow]) -> float | None:
+    """The fastest prefill the engine showed with nothing cached (the pp rows at depth 0)."""
+    rates = [
+        x for r in rows if r.test.startswith("pp") and r.depth == 0 for x in (r.net_samples or r.samples)
+    ]
+    return max(rates) if rates else None
+
+
+def within_ceiling(row: TableRow, cold_tps: float | None) -> TableRow:
+    """The row, or the row without figures when it claims more than the cold rate makes possible."""
+    if not row.test.startswith("pp") or row.depth == 0 or row.tps_mean is None or cold_tps is None:
+        return row
+    claimed = row.tps_net_mean if row.tps_net_mean is not None else row.tps_mean
+    if claimed <= cold_tps * CEILING_SLACK:
+        return row
+    why = (
+        f"unknown: {claimed:.0f} tok/s would exceed the engine's cold prefill rate ({cold_tps:.0f} tok/s at "
+        "d0): part of the prompt was served from the prefix cache without being reported"
+    )
+    if row.basis and "not reported" in row.basis:
+        why += " (enable cache reporting: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)"
+    return dataclasses.replace(
+        row, tps_mean=None, tps_std=None, samples=(), tps_ci95=None, tps_net_mean=None,
+        tps_net_ci95=None, net_samples=(), unknown=why,
+    )  # fmt: skip
 
 
 def run_tg(
@@ -150,7 +264,7 @@ def run_tg(
     """Generation of `tg` tokens after `depth` tokens of (unique) context; tok/s = decode tok/s."""
     samples, ttfts, source = [], [], None
     for _ in range(runs):
-        prompt = make_prompt(max(depth, 8), prefix())
+        prompt = make_prompt(max(depth, 8), prefix(), tokenizer)
         m = measure(stream_chat(endpoint, chat_request(endpoint, prompt, tg, ignore_eos=True)), tokenizer)
         if not m.ok or m.decode_tps is None:
             return _row(f"tg{tg}", depth, [], [], m.token_source, m.error or "too few chunks to time decode")
@@ -158,59 +272,3 @@ def run_tg(
         ttfts.append(m.ttft_s or 0.0)
         source = m.token_source
     return _row(f"tg{tg}", depth, samples, ttfts, source, None)
-
-
-# -- speculative decoding accept length -----------------------------------------------------------
-@dataclass(frozen=True)
-class SpecAccept:
-    value: float
-    source: str  # "/get_server_info" | "/metrics"
-
-
-def _find_accept(doc: object) -> float | None:
-    if isinstance(doc, dict):
-        value = doc.get("avg_spec_accept_length")
-        if isinstance(value, int | float):
-            return float(value)
-        for key in ("internal_states", "scheduler_info"):
-            found = _find_accept(doc.get(key))
-            if found is not None:
-                return found
-    if isinstance(doc, list):
-        values = [v for v in (_find_accept(d) for d in doc) if v is not None]
-        return sum(values) / len(values) if values else None
-    return None
-
-
-_PROM = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN)\s*$")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Metric name → value (summed over label sets), for the few metrics we read."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _PROM.match(line.strip())
-        if match and match.group(3) != "NaN":
-            out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
-    return out
-
-
-def spec_accept_length(endpoint: Endpoint) -> SpecAccept | None:
-    """SGLang's avg_spec_accept_length, or vLLM's 1 + accepted/drafts from /metrics; None if absent."""
-    value = _find_accept(get_json(endpoint, "/get_server_info", root=True))
-    if value is not None:
-        return SpecAccept(value, "/get_server_info")
-    try:
-        status, body = get(endpoint, "/metrics", root=True)
-    except (OSError, http.client.HTTPException):
-        return None
-    if status != 200:
-        return None
-    metrics = parse_prometheus(body.decode(errors="replace"))
-    if "sglang:spec_accept_length" in metrics:
-        return SpecAccept(metrics["sglang:spec_accept_length"], "/metrics")
-    drafts = metrics.get("vllm:spec_decode_num_drafts_total")
-    accepted = metrics.get("vllm:spec_decode_num_accepted_tokens_total")
-    if drafts and accepted is not None:
-        return SpecAccept(1.0 + accepted / drafts, "/metrics")
-    return None

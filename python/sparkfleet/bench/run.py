@@ -23,16 +23,18 @@ from .probes import (
     DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
-    SpecAccept,
     TableRow,
+    client_round_trip,
+    cold_prefill_rate,
     run_decode_probe,
     run_pp,
     run_smoke_case,
     run_tg,
-    spec_accept_length,
+    within_ceiling,
 )
 from .prompts import run_nonce
 from .quality import QualityResult, QualitySettings, run_quality
+from .spec import SpecAccept, SpecSampler
 from .sweep import SweepLevel, SweepSettings, run_level
 from .target import BenchTarget
 from .tokens import TokenCounter
@@ -61,11 +63,12 @@ class BenchSettings:
     pp: tuple[int, ...] = (512, 2048)
     tg: tuple[int, ...] = (128,)
     depths: tuple[int, ...] = (0, 4096)
-    table_runs: int = 2
+    table_runs: int = 3  # at least 3, so every table figure has a confidence interval
     sweep: SweepSettings = SweepSettings()
     quality: QualitySettings | None = QualitySettings()
     smoke: bool = True
     is_quick: bool = False  # recorded: a --quick run is never compared with a full one unforced
+    spec_sample_s: float = 0.5  # how often the SGLang accept-length gauge is sampled
 
     @classmethod
     def quick(cls) -> BenchSettings:
@@ -113,6 +116,8 @@ class BenchRun:
     table: list[TableRow] = field(default_factory=list)
     sweep: list[SweepLevel] = field(default_factory=list)
     spec_accept: SpecAccept | None = None
+    client_rtt_s: float | None = None  # median TTFT of a one-token request: the client's own cost
+    cold_prefill_tps: float | None = None  # best pp at d0: the ceiling for every pp at depth
     quality: QualityResult | None = None
     quality_note: str | None = None
     token_sources: list[str] = field(default_factory=list)
@@ -176,9 +181,10 @@ def run_bench(
     def prefix() -> str:
         return f"sf-{nonce}-r{next(counter)}"
 
+    sampler: SpecSampler | None = None
     try:
         try:
-            endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
+            endpoint = discover_model(target.endpoint(model, timeout))
         except SparkfleetError as exc:  # unreachable, booting, or an error page: a failed run, on record
             run.fail(f"server: {exc.message}")
             return run
@@ -199,16 +205,18 @@ def run_bench(
                 if not outcome.passed:
                     run.fail(f"smoke {case.prompt!r}: {outcome.problem}")
         progress.step("decode probe", 0)
+        sampler = SpecSampler(endpoint, settings.spec_sample_s)
         run.decode_probe = run_decode_probe(endpoint, settings.probe, prefix(), tokenizer)
         progress.step("decode probe")
         if not run.decode_probe.metrics.ok:
             run.fail(f"decode probe: {run.decode_probe.metrics.error}")
         elif run.decode_probe.metrics.decode_tps is None:
             run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
+        run.client_rtt_s = client_round_trip(endpoint)
         for depth in settings.depths:
             for pp in settings.pp:
                 progress.step(f"pp{pp} @ d{depth}", 0)
-                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix)
+                row = run_pp(endpoint, pp, depth, settings.table_runs, prefix, run.client_rtt_s, tokenizer)
                 run.table.append(row)
                 progress.step(f"pp{pp} @ d{depth}", settings.table_runs)
                 if row.error:
@@ -220,6 +228,7 @@ def run_bench(
                 progress.step(f"tg{tg} @ d{depth}", settings.table_runs)
                 if row.error:
                     run.fail(f"tg{tg} @ d{depth}: {row.error}")
+        _cap_prefill(run, endpoint, settings, prefix)
         for level in settings.sweep.levels:
             progress.step(f"sweep c={level}", 0)
             result = run_level(
@@ -237,7 +246,7 @@ def run_bench(
                     f"{'; '.join(result.errors)}"
                 )
         progress.step("spec accept", 0)
-        run.spec_accept = spec_accept_length(endpoint)
+        run.spec_accept = sampler.stop()
         if settings.quality is None:
             run.quality_note = "quality not run (--no-quality or --quick)"
         else:
@@ -248,12 +257,14 @@ def run_bench(
                     done = int(event.get("index", 0)) + (event["event"] == "scenario_result")  # 0-based
                     progress.step(f"quality {done}/{event['total']} {event.get('scenario_id', '')}", 0)
 
-            run.quality = quality_runner(
-                target.url,
-                endpoint.model or "",
-                settings.quality,
-                api_key=target.api_key(),
-                on_event=quality_event,
+            run.quality = endpoint.secrets.safe_all(
+                quality_runner(
+                    target.url,
+                    endpoint.model or "",
+                    settings.quality,
+                    api_key=target.api_key(),
+                    on_event=quality_event,
+                )
             )
             progress.step("quality")
             if run.quality.status != "ok":
@@ -262,12 +273,29 @@ def run_bench(
         run.failures.append(f"interrupted (Ctrl-C) during {phase[0]}")
         run.status = "interrupted"
     finally:
+        if sampler is not None:
+            sampler.close()
         if fingerprint:
             run.fingerprints_after = fingerprint()
         run.token_sources = _token_sources(run)
         run.duration_s = time.monotonic() - started
         run.client_cpu_s = _cpu_seconds() - cpu0
     return run
+
+
+def _cap_prefill(
+    run: BenchRun, endpoint: Endpoint, settings: BenchSettings, prefix: Callable[[], str]
+) -> None:
+    """Hold every pp at depth to the engine's cold prefill rate (measured once if no d0 row ran)."""
+    deep = [r for r in run.table if r.test.startswith("pp") and r.depth > 0 and r.tps_mean is not None]
+    if not deep:
+        return
+    cold = cold_prefill_rate(run.table)
+    if cold is None:
+        reference = run_pp(endpoint, max(settings.pp), 0, 1, prefix, run.client_rtt_s)
+        cold = cold_prefill_rate([reference])
+    run.cold_prefill_tps = cold
+    run.table = [within_ceiling(r, cold) for r in run.table]
 
 
 def _token_sources(run: BenchRun) -> list[str]:

@@ -57,7 +57,7 @@ def run_level(
     on_done: Callable[[], None] | None = None,
 ) -> SweepLevel:
     count = max(settings.requests_per_level, concurrency)
-    prompts = [make_prompt(settings.prompt_tokens, prefix()) for _ in range(count)]
+    prompts = [make_prompt(settings.prompt_tokens, prefix(), tokenizer) for _ in range(count)]
 
     def one(prompt: str) -> RequestMetrics:
         body = chat_request(endpoint, prompt, settings.max_tokens, ignore_eos=True)

@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SparkfleetError
+from ..hubcache import repo_folder
 from ..inventory import Inventory, Lane
-from .probes import DEFAULT_SMOKE, SmokeCase
+from .client import Endpoint
+from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
+from .sanitize import clean, split_credentials
 
 DEFAULT_PORT = 30000
 API_KEY_ENV = "SPARKFLEET_API_KEY"
@@ -45,10 +48,15 @@ class BenchTarget:
     baseline: str | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     api_key_env: str = API_KEY_ENV
+    url_auth: str | None = field(default=None, repr=False)  # from `user:pass@` in --url, never stored
+    tokenizer: Path | None = None  # the model's own tokenizer.json, when a readable hub holds it
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file we write, never into a report)."""
         return os.environ.get(self.api_key_env) or None
+
+    def endpoint(self, model: str | None, timeout: float) -> Endpoint:
+        return Endpoint(self.url, model, self.api_key(), timeout, basic_auth=self.url_auth)
 
 
 def _section(lane: Lane, name: str) -> dict[str, Any]:
@@ -89,7 +97,7 @@ def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
 
 def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
     smoke = _section(lane, "smoke")
-    default_max = int(smoke.get("max_tokens", 64))
+    default_max = int(smoke.get("max_tokens", DEFAULT_SMOKE_MAX_TOKENS))
     cases = tuple(
         SmokeCase(c["prompt"], str(c["expect"]), int(c.get("max_tokens", default_max)))
         for c in smoke.get("cases") or []
@@ -97,12 +105,38 @@ def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
     return cases or tuple(SmokeCase(p, e, default_max) for p, e in DEFAULT_SMOKE)
 
 
+def staged_tokenizer(inv: Inventory, lane: Lane) -> Path | None:
+    """The lane's first model's tokenizer.json in a hub this machine can read, or None.
+
+    The head's staged local hub first (a bench run on the head), then the NAS hub; the snapshot is
+    the pinned revision (a full commit, or the one snapshot a recorded prefix names). Offline: only
+    files already on disk are looked at.
+    """
+    if not lane.models:
+        return None
+    need = lane.models[0]
+    head = inv.host(lane.hosts[0])
+    for hub in (head.local_hub, head.nas_hub):
+        snapshots = hub / repo_folder(need.repo) / "snapshots"
+        try:
+            names = [p.name for p in snapshots.iterdir()] if snapshots.is_dir() else []
+        except OSError:
+            continue
+        for name in sorted(n for n in names if need.revision and n.startswith(need.revision)):
+            candidate = snapshots / name / "tokenizer.json"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
 def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
     bench = _section(lane, "bench")
     thresholds = Thresholds(**{k: float(v) for k, v in (bench.get("thresholds") or {}).items()})
+    creds = split_credentials(lane_url(inv, lane))  # a [bench] url may carry user:pass@
     return BenchTarget(
-        url=lane_url(inv, lane),
+        url=creds.url,
+        url_auth=creds.basic_auth,
         lane=lane.name,
         hosts=lane.hosts,
         pins=pins_in_force(inv, lane),
@@ -112,15 +146,18 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         baseline=bench.get("baseline"),
         thresholds=thresholds,
         api_key_env=bench.get("api_key_env", API_KEY_ENV),
+        tokenizer=staged_tokenizer(inv, lane),
     )
 
 
 def for_url(url: str, out: Path | None) -> BenchTarget:
+    """A target for any URL; `user:pass@` in it becomes an Authorization header, never a stored URL."""
+    creds = split_credentials(url)
     if not url.startswith(("http://", "https://")):
         raise SparkfleetError(
-            f"--url wants an http(s) URL, got {url!r}", hint="e.g. http://127.0.0.1:30000/v1"
+            f"--url wants an http(s) URL, got {clean(creds.url)!r}", hint="e.g. http://127.0.0.1:30000/v1"
         )
-    url = url.rstrip("/")
+    url = creds.url.rstrip("/")
     if not url.endswith("/v1"):
         url += "/v1"
-    return BenchTarget(url=url, reports_dir=out)
+    return BenchTarget(url=url, reports_dir=out, url_auth=creds.basic_auth)

@@ -4,8 +4,10 @@ Why this matters: with speculative decoding (DSpark) one SSE chunk carries sever
 counting chunks under-counts and anything derived from "chunks per second" is wrong. In order of
 preference we use (1) the server's cumulative usage on every chunk (`continuous_usage_stats`),
 exact per chunk; (2) the final usage record, exact in total (the first chunk's share is then
-total / chunks); (3) a local tokenizer on the streamed text; (4) an estimate (≈4 characters per
-token). The source is recorded in every result so a report says how much to trust a number.
+the total split by the characters each chunk carried: real servers send the prefill's one token
+alone and then several accepted tokens per step, so "total / chunks" would be wrong); (3) a local
+tokenizer on the streamed text; (4) an estimate (≈4 characters per token). The source is
+recorded in every result so a report says how much to trust a number.
 """
 
 from __future__ import annotations
@@ -72,10 +74,24 @@ def count_completion(result: StreamResult, tokenizer: TokenCounter | None = None
         total = max(last, final_total or 0)
         return TokenCount(total, float(chunks[0].usage_completion_tokens or 0), CONTINUOUS)
     if final_total is not None:
-        return TokenCount(final_total, final_total / len(chunks), FINAL)
+        return TokenCount(final_total, _first_share(result, final_total, tokenizer), FINAL)
     if tokenizer is not None:
         return TokenCount(
             tokenizer.count(result.output_text), float(tokenizer.count(chunks[0].text)), TOKENIZER
         )
     total = max(len(chunks), round(len(result.output_text) / 4))
-    return TokenCount(total, total / len(chunks), ESTIMATE)
+    return TokenCount(total, _first_share(result, total, None), ESTIMATE)
+
+
+def _first_share(result: StreamResult, total: int, tokenizer: TokenCounter | None) -> float:
+    """Tokens in the first content chunk when only the total is known.
+
+    A tokenizer counts it; otherwise the total is split by characters (at least one token, and no
+    more than leaves one per later chunk): a 1-token first chunk ahead of 3-token steps gets ~1.
+    """
+    chunks = result.chunks
+    if tokenizer is not None:
+        return float(max(1, tokenizer.count(chunks[0].text)))
+    chars = sum(len(c.text) for c in chunks)
+    share = total * len(chunks[0].text) / chars if chars else total / len(chunks)
+    return min(max(share, 1.0), float(max(total - (len(chunks) - 1), 1)))

@@ -10,6 +10,7 @@ api_key_env names), never from the command line, and never reaches a report.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import click
@@ -17,8 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..bench import report as reports
-from ..bench.client import Endpoint, discover_model
-from ..bench.probes import DecodeProbe, run_smoke_case
+from ..bench.client import discover_model
+from ..bench.probes import DecodeProbe, SmokeCase, run_smoke_case
 from ..bench.quality import QualitySettings
 from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
@@ -29,6 +30,37 @@ from .progress import quiet, wants_bar
 from .render import echo_json, load_inventory
 
 DEFAULT_URL_OUT = Path("sparkfleet-reports")
+POSITIVE = click.IntRange(min=1)
+
+
+class IntList(click.ParamType):
+    """'512,2048' or '512 2048' → (512, 2048), each at least `minimum` (checked before any request)."""
+
+    name = "ints"
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        if isinstance(value, tuple):
+            return value
+        try:
+            items = tuple(int(x) for x in str(value).replace(",", " ").split())
+        except ValueError:
+            self.fail(f"expected integers, got {value!r}", param, ctx)
+        if not items:
+            self.fail("expected at least one integer", param, ctx)
+        bad = [x for x in items if x < self.minimum]
+        if bad:
+            self.fail(f"{bad[0]} is below {self.minimum}", param, ctx)
+        return items
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A deadline must be a finite number of seconds above zero (nan and inf never expire)."""
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds")
+    return value
 
 
 def _target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
@@ -98,22 +130,42 @@ class LineBenchProgress:
     "--url", help="Any OpenAI-compatible base URL instead of a lane (e.g. http://127.0.0.1:30000/v1)."
 )
 @click.option("--model", show_default="the first from /v1/models", help="Model name.")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--max-tokens",
+    type=POSITIVE,
+    show_default="the recipe's smoke.max_tokens, else 2048",
+    help="Token budget per answer, reasoning included.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    callback=_seconds,
+    help="Deadline for each whole request (connect to last byte).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def smoke(
-    ctx: click.Context, lane: str | None, url: str | None, model: str | None, timeout: float, as_json: bool
+    ctx: click.Context,
+    lane: str | None,
+    url: str | None,
+    model: str | None,
+    max_tokens: int | None,
+    timeout: float,
+    as_json: bool,
 ) -> None:
-    """Ask the recipe's smoke prompts (temperature 0) and check answers and finish_reason.
+    """Ask the recipe's smoke prompts (temperature 0) and check the answers (not the reasoning).
 
     \b
     Examples:
       sparkfleet smoke dsv41-flash-4x-mia
-      sparkfleet smoke --url http://127.0.0.1:30000/v1
+      sparkfleet smoke --url http://127.0.0.1:30000/v1 --max-tokens 4096
     """
     target = _target(ctx, lane, url, None)
-    endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
-    outcomes = [run_smoke_case(endpoint, case) for case in target.smoke]
+    endpoint = discover_model(target.endpoint(model, timeout))
+    cases = [SmokeCase(c.prompt, c.expect, max_tokens or c.max_tokens) for c in target.smoke]
+    outcomes = [run_smoke_case(endpoint, case) for case in cases]
     ok = all(o.passed for o in outcomes)
     if as_json:
         echo_json(
@@ -146,13 +198,6 @@ def _dflt(get) -> str:
     return str(full) if full == quick else f"{full}; {quick} with --quick"
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.replace(",", " ").split())
-    except ValueError:
-        raise click.BadParameter(f"expected integers, got {text!r}") from None
-
-
 @click.command()
 @click.argument("lane", required=False)
 @click.option("--url", help="Any OpenAI-compatible base URL instead of a lane.")
@@ -172,38 +217,49 @@ def _ints(text: str) -> tuple[int, ...]:
 @click.option("--model", show_default="the first from /v1/models", help="Model name.")
 @click.option(
     "--prompt-tokens",
-    type=int,
+    type=POSITIVE,
     show_default=_dflt(lambda s: s.probe.prompt_tokens),
     help="Decode probe prompt length.",
 )
 @click.option(
     "--max-tokens",
-    type=int,
+    type=POSITIVE,
     show_default=_dflt(lambda s: s.probe.max_tokens),
     help="Decode probe output tokens.",
 )
-@click.option("--pp", show_default=_dflt(lambda s: _csv(s.pp)), help="Prefill sizes, e.g. '512,2048'.")
-@click.option("--tg", show_default=_dflt(lambda s: _csv(s.tg)), help="Generation sizes, e.g. '128'.")
-@click.option("--depths", show_default=_dflt(lambda s: _csv(s.depths)), help="Context depths, e.g. '0,4096'.")
 @click.option(
-    "--runs", type=int, show_default=_dflt(lambda s: s.table_runs), help="Repetitions per pp/tg row."
+    "--pp", type=IntList(1), show_default=_dflt(lambda s: _csv(s.pp)), help="Prefill sizes, e.g. '512,2048'."
 )
-@click.option("--concurrency", show_default=_dflt(lambda s: _csv(s.sweep.levels)), help="Sweep levels.")
+@click.option(
+    "--tg", type=IntList(1), show_default=_dflt(lambda s: _csv(s.tg)), help="Generation sizes, e.g. '128'."
+)
+@click.option(
+    "--depths",
+    type=IntList(0),
+    show_default=_dflt(lambda s: _csv(s.depths)),
+    help="Context depths, e.g. '0,4096'.",
+)
+@click.option(
+    "--runs", type=POSITIVE, show_default=_dflt(lambda s: s.table_runs), help="Repetitions per pp/tg row."
+)
+@click.option(
+    "--concurrency", type=IntList(1), show_default=_dflt(lambda s: _csv(s.sweep.levels)), help="Sweep levels."
+)
 @click.option(
     "--requests",
-    type=int,
+    type=POSITIVE,
     show_default=_dflt(lambda s: s.sweep.requests_per_level),
     help="Requests per sweep level (at least the level).",
 )
 @click.option(
     "--sweep-prompt-tokens",
-    type=int,
+    type=POSITIVE,
     show_default=_dflt(lambda s: s.sweep.prompt_tokens),
     help="Sweep prompt length.",
 )
 @click.option(
     "--sweep-max-tokens",
-    type=int,
+    type=POSITIVE,
     show_default=_dflt(lambda s: s.sweep.max_tokens),
     help="Sweep output tokens.",
 )
@@ -220,7 +276,14 @@ def _ints(text: str) -> tuple[int, ...]:
     type=click.Path(exists=True, path_type=Path),
     help="Local tokenizer.json (or folder) for servers that report no usage.",
 )
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    callback=_seconds,
+    help="Deadline for each whole request (connect to last byte).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def bench(
@@ -234,11 +297,11 @@ def bench(
     model: str | None,
     prompt_tokens: int | None,
     max_tokens: int | None,
-    pp: str | None,
-    tg: str | None,
-    depths: str | None,
+    pp: tuple[int, ...] | None,
+    tg: tuple[int, ...] | None,
+    depths: tuple[int, ...] | None,
     runs: int | None,
-    concurrency: str | None,
+    concurrency: tuple[int, ...] | None,
     requests: int | None,
     sweep_prompt_tokens: int | None,
     sweep_max_tokens: int | None,
@@ -266,7 +329,7 @@ def bench(
     target = _target(ctx, lane, url, None)
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
-        levels=_ints(concurrency) if concurrency else base.sweep.levels,
+        levels=concurrency or base.sweep.levels,
         requests_per_level=requests or base.sweep.requests_per_level,
         prompt_tokens=sweep_prompt_tokens or base.sweep.prompt_tokens,
         max_tokens=sweep_max_tokens or base.sweep.max_tokens,
@@ -274,9 +337,9 @@ def bench(
     want_quality = (not quick) if quality is None else quality
     settings = BenchSettings(
         probe=DecodeProbe(prompt_tokens or base.probe.prompt_tokens, max_tokens or base.probe.max_tokens),
-        pp=_ints(pp) if pp else base.pp,
-        tg=_ints(tg) if tg else base.tg,
-        depths=_ints(depths) if depths else base.depths,
+        pp=pp or base.pp,
+        tg=tg or base.tg,
+        depths=depths or base.depths,
         table_runs=runs or base.table_runs,
         sweep=sweep,
         quality=QualitySettings(
@@ -288,7 +351,7 @@ def bench(
         is_quick=base.is_quick,
     )
     tag = tag or ("quick" if quick else "bench")
-    counter = LocalTokenizer(tokenizer) if tokenizer else None
+    counter = LocalTokenizer(tokenizer) if tokenizer else _staged_counter(target)
 
     def go(progress: RichBenchProgress | None = None):
         return run_bench(
@@ -342,6 +405,33 @@ def bench(
     ctx.exit(1 if failed else 0)
 
 
+def _staged_counter(target: BenchTarget) -> LocalTokenizer | None:
+    """The model's own tokenizer from the staged hub, when there is one and `tokenizers` is installed."""
+    if target.tokenizer is None:
+        return None
+    try:
+        return LocalTokenizer(target.tokenizer)
+    except SparkfleetError as exc:
+        click.echo(f"note: not using {target.tokenizer}: {exc.message}", err=True)
+        return None
+
+
+def _pm(ci: float | None) -> str:
+    return f" ± {ci:.1f}" if ci is not None else ""
+
+
+def _row_text(row) -> str:
+    """`12.3 ± 0.4 t/s` (95 % CI), the figure net of the client round trip for pp, or why there is none."""
+    if row.error:
+        return f"FAILED {row.error}"
+    if row.tps_mean is None:
+        return row.unknown or "unknown"
+    text = f"{row.tps_mean:.1f}{_pm(row.tps_ci95)} t/s"
+    if row.tps_net_mean is not None:
+        text += f" ({row.tps_net_mean:.1f}{_pm(row.tps_net_ci95)} net of client round trip)"
+    return text
+
+
 def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> None:
     color = "green" if run.status == "ok" else "red"
     click.secho(f"bench {run.status.upper()}: {run.lane or run.url} ({run.model}), tag {run.tag}", fg=color)
@@ -349,17 +439,19 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
         click.secho(f"  failed: {failure}", fg="red")
     probe = run.decode_probe.metrics if run.decode_probe else None
     if probe and probe.ok and probe.decode_tps is not None and probe.ttft_s is not None:
+        net = (
+            f" ({(probe.ttft_s - run.client_rtt_s) * 1000:.0f} ms net of client round trip)"
+            if run.client_rtt_s is not None and probe.ttft_s > run.client_rtt_s
+            else ""
+        )
         click.echo(
-            f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms "
+            f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms{net} "
             f"({probe.completion_tokens} tokens, {probe.chunks} chunks, tokens from {probe.token_source})"
         )
+    if run.client_rtt_s is not None:
+        click.echo(f"  client round trip (one-token request): {run.client_rtt_s * 1000:.1f} ms")
     for row in run.table:
-        value = (
-            f"{row.tps_mean:.1f} ± {row.tps_std:.1f} t/s"
-            if row.tps_mean is not None
-            else f"FAILED {row.error}"
-        )
-        click.echo(f"  {row.test:>7} @ d{row.depth:<5} {value}")
+        click.echo(f"  {row.test:>7} @ d{row.depth:<5} {_row_text(row)}")
     for lv in run.sweep:
         if lv.ok and lv.ttft_s:
             click.echo(
@@ -370,6 +462,8 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             click.echo(f"  c={lv.concurrency:<3} FAILED ({lv.failed}/{lv.requests})")
     if run.spec_accept:
         click.echo(f"  spec accept length: {run.spec_accept.value:.2f} ({run.spec_accept.source})")
+    else:
+        click.echo("  spec accept length: none (no speculative decoding seen)")
     decode_bound = (run.roofline or {}).get("decode")
     if decode_bound:
         click.echo(

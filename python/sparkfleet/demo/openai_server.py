@@ -19,6 +19,7 @@ Conventions (documented because tests and benchmarks rely on them):
   a deterministic word stream of max_tokens tokens (default 64), finish_reason "length".
 - --reasoning-tokens N starts every chat answer with N thinking words streamed as
   `reasoning_content` (SGLang's reasoning parser does this for DeepSeek); max_tokens counts them.
+  For a sum the last thinking word is the right result; --wrong-answer then answers one less.
 - Usage: --usage none never reports usage; final reports it in a last chunk when the request asks
   `stream_options.include_usage`; continuous also puts cumulative usage in every chunk when the request
   asks `stream_options.continuous_usage_stats` (as vLLM and SGLang do).
@@ -26,6 +27,32 @@ Conventions (documented because tests and benchmarks rely on them):
   TTFT, so a concurrency sweep saturates the way a real batch does.
 - Prefix caching is simulated per 16-word block (--prefix-cache), so a benchmark that reuses prompt
   prefixes sees inflated prefill rates, as it would on SGLang.
+
+Truth shapes (how real engines stream; each is a flag so the bench can be checked against all):
+- --first-chunk-alone: the prefill's one token goes out alone, then decode steps of
+  --tokens-per-chunk tokens (speculative decoding: one verify step emits several accepted tokens);
+  --accept-range LO-HI draws each step's accepted tokens uniformly from LO..HI (seeded).
+- --no-role-chunk: no role-only opening chunk (some servers put the role on the first token).
+- --mixed-deltas: the chunk that ends the reasoning also starts the answer (vLLM does this);
+  --think-in-content: no reasoning parser, the chat template already opened <think>, so the
+  reasoning, "</think>" and the answer all arrive as `content`.
+- --no-cache-report: usage carries no prompt_tokens_details (the default of SGLang and vLLM
+  unless --enable-cache-report / --enable-prompt-tokens-details).
+- --overhead-ms: fixed per-request cost before prefill (HTTP, tokenization, scheduling).
+- Speculative metrics (when speculative decoding is on): --spec-metrics vllm exposes the
+  counters vllm:spec_decode_num_drafts_total / num_accepted_tokens_total; sglang exposes the
+  gauge sglang:spec_accept_length per tp_rank (--spec-ranks series, mean of the last 40 steps);
+  /get_server_info carries the lifetime average, including --spec-history-drafts earlier steps
+  at --spec-history-accept (traffic before this run).
+
+Hostile modes (--hostile MODE, for the client's hardening tests): endless (tokens forever, no
+[DONE]), trickle (one byte of SSE at a time, forever), slow-models (/v1/models never answers),
+huge-line (one SSE line of --hostile-bytes without a newline), huge-body (/v1/models and
+/get_server_info bodies of --hostile-bytes), inflated-usage (usage claims 64000 tokens),
+shape-list / shape-choices / shape-delta / shape-content / shape-usage (valid JSON of the wrong
+shape), nested-info (/get_server_info nested 100000 deep), echo-key (the Authorization header
+echoed in answers and errors), escapes (terminal escape sequences in answers and the model id),
+redirect (every request answered 307 to another port).
 
 Boot: the socket listens at once; /health answers 503 until --boot-delay has passed. Each --signature
 line is printed (flushed) at an even fraction of the delay, then "The server is fired up and ready to
@@ -55,11 +82,30 @@ from typing import Any
 
 READY_LINE = "The server is fired up and ready to roll!"
 PREFIX_BLOCK = 16  # words per simulated KV-cache block
+SPEC_WINDOW = 40  # steps SGLang's spec_accept_length gauge averages over
+HOSTILE_MODES = (
+    "endless",
+    "trickle",
+    "slow-models",
+    "huge-line",
+    "huge-body",
+    "inflated-usage",
+    "shape-list",
+    "shape-choices",
+    "shape-delta",
+    "shape-content",
+    "shape-usage",
+    "nested-info",
+    "echo-key",
+    "escapes",
+    "redirect",
+)
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[31m"
 DEFAULT_MAX_TOKENS = 64
 
 # A whole expression, not digits inside a word (a benchmark nonce like "sf-1234abcd-r7" is no sum).
 _ARITH = re.compile(r"(?<![\w-])(-?\d+)\s*([*×+\-])\s*(-?\d+)(?![\w-])")
-_VOCAB = (
+VOCAB = (
     "alpha",
     "bravo",
     "charlie",
@@ -116,6 +162,24 @@ class ServerConfig:
     seed: int = 0
     max_running: int = 0  # 0 = every request decodes at once
     reasoning_tokens: int = 0  # chat answers start with this many thinking words (reasoning_content)
+    wrong_answer: bool = False  # sums answered one too low (after reasoning that got them right)
+    first_chunk_alone: bool = False
+    accept_range: tuple[int, int] | None = None
+    role_chunk: bool = True
+    mixed_deltas: bool = False
+    think_in_content: bool = False
+    cache_report: bool = True
+    overhead_ms: float = 0.0
+    spec_metrics: str = "sglang"  # sglang | vllm | none (only /get_server_info's lifetime average)
+    spec_ranks: int = 1
+    spec_history_drafts: int = 0
+    spec_history_accept: float = 0.0
+    hostile: str | None = None
+    hostile_bytes: int = 512 * 1024 * 1024
+
+    @property
+    def speculative(self) -> bool:
+        return self.tokens_per_chunk > 1 or self.accept_range is not None
 
 
 @dataclass
@@ -131,6 +195,9 @@ class ServerState:
     cached_blocks: set[str] = field(default_factory=set)
     rng: random.Random = field(default_factory=random.Random)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    spec_drafts: int = 0  # decode steps taken (this server's lifetime)
+    spec_accepted: int = 0  # tokens accepted beyond the one each step always yields
+    spec_recent: list[int] = field(default_factory=list)  # tokens per step, last SPEC_WINDOW steps
 
 
 def prompt_words(body: dict[str, Any]) -> list[str]:
@@ -159,11 +226,15 @@ def last_user_text(body: dict[str, Any]) -> str:
     return str(body.get("prompt", ""))
 
 
-def answer_tokens(body: dict[str, Any], words: list[str], reasoning: int = 0) -> tuple[list[str], str, int]:
+def answer_tokens(
+    body: dict[str, Any], words: list[str], reasoning: int = 0, wrong: bool = False
+) -> tuple[list[str], str, int]:
     """(output tokens, finish_reason, how many of them are reasoning) for a request (deterministic).
 
     With `reasoning` > 0 the answer is preceded by that many thinking words (streamed as
-    reasoning_content, as SGLang's reasoning parser does); max_tokens counts them too.
+    reasoning_content, as SGLang's reasoning parser does); max_tokens counts them too. For a sum
+    the reasoning ends with the right result; `wrong` makes the final answer one less (a model that
+    reasoned right and answered wrong: only the answer may be judged).
     """
     max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
     thinking = [f"think{i % 10}" for i in range(reasoning)]
@@ -171,11 +242,13 @@ def answer_tokens(body: dict[str, Any], words: list[str], reasoning: int = 0) ->
     if match:
         a, op, b = int(match.group(1)), match.group(2), int(match.group(3))
         value = a + b if op == "+" else a - b if op == "-" else a * b
-        tokens, finish = thinking + [str(value)], "stop"
+        if thinking:
+            thinking[-1] = str(value)
+        tokens, finish = thinking + [str(value - 1 if wrong else value)], "stop"
     else:
         digest = hashlib.sha256(" ".join(words).encode()).digest()
         start = int.from_bytes(digest[:4], "big")
-        tokens = thinking + [_VOCAB[(start + 7 * i) % len(_VOCAB)] for i in range(max_tokens)]
+        tokens = thinking + [VOCAB[(start + 7 * i) % len(VOCAB)] for i in range(max_tokens)]
         finish = "length"
     if len(tokens) > max_tokens:
         tokens, finish = tokens[:max_tokens], "length"
@@ -188,8 +261,29 @@ def chunk_plan(n_tokens: int, per_chunk: int, split_at: int = 0) -> list[tuple[i
     return plan + [(i, min(i + per_chunk, n_tokens)) for i in range(split_at, n_tokens, per_chunk)]
 
 
+def spec_plan(
+    n_tokens: int, steps: list[int], split_at: int = 0, crossing: bool = False
+) -> list[tuple[int, int]]:
+    """Speculative-decoding chunks: the prefill token alone, then one chunk per verify step.
+
+    `steps` gives each step's token count (cycled). A step does not cross `split_at` (reasoning |
+    answer) unless `crossing` (vLLM's mixed delta: one chunk ends the reasoning and starts the answer).
+    """
+    if n_tokens <= 0:
+        return []
+    plan, i, n = [(0, 1)], 1, 0
+    while i < n_tokens:
+        hi = min(i + steps[n % len(steps)], n_tokens)
+        if not crossing and i < split_at < hi:
+            hi = split_at
+        plan.append((i, hi))
+        i, n = hi, n + 1
+    return plan
+
+
 def render_prometheus(cfg: ServerConfig, state: ServerState) -> str:
     with state.lock:
+        drafts, accepted, recent = state.spec_drafts, state.spec_accepted, list(state.spec_recent)
         lines = [
             "# TYPE sglang:num_running_reqs gauge",
             f'sglang:num_running_reqs{{model_name="{cfg.served_model_name}"}} {state.running}',
@@ -199,13 +293,41 @@ def render_prometheus(cfg: ServerConfig, state: ServerState) -> str:
             f'sglang:generation_tokens_total{{model_name="{cfg.served_model_name}"}} '
             f"{state.generation_tokens_total}",
         ]
-    if cfg.tokens_per_chunk > 1:
-        accept = float(cfg.tokens_per_chunk)
+    if cfg.speculative:  # the truth, for tests: steps and the tokens they yielded (no engine has these)
         lines += [
-            "# TYPE sglang:spec_accept_length gauge",
-            f'sglang:spec_accept_length{{model_name="{cfg.served_model_name}"}} {accept}',
+            f"sparkfleet_demo:spec_steps_total {drafts}",
+            f"sparkfleet_demo:spec_step_tokens_total {drafts + accepted}",
+        ]
+    if cfg.speculative and cfg.spec_metrics == "sglang":
+        window = sum(recent) / len(recent) if recent else cfg.spec_history_accept
+        lines.append("# TYPE sglang:spec_accept_length gauge")
+        lines += [
+            f'sglang:spec_accept_length{{model_name="{cfg.served_model_name}",tp_rank="{r}"}} {window}'
+            for r in range(cfg.spec_ranks)
+        ]
+    elif cfg.speculative and cfg.spec_metrics == "vllm":
+        hist_accepted = round(cfg.spec_history_drafts * max(cfg.spec_history_accept - 1, 0))
+        name = cfg.served_model_name
+        lines += [
+            "# TYPE vllm:spec_decode_num_drafts_total counter",
+            f'vllm:spec_decode_num_drafts_total{{model_name="{name}"}} {drafts + cfg.spec_history_drafts}.0',
+            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+            f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{name}"}} {accepted + hist_accepted}.0',
         ]
     return "\n".join(lines) + "\n"
+
+
+def lifetime_accept_length(cfg: ServerConfig, state: ServerState) -> float | None:
+    """What /get_server_info says: the average over the server's whole life (earlier traffic too)."""
+    with state.lock:
+        drafts = state.spec_drafts + cfg.spec_history_drafts
+        tokens = state.spec_drafts + state.spec_accepted + cfg.spec_history_drafts * cfg.spec_history_accept
+    return tokens / drafts if drafts else None
+
+
+def nested_json(depth: int) -> bytes:
+    """Valid JSON nested `depth` deep: json.loads of it overflows Python's recursion limit."""
+    return b'{"internal_states":' + b"[" * depth + b"]" * depth + b"}"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -242,14 +364,43 @@ class Handler(BaseHTTPRequestHandler):
         key = self.server.cfg.api_key
         if key is None or self.headers.get("Authorization") == f"Bearer {key}":
             return True
-        self._error(HTTPStatus.UNAUTHORIZED, "invalid api key", "authentication_error")
+        self._error(HTTPStatus.UNAUTHORIZED, f"invalid api key{self._echo()}", "authentication_error")
         return False
+
+    def _echo(self) -> str:
+        """--hostile echo-key: repeat the caller's Authorization header back (as careless servers do)."""
+        if self.server.cfg.hostile != "echo-key":
+            return ""
+        return f" (you sent {self.headers.get('Authorization')!s})"
 
     def _booting(self) -> bool:
         if self.server.state.ready:
             return False
         self._error(HTTPStatus.SERVICE_UNAVAILABLE, "server is starting", "service_unavailable")
         return True
+
+    def _redirect(self) -> bool:
+        if self.server.cfg.hostile != "redirect":
+            return False
+        self.send_response(HTTPStatus.TEMPORARY_REDIRECT)
+        self.send_header("Location", f"http://127.0.0.1:1{self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
+    def _huge_body(self) -> None:
+        """A JSON-looking body of --hostile-bytes, written lazily (the client must stop reading)."""
+        size = self.server.cfg.hostile_bytes
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        block = b" " * (1 << 20)
+        with contextlib.suppress(OSError):
+            left = size
+            while left > 0:
+                self.wfile.write(block[: min(left, len(block))])
+                left -= len(block)
 
     # -- GET ------------------------------------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
@@ -261,23 +412,37 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._error(HTTPStatus.SERVICE_UNAVAILABLE, "server is starting", "service_unavailable")
             return
-        if self._booting() or not self._authorized():
+        if self._redirect() or self._booting() or not self._authorized():
+            return
+        if cfg.hostile == "huge-body" and path in ("/v1/models", "/get_server_info"):
+            self._huge_body()
             return
         if path == "/v1/models":
+            if cfg.hostile == "slow-models":
+                time.sleep(3600)
             model = {
-                "id": cfg.served_model_name,
+                "id": cfg.served_model_name + (ESCAPES if cfg.hostile == "escapes" else ""),
                 "object": "model",
                 "created": 0,
                 "owned_by": "sparkfleet-demo",
             }
             self._send_json(HTTPStatus.OK, {"object": "list", "data": [model]})
         elif path == "/get_server_info":
+            if cfg.hostile == "nested-info":
+                data = nested_json(100_000)
+                self.send_response(HTTPStatus.OK)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             info: dict[str, Any] = {
                 "served_model_name": cfg.served_model_name,
                 "version": "sparkfleet-demo",
             }
-            if cfg.tokens_per_chunk > 1:
-                info["internal_states"] = [{"avg_spec_accept_length": float(cfg.tokens_per_chunk)}]
+            lifetime = lifetime_accept_length(cfg, state) if cfg.speculative else None
+            if lifetime is not None:
+                info["internal_states"] = [{"avg_spec_accept_length": lifetime}]
             self._send_json(HTTPStatus.OK, info)
         elif path == "/metrics":
             self._send_text(HTTPStatus.OK, render_prometheus(cfg, state))
@@ -290,7 +455,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self._booting() or not self._authorized():
+        if self._redirect() or self._booting() or not self._authorized():
             return
         if path not in ("/v1/chat/completions", "/v1/completions"):
             self._error(HTTPStatus.NOT_FOUND, f"no route {path}")
@@ -307,19 +472,38 @@ class Handler(BaseHTTPRequestHandler):
             if fail:
                 state.requests_failed += 1
         if fail:
-            self._error(cfg.fail_status, "injected failure (--error-rate)", "server_error")
+            if cfg.fail_status in (429, 503):
+                message = f"injected failure (--error-rate): overloaded, retry later{self._echo()}"
+                data = json.dumps({"error": {"message": message, "code": cfg.fail_status}}).encode()
+                self.send_response(cfg.fail_status)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self._error(cfg.fail_status, f"injected failure (--error-rate){self._echo()}", "server_error")
             return
         words = prompt_words(body)
         cached = self._cached_tokens(words)
         chat = path == "/v1/chat/completions"
-        tokens, finish, thinking = answer_tokens(body, words, cfg.reasoning_tokens if chat else 0)
+        tokens, finish, thinking = answer_tokens(
+            body, words, cfg.reasoning_tokens if chat else 0, cfg.wrong_answer
+        )
+        if cfg.hostile in ("echo-key", "escapes") and thinking < len(tokens):
+            extra = self._echo() if cfg.hostile == "echo-key" else ESCAPES
+            tokens[-1] += extra.replace(" ", "_")
         prefill_s = (len(words) - cached) / cfg.prefill_tps if cfg.prefill_tps > 0 else 0.0
-        usage = {
+        prefill_s += cfg.overhead_ms / 1000
+        usage: dict[str, Any] = {
             "prompt_tokens": len(words),
             "completion_tokens": len(tokens),
             "total_tokens": len(words) + len(tokens),
-            "prompt_tokens_details": {"cached_tokens": cached},
         }
+        if cfg.cache_report:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        if cfg.hostile == "inflated-usage":
+            usage["completion_tokens"] = 64000
         slot = self.server.slots
         if slot is not None:
             slot.acquire()  # --max-running: queue like a full batch; the wait shows up in TTFT
@@ -425,7 +609,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        if cfg.hostile and self._hostile_stream(base):
+            return
         sent = 0
+        in_content = cfg.think_in_content
+        if in_content and thinking:  # the template opened <think>; the model closes it in content
+            tokens = list(tokens)
+            tokens[thinking - 1] += "</think>"
 
         def running_usage(done: int) -> dict[str, Any]:
             return {
@@ -434,7 +624,8 @@ class Handler(BaseHTTPRequestHandler):
                 "total_tokens": usage["prompt_tokens"] + done,
             }
 
-        if chat:  # OpenAI opens a chat stream with an empty role delta
+        opening: dict[str, Any] | None = None
+        if chat and cfg.role_chunk:  # OpenAI opens a chat stream with an empty role delta
             opening = {
                 **base,
                 "choices": [
@@ -443,9 +634,21 @@ class Handler(BaseHTTPRequestHandler):
             }
             if want_continuous:
                 opening["usage"] = running_usage(0)
-            self._event(opening)
-            sent += 1
-        plan = chunk_plan(len(tokens), cfg.tokens_per_chunk, thinking)
+        split = 0 if in_content else thinking
+        crossing = cfg.mixed_deltas and chat
+        if cfg.accept_range is not None:
+            lo, hi_ = cfg.accept_range
+            with self.server.state.lock:
+                rng = random.Random(self.server.state.rng.random())
+            plan = spec_plan(
+                len(tokens), [rng.randint(lo, hi_) for _ in range(max(len(tokens), 1))], split, crossing
+            )
+        elif cfg.first_chunk_alone:
+            plan = spec_plan(len(tokens), [cfg.tokens_per_chunk], split, crossing)
+        elif crossing:
+            plan = chunk_plan(len(tokens), cfg.tokens_per_chunk)
+        else:
+            plan = chunk_plan(len(tokens), cfg.tokens_per_chunk, split)
         # Decode is paced from when the first chunk actually left: a late first chunk (a scheduler
         # hiccup on a busy machine) delays the stream instead of being followed by a catch-up burst.
         decode_origin: float | None = None
@@ -456,15 +659,30 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if decode_origin is None:
                 self._sleep_until(first_token_at + (hi - 1) / cfg.decode_tps)
+                if opening is not None:  # engines send it with the first token, not before prefill
+                    self._event(opening)
+                    sent += 1
+                    if cfg.drop_after is not None and sent >= cfg.drop_after:
+                        self._drop()
+                        return
             else:
                 self._sleep_until(decode_origin + (hi - first_hi) / cfg.decode_tps)
-            text = (" " if lo not in (0, thinking) else "") + " ".join(tokens[lo:hi])
             last = n == len(plan) - 1
             reason = finish if last else None
             if chat:
-                key = "reasoning_content" if hi <= thinking else "content"
-                choice = {"index": 0, "delta": {key: text}, "finish_reason": reason}
+                delta: dict[str, Any] = {}
+                if not cfg.role_chunk and n == 0:
+                    delta["role"] = "assistant"
+                think_hi = min(hi, split)
+                if lo < think_hi:  # reasoning part of this step
+                    key = "reasoning" if crossing else "reasoning_content"
+                    delta[key] = (" " if lo else "") + " ".join(tokens[lo:think_hi])
+                if hi > split:
+                    start = max(lo, split)
+                    delta["content"] = (" " if start not in (0, split) else "") + " ".join(tokens[start:hi])
+                choice = {"index": 0, "delta": delta, "finish_reason": reason}
             else:
+                text = (" " if lo else "") + " ".join(tokens[lo:hi])
                 choice = {"index": 0, "text": text, "finish_reason": reason}
             event = {**base, "choices": [choice]}
             if want_continuous:
@@ -473,10 +691,63 @@ class Handler(BaseHTTPRequestHandler):
             sent += 1
             if decode_origin is None:
                 decode_origin = time.perf_counter()
+            elif cfg.speculative:
+                self._count_step(hi - lo)
         if want_final:
             self._event({**base, "choices": [], "usage": usage})
         self._event("[DONE]")
         self._write_chunk(b"")  # chunked terminator
+
+    def _count_step(self, tokens: int) -> None:
+        """One speculative verify step that yielded `tokens` (1 + accepted draft tokens)."""
+        state = self.server.state
+        with state.lock:
+            state.spec_drafts += 1
+            state.spec_accepted += tokens - 1
+            state.spec_recent.append(tokens)
+            del state.spec_recent[:-SPEC_WINDOW]
+
+    def _hostile_stream(self, base: dict[str, Any]) -> bool:
+        """Stream misbehaviour for --hostile; True when the mode took over the response."""
+        mode = self.server.cfg.hostile
+        shapes: dict[str, Any] = {
+            "shape-list": [1, 2, 3],
+            "shape-choices": {**base, "choices": {"index": 0}},
+            "shape-delta": {**base, "choices": [{"index": 0, "delta": "text"}]},
+            "shape-content": {**base, "choices": [{"index": 0, "delta": {"content": {"x": 1}}}]},
+            "shape-usage": {**base, "choices": [], "usage": "lots"},
+        }
+        try:
+            if mode in shapes:
+                self._event({**base, "choices": [{"index": 0, "delta": {"content": "ok"}}]})
+                self._event(shapes[mode])
+                self._event("[DONE]")
+                self._write_chunk(b"")
+            elif mode == "endless":
+                n = 0
+                while True:
+                    self._event({**base, "choices": [{"index": 0, "delta": {"content": f" w{n}"}}]})
+                    n += 1
+                    if n % 50 == 0:
+                        time.sleep(0.001)
+            elif mode == "trickle":
+                event = (
+                    f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': {'content': 'x'}}]})}\n\n"
+                )
+                while True:
+                    for ch in event.encode():
+                        self._write_chunk(bytes([ch]))
+                        time.sleep(0.05)
+            elif mode == "huge-line":
+                self._write_chunk(b'data: {"choices": [{"delta": {"content": "')
+                block = b"A" * (1 << 20)
+                for _ in range(self.server.cfg.hostile_bytes // len(block)):
+                    self._write_chunk(block)
+            else:
+                return False
+        except OSError:
+            pass  # the client hung up: that is what it should do
+        return True
 
     def _drop(self) -> None:
         """Close the connection mid-stream: no [DONE], no chunked terminator."""
@@ -492,6 +763,13 @@ class FakeLaneServer(ThreadingHTTPServer):
     # socketserver's default listen backlog is 5: a burst of 8+ connections (a concurrency sweep)
     # would see dropped SYNs and a 1 s retransmit in its TTFT.
     request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (after [DONE], or on purpose) is not an error worth a traceback:
+        stderr may be a pipe nobody drains, and a full pipe would stall every handler thread."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
     def __init__(self, cfg: ServerConfig) -> None:
         super().__init__((cfg.host, cfg.port), Handler)
@@ -552,7 +830,30 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reasoning-tokens", type=int, default=0, help="thinking words before each chat answer")
     p.add_argument("--max-running", type=int, default=0, help="requests decoding at once; others queue")
+    p.add_argument("--wrong-answer", action="store_true", help="answer sums one too low")
+    p.add_argument("--first-chunk-alone", action="store_true", help="prefill token alone, then decode steps")
+    p.add_argument("--accept-range", metavar="LO-HI", help="tokens per decode step drawn from LO..HI")
+    p.add_argument("--no-role-chunk", action="store_true", help="no role-only opening chunk")
+    p.add_argument("--mixed-deltas", action="store_true", help="one chunk ends reasoning, starts answer")
+    p.add_argument("--think-in-content", action="store_true", help="no reasoning parser: </think> in content")
+    p.add_argument("--no-cache-report", action="store_true", help="usage without prompt_tokens_details")
+    p.add_argument("--overhead-ms", type=float, default=0.0, help="per-request cost before prefill")
+    p.add_argument("--spec-metrics", choices=("sglang", "vllm", "none"), default="sglang")
+    p.add_argument("--spec-ranks", type=int, default=1, help="tp_rank series of the SGLang gauge")
+    p.add_argument("--spec-history-drafts", type=int, default=0, help="decode steps before this run")
+    p.add_argument("--spec-history-accept", type=float, default=0.0, help="their mean accept length")
+    p.add_argument("--hostile", choices=HOSTILE_MODES, default=None)
+    p.add_argument("--hostile-bytes", type=int, default=512 * 1024 * 1024)
     a = p.parse_args(argv)
+    accept_range = None
+    if a.accept_range:
+        try:
+            lo, hi = (int(x) for x in a.accept_range.split("-", 1))
+        except ValueError:
+            p.error("--accept-range wants LO-HI, e.g. 1-5")
+        if not 1 <= lo <= hi:
+            p.error("--accept-range wants 1 <= LO <= HI")
+        accept_range = (lo, hi)
     if a.tokens_per_chunk < 1 or a.decode_tps <= 0:
         p.error("--tokens-per-chunk must be >= 1 and --decode-tps > 0")
     return ServerConfig(
@@ -575,6 +876,20 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         seed=a.seed,
         max_running=a.max_running,
         reasoning_tokens=a.reasoning_tokens,
+        wrong_answer=a.wrong_answer,
+        first_chunk_alone=a.first_chunk_alone,
+        accept_range=accept_range,
+        role_chunk=not a.no_role_chunk,
+        mixed_deltas=a.mixed_deltas,
+        think_in_content=a.think_in_content,
+        cache_report=not a.no_cache_report,
+        overhead_ms=a.overhead_ms,
+        spec_metrics=a.spec_metrics,
+        spec_ranks=max(a.spec_ranks, 1),
+        spec_history_drafts=a.spec_history_drafts,
+        spec_history_accept=a.spec_history_accept,
+        hostile=a.hostile,
+        hostile_bytes=a.hostile_bytes,
     )
 
 

@@ -41,7 +41,9 @@ DERIVED_KEYS = (
     "GLOO_SOCKET_IFNAME",
 )
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
-_SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY$", re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTHORIZATION|COOKIE|(^|_)KEY$", re.IGNORECASE
+)
 
 
 class ShapeError(SparkfleetError):
