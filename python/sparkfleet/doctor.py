@@ -9,7 +9,6 @@ apply here, e.g. no nvidia-smi on a test host).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
 
 from .cli.render import human_bytes
 from .errors import SparkfleetError
@@ -18,7 +17,7 @@ from .inventory import GIB, Inventory
 from .launch.lane import _facts, call_agent, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
-from .launch.spec import build_spec, check_env_extras, check_world, state_dir_of
+from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths, state_dir_of
 
 
 @dataclass(frozen=True)
@@ -224,13 +223,8 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
 
 
 def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:
-    host = inv.host(host_name)
-    cache_dir = (recipe.cache_dir or "{state_dir}/cache/{lane}").format(
-        state_dir=state_dir_of(host), lane=recipe.lane
-    )
-    return [
-        str(Path(cache_dir) / PurePosixPath(r).relative_to(recipe.cache_mount)) for r in recipe.receipt_roots
-    ]
+    cache_dir = cache_dir_of(recipe, inv.host(host_name))
+    return list(receipt_paths(recipe, cache_dir, str(inv.lane(recipe.lane).recipe_path)))
 
 
 def doctor(inv: Inventory, target: str) -> DoctorReport:

@@ -24,7 +24,7 @@ from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .readiness import RankExit, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe
-from .spec import LaunchSpec, ShapeError, build_spec, check_env_extras, check_world, state_dir_of
+from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems, state_dir_of
 
 
 class AgentError(SparkfleetError):
@@ -134,8 +134,9 @@ def _facts(host: str, answer: dict) -> NodeFacts:
 def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
     """The checks that need no node: run before any ssh."""
     lane = inv.lane(recipe.lane)
-    check_world(recipe.world, lane.hosts, str(lane.recipe_path))
-    check_env_extras(recipe.env, str(lane.recipe_path))
+    problems = recipe_problems(inv, recipe)
+    if problems:
+        raise problems[0][1]
     if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
         raise ShapeError(
             f"lane {lane.name}: image pin {recipe.image.name} is not resolved ({recipe.image.value})",

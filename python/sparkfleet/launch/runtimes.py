@@ -21,7 +21,7 @@ from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from . import records
 from .records import LaunchRecord
-from .spec import LaunchSpec
+from .spec import ENV_KEY, LaunchSpec
 
 
 class RuntimeError_(SparkfleetError):
@@ -48,7 +48,9 @@ class StopResult:
 
 def _env_file_text(env: dict[str, str]) -> str:
     for k, v in env.items():
-        if "\n" in v or "\0" in v:
+        if not ENV_KEY.fullmatch(k):
+            raise RuntimeError_(f"env name {k!r} is not a variable name; an env file would misread it")
+        if "\n" in v or "\r" in v or "\0" in v:
             raise RuntimeError_(f"env {k} holds a newline or NUL; an env file cannot carry it")
     return "".join(f"{k}={v}\n" for k, v in env.items())
 
