@@ -27,6 +27,30 @@ def is_temp_name(name: str) -> bool:
     return _TEMP_NAME.match(name) is not None
 
 
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+
+
+def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
+    """mkdir -p with an explicit mode on every directory it creates, whatever the caller's umask."""
+    path = Path(path)
+    if path.is_dir():
+        return
+    missing = []
+    probe = path
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode)  # mkdir's mode is masked by the umask; the hub's must not be
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)  # raises the right error (a file in the way, ...)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or new entry in `path` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

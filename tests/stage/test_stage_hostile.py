@@ -61,3 +61,43 @@ def test_every_write_path_is_asserted_under_the_destination(tmp_path):
 def test_staging_a_good_revision_still_works(nas, local):
     run = execute.stage([weights_request(nas, local)])
     assert run.ok
+
+
+# ---- item 5: the stage lock ----------------------------------------------------------------
+
+
+def _plant(local: Path, how: str, victim: Path) -> Path:
+    locks = local / ".locks"
+    lock = locks / "sparkfleet-stage.lock"
+    if how == "dir-link":
+        local.mkdir(parents=True)
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        locks.symlink_to(victim.parent, target_is_directory=True)
+        victim.with_name("sparkfleet-stage.lock").write_bytes(b"precious")
+        return victim.with_name("sparkfleet-stage.lock")
+    locks.mkdir(parents=True)
+    if how == "file-link":
+        lock.symlink_to(victim)
+    elif how == "fifo":
+        os.mkfifo(lock)
+    elif how == "not-ours":
+        lock.write_bytes(b"")
+        os.chown(lock, 65534, 65534)
+    return victim
+
+
+@pytest.mark.parametrize("how", ["file-link", "dir-link", "fifo", "not-ours"])
+def test_planted_lock_is_refused_and_nothing_is_truncated(nas, local, tmp_path, how):
+    """Item 5: the lock followed a planted symlink (the target truncated, a PID written into it)."""
+    if how == "not-ours" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    victim = tmp_path / "victim" / "weights.bin"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"precious bytes")
+    victim = _plant(local, how, victim)
+    before = victim.read_bytes()
+    with pytest.raises(Exception, match="refusing the stage lock") as exc:
+        execute.stage([weights_request(nas, local)])
+    assert exc.value.exit_code == ExitCode.REFUSED
+    assert victim.read_bytes() == before
+    assert not list(local.glob("models--*"))
