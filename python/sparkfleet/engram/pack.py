@@ -35,7 +35,7 @@ from ..inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress, free_bytes
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
-from .ranges import PackHeader, pack_name, rank_range
+from .ranges import PackHeader, is_pack_name, pack_name, rank_range
 from .receipt import JOURNAL_NAME, PACK_FORMAT, PACKER_FORMAT_VERSION, RECEIPT_NAME, FileRecord
 from .source import EngramSource, SourceTable, locate
 
@@ -399,7 +399,9 @@ def _finish(
     receipt.write(out / RECEIPT_NAME, the_plan.identity, records, info)
     (out / JOURNAL_NAME).unlink(missing_ok=True)
     for path in stale:
-        if path.exists():
+        if path.parent != out or not is_pack_name(path.name):
+            continue  # confined to this directory's pack files, whatever a receipt said
+        if path.is_file() or path.is_symlink():
             path.unlink()
             result.removed.append(path.name)
     atomic.fsync_dir(out)
