@@ -61,12 +61,13 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextmanager
-def temp_file(final: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
+def temp_file(final: Path, mode: int = FILE_MODE) -> Iterator[tuple[int, Path]]:
     """Yield (fd, temp path) next to `final`; on error the temp is removed, on success left for `publish`."""
-    final.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(final.parent)
     tmp = temp_name(final)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
+        os.fchmod(fd, mode)  # the mode asked for, not the mode the caller's umask leaves
         yield fd, tmp
     except BaseException:
         os.close(fd)
@@ -81,10 +82,16 @@ def publish(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
-def write_bytes(final: Path, data: bytes, mode: int = 0o644) -> bool:
-    """Write `data` to `final` atomically. Returns False (and writes nothing) if it already holds `data`."""
+def write_bytes(final: Path, data: bytes, mode: int = FILE_MODE) -> bool:
+    """Write `data` to `final` atomically with exactly `mode`.
+
+    Returns False (and writes nothing) if it already holds `data`; a looser mode on such a file is
+    still tightened (an env file holding a secret must not stay world-readable because it was).
+    """
     try:
         if final.is_file() and not final.is_symlink() and final.read_bytes() == data:
+            if final.lstat().st_mode & 0o7777 != mode:
+                os.chmod(final, mode)
             return False
     except OSError:
         pass
@@ -106,7 +113,7 @@ def symlink(final: Path, target: str) -> bool:
         pass
     if final.is_dir() and not final.is_symlink():
         raise IsADirectoryError(f"a directory stands where a link belongs: {final}")
-    final.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(final.parent)
     tmp = temp_name(final)
     os.symlink(target, tmp)
     try:

@@ -7,6 +7,7 @@ refuses with a SparkfleetError (the right exit code, no traceback) and changes n
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,33 @@ def test_planted_lock_is_refused_and_nothing_is_truncated(nas, local, tmp_path, 
     assert exc.value.exit_code == ExitCode.REFUSED
     assert victim.read_bytes() == before
     assert not list(local.glob("models--*"))
+
+
+# ---- item 15: explicit modes -------------------------------------------------------------------
+
+
+def _modes(root: Path) -> dict[str, int]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            st = p.lstat()
+            if not stat.S_ISLNK(st.st_mode):
+                out[str(p.relative_to(root))] = stat.S_IMODE(st.st_mode)
+    return out
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_staged_hub_modes_do_not_follow_the_umask(nas, tmp_path, umask):
+    local = tmp_path / f"local-{umask:o}"
+    old = os.umask(umask)
+    try:
+        execute.stage([weights_request(nas, local)])
+    finally:
+        os.umask(old)
+    modes = _modes(local)
+    assert modes
+    dirs = {p: m for p, m in modes.items() if (local / p).is_dir()}
+    files = {p: m for p, m in modes.items() if p not in dirs and not p.startswith(".locks")}
+    assert set(dirs.values()) == {0o755}, {p: oct(m) for p, m in dirs.items() if m != 0o755}
+    assert set(files.values()) == {0o644}, {p: oct(m) for p, m in files.items() if m != 0o644}

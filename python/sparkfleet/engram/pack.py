@@ -33,6 +33,7 @@ from ..digests import sample_digest
 from ..errors import LockBusyError, SourceError, SpaceError, SparkfleetError
 from ..inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress, free_bytes
+from ..stage.lock import open_lock_file
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
 from .ranges import PackHeader, is_pack_name, pack_name, rank_range
@@ -216,8 +217,7 @@ def preflight(out: Path, needed: int, reserve: int, names: list[str]) -> int:
 def pack_lock(out_dir: Path) -> Iterator[Path]:
     """One pack per output directory at a time (flock; the kernel drops it when the holder dies)."""
     path = out_dir / LOCK_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_lock_file(path)  # never through a planted link
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -248,6 +248,7 @@ class ContainerRuntime:
         engine = self._engine()
         self._run([engine, "stop", "-t", str(int(timeout)), rec.container_id or "-"], timeout=timeout + 30)
         cp = self._run([engine, "rm", "-f", rec.container_id or "-"])
+        Path(rec.log_path).with_suffix(".env").unlink(missing_ok=True)  # it holds the lane's secrets
         return StopResult(rec.rank, rec.name, True, cp.returncode == 0, cp.stderr.strip() or "removed")
 
     def read_log(self, rec: LaunchRecord, offset: int, max_bytes: int) -> tuple[bytes, int]:

@@ -59,8 +59,9 @@ def fill_from_path(source: Path, size: int, progress: Progress) -> Fill:
     def fill(tmp: Path) -> None:
         src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, atomic.FILE_MODE)
             try:
+                os.fchmod(dst_fd, atomic.FILE_MODE)
                 _kernel_copy(src_fd, dst_fd, size, progress)
             finally:
                 os.close(dst_fd)
@@ -78,7 +79,7 @@ def place_verified(
     address: tuple[str, str] | None,
 ) -> None:
     """Fill a temp next to `final`, fsync it, verify it against `reference`, then rename it into place."""
-    final.parent.mkdir(parents=True, exist_ok=True)
+    atomic.ensure_dir(final.parent)
     tmp = atomic.temp_name(final)
     try:
         fill(tmp)
@@ -116,7 +117,7 @@ def link_verified(existing: Path, source: Path, final: Path, verify_mode: str, a
     if not compare(existing, source, verify_mode, address).same:
         return False
     tmp = atomic.temp_name(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    atomic.ensure_dir(final.parent)
     try:
         os.link(existing, tmp)
     except OSError:

@@ -292,7 +292,7 @@ def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> N
         result.meta_written += atomic.write_bytes(
             inside(dest, repo_dir / "trees" / f"{plan.commit}.json"), text
         )
-    (repo_dir / "snapshots" / plan.commit).mkdir(parents=True, exist_ok=True)
+    atomic.ensure_dir(repo_dir / "snapshots" / plan.commit)
     # Refs last, with no trailing newline: huggingface_hub reads them with f.read() and no strip.
     for name, commit in plan.refs.items():
         result.refs_written += atomic.write_bytes(inside(dest, repo_dir / "refs" / name), commit.encode())

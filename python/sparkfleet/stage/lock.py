@@ -31,7 +31,7 @@ def _refuse(path: Path, why: str) -> SparkfleetError:
     )
 
 
-def _open_lock(path: Path) -> int:
+def open_lock_file(path: Path) -> int:
     """Open (or create) the lock file without following a planted link at `.locks` or at the file.
 
     Why: the lock is truncated and gets our PID written into it; following a link there would
@@ -68,7 +68,7 @@ def _open_lock(path: Path) -> int:
 def hub_lock(dest_hub: Path, wait_seconds: float = 0.0) -> Iterator[Path]:
     """Hold the hub's stage lock; wait up to `wait_seconds`, then raise LockBusyError naming the holder."""
     path = dest_hub / LOCK_PATH
-    fd = _open_lock(path)
+    fd = open_lock_file(path)
     try:
         deadline = time.monotonic() + wait_seconds
         while True:
