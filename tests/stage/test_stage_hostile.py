@@ -132,3 +132,88 @@ def test_staged_hub_modes_do_not_follow_the_umask(nas, tmp_path, umask):
     files = {p: m for p, m in modes.items() if p not in dirs and not p.startswith(".locks")}
     assert set(dirs.values()) == {0o755}, {p: oct(m) for p, m in dirs.items() if m != 0o755}
     assert set(files.values()) == {0o644}, {p: oct(m) for p, m in files.items() if m != 0o644}
+
+
+# ---- items 6, 7: NAS TOCTOU and non-regular files ------------------------------------------
+
+
+def _biggest_blob(nas) -> Path:
+    blobs = (nas.root / f"models--{WEIGHTS_REPO.replace('/', '--')}" / "blobs").iterdir()
+    return max((p for p in blobs if p.is_file() and not p.is_symlink()), key=lambda p: p.stat().st_size)
+
+
+def _swap(blob: Path, how: str, outside: Path) -> None:
+    size = blob.stat().st_size
+    if how == "same-size-link":
+        outside.write_bytes(b"\xee" * size)  # same size, other bytes, outside the hub root
+        blob.unlink()
+        blob.symlink_to(outside)
+    elif how == "same-size-file":
+        tmp = blob.with_name(blob.name + ".new")
+        tmp.write_bytes(b"\xee" * size)
+        os.replace(tmp, blob)
+    elif how == "fifo":
+        blob.unlink()
+        os.mkfifo(blob)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["same-size-link", "same-size-file", "fifo"])
+def test_source_swapped_after_the_scan_is_refused_not_published(nas, local, tmp_path, monkeypatch, how):
+    """Item 6: a blob swapped for a same-size symlink after the scan was copied from outside the hub."""
+    blob = _biggest_blob(nas)
+    outside = tmp_path / "outside.bin"
+    real_preflight = execute.preflight
+
+    def preflight_then_swap(*args, **kw):  # after the scan and the decisions, before the first copy
+        free = real_preflight(*args, **kw)
+        _swap(blob, how, outside)
+        return free
+
+    monkeypatch.setattr(execute, "preflight", preflight_then_swap)
+    with pytest.raises(SourceError, match="changed since the scan") as exc:
+        execute.stage([weights_request(nas, local)], jobs=1)
+    assert blob.name in exc.value.message
+    assert not (local / blob.relative_to(nas.root)).exists()
+    staged = [p for p in local.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert all(b"\xee" * 4096 not in p.read_bytes() for p in staged)
+    assert not [p for p in local.rglob("*") if ".sf-tmp-" in p.name]
+
+
+def test_source_swapped_during_the_copy_is_refused_before_publish(nas, local, monkeypatch):
+    """Item 6: the chain is re-checked after the bytes are in and before the final name exists."""
+    from sparkfleet.stage import copy as copy_mod
+
+    blob = _biggest_blob(nas)
+    real = copy_mod._kernel_copy
+
+    def copy_then_swap(src_fd, dst_fd, size, progress):
+        real(src_fd, dst_fd, size, progress)
+        if os.path.exists(blob) and os.fstat(src_fd).st_ino == blob.stat().st_ino:
+            data = blob.read_bytes()
+            tmp = blob.with_name(blob.name + ".new")
+            tmp.write_bytes(data)  # same bytes even: a new file is not the file we copied
+            os.replace(tmp, blob)
+
+    monkeypatch.setattr(copy_mod, "_kernel_copy", copy_then_swap)
+    with pytest.raises(SourceError, match="replaced during the copy"):
+        execute.stage([weights_request(nas, local)], jobs=1)
+    assert not (local / blob.relative_to(nas.root)).exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["tree-listing", "ref", "snapshot-entry"])
+def test_fifos_on_the_nas_are_refused_by_type_not_read(nas, local, where):
+    """Item 7: FIFOs/devices on the NAS hung staging forever."""
+    repo = nas.root / f"models--{WEIGHTS_REPO.replace('/', '--')}"
+    commit = nas.weights.commits["main"]
+    path = {
+        "tree-listing": repo / "trees" / f"{commit}.json",
+        "ref": repo / "refs" / "main",
+        "snapshot-entry": repo / "snapshots" / commit / "fifo.bin",
+    }[where]
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    with pytest.raises(SourceError, match="FIFO"):
+        execute.stage([weights_request(nas, local)])
+    assert not list(local.glob("models--*"))

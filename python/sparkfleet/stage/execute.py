@@ -246,7 +246,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
             progress.advance(f.size)
         else:
             if not (peers and from_peers(f, final)):
-                copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance)
+                copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance, f.ident)
             with lock:
                 result.copied_files += 1
                 result.copied_bytes += f.size

@@ -72,6 +72,7 @@ class PlannedFile:
     address: tuple[str, str] | None  # (algorithm, hex) promised by a blob name on its chain
     action: str  # "copy" | "check" | "reuse"
     reuse_from: str | None = None  # hub-relative local file with the same content address
+    ident: tuple[int, int, int] | None = field(default=None, compare=False)  # source (dev, ino, size)
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def plan_stage(scan: SourceScan, blob_index: dict[str, str] | None = None) -> St
             action, reuse = "reuse", blob_index[address[1]]
         else:
             action, reuse = "copy", None
-        files[final] = PlannedFile(final, entry.size, address, action, reuse)
+        files[final] = PlannedFile(final, entry.size, address, action, reuse, entry.chain.ident)
     return StagePlan(
         repo=request.repo,
         revision=request.revision,
