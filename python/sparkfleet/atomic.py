@@ -15,12 +15,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 TEMP_MARK = ".sf-tmp-"
-_TEMP_NAME = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[0-9a-f]{8}$")
+_TEMP_NAME = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[0-9a-f]{8}\Z", re.DOTALL)
+
+
+NAME_MAX = 255  # bytes per name on every filesystem we write to
 
 
 def temp_name(final: Path) -> Path:
-    """A hidden sibling of `final` that only sparkfleet's sweep will ever delete."""
-    return final.with_name(f".{final.name}{TEMP_MARK}{secrets.token_hex(4)}")
+    """A hidden sibling of `final` that only sparkfleet's sweep will ever delete.
+
+    A 240–255-byte final name must still get a temp that fits NAME_MAX: the stem is shortened
+    (by bytes, keeping non-UTF-8 names intact as bytes) rather than failing with ENAMETOOLONG.
+    """
+    suffix = f"{TEMP_MARK}{secrets.token_hex(4)}".encode()
+    stem = os.fsencode(final.name)
+    room = NAME_MAX - len(suffix) - 1
+    return final.with_name(os.fsdecode(b"." + stem[:room] + suffix))
 
 
 def is_temp_name(name: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import SparkfleetError
+from ..errors import SparkfleetError, from_os_error
 
 # (module under sparkfleet.cli, verb): each verb is the module attribute of the same name.
 COMMANDS: list[tuple[str, str]] = [
@@ -50,10 +50,19 @@ class FleetGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SparkfleetError as exc:
-            click.secho(f"error: {exc.message}", fg="red", err=True)
-            if exc.hint:
-                click.echo(f"  hint: {exc.hint}", err=True)
-            sys.exit(exc.exit_code)
+            self._fail(exc)
+        except OSError as exc:  # a full disk, a read-only mount, a vanished NAS: the operator's to fix
+            err = from_os_error(exc, f"sparkfleet {ctx.invoked_subcommand or ''}".strip())
+            if err is None:
+                raise
+            self._fail(err)
+
+    @staticmethod
+    def _fail(exc: SparkfleetError) -> None:
+        click.secho(f"error: {exc.message}", fg="red", err=True)
+        if exc.hint:
+            click.echo(f"  hint: {exc.hint}", err=True)
+        sys.exit(exc.exit_code)
 
 
 @click.group(cls=FleetGroup)

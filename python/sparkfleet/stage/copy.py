@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import atomic
 from ..digests import compare
-from ..errors import SourceError
+from ..errors import SourceError, UnreachableError
 from ..hubcache import file_kind
 
 CHUNK = 64 * 1024 * 1024
@@ -77,6 +77,11 @@ def open_source(source: Path, ident: Ident | None) -> int:
         raise _changed(source, f"{parent} now leads through a link")
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UnreachableError(
+            f"{source} vanished since the scan; nothing was published for it",
+            hint="is the NAS still mounted? a rerun resumes where this stopped",
+        ) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _changed(source, "it is now a symbolic link") from None
