@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .cli.render import human_bytes
-from .errors import SparkfleetError
+from .errors import ExitCode, SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
 from .inventory import GIB, Inventory
 from .launch.lane import _facts, call_agent, probe_request
@@ -41,6 +41,15 @@ class DoctorReport:
     @property
     def ok(self) -> bool:
         return all(c.ok is not False for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """OK; UNREACHABLE when a host could not be reached; else SHORTFALL for a failed check."""
+        if self.ok:
+            return ExitCode.OK
+        if any(c.name == "ssh" and c.ok is False for c in self.checks):
+            return ExitCode.UNREACHABLE
+        return ExitCode.SHORTFALL
 
 
 def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRecipe]]:

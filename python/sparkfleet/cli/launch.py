@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..errors import ExitCode
 from .render import echo_json, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -100,7 +101,7 @@ def launch(
             if report.stopped_after_failure:
                 click.echo("  the lane was stopped (use --keep-on-failure to keep it)")
     if not ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("stop")
@@ -119,8 +120,10 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
             click.echo(f"{r['host']}: rank {r.get('rank', '?')} {r.get('name', '')}: {r['detail']}")
         if not res:
             click.echo(f"{lane}: nothing recorded as running")
+    if any(r.get("unreachable") for r in res):
+        sys.exit(ExitCode.UNREACHABLE)
     if any(not r["stopped"] for r in res):
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 @click.command("status")
@@ -187,7 +190,7 @@ def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
             if c.ok is False and c.hint:
                 click.echo(f"  {'':8} {'':16} fix: {c.hint}")
     if not report.ok:
-        sys.exit(1)
+        sys.exit(report.exit_code)
 
 
 @click.command("agent", hidden=True, context_settings={"ignore_unknown_options": True})

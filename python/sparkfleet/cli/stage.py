@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec
 from ..inventory import GIB
 from ..stage import execute, remote
@@ -156,7 +156,7 @@ def stage(
                 return
             outcomes = _run_fleet(inv, hosts, options, fanout and host is None, as_json)
             if not all(o.ok for o in outcomes):
-                sys.exit(max((o.exit_code or 1) for o in outcomes if not o.ok))
+                sys.exit(max((o.exit_code or ExitCode.SHORTFALL) for o in outcomes if not o.ok))
             return
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
@@ -185,7 +185,7 @@ def stage(
             sink.error(exc)
             sys.exit(exc.exit_code)
         sink.result(run.as_dict())
-        sys.exit(0 if run.ok else 1)
+        sys.exit(ExitCode.OK if run.ok else ExitCode.SHORTFALL)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = run_stage(progress=bar)
@@ -194,7 +194,7 @@ def stage(
     else:
         print_stage_run(run.as_dict())
     if not run.ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 def _parse_share(spec: str | None) -> tuple[int, int] | None:
@@ -320,4 +320,4 @@ def verify(ctx, host, lane, source, dest, repos, include, exclude, verify_mode, 
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"
         )
     if not ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)

@@ -211,7 +211,7 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
             ans = call_agent(connect(inv.host(name)), "stop", req, timeout=wait + 60)
             return [{"host": name, **s} for s in ans["stopped"]]
         except HostUnreachable as exc:
-            return [{"host": name, "stopped": False, "detail": exc.message}]
+            return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
     return [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
 
