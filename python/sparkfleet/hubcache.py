@@ -38,9 +38,9 @@ _HEX_PREFIX = re.compile(r"[0-9a-f]{4,40}")
 _REPO_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _STORE_PATH = re.compile(r"blobs/[0-9a-f]{2}/[0-9a-f]{64}")
 # A git ref name as `git check-ref-format` allows it (the subset hub revisions use), or a hex commit:
-# no `..`, no component starting with a dot or ending in `.lock`, no control characters.
+# no `..`, no component starting with a dot or a dash or ending in `.lock`, no control characters.
 _REVISION = re.compile(
-    r"(?!.*\.\.)(?!.*\.lock(?:/|$))[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*"
+    r"(?!.*\.\.)(?!.*\.lock(?:/|$))[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*"
 )
 
 
