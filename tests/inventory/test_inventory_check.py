@@ -145,3 +145,23 @@ def test_schema_patterns_match_like_ecmascript_not_python_dollar():
     doc["hosts"]["h\n"] = doc["hosts"].pop("h")
     doc["hosts"]["h\n"]["ssh_user"] = "u"
     assert [p.key for p in schema_problems(doc, "fleet", Path("f"))] == ["hosts['h\\n']"]
+
+
+def test_engram_wiring_problems_are_listed(fleet_copy):
+    engram = '\n[engram]\npin = "{pin}"\npattern = "layers.{{layer}}.engram.weight"\nout_dir = "{out}"\n'
+    edit(fleet_copy, EXL3, "[world]", engram.format(pin="mia-tp4", out="/x/{lane}") + "\n[world]")
+    code, result = run_check(fleet_copy)
+    assert code == ExitCode.USAGE
+    assert any(p["key"] == "engram" and "not an hf pin" in p["message"] for p in result["problems"])
+    edit(fleet_copy, EXL3, 'pin = "mia-tp4"', 'pin = "dsv41-flash"')
+    edit(fleet_copy, EXL3, 'out_dir = "/x/{lane}"', 'out_dir = "/x/{rank}"')
+    code, result = run_check(fleet_copy)
+    assert code == ExitCode.USAGE
+    assert any(p["key"] == "engram" and "placeholder" in p["message"] for p in result["problems"])
+
+
+def test_an_unresolved_image_pin_is_a_note_not_a_problem(fleet_copy):
+    edit(fleet_copy, FLEET, 'digest = "sha256:3dbc3130', 'digest = "sha256:3dbc3130"\n#')
+    code, result = run_check(fleet_copy)
+    assert code == 0, result["problems"]
+    assert any("sglang-dsv41-base is resolved" in w for w in result["warnings"]), result["warnings"]

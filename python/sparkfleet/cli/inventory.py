@@ -40,6 +40,8 @@ def check(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"  lane {name}: {', '.join(hosts)}")
         unresolved = result["unresolved_pins"]
         click.echo(f"  pins: {result['pins']} ({len(unresolved)} unresolved: {', '.join(unresolved) or '-'})")
+        for warning in result["warnings"]:
+            click.echo(f"  note: {warning}")
     else:
         n = len(result["problems"])
         click.secho(f"inventory has {n} problem{'s' * (n != 1)}: {result['root']}", fg="red", err=True)
@@ -51,6 +53,35 @@ def check(ctx: click.Context, as_json: bool) -> None:
         ctx.exit(ExitCode.USAGE)
 
 
+def _engram_problems(inv, lane_name: str) -> list:
+    """The lane's [engram] wiring as launch and `engram pack` resolve it, for every host."""
+    from ..engram.config import launch_wiring
+
+    try:
+        for host in inv.lane(lane_name).hosts:
+            launch_wiring(inv, lane_name, host, False)
+    except SparkfleetError as exc:
+        return [("engram", exc)]
+    return []
+
+
+def _launch_warnings(inv, lane_name: str) -> list[str]:
+    """Not inventory errors, but what `launch` would still refuse today: an image pin not resolved."""
+    from ..launch.recipe import launch_recipe
+
+    lane = inv.lane(lane_name)
+    if "launch" not in lane.raw:
+        return []
+    try:
+        recipe = launch_recipe(inv, lane_name)
+    except SparkfleetError:
+        return []
+    image = recipe.image
+    if recipe.runtime in ("docker", "podman") and image is not None and not image.resolved:
+        return [f"lane {lane_name}: launch refuses until image pin {image.name} is resolved (pins resolve)"]
+    return []
+
+
 def inventory_report(checked) -> dict:
     """The check's record: schema and cross-file problems, then what `launch` would refuse per lane."""
     from ..launch.recipe import launch_recipe
@@ -60,14 +91,17 @@ def inventory_report(checked) -> dict:
         {"file": str(p.file), "key": p.key, "message": p.message, "hint": p.hint} for p in checked.problems
     ]
     inv = checked.inventory
+    warnings: list[str] = []
     if inv is not None:
         for name, lane in sorted(inv.lanes.items()):
-            if "launch" not in lane.raw:
-                continue
-            try:
-                found = recipe_problems(inv, launch_recipe(inv, name))
-            except SparkfleetError as exc:
-                found = [("launch", exc)]
+            found = []
+            if "launch" in lane.raw:
+                try:
+                    found = recipe_problems(inv, launch_recipe(inv, name))
+                except SparkfleetError as exc:
+                    found = [("launch", exc)]
+            found += _engram_problems(inv, name)
+            warnings += _launch_warnings(inv, name)
             for key, exc in found:
                 message = exc.message.removeprefix(f"{lane.recipe_path}: ")
                 problems.append(
@@ -81,6 +115,7 @@ def inventory_report(checked) -> dict:
         "lanes": {name: list(lane.hosts) for name, lane in sorted(inv.lanes.items())} if inv else {},
         "pins": len(inv.pins) if inv else 0,
         "unresolved_pins": sorted(n for n, p in inv.pins.items() if not p.resolved) if inv else [],
+        "warnings": warnings,
     }
 
 
