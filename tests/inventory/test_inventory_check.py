@@ -165,3 +165,14 @@ def test_an_unresolved_image_pin_is_a_note_not_a_problem(fleet_copy):
     code, result = run_check(fleet_copy)
     assert code == 0, result["problems"]
     assert any("sglang-dsv41-base is resolved" in w for w in result["warnings"]), result["warnings"]
+
+
+def test_a_bad_env_value_is_reported_without_echoing_it(fleet_copy):
+    edit(fleet_copy, MIA, 'NCCL_CUMEM_ENABLE = "0"', 'HF_TOKEN = "hf_s3cret\\nX=1"')
+    code, result = run_check(fleet_copy)
+    assert code == ExitCode.USAGE
+    assert any(p["key"] == "launch.env.HF_TOKEN" for p in result["problems"]), result["problems"]
+    assert "hf_s3cret" not in json.dumps(result)
+    with pytest.raises(InventoryError) as exc:
+        inventory.load(fleet_copy)
+    assert "hf_s3cret" not in str(exc.value)
