@@ -214,7 +214,11 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"{err.instance!r}: expected one of {', '.join(map(str, err.validator_value))}"
     if err.validator == "const":
         return f"{err.instance!r}: expected {err.validator_value!r}"
-    if list(err.absolute_path)[:2] == ["launch", "env"] and len(err.absolute_path) == 3:
+    if (
+        err.validator == "pattern"
+        and list(err.absolute_path)[:2] == ["launch", "env"]
+        and len(err.absolute_path) == 3
+    ):
         # an env value may be a secret: say what is wrong with it, never echo it
         return f"the value (not shown: env values may be secrets) does not match {err.validator_value!r}"
     return err.message
