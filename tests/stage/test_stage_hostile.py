@@ -217,3 +217,18 @@ def test_fifos_on_the_nas_are_refused_by_type_not_read(nas, local, where):
     with pytest.raises(SourceError, match="FIFO"):
         execute.stage([weights_request(nas, local)])
     assert not list(local.glob("models--*"))
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_planted_in_the_local_hub_is_replaced_not_read(nas, local):
+    """A FIFO planted in the local hub where an (empty) file belongs is refused by type and replaced."""
+    commit = nas.weights.commits["main"]
+    rel = Path(f"models--{WEIGHTS_REPO.replace('/', '--')}") / "snapshots" / commit / "empty.txt"
+    (nas.root / rel).write_bytes(b"")
+    assert execute.stage([weights_request(nas, local)]).ok
+    (local / rel).unlink()
+    os.mkfifo(local / rel)
+    (report,) = execute.verify([weights_request(nas, local)], "sample")
+    assert not report.ok
+    assert execute.stage([weights_request(nas, local)]).ok
+    assert (local / rel).is_file() and (local / rel).read_bytes() == b""
