@@ -95,7 +95,7 @@ def test_hostile_values_are_problems_with_key_paths(fleet_copy, file, old, new, 
 def test_every_problem_is_listed_not_the_first(fleet_copy):
     edit(fleet_copy, FLEET, 'address = "dgx2"', 'address = "-dgx2"')
     edit(fleet_copy, FLEET, 'address = "dgx3"', 'address = "dgx3\\n"')
-    edit(fleet_copy, FLEET, "\nkind = \"hf\"", "\nkind = \"hff\"")
+    edit(fleet_copy, FLEET, '\nkind = "hf"', '\nkind = "hff"')
     code, result = run_check(fleet_copy)
     assert code == ExitCode.USAGE
     keys = {k for _, k in problem_keys(result)}
