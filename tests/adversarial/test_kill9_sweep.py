@@ -105,3 +105,58 @@ def test_kill_9_at_every_publish_point_converges(tmp_path, figures):
             figures["reruns_converged"] += 1
     figures["lost_bytes"] += lost
     assert lost == 0
+
+
+def test_kill_9_at_every_publish_point_of_an_engram_pack_converges(tmp_path, figures):
+    """The same sweep over `engram pack`: packs, the journal after each, the receipt last."""
+    from sparkfleet import inventory
+    from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+    from sparkfleet.engram import pack as engram_pack
+    from sparkfleet.engram.verify import verify
+
+    fleet = write_demo_fleet(tmp_path / "demo", shard_bytes=16 * 1024)
+    inv = inventory.load(fleet.root)
+    out = engram_pack.plan(inv, DEMO_LANE, "dgx1").placement.out_dir
+    counted = []
+    real_publish = atomic.publish
+    try:
+        atomic.publish = lambda tmp, final: (counted.append(final), real_publish(tmp, final))[-1]
+        engram_pack.pack(inv, DEMO_LANE, "dgx1")
+    finally:
+        atomic.publish = real_publish
+    clean = {p.name: p.read_bytes() for p in out.glob("*.bin")}
+    assert clean and len(counted) >= 4, counted
+    for point in range(1, len(counted) + 1):
+        for after in (False, True):
+            for p in out.iterdir():
+                if p.is_file():
+                    p.unlink()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    calls = 0
+
+                    def publish(tmp: Path, final: Path, point=point, after=after) -> None:
+                        nonlocal calls
+                        calls += 1
+                        if calls == point and not after:
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        os.replace(tmp, final)
+                        if calls == point and after:
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        atomic.fsync_dir(final.parent)
+
+                    atomic.publish = publish
+                    engram_pack.pack(inv, DEMO_LANE, "dgx1")
+                finally:
+                    os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+            figures["faults_injected"] += 1
+            figures["kill9_points"] += 1
+            for p in out.glob("*.bin"):  # a final pack name is complete or absent
+                assert p.read_bytes() == clean[p.name], f"kill at {point}: {p.name} is partial"
+            engram_pack.pack(inv, DEMO_LANE, "dgx1")
+            assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == clean
+            assert verify(inv, DEMO_LANE, "dgx1", full=True).ok
+            figures["reruns_converged"] += 1
