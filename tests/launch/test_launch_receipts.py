@@ -223,3 +223,20 @@ def test_a_link_inside_a_receipt_root_is_removed_not_followed(tmp_path):
     done = clear_receipts([str(cache / "ds41-combined-ready")], base=str(cache))
     assert [c.method for c in done] == ["removed"]
     assert not (cache / "ds41-combined-ready").exists() and (precious / "keep").exists()
+
+
+def test_the_node_refuses_a_cache_dir_outside_its_state_dir(tmp_path):
+    """The spec reaches the node as JSON: the code that deletes checks the confinement itself."""
+    victim = tmp_path / "usr" / "lib" / "keep"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("x")
+    state = tmp_path / "state"
+    for cache in (str(tmp_path / "usr"), str(state), f"{state}/../usr"):
+        with pytest.raises(ReceiptError, match="not inside the state dir"):
+            clear_receipts([f"{cache}/lib"], base=cache, state_dir=str(state))
+    assert victim.exists()
+    (state / "cache" / "lane" / "r").mkdir(parents=True)
+    done = clear_receipts(
+        [str(state / "cache" / "lane" / "r")], base=str(state / "cache" / "lane"), state_dir=str(state)
+    )
+    assert [c.method for c in done] == ["removed"]

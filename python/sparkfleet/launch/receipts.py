@@ -173,9 +173,20 @@ def clear_receipt_root(path: Path, sudo: Sequence[str] = SUDO, base: Path | None
 
 
 def clear_receipts(
-    paths: Sequence[str], sudo: Sequence[str] = SUDO, base: str | None = None
+    paths: Sequence[str], sudo: Sequence[str] = SUDO, base: str | None = None, state_dir: str | None = None
 ) -> list[ReceiptCleanup]:
-    """Clear every receipt root; the first one that cannot be removed stops the serve."""
+    """Clear every receipt root; the first one that cannot be removed stops the serve.
+
+    `state_dir`: the node checks again that the cache dir (`base`) lies strictly inside it — the
+    spec arrived over the wire, and this is the code that deletes.
+    """
+    if state_dir is not None and paths:
+        cache = os.path.normpath(base or "/")
+        if base is None or cache != base or PurePosixPath(state_dir) not in PurePosixPath(cache).parents:
+            raise ReceiptError(
+                f"refusing to clear receipts: cache dir {base} is not inside the state dir {state_dir}",
+                exit_code=ExitCode.REFUSED,
+            )
     return [clear_receipt_root(Path(p), sudo, Path(base) if base else None) for p in paths]
 
 
