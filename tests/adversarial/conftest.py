@@ -23,6 +23,7 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=True,  # the same examples every run: the figures are reproducible
+    database=None,  # nothing written into the checkout
 )
 settings.load_profile("adversarial")
 
