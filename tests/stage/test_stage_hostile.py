@@ -232,3 +232,31 @@ def test_a_fifo_planted_in_the_local_hub_is_replaced_not_read(nas, local):
     assert not report.ok
     assert execute.stage([weights_request(nas, local)]).ok
     assert (local / rel).is_file() and (local / rel).read_bytes() == b""
+
+
+def test_a_link_retargeted_during_the_copy_stops_the_commit_before_its_ref(nas, local, monkeypatch):
+    """Item 6: the chains are re-checked before the ref publishes the commit."""
+    from sparkfleet.stage import copy as copy_mod
+
+    commit = nas.weights.commits["main"]
+    repo = nas.root / f"models--{WEIGHTS_REPO.replace('/', '--')}"
+    entry = repo / "snapshots" / commit / "config.json"
+    other = sorted(
+        p
+        for p in (repo / "blobs").iterdir()
+        if p.is_file() and p.name != os.path.basename(os.readlink(entry))
+    )[0]
+    real = copy_mod._kernel_copy
+    done = []
+
+    def copy_then_retarget(src_fd, dst_fd, size, progress):
+        real(src_fd, dst_fd, size, progress)
+        if not done:
+            done.append(True)
+            entry.unlink()
+            entry.symlink_to(f"../../blobs/{other.name}")
+
+    monkeypatch.setattr(copy_mod, "_kernel_copy", copy_then_retarget)
+    with pytest.raises(SourceError, match="changed since the scan"):
+        execute.stage([weights_request(nas, local)], jobs=1)
+    assert not (local / repo.name / "refs" / "main").exists()

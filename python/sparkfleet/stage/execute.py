@@ -27,7 +27,7 @@ from typing import Protocol
 
 from .. import atomic
 from ..digests import Verdict, compare
-from ..errors import SpaceError, SparkfleetError, from_os_error
+from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key
@@ -283,6 +283,24 @@ def inside(dest: Path, path: Path) -> Path:
     return path
 
 
+def recheck_chains(scan: SourceScan, plan: StagePlan) -> None:
+    """Before the refs publish the commit: every staged entry's chain on the source is still the
+    scanned one (same hops, same final file, same inode and size). A link retargeted while we
+    copied would otherwise leave a local tree that matches neither the old nor the new source."""
+    staged = {e.path for e in plan.included}
+    for entry in scan.entries:
+        if entry.path not in staged:
+            continue
+        rel = f"{scan.repo_dir}/snapshots/{scan.commit}/{entry.path}"
+        now = scan.source.chain(rel)
+        if now != entry.chain or now.ident != entry.chain.ident:
+            raise SourceError(
+                f"{scan.source.given / rel} changed since the scan (its link chain or file moved); "
+                "the commit was not published (no ref written)",
+                hint="something rewrote the source hub while staging; rerun once it is settled",
+            )
+
+
 def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> None:
     dest = Path(scan.request.dest_hub)
     for link in sorted(plan.links, key=lambda link: link.rel):
@@ -311,6 +329,7 @@ def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> N
             inside(dest, repo_dir / "trees" / f"{plan.commit}.json"), text
         )
     atomic.ensure_dir(repo_dir / "snapshots" / plan.commit)
+    recheck_chains(scan, plan)
     # Refs last, with no trailing newline: huggingface_hub reads them with f.read() and no strip.
     for name, commit in plan.refs.items():
         result.refs_written += atomic.write_bytes(inside(dest, repo_dir / "refs" / name), commit.encode())
