@@ -15,16 +15,50 @@ from contextlib import contextmanager
 from pathlib import Path
 
 TEMP_MARK = ".sf-tmp-"
-_TEMP_NAME = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[0-9a-f]{8}$")
+_TEMP_NAME = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[0-9a-f]{8}\Z", re.DOTALL)
+
+
+NAME_MAX = 255  # bytes per name on every filesystem we write to
 
 
 def temp_name(final: Path) -> Path:
-    """A hidden sibling of `final` that only sparkfleet's sweep will ever delete."""
-    return final.with_name(f".{final.name}{TEMP_MARK}{secrets.token_hex(4)}")
+    """A hidden sibling of `final` that only sparkfleet's sweep will ever delete.
+
+    A 240–255-byte final name must still get a temp that fits NAME_MAX: the stem is shortened
+    (by bytes, keeping non-UTF-8 names intact as bytes) rather than failing with ENAMETOOLONG.
+    """
+    suffix = f"{TEMP_MARK}{secrets.token_hex(4)}".encode()
+    stem = os.fsencode(final.name)
+    room = NAME_MAX - len(suffix) - 1
+    return final.with_name(os.fsdecode(b"." + stem[:room] + suffix))
 
 
 def is_temp_name(name: str) -> bool:
     return _TEMP_NAME.match(name) is not None
+
+
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+
+
+def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
+    """mkdir -p with an explicit mode on every directory it creates, whatever the caller's umask."""
+    path = Path(path)
+    if path.is_dir():
+        return
+    missing = []
+    probe = path
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode)  # mkdir's mode is masked by the umask; the hub's must not be
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)  # raises the right error (a file in the way, ...)
 
 
 def fsync_dir(path: Path) -> None:
@@ -37,12 +71,13 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextmanager
-def temp_file(final: Path, mode: int = 0o644) -> Iterator[tuple[int, Path]]:
+def temp_file(final: Path, mode: int = FILE_MODE) -> Iterator[tuple[int, Path]]:
     """Yield (fd, temp path) next to `final`; on error the temp is removed, on success left for `publish`."""
-    final.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(final.parent)
     tmp = temp_name(final)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
+        os.fchmod(fd, mode)  # the mode asked for, not the mode the caller's umask leaves
         yield fd, tmp
     except BaseException:
         os.close(fd)
@@ -57,10 +92,16 @@ def publish(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
-def write_bytes(final: Path, data: bytes, mode: int = 0o644) -> bool:
-    """Write `data` to `final` atomically. Returns False (and writes nothing) if it already holds `data`."""
+def write_bytes(final: Path, data: bytes, mode: int = FILE_MODE) -> bool:
+    """Write `data` to `final` atomically with exactly `mode`.
+
+    Returns False (and writes nothing) if it already holds `data`; a looser mode on such a file is
+    still tightened (an env file holding a secret must not stay world-readable because it was).
+    """
     try:
         if final.is_file() and not final.is_symlink() and final.read_bytes() == data:
+            if final.lstat().st_mode & 0o7777 != mode:
+                os.chmod(final, mode)
             return False
     except OSError:
         pass
@@ -82,7 +123,7 @@ def symlink(final: Path, target: str) -> bool:
         pass
     if final.is_dir() and not final.is_symlink():
         raise IsADirectoryError(f"a directory stands where a link belongs: {final}")
-    final.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(final.parent)
     tmp = temp_name(final)
     os.symlink(target, tmp)
     try:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
 
-from .errors import SparkfleetError
+from .errors import ExitCode, SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
 from .inventory import GIB, Inventory
 from .launch.lane import call_agent, node_facts, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
-from .launch.spec import build_spec, check_env_extras, check_world, state_dir_of
+from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths, state_dir_of
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,15 @@ class DoctorReport:
     @property
     def ok(self) -> bool:
         return all(c.ok is not False for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """OK; UNREACHABLE when a host could not be reached; else SHORTFALL for a failed check."""
+        if self.ok:
+            return ExitCode.OK
+        if any(c.name == "ssh" and c.ok is False for c in self.checks):
+            return ExitCode.UNREACHABLE
+        return ExitCode.SHORTFALL
 
 
 def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRecipe]]:
@@ -234,13 +242,8 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
 
 
 def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:
-    host = inv.host(host_name)
-    cache_dir = (recipe.cache_dir or "{state_dir}/cache/{lane}").format(
-        state_dir=state_dir_of(host), lane=recipe.lane
-    )
-    return [
-        str(Path(cache_dir) / PurePosixPath(r).relative_to(recipe.cache_mount)) for r in recipe.receipt_roots
-    ]
+    cache_dir = cache_dir_of(recipe, inv.host(host_name))
+    return list(receipt_paths(recipe, cache_dir, str(inv.lane(recipe.lane).recipe_path)))
 
 
 def doctor(inv: Inventory, target: str) -> DoctorReport:

@@ -7,6 +7,7 @@ exits with `exit_code`. Bugs are left to raise whatever they raise, so they stil
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -61,3 +62,56 @@ class LockBusyError(SparkfleetError):
     """Another sparkfleet run holds the lock."""
 
     exit_code = ExitCode.BUSY
+
+
+class UnreachableError(SparkfleetError):
+    """A host (or the NAS behind a mount) could not be reached."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+# errno → (what it means for the operator, exit code). Anything else stays an OSError (a bug).
+_GONE = "the filesystem went away (NAS unmounted, sshfs/NFS connection lost)"
+_OS_ERRORS: dict[int, tuple[str, int]] = {
+    errno.ENOSPC: ("no space left on the device", ExitCode.SPACE),
+    errno.EDQUOT: ("disk quota exceeded", ExitCode.SPACE),
+    errno.EROFS: ("read-only file system", ExitCode.USAGE),
+    errno.EACCES: ("permission denied", ExitCode.USAGE),
+    errno.EPERM: ("operation not permitted", ExitCode.USAGE),
+    errno.ENAMETOOLONG: ("file name too long for this filesystem", ExitCode.USAGE),
+    errno.ENOTCONN: (_GONE, ExitCode.UNREACHABLE),
+    errno.ESTALE: (_GONE, ExitCode.UNREACHABLE),
+    errno.EHOSTDOWN: (_GONE, ExitCode.UNREACHABLE),
+    errno.EHOSTUNREACH: (_GONE, ExitCode.UNREACHABLE),
+    errno.ETIMEDOUT: (_GONE, ExitCode.UNREACHABLE),
+    errno.ECONNABORTED: (_GONE, ExitCode.UNREACHABLE),
+    errno.EIO: ("I/O error (a failing disk, or a network filesystem that dropped)", ExitCode.UNREACHABLE),
+}
+_HINTS = {
+    ExitCode.SPACE: "free space (or inodes) there, lower the host's reserve_gib, or exclude optional packs",
+    ExitCode.UNREACHABLE: "check the NAS mount and the network; a rerun resumes where this stopped",
+}
+
+
+def from_os_error(exc: OSError, action: str) -> SparkfleetError | None:
+    """The user-facing error for an OS error met while doing `action`, or None if it is not one.
+
+    Why: a full disk, a read-only mount or a NAS that vanished are the operator's to fix, and a
+    traceback with exit 1 tells them neither what happened nor that nothing partial was left.
+    """
+    known = _OS_ERRORS.get(exc.errno or -1)
+    if known is None:
+        return None
+    meaning, code = known
+    where = exc.filename or "?"
+    if exc.filename2:
+        where = f"{where} → {exc.filename2}"
+    cls = {ExitCode.SPACE: SpaceError, ExitCode.UNREACHABLE: UnreachableError}.get(code, SparkfleetError)
+    hint = _HINTS.get(code)
+    if exc.errno == errno.ENAMETOOLONG:
+        hint = "a name this long does not fit the destination filesystem (255 bytes per name)"
+    elif exc.errno == errno.EROFS:
+        hint = "the destination is mounted read-only; remount it read-write or pick another destination"
+    err = cls(f"{action}: {meaning}: {where} ({exc.strerror}); nothing partial was published", hint=hint)
+    err.exit_code = code
+    return err

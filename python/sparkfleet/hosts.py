@@ -87,13 +87,30 @@ def _run(
     return RunResult(host, tuple(shown), cp.returncode, cp.stdout, cp.stderr)
 
 
+class StreamLines:
+    """The output lines of a streamed command; `returncode` once they ran out (255: ssh failed)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.proc.stdout.readline, "")  # type: ignore[union-attr]
+
+    @property
+    def returncode(self) -> int | None:
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            return None
+
+
 @contextmanager
-def _stream(argv: list[str]) -> Iterator[Iterator[str]]:
+def _stream(argv: list[str]) -> Iterator[StreamLines]:
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
     )
     try:
-        yield iter(proc.stdout.readline, "")  # type: ignore[union-attr]
+        yield StreamLines(proc)
     finally:
         if proc.poll() is None:
             proc.terminate()

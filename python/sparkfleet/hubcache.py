@@ -20,7 +20,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .errors import SourceError
@@ -35,7 +35,52 @@ MAX_HOPS = 40
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_PREFIX = re.compile(r"[0-9a-f]{4,40}")
+_REPO_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _STORE_PATH = re.compile(r"blobs/[0-9a-f]{2}/[0-9a-f]{64}")
+# A git ref name as `git check-ref-format` allows it (the subset hub revisions use), or a hex commit:
+# no `..`, no component starting with a dot or a dash or ending in `.lock`, no control characters.
+_REVISION = re.compile(
+    r"(?!.*\.\.)(?!.*\.lock(?:/|$))[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*"
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages (a FIFO on the NAS once hung staging forever)."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: Path, limit: int = 64 * 1024 * 1024) -> bytes:
+    """The bytes of a small metadata file, refusing anything but a regular file before reading.
+
+    Opened O_NONBLOCK so a FIFO planted where a ref or tree listing belongs cannot hang the
+    scan; its type is checked on the open fd (no window between check and read).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(f"{path} is {file_kind(st.st_mode)}, not a regular file; refusing to read it")
+        if st.st_size > limit:
+            raise SourceError(f"{path} is {st.st_size} bytes; too large for hub metadata")
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise SourceError(f"{path} grew past {limit} bytes while being read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def repo_folder(repo_id: str, repo_type: str = "model") -> str:
@@ -46,9 +91,23 @@ def repo_folder(repo_id: str, repo_type: str = "model") -> str:
 def parse_repo_spec(spec: str) -> tuple[str, str]:
     """`ORG/NAME[@REV]` → (repo_id, revision); the revision defaults to `main`."""
     repo, _, rev = spec.partition("@")
-    if repo.count("/") != 1 or not all(repo.split("/")):
+    if repo.count("/") != 1 or not all(_REPO_PART.fullmatch(part) for part in repo.split("/")):
         raise SourceError(f"bad repo {spec!r}: expected ORG/NAME[@REV]")
+    check_revision(rev or "main", spec)
     return repo, rev or "main"
+
+
+def is_revision(value: str) -> bool:
+    """Whether `value` is a ref name or a commit (never a path that could climb out of refs/)."""
+    return _REVISION.fullmatch(value) is not None and len(value) <= 255
+
+
+def check_revision(value: str, context: str) -> None:
+    if not is_revision(value):
+        raise SourceError(
+            f"{context}: revision {value!r} is not a git ref name or a commit",
+            hint="a revision is a ref such as main or refs/pr/1, or a hex commit (no .., no leading dot)",
+        )
 
 
 def is_commit(value: str) -> bool:
@@ -82,6 +141,8 @@ class LinkChain:
 
     hops: tuple[Hop, ...]
     final: str
+    # (st_dev, st_ino, st_size) of the final file when scanned: the copy opens exactly that file.
+    ident: tuple[int, int, int] | None = field(default=None, compare=False)
 
     def content_address(self) -> tuple[str, str] | None:
         """(algorithm, hex) promised by a repo-level blob name on the chain, if any."""
@@ -166,8 +227,11 @@ class HubRoot:
                 current = self.canonical(target, current)
                 continue
             if stat.S_ISREG(st.st_mode):
-                return LinkChain(tuple(hops), current)
-            raise SourceError(f"not a regular file: {self.given / current} (reached from {rel})")
+                return LinkChain(tuple(hops), current, (st.st_dev, st.st_ino, st.st_size))
+            raise SourceError(
+                f"not a regular file ({file_kind(st.st_mode)}): {self.given / current} (reached from {rel})",
+                hint="a hub cache holds only regular files and links; remove it on the source",
+            )
         raise SourceError(f"link loop or chain longer than {MAX_HOPS} hops at {self.given / rel}")
 
     def repo_dir(self, repo_id: str) -> Path:
@@ -175,14 +239,15 @@ class HubRoot:
 
     def resolve_revision(self, repo_id: str, revision: str) -> str:
         """A ref name, a full commit, or a unique commit prefix → the 40-hex commit on this hub."""
+        check_revision(revision, repo_id)
         repo = self.repo_dir(repo_id)
         if not repo.is_dir():
             raise SourceError(f"repo {repo_id} is not in the hub cache {self.given} (no {repo.name}/)")
         snapshots = repo / "snapshots"
         have = sorted(p.name for p in snapshots.iterdir()) if snapshots.is_dir() else []
         ref_file = repo / "refs" / revision
-        if ref_file.is_file():
-            value = ref_file.read_text().strip()
+        if os.path.lexists(ref_file) and not ref_file.is_dir():  # a FIFO here is refused, not skipped
+            value = read_regular(ref_file).decode(errors="replace").strip()
             if not is_commit(value):
                 raise SourceError(f"{ref_file}: not a 40-hex commit: {value[:60]!r}")
             commit = value
@@ -220,7 +285,8 @@ class HubRoot:
         if refs_dir.is_dir():
             for path in sorted(refs_dir.rglob("*")):
                 if path.is_file():
-                    out[path.relative_to(refs_dir).as_posix()] = path.read_text().strip()
+                    text = read_regular(path).decode(errors="replace").strip()
+                    out[path.relative_to(refs_dir).as_posix()] = text
         return out
 
     def snapshot(self, repo_id: str, commit: str) -> list[SnapshotEntry]:
@@ -238,18 +304,15 @@ class HubRoot:
             for name in sorted(filenames):
                 rel_in_snapshot = os.path.relpath(os.path.join(dirpath, name), base)
                 chain = self.chain(f"{base_rel}/{Path(rel_in_snapshot).as_posix()}")
-                entries.append(
-                    SnapshotEntry(
-                        Path(rel_in_snapshot).as_posix(), chain, self.abs(chain.final).stat().st_size
-                    )
-                )
+                size = chain.ident[2] if chain.ident else self.abs(chain.final).stat().st_size
+                entries.append(SnapshotEntry(Path(rel_in_snapshot).as_posix(), chain, size))
         return entries
 
     def tree_listing(self, repo_id: str, commit: str) -> dict | None:
         """huggingface_hub's `trees/<commit>.json`, parsed, or None if absent or unreadable."""
         path = self.repo_dir(repo_id) / "trees" / f"{commit}.json"
         try:
-            return json.loads(path.read_text())
+            return json.loads(read_regular(path))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -266,7 +329,7 @@ class HubRoot:
 
     def has_shared_store(self) -> bool:
         marker = self.real / SHARED_STORE_DIR / SHARED_STORE_MARKER
-        return marker.is_file() and marker.read_text() == SHARED_STORE_LAYOUT
+        return marker.is_file() and read_regular(marker) == SHARED_STORE_LAYOUT.encode()
 
 
 def is_shared_store_path(rel: str) -> bool:

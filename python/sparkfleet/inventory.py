@@ -30,6 +30,7 @@ _HEX40 = re.compile(r"[0-9a-f]{40}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 GIB = 1024**3
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,23 @@ class Inventory:
         return [lane for _, lane in sorted(self.lanes.items()) if host in lane.hosts]
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the inventory: the file, the key path inside it, and what was expected."""
+
+    file: Path
+    key: str
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key}: {self.message}"
+
+    def error(self, more: int = 0) -> InventoryError:
+        tail = f" (and {more} more; `sparkfleet inventory check` lists them all)" if more else ""
+        return InventoryError(f"{self}{tail}", hint=self.hint)
+
+
 @cache
 def schema(name: str) -> dict[str, Any]:
     """A JSON Schema shipped with the package (`fleet` or `recipe`)."""
@@ -172,10 +190,42 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
+@cache
+def _python_regex(pattern: str) -> re.Pattern:
+    """A schema pattern with ECMA-262's `$` (end of input), not Python's (also before a final newline)."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
+def _pattern(validator, pattern, instance, schema_):
+    if validator.is_type(instance, "string") and not _python_regex(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _property_names(validator, property_names, instance, schema_):
+    # Like the standard keyword, but the error points at the offending key itself.
+    if not validator.is_type(instance, "object"):
+        return
+    for name in instance:
+        for error in validator.descend(instance=name, schema=property_names):
+            yield jsonschema.ValidationError(f"key {name!r}: {error.message}", path=[name])
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _pattern, "propertyNames": _property_names}
+)
+
+
 def _key_path(parts: Any) -> str:
     out = ""
     for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(str(part)):
+            out += f"[{str(part)!r}]"  # a hostile key is shown quoted, control characters escaped
+        else:
+            out += f".{part}" if out else str(part)
     return out or "(top level)"
 
 
@@ -189,23 +239,52 @@ def _best_branch_error(context: list) -> jsonschema.ValidationError:
     return max(candidates, key=lambda e: len(e.absolute_path))
 
 
-def validate(document: dict[str, Any], schema_name: str, path: Path) -> None:
-    """Raise InventoryError naming file, key path and expectation for the first schema violation."""
-    validator = jsonschema.Draft202012Validator(schema(schema_name))
+def _message(err: jsonschema.ValidationError) -> str:
+    """The schema error in the inventory's words: an enum names its valid values plainly."""
+    if err.validator == "enum":
+        return f"{err.instance!r}: expected one of {', '.join(map(str, err.validator_value))}"
+    if err.validator == "const":
+        return f"{err.instance!r}: expected {err.validator_value!r}"
+    if (
+        err.validator == "pattern"
+        and list(err.absolute_path)[:2] == ["launch", "env"]
+        and len(err.absolute_path) == 3
+    ):
+        # an env value may be a secret: say what is wrong with it, never echo it
+        return f"the value (not shown: env values may be secrets) does not match {err.validator_value!r}"
+    return err.message
+
+
+def schema_problems(document: dict[str, Any], schema_name: str, path: Path) -> list[Problem]:
+    """Every schema violation of `document`, each naming file, key path and expectation."""
+    validator = _Validator(schema(schema_name))
     errors = sorted(
         validator.iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
     )
-    if not errors:
-        return
-    err = errors[0]
-    # oneOf failures hide the useful message in their context; pick the branch that got furthest.
-    if err.context:
-        err = _best_branch_error(err.context)
-    where = _key_path(err.absolute_path)
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    raise InventoryError(
-        f"{path}: {where}: {err.message}{more}", hint=f"see the schema {schema_name}.schema.json"
-    )
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for err in errors:
+        # oneOf failures hide the useful message in their context; pick the branch that got furthest.
+        if err.context:
+            if err.validator == "oneOf" and any(
+                list(e.absolute_path)[: len(err.absolute_path) + 1] == [*err.absolute_path, "kind"]
+                for e in errors
+                if e is not err
+            ):
+                continue  # the kind itself is wrong: that error says it better
+            err = _best_branch_error(err.context)
+        key = (_key_path(err.absolute_path), _message(err))
+        if key not in seen:
+            seen.add(key)
+            problems.append(Problem(path, key[0], key[1], hint=f"see the schema {schema_name}.schema.json"))
+    return problems
+
+
+def validate(document: dict[str, Any], schema_name: str, path: Path) -> None:
+    """Raise InventoryError naming file, key path and expectation for the first schema violation."""
+    problems = schema_problems(document, schema_name, path)
+    if problems:
+        raise problems[0].error(len(problems) - 1)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -233,13 +312,11 @@ def find_root(start: Path | None = None) -> Path:
     )
 
 
-def _host(name: str, defaults: dict[str, Any], own: dict[str, Any], path: Path) -> Host:
+_HOST_REQUIRED = ("address", "ssh_user", "local_hub", "nas_hub")
+
+
+def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
     merged = {**defaults, **own}
-    missing = [k for k in ("address", "ssh_user", "local_hub", "nas_hub") if k not in merged]
-    if missing:
-        raise InventoryError(
-            f"{path}: hosts.{name}: missing {', '.join(missing)} (set it on the host or in [defaults])"
-        )
     return Host(
         name=name,
         address=merged["address"],
@@ -285,22 +362,40 @@ def _pin(name: str, doc: dict[str, Any]) -> Pin:
     )
 
 
-def _lane(name: str, doc: dict[str, Any], path: Path, hosts: dict[str, Host], pins: dict[str, Pin]) -> Lane:
+def _lane_problems(
+    doc: dict[str, Any], path: Path, hosts: dict[str, Host], pins: dict[str, Pin]
+) -> list[Problem]:
+    """Cross-file checks of a schema-valid recipe: its hosts and pins exist in fleet.toml."""
+    problems = []
     for i, host in enumerate(doc["lane"]["hosts"]):
         if host not in hosts:
-            raise InventoryError(
-                f"{path}: lane.hosts[{i}]: unknown host {host!r}",
-                hint=f"expected one of: {', '.join(sorted(hosts))}",
+            problems.append(
+                Problem(
+                    path,
+                    f"lane.hosts[{i}]",
+                    f"unknown host {host!r}",
+                    f"expected one of: {', '.join(sorted(hosts))}",
+                )
             )
-    models = []
+    known = ", ".join(sorted(n for n, p in pins.items() if p.kind == "hf"))
     for i, m in enumerate(doc["models"]):
         pin = pins.get(m["pin"])
         if pin is None or pin.kind != "hf":
-            known = ", ".join(sorted(n for n, p in pins.items() if p.kind == "hf"))
-            raise InventoryError(
-                f"{path}: models[{i}].pin: {m['pin']!r} is not an hf pin in {FLEET_FILE}",
-                hint=f"expected one of: {known}",
+            problems.append(
+                Problem(
+                    path,
+                    f"models[{i}].pin",
+                    f"{m['pin']!r} is not an hf pin in {FLEET_FILE}",
+                    f"expected one of: {known}",
+                )
             )
+    return problems
+
+
+def _lane(name: str, doc: dict[str, Any], path: Path, hosts: dict[str, Host], pins: dict[str, Pin]) -> Lane:
+    models = []
+    for m in doc["models"]:
+        pin = pins[m["pin"]]
         models.append(
             ModelNeed(
                 pin=pin.name,
@@ -320,27 +415,79 @@ def _lane(name: str, doc: dict[str, Any], path: Path, hosts: dict[str, Host], pi
     )
 
 
-def load(root: Path | None = None) -> Inventory:
-    """Load and validate the whole inventory under `root` (see `find_root`)."""
+@dataclass
+class InventoryCheck:
+    """Every problem found, and the inventory as far as it loaded (lanes with problems left out)."""
+
+    root: Path
+    problems: list[Problem]
+    inventory: Inventory | None
+
+
+_LANE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
+def check(root: Path | None = None) -> InventoryCheck:
+    """Validate the whole inventory under `root`, collecting every problem instead of stopping at one."""
     root = Path(root) if root is not None else find_root()
     fleet_path = root / FLEET_FILE
     fleet = read_toml(fleet_path)
-    validate(fleet, "fleet", fleet_path)
+    problems = schema_problems(fleet, "fleet", fleet_path)
+    if problems:
+        return InventoryCheck(root, problems, None)
     defaults = fleet.get("defaults", {})
-    hosts = {name: _host(name, defaults, own, fleet_path) for name, own in fleet["hosts"].items()}
+    hosts: dict[str, Host] = {}
+    for name, own in fleet["hosts"].items():
+        missing = [k for k in _HOST_REQUIRED if k not in {**defaults, **own}]
+        if missing:
+            why = f"missing {', '.join(missing)} (set it on the host or in [defaults])"
+            problems.append(Problem(fleet_path, f"hosts.{name}", why))
+        else:
+            hosts[name] = _host(name, defaults, own)
     pins = {name: _pin(name, doc) for name, doc in fleet.get("pins", {}).items()}
     kinds = {name: _host_kind(name, doc) for name, doc in fleet.get("host_kinds", {}).items()}
     for host in hosts.values():
         if host.kind is not None and host.kind not in kinds:
-            raise InventoryError(
-                f"{fleet_path}: hosts.{host.name}.kind: unknown host kind {host.kind!r}",
-                hint=f"expected one of: {', '.join(sorted(kinds)) or '(none declared in [host_kinds])'}",
+            problems.append(
+                Problem(
+                    fleet_path,
+                    f"hosts.{host.name}.kind",
+                    f"unknown host kind {host.kind!r}",
+                    hint=f"expected one of: {', '.join(sorted(kinds)) or '(none declared in [host_kinds])'}",
+                )
             )
     lanes = {}
     recipes = root / RECIPES_DIR
     for recipe_path in sorted(recipes.glob(f"*/{RECIPE_FILE}")) if recipes.is_dir() else []:
         name = recipe_path.parent.name
-        doc = read_toml(recipe_path)
-        validate(doc, "recipe", recipe_path)
-        lanes[name] = _lane(name, doc, recipe_path, hosts, pins)
-    return Inventory(root=root, hosts=hosts, pins=pins, lanes=lanes, host_kinds=kinds)
+        if not _LANE_NAME.fullmatch(name):
+            problems.append(
+                Problem(
+                    recipe_path.parent,
+                    "(lane folder name)",
+                    f"{name!r} is not a valid lane name",
+                    hint="a lane folder is named like a host: [a-z0-9][a-z0-9._-]{0,62}",
+                )
+            )
+            continue
+        try:
+            doc = read_toml(recipe_path)
+        except InventoryError as exc:
+            problems.append(Problem(recipe_path, "(file)", exc.message.split(": ", 1)[-1]))
+            continue
+        found = schema_problems(doc, "recipe", recipe_path) or _lane_problems(doc, recipe_path, hosts, pins)
+        problems += found
+        if not found:
+            lanes[name] = _lane(name, doc, recipe_path, hosts, pins)
+    return InventoryCheck(
+        root, problems, Inventory(root=root, hosts=hosts, pins=pins, lanes=lanes, host_kinds=kinds)
+    )
+
+
+def load(root: Path | None = None) -> Inventory:
+    """Load and validate the whole inventory under `root` (see `find_root`); the first problem raises."""
+    result = check(root)
+    if result.problems:
+        raise result.problems[0].error(len(result.problems) - 1)
+    assert result.inventory is not None
+    return result.inventory

@@ -359,3 +359,43 @@ def test_world_size_change_refuses_then_force_replaces_and_removes_old_packs(fle
     assert sorted(p.name for p in out.glob("*.bin")) == [pack_name(1, 0, 3), pack_name(14, 0, 3)]
     assert rows_of(out / pack_name(1, 0, 3)) == fleet.truth.packed_rows(1, *rank_range(1001, 0, 3))
     assert verify(fleet.inv(), "eng4", "h1", full=True).ok
+
+
+@pytest.mark.parametrize("where", ["receipt-files", "journal-stale", "journal-files"])
+@pytest.mark.parametrize(
+    "name", ["../../victim.bin", "/tmp/sf-victim-engram.bin", "..", "sub/engram-l1-r0of4.bin"]
+)
+def test_tampered_journal_or_receipt_never_deletes_outside_the_pack_dir(fleet, where, name):
+    """Issue 10.14: `engram pack` deleted files named by a tampered journal or receipt."""
+    inv = fleet.inv()
+    pack(inv, "eng4", "h1")
+    out = fleet.out_dir("eng4", "h1")
+    victim = Path(os.path.normpath(out / name))
+    if victim in (out, out.parent):
+        victim = out.parent / "keep.bin"
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_bytes(b"not ours")
+    try:
+        doc = json.loads((out / RECEIPT_NAME).read_text())
+        entry = next(iter(doc["files"].values()))
+        if where == "receipt-files":
+            doc["files"][name] = entry
+            doc["identity"]["world_size"] = 9  # an identity change makes --force remove what it names
+            (out / RECEIPT_NAME).write_text(json.dumps(doc))
+        else:
+            doc["journal_of"] = RECEIPT_NAME
+            if where == "journal-stale":
+                doc["stale"] = [name]
+            else:
+                doc["files"][name] = entry
+            (out / RECEIPT_NAME).unlink()
+            (out / JOURNAL_NAME).write_text(json.dumps(doc))
+        with pytest.raises(SparkfleetError, match="not a pack file of this directory"):
+            pack(inv, "eng4", "h1")
+        assert victim.read_bytes() == b"not ours"
+        pack(inv, "eng4", "h1", force=True)
+        assert victim.read_bytes() == b"not ours"
+        assert verify(inv, "eng4", "h1", full=True).ok
+    finally:
+        if name.startswith("/tmp/"):
+            victim.unlink(missing_ok=True)

@@ -101,3 +101,39 @@ def test_worker_exit_detected():
     )
     assert not r.ok and r.failed == RankExit("dgx3", 2, 137)
     assert r.reason.startswith("rank 2 on dgx3 exited with code 137 (last boot stage: none)")
+
+
+def test_timeout_holds_while_the_log_grows_faster_than_one_read_per_poll():
+    """Issue 10.8: `launch --timeout 10` never timed out while a rank's log grew >256 KiB per poll."""
+    clock = FakeClock()
+    flood = "W warning: something noisy\n" * 12_000  # > 256 KiB every read: the catch-up path
+
+    def poll(offset):
+        clock.t += 0.5  # each read takes time
+        return {"found": True, "data": flood, "offset": offset + len(flood), "running": True, "health": 503}
+
+    rep = wait_ready(
+        "lane", SIGS, WL, None, poll, lambda: [], timeout_s=10, poll_s=1, clock=clock, sleep=clock.sleep
+    )
+    assert not rep.ok and rep.reason.startswith("timeout after 10 s")
+    assert clock.t - 100.0 < 12
+
+
+def test_rank_logs_are_capped_and_rotated(tmp_path):
+    """Issue 10.8: a rank printing without end filled 543 MiB per rank; the log is capped and rotated."""
+    import json
+    import subprocess
+    import sys
+
+    log, exit_file = tmp_path / "rank0.log", tmp_path / "rank0.exit"
+    writer = "import sys\nfor i in range(40000): sys.stdout.write(f'line {i:08d} ' + 'x' * 64 + '\\n')\n"
+    cp = subprocess.run(
+        [sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file),
+         "--log", str(log), "--max-log-bytes", str(512 * 1024), "--", sys.executable, "-c", writer],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(exit_file.read_text())["returncode"] == 0
+    old = log.with_name("rank0.log.1")
+    assert log.stat().st_size <= 512 * 1024 and old.stat().st_size <= 512 * 1024
+    assert log.read_text().splitlines()[-1].startswith("line 00039999 ")  # the newest lines are kept

@@ -181,7 +181,8 @@ def test_docker_argv_exact(tmp_path):
         "docker", "run", "-d", "--name", "sparkfleet-lane-r1",
         "--label", "sparkfleet.lane=lane", "--label", "sparkfleet.rank=1", "--label", "sparkfleet.host=dgx2",
         "--network", "host", "--ipc", "host", "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864",
-        "--shm-size", "32g", "--gpus", "all", "--device", "/dev/infiniband",
+        "--shm-size", "32g", "--log-opt", "max-size=64m", "--log-opt", "max-file=2",
+        "--gpus", "all", "--device", "/dev/infiniband",
         "--env-file", "/st/rank1.env",
         *binds, "-v", f"{cache}:/cache",
         "ghcr.io/example/lane@sha256:" + "ab" * 32,
@@ -212,3 +213,46 @@ def test_unresolved_image_refused_before_any_node(tmp_path):
     inv = _bad(tmp_path, 'image = "lane-image"', 'image = "short-image"')
     with pytest.raises(ShapeError, match="not resolved"):
         check_shape(inv, launch_recipe(inv, "lane"))
+
+
+@pytest.mark.parametrize("key", ["X\nLD_PRELOAD", "A=B", "1X", "", "tp_size", "Node_Rank", "X Y"])
+def test_env_keys_are_names_and_derived_keys_any_case_refused(tmp_path, key):
+    """Issue 10.1: the spec refuses what the schema refuses, for recipes built without the schema."""
+    import dataclasses
+
+    from sparkfleet.launch.runtimes import RuntimeError_, _env_file_text
+
+    inv = make_inv(tmp_path)
+    recipe = dataclasses.replace(launch_recipe(inv, "lane"), env={key: "/tmp/evil.so"})
+    host = inv.host("dgx1")
+    m = build_manifest(
+        "dgx1", host.local_hub, host.nas_hub, [state(x.repo) for x in inv.lane("lane").models], "/hub"
+    )
+    with pytest.raises(ShapeError, match="launch.env"):
+        build_spec(inv, recipe, "dgx1", m, {f"dgx{i}": fabric(i) for i in range(1, 5)})
+    if key.upper() not in ("TP_SIZE", "NODE_RANK"):
+        with pytest.raises(RuntimeError_):
+            _env_file_text({"OK": "1", key: "v"})
+
+
+def test_cache_dir_outside_state_dir_refused_by_the_spec(tmp_path):
+    """Issue 10.2: receipt roots live in cache_dir; it may not be /usr or climb out of the state dir."""
+    import dataclasses
+
+    from sparkfleet.launch.spec import cache_dir_of
+
+    inv = make_inv(tmp_path)
+    recipe = launch_recipe(inv, "lane")
+    host = inv.host("dgx1")
+    good = cache_dir_of(recipe, host)
+    assert good == f"{host.state_dir}/cache/lane"
+    for bad in (
+        "/usr",
+        "{state_dir}/../..",
+        "{state_dir}",
+        "{state_dir}/x/../../y",
+        "{state_dir}//x",
+        "{lane}",
+    ):
+        with pytest.raises(ShapeError, match="cache_dir"):
+            cache_dir_of(dataclasses.replace(recipe, cache_dir=bad), host)

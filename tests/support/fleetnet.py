@@ -686,15 +686,18 @@ def _mountpoint(kind: str, mountpoint: str | os.PathLike | None) -> tuple[Path |
 
 
 @contextlib.contextmanager
-def tmpfs_mount(size_bytes: int, mountpoint: str | os.PathLike | None = None) -> Iterator[Path]:
+def tmpfs_mount(
+    size_bytes: int, mountpoint: str | os.PathLike | None = None, options: str = ""
+) -> Iterator[Path]:
     """A size-limited tmpfs (``mount -t tmpfs -o size=N``) at a unique mountpoint; unmounted after.
 
-    The kernel rounds the size up to whole pages.
+    The kernel rounds the size up to whole pages. `options` adds mount options (``nr_inodes=64``).
     """
     if size_bytes <= 0:
         raise ValueError("size_bytes must be positive")
     own_dir, mp = _mountpoint("tmpfs", mountpoint)
-    _run(["mount", "-t", "tmpfs", "-o", f"size={int(size_bytes)},mode=0755", "tmpfs", str(mp)])
+    extra = f",{options}" if options else ""
+    _run(["mount", "-t", "tmpfs", "-o", f"size={int(size_bytes)},mode=0755{extra}", "tmpfs", str(mp)])
     try:
         yield mp
     finally:
@@ -773,7 +776,7 @@ def tmpfs() -> Iterator[Callable[[int], Path]]:
     if reason:
         pytest.skip(f"tmpfs: {reason}")
     with contextlib.ExitStack() as stack:
-        yield lambda size_bytes: stack.enter_context(tmpfs_mount(size_bytes))
+        yield lambda size_bytes, options="": stack.enter_context(tmpfs_mount(size_bytes, options=options))
 
 
 @pytest.fixture

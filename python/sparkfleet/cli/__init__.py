@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import ExitCode, SparkfleetError
+from ..errors import ExitCode, SparkfleetError, from_os_error
 
 # (module under sparkfleet.cli, verb): each verb is the module attribute of the same name.
 COMMANDS: list[tuple[str, str]] = [
@@ -75,6 +75,11 @@ class FleetGroup(click.Group):
             return super().invoke(ctx)
         except SparkfleetError as exc:
             report_error(exc.message, exc.hint, int(exc.exit_code), as_json)
+        except OSError as exc:  # a full disk, a read-only mount, a vanished NAS: the operator's to fix
+            err = from_os_error(exc, f"sparkfleet {ctx.invoked_subcommand or ''}".strip())
+            if err is None:
+                raise
+            report_error(err.message, err.hint, int(err.exit_code), as_json)
         except click.UsageError as exc:
             if not as_json:
                 raise

@@ -15,7 +15,7 @@ import click
 from .. import inventory
 from ..demo.fleet import DEMO_LANE, write_demo_fleet
 from ..engram import pack as engram_pack
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..launch.spec import state_dir_of
 from ..stage import execute
 from ..stage.targets import requests_for_host
@@ -117,7 +117,7 @@ def demo(workdir: Path | None, shard_mib: int) -> None:
             ok &= run_demo_launch(inv, DEMO_LANE, click.echo, while_up=lambda: _smoke_and_bench(fleet.root))
         click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
         if not ok:
-            raise SystemExit(1)
+            raise SystemExit(ExitCode.SHORTFALL)
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -9,6 +9,7 @@ import click
 
 from ..engram import pack as core
 from ..engram.verify import verify as verify_packs
+from ..errors import ExitCode
 from ..inventory import GIB
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
@@ -108,4 +109,4 @@ def verify(ctx, lane, host, full, as_json) -> None:
                 click.echo(f"  {problem}")
         click.echo("ok" if report.ok else f"{len(report.problems)} problem(s)")
     if not report.ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)

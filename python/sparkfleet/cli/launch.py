@@ -307,6 +307,8 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
             click.echo(f"{r['host']}: rank {r.get('rank', '?')} {r.get('name', '')}: {r['detail']}")
         if not res:
             click.echo(f"{lane}: nothing recorded as running")
+    if any(r.get("unreachable") for r in res):
+        sys.exit(ExitCode.UNREACHABLE)
     if any(not r["stopped"] for r in res):
         sys.exit(ExitCode.SHORTFALL)
 
@@ -420,7 +422,7 @@ def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
             if c.ok is False and c.hint:
                 click.echo(f"  {'':8} {'':16} fix: {c.hint}")
     if not report.ok:
-        sys.exit(ExitCode.SHORTFALL)
+        sys.exit(report.exit_code)
 
 
 @click.command("agent", hidden=True, context_settings={"ignore_unknown_options": True})

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .. import pins as core
+from ..errors import ExitCode
 from .render import echo_json, load_inventory
 
 _MARK = {
@@ -73,7 +74,8 @@ def _render(report: core.PinReport, as_json: bool) -> None:
     if not report.ok:
         bad = ", ".join(s.name for s in report.pins if not s.ok)
         click.secho(f"{report.action}: not ok: {bad}", fg="red", err=True)
-        sys.exit(1)
+        unreachable = any(s.status == "unreachable" for s in report.pins if not s.ok)
+        sys.exit(ExitCode.UNREACHABLE if unreachable else ExitCode.SHORTFALL)
 
 
 @pins.command("resolve")

@@ -166,7 +166,7 @@ def stage(
                 return
             outcomes = _run_fleet(inv, hosts, options, fanout and host is None, as_json)
             if not all(o.ok for o in outcomes):
-                sys.exit(max((o.exit_code or 1) for o in outcomes if not o.ok))
+                sys.exit(max((o.exit_code or ExitCode.SHORTFALL) for o in outcomes if not o.ok))
             return
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
@@ -200,7 +200,7 @@ def stage(
             sink.error(exc)
             sys.exit(exc.exit_code)
         sink.result(with_io_bound(run.as_dict(), requests, state_dir))
-        sys.exit(0 if run.ok else 1)
+        sys.exit(ExitCode.OK if run.ok else ExitCode.SHORTFALL)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = run_stage(progress=bar)
@@ -210,7 +210,7 @@ def stage(
     else:
         print_stage_run(summary)
     if not run.ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)
 
 
 def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | None) -> dict:
@@ -443,4 +443,4 @@ def verify(
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"
         )
     if not ok:
-        sys.exit(1)
+        sys.exit(ExitCode.SHORTFALL)

@@ -7,11 +7,13 @@ through exactly the code paths the real fleet does — only the paths point into
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import atomic
+from ..errors import SparkfleetError
 from ..inventory import HostKind
 from ..launch.demo import demo_launch_tables
 from .hubfixture import (
@@ -26,6 +28,7 @@ from .hubfixture import (
 
 DEMO_LANE = "demo-exl3-2x"
 DEMO_HOSTS = ("dgx1", "dgx2")
+DEMO_MARKER = ".sparkfleet-demo"
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,18 @@ def write_demo_fleet(
     that kind, so the demo report's roofline divides by the real machine's figures.
     """
     workdir = workdir.resolve()
-    fixture = build_nas_hub(workdir / "nas" / "hub", shard_bytes=shard_bytes)
+    nas = workdir / "nas"
+    if nas.exists() or nas.is_symlink():
+        # A rerun into the same workdir: the NAS fixture is rebuilt (it is deterministic, so the
+        # hosts' staged trees stay valid and the rerun copies nothing); only ever our own fixture.
+        if not (nas / DEMO_MARKER).is_file() or nas.is_symlink():
+            raise SparkfleetError(
+                f"{nas} exists but was not written by `sparkfleet demo`",
+                hint="pick another --workdir, or move that directory aside",
+            )
+        shutil.rmtree(nas)
+    fixture = build_nas_hub(nas / "hub", shard_bytes=shard_bytes)
+    atomic.write_bytes(nas / DEMO_MARKER, b"written by sparkfleet demo; rebuilt on every demo run\n")
     engram = build_engram_repo(fixture.root, rows={1: 4001, 14: 4003})
     root = workdir / "fleet"
     hosts = "\n".join(

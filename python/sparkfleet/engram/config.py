@@ -142,7 +142,13 @@ def placement(inv: Inventory, spec: EngramSpec, host_name: str) -> Placement:
     host = inv.host(host_name)
     rank = node_rank(lane, host_name)
     if spec.out_dir is not None:
-        out = Path(spec.out_dir.format(lane=lane.name, host=host_name))
+        try:
+            out = Path(spec.out_dir.format(lane=lane.name, host=host_name))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise InventoryError(
+                f"{lane.recipe_path}: engram.out_dir {spec.out_dir!r}: unknown or broken placeholder ({exc})",
+                hint="out_dir may use {lane} and {host}",
+            ) from None
     else:
         out = host.local_hub.parent / "engram-packs" / lane.name
     return Placement(lane.name, host_name, rank, len(lane.hosts), out)

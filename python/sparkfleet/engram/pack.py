@@ -33,9 +33,10 @@ from ..digests import sample_digest
 from ..errors import LockBusyError, SourceError, SpaceError, SparkfleetError
 from ..inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress, free_bytes
+from ..stage.lock import open_lock_file
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
-from .ranges import PackHeader, pack_name, rank_range
+from .ranges import PackHeader, is_pack_name, pack_name, rank_range
 from .receipt import JOURNAL_NAME, PACK_FORMAT, PACKER_FORMAT_VERSION, RECEIPT_NAME, FileRecord
 from .source import EngramSource, SourceTable, locate
 
@@ -216,8 +217,7 @@ def preflight(out: Path, needed: int, reserve: int, names: list[str]) -> int:
 def pack_lock(out_dir: Path) -> Iterator[Path]:
     """One pack per output directory at a time (flock; the kernel drops it when the holder dies)."""
     path = out_dir / LOCK_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_lock_file(path)  # never through a planted link
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -399,7 +399,9 @@ def _finish(
     receipt.write(out / RECEIPT_NAME, the_plan.identity, records, info)
     (out / JOURNAL_NAME).unlink(missing_ok=True)
     for path in stale:
-        if path.exists():
+        if path.parent != out or not is_pack_name(path.name):
+            continue  # confined to this directory's pack files, whatever a receipt said
+        if path.is_file() or path.is_symlink():
             path.unlink()
             result.removed.append(path.name)
     atomic.fsync_dir(out)

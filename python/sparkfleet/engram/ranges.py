@@ -10,6 +10,7 @@ rows, row bytes; the rest zero, which keeps row 0 page-aligned) followed by rows
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -25,6 +26,14 @@ def rank_range(total_rows: int, rank: int, world: int) -> tuple[int, int]:
     if total_rows < 0:
         raise ValueError(f"negative row count {total_rows}")
     return total_rows * rank // world, total_rows * (rank + 1) // world
+
+
+_PACK_NAME = re.compile(r"engram-l[0-9]{1,9}-r[0-9]{1,9}of[0-9]{1,9}\.bin")
+
+
+def is_pack_name(name: str) -> bool:
+    """Whether `name` is a bare pack file name (no directory, no `..`): all a receipt may name."""
+    return _PACK_NAME.fullmatch(name) is not None
 
 
 def pack_name(layer: int, rank: int, world: int) -> str:

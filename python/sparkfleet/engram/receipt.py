@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import atomic
 from ..errors import SparkfleetError
+from .ranges import is_pack_name
 
 RECEIPT_NAME = "engram-receipt.json"
 JOURNAL_NAME = ".engram-pack-journal.json"
@@ -79,6 +80,15 @@ def read(path: Path) -> Receipt | None:
             hint="move the directory aside, or pass --force to repack it",
         ) from None
     info = {k: v for k, v in doc.items() if k not in ("identity", "files")}
+    stale = info.get("stale") or []
+    named = [*files, *(stale if isinstance(stale, list) else [stale])]
+    bad = [n for n in named if not isinstance(n, str) or not is_pack_name(n)]
+    if bad:
+        # A tampered receipt or journal must never make the packer delete or trust another path.
+        raise SparkfleetError(
+            f"{path}: names {bad[0]!r}, which is not a pack file of this directory",
+            hint="the receipt was tampered with or is not ours: move the directory aside, or pass --force",
+        )
     return Receipt(path, doc["identity"], files, info)
 
 

@@ -101,7 +101,7 @@ def start(req: dict) -> dict:
                 f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})",
                 hint=f"sparkfleet stop {spec.lane}",
             )
-    cleared = clear_receipts(spec.receipt_roots)
+    cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
     rec = runtime.start(spec)
     rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
     records.save(state_dir, rec)

@@ -27,7 +27,7 @@ from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .readiness import BootWatch, RankExit, RankProgress, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe
-from .spec import LaunchSpec, ShapeError, build_spec, check_env_extras, check_world, state_dir_of
+from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems, state_dir_of
 
 
 class AgentError(SparkfleetError):
@@ -151,8 +151,9 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
 def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
     """The checks that need no node: run before any ssh."""
     lane = inv.lane(recipe.lane)
-    check_world(recipe.world, lane.hosts, str(lane.recipe_path))
-    check_env_extras(recipe.env, str(lane.recipe_path))
+    problems = recipe_problems(inv, recipe)
+    if problems:
+        raise problems[0][1]
     if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
         raise ShapeError(
             f"lane {lane.name}: image pin {recipe.image.name} is not resolved ({recipe.image.value})",
@@ -329,7 +330,7 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
             ans = call_agent(connect(inv.host(name)), "stop", req, timeout=wait + 60)
             return [{"host": name, **s} for s in ans["stopped"]]
         except HostUnreachable as exc:
-            return [{"host": name, "stopped": False, "detail": exc.message}]
+            return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
     return [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
 

@@ -189,6 +189,13 @@ def wait_ready(
             tail=list(boot.tail),
         )
 
+    def timed_out() -> ReadyReport:
+        stage = boot.last_stage or "none (no signature seen)"
+        waiting = ", ".join(repr(s) for s in boot.missing) or f"/health={health}, /v1/models"
+        return report(
+            False, f"timeout after {timeout_s:g} s: last boot stage {stage!r}; still waiting for {waiting}"
+        )
+
     while True:
         ans = poll_head(offset)
         now = clock()
@@ -196,6 +203,10 @@ def wait_ready(
             return report(False, "the head has no launch record (was it stopped?)")
         boot.feed(ans.get("data", ""), now)
         offset = ans.get("offset", offset)
+        if now - start >= timeout_s:
+            # checked on every iteration: a rank whose log grows faster than one read per poll
+            # (543 MiB per rank once) must not keep the catch-up loop below from ever timing out
+            return timed_out()
         if ans.get("data") and len(ans["data"].encode()) >= 256 * 1024:
             continue  # more log waiting: read it before judging
         health = ans.get("health", health)
@@ -223,10 +234,5 @@ def wait_ready(
                     g,
                 )
         if now - start >= timeout_s:
-            stage = boot.last_stage or "none (no signature seen)"
-            waiting = ", ".join(repr(s) for s in boot.missing) or f"/health={health}, /v1/models"
-            return report(
-                False,
-                f"timeout after {timeout_s:g} s: last boot stage {stage!r}; still waiting for {waiting}",
-            )
+            return timed_out()
         sleep(poll_s)

@@ -21,7 +21,10 @@ from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from . import records
 from .records import LaunchRecord
-from .spec import LaunchSpec
+from .spec import ENV_KEY, LaunchSpec
+
+# A rank's log is rotated to <log>.1 past this size (process runtime; containers: --log-opt).
+MAX_LOG_BYTES = 64 * 1024 * 1024
 
 
 class RuntimeError_(SparkfleetError):
@@ -48,7 +51,9 @@ class StopResult:
 
 def _env_file_text(env: dict[str, str]) -> str:
     for k, v in env.items():
-        if "\n" in v or "\0" in v:
+        if not ENV_KEY.fullmatch(k):
+            raise RuntimeError_(f"env name {k!r} is not a variable name; an env file would misread it")
+        if "\n" in v or "\r" in v or "\0" in v:
             raise RuntimeError_(f"env {k} holds a newline or NUL; an env file cannot carry it")
     return "".join(f"{k}={v}\n" for k, v in env.items())
 
@@ -64,7 +69,10 @@ def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[st
         "--ulimit", "memlock=-1:-1",
         "--ulimit", "stack=67108864",
         "--shm-size", spec.shm_size,
+        "--log-opt", f"max-size={MAX_LOG_BYTES // (1024 * 1024)}m",  # rank logs capped (issue 10.8)
     ]  # fmt: skip
+    if engine == "docker":
+        argv += ["--log-opt", "max-file=2"]
     if spec.gpus == "all" and engine == "docker":
         argv += ["--gpus", "all"]
     for dev in spec.devices:
@@ -113,7 +121,10 @@ class ProcessRuntime:
         _rotate(log)
         exit_file.unlink(missing_ok=True)
         env = {**os.environ, **spec.env}
-        supervise = [sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file), "--"]
+        supervise = [
+            sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file),
+            "--log", str(log), "--max-log-bytes", str(MAX_LOG_BYTES), "--",
+        ]  # fmt: skip
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [*supervise, *spec.argv],
@@ -171,6 +182,8 @@ class ProcessRuntime:
     def read_log(self, rec: LaunchRecord, offset: int, max_bytes: int) -> tuple[bytes, int]:
         try:
             with open(rec.log_path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size < offset:
+                    offset = 0  # rotated (the cap): read the new file from its start
                 fh.seek(offset)
                 data = fh.read(max_bytes)
         except OSError:
@@ -246,6 +259,7 @@ class ContainerRuntime:
         engine = self._engine()
         self._run([engine, "stop", "-t", str(int(timeout)), rec.container_id or "-"], timeout=timeout + 30)
         cp = self._run([engine, "rm", "-f", rec.container_id or "-"])
+        Path(rec.log_path).with_suffix(".env").unlink(missing_ok=True)  # it holds the lane's secrets
         return StopResult(rec.rank, rec.name, True, cp.returncode == 0, cp.stderr.strip() or "removed")
 
     def read_log(self, rec: LaunchRecord, offset: int, max_bytes: int) -> tuple[bytes, int]:

@@ -10,6 +10,7 @@ otherwise is refused before anything starts.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -170,8 +171,23 @@ def check_flags(argv: tuple[str, ...], expected: dict[str, str], where: str) -> 
                 )
 
 
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_key(key: str, where: str) -> None:
+    """Refuse an env name a shell, an env file or `docker --env-file` could read as something else."""
+    if not ENV_KEY.fullmatch(key):
+        raise ShapeError(
+            f"{where}: launch.env key {key!r} is not an environment variable name",
+            hint="env names match [A-Za-z_][A-Za-z0-9_]* (no newline, '=', space or NUL)",
+        )
+
+
 def check_env_extras(env: dict[str, str], where: str) -> None:
-    restated = [k for k in env if k in DERIVED_KEYS]
+    for k in env:
+        check_env_key(k, where)
+    derived = {d.upper() for d in DERIVED_KEYS}
+    restated = [k for k in env if k.upper() in derived]
     if restated:
         raise ShapeError(
             f"{where}: launch.env sets {', '.join(restated)}, which sparkfleet derives from [world], "
@@ -179,8 +195,134 @@ def check_env_extras(env: dict[str, str], where: str) -> None:
             hint="declare the shape once in [world]; per-node fabric values come from detection",
         )
     for k, v in env.items():
-        if "\n" in v or "\0" in v:
+        if "\n" in v or "\r" in v or "\0" in v:
             raise ShapeError(f"{where}: launch.env.{k} contains a newline or NUL")
+
+
+def check_weight_load_regex(pattern: str, where: str) -> None:
+    """Compile the recipe's weight-load regex now, not after the ranks started."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ShapeError(
+            f"{where}: launch.weight_load_regex {pattern!r} is not a valid regex: {exc}"
+        ) from None
+
+
+def cache_dir_of(recipe: LaunchRecipe, host: Host) -> str:
+    """The lane's node-local cache dir: absolute, normalised, strictly under the host's state dir.
+
+    Receipt roots inside it are deleted before every serve, so it must never name `/usr` or `..`.
+    """
+    state_dir = state_dir_of(host)
+    template = recipe.cache_dir or "{state_dir}/cache/{lane}"
+    value = template.replace("{state_dir}", str(state_dir)).replace("{lane}", recipe.lane)
+    path = PurePosixPath(value)
+    normal = PurePosixPath(os.path.normpath(value))
+    if not template.startswith("{state_dir}/") or value != str(normal) or ".." in path.parts or "{" in value:
+        raise ShapeError(
+            f"launch.cache_dir {template!r} on {host.name} gives {value!r}: not a normalised path "
+            f"under the host's state dir {state_dir}",
+            hint='write it as "{state_dir}/cache/{lane}" (a path below {state_dir}, no ..)',
+        )
+    if normal == PurePosixPath(state_dir) or PurePosixPath(state_dir) not in normal.parents:
+        raise ShapeError(f"launch.cache_dir {value!r} is not under the state dir {state_dir} of {host.name}")
+    return value
+
+
+def receipt_paths(recipe: LaunchRecipe, cache_dir: str, where: str) -> tuple[str, ...]:
+    """Receipt roots (container paths inside cache_mount) as host paths inside `cache_dir`."""
+    out = []
+    for root in recipe.receipt_roots:
+        rel = (
+            PurePosixPath(root).relative_to(recipe.cache_mount)
+            if PurePosixPath(recipe.cache_mount) in PurePosixPath(root).parents
+            else None
+        )
+        if rel is None or ".." in rel.parts or root != os.path.normpath(root):
+            raise ShapeError(
+                f"{where}: receipt root {root} is not under cache_mount {recipe.cache_mount}",
+                hint="receipt roots are container paths inside the lane's cache mount",
+            )
+        out.append(str(PurePosixPath(cache_dir) / rel))
+    return tuple(out)
+
+
+def _static_values(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> dict[str, str]:
+    """Placeholder values as far as the inventory alone decides them (no fabric facts, no manifest)."""
+    world, host = recipe.world, inv.host(host_name)
+    head = inv.host(world.head)
+    rank = world.ranks[host_name]
+    return {
+        "lane": recipe.lane,
+        "tp": str(world.tp),
+        "ep": str(world.ep),
+        "pad": str(world.pad),
+        "nnodes": str(world.nnodes),
+        "node_rank": str(rank),
+        "dist_init_addr": f"{head.fabric_ip or head.address}:{recipe.dist_port}",
+        "port": str(recipe.port),
+        "rank_port": str(recipe.port + rank),
+        "model_path": "",
+        "served_model_name": recipe.served_model_name or recipe.lane,
+        "host_ip": host.fabric_ip or host.address,
+        "cache_dir": recipe.cache_mount,
+    }
+
+
+def recipe_problems(inv: Inventory, recipe: LaunchRecipe) -> list[tuple[str, SparkfleetError]]:
+    """Every check `launch` runs before touching a node, each as (key path, error); none stops the rest.
+
+    `inventory check` lists them all; `launch` refuses on the first (lane.check_shape).
+    """
+    lane = inv.lane(recipe.lane)
+    where = str(lane.recipe_path)
+    problems: list[tuple[str, SparkfleetError]] = []
+
+    def run(key: str, check, *args) -> bool:
+        try:
+            check(*args)
+        except SparkfleetError as exc:
+            problems.append((key, exc))
+            return False
+        return True
+
+    world_ok = run("world", check_world, recipe.world, lane.hosts, where)
+    run("launch.env", check_env_extras, recipe.env, where)
+    run("launch.weight_load_regex", check_weight_load_regex, recipe.weight_load_regex, where)
+    for name in lane.hosts:
+        if not run("launch.cache_dir", cache_dir_of, recipe, inv.host(name)):
+            break
+    run("launch.receipt_roots", receipt_paths, recipe, "/", where)
+    if world_ok:
+        for name in recipe.world.by_rank():
+            argv_ok = run(
+                "launch.command",
+                lambda n=name: check_flags(
+                    _substitute(recipe.command, _static_values(inv, recipe, n), where),
+                    _world_flags(_static_values(inv, recipe, n), recipe),
+                    where,
+                ),
+            )
+            if not argv_ok:
+                break
+    return problems
+
+
+def _world_flags(values: dict[str, str], recipe: LaunchRecipe) -> dict[str, str]:
+    """Flags whose values the world shape decides, for check_flags."""
+    return {
+        "--tp": values["tp"],
+        "--tp-size": values["tp"],
+        "--tensor-parallel-size": values["tp"],
+        "--ep": values["ep"],
+        "--ep-size": values["ep"],
+        "--expert-parallel-size": values["ep"],
+        "--nnodes": values["nnodes"],
+        "--node-rank": values["node_rank"],
+        "--dist-init-addr": values["dist_init_addr"],
+        "--port": values["rank_port"] if "{rank_port}" in recipe.command else values["port"],
+    }
 
 
 def head_ip(inv: Inventory, recipe: LaunchRecipe, fabrics: dict[str, FabricFacts | None]) -> str:
@@ -221,7 +363,8 @@ def build_spec(
             hint="fabric detection runs on the node (`sparkfleet doctor HOST` shows why it failed)",
         )
     state_dir = state_dir_of(host)
-    cache_dir = (recipe.cache_dir or "{state_dir}/cache/{lane}").format(state_dir=state_dir, lane=lane.name)
+    check_weight_load_regex(recipe.weight_load_regex, where)
+    cache_dir = cache_dir_of(recipe, host)
     in_container = recipe.runtime in ("docker", "podman")
     model_path = manifest.model_paths.get(recipe.model.repo, "") if recipe.model else ""
     dist_init_addr = f"{head_ip(inv, recipe, fabrics)}:{recipe.dist_port}"
@@ -267,36 +410,8 @@ def build_spec(
         "cache_dir": recipe.cache_mount if in_container else cache_dir,
     }
     argv = _substitute(recipe.command, values, where)
-    check_flags(
-        argv,
-        {
-            "--tp": values["tp"],
-            "--tp-size": values["tp"],
-            "--tensor-parallel-size": values["tp"],
-            "--ep": values["ep"],
-            "--ep-size": values["ep"],
-            "--expert-parallel-size": values["ep"],
-            "--nnodes": values["nnodes"],
-            "--node-rank": values["node_rank"],
-            "--dist-init-addr": dist_init_addr,
-            "--port": values["rank_port"] if "{rank_port}" in recipe.command else values["port"],
-        },
-        where,
-    )
-
-    receipts = []
-    for root in recipe.receipt_roots:
-        rel = (
-            PurePosixPath(root).relative_to(recipe.cache_mount)
-            if root.startswith(recipe.cache_mount)
-            else None
-        )
-        if rel is None or ".." in rel.parts:
-            raise ShapeError(
-                f"{where}: receipt root {root} is not under cache_mount {recipe.cache_mount}",
-                hint="receipt roots are container paths inside the lane's cache mount",
-            )
-        receipts.append(str(Path(cache_dir) / rel))
+    check_flags(argv, _world_flags({**values, "dist_init_addr": dist_init_addr}, recipe), where)
+    receipts = receipt_paths(recipe, cache_dir, where)
 
     binds = list(manifest.binds) if in_container else []
     if in_container:
@@ -330,7 +445,7 @@ def build_spec(
         shm_size=recipe.shm_size,
         state_dir=str(state_dir),
         cache_dir=cache_dir,
-        receipt_roots=tuple(receipts),
+        receipt_roots=receipts,
         ready_signatures=recipe.ready_signatures if rank == 0 else (),
         weight_load_regex=recipe.weight_load_regex,
         stop_timeout_s=recipe.timeouts.stop_s,

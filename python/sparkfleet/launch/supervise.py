@@ -5,29 +5,86 @@ tell later whether it died, or with which code. This tiny parent (the session le
 and start time the launch record keeps) waits for the serve command, forwards SIGTERM/SIGINT to
 it, and leaves `{"returncode": N}` at --exit-file (temp + fsync + os.replace).
 
-    python -m sparkfleet.launch.supervise --exit-file PATH -- ARGV...
+    python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N] -- ARGV...
+
+With --log, the command's output goes through this parent into PATH, which is rotated to PATH.1
+whenever it passes N bytes: a rank printing 543 MiB of warnings cannot fill the node's disk.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from ..atomic import write_bytes
 
+DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
+USAGE = (
+    "usage: python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N] -- ARGV..."
+)
+
+
+def _parse(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
+    if "--" not in args:
+        return None
+    cut = args.index("--")
+    opts, command = args[:cut], args[cut + 1 :]
+    if len(opts) % 2 or not command:
+        return None
+    named = dict(zip(opts[::2], opts[1::2], strict=True))
+    if "--exit-file" not in named or set(named) - {"--exit-file", "--log", "--max-log-bytes"}:
+        return None
+    return named, command
+
+
+class CappedLog:
+    """Append-only log file rotated to `<path>.1` once it passes `max_bytes` (one old copy kept)."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path, self.max_bytes = path, max(4096, max_bytes)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        self.size = os.fstat(self.fd).st_size
+
+    def write(self, data: bytes) -> None:
+        if self.size + len(data) > self.max_bytes and self.size:
+            os.close(self.fd)
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+            self.size = 0
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+            self.size += n
+
+
+def _pump(pipe, log: CappedLog) -> None:
+    while chunk := os.read(pipe.fileno(), 1 << 16):
+        log.write(chunk)
+
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 4 or args[0] != "--exit-file" or args[2] != "--":
-        print("usage: python -m sparkfleet.launch.supervise --exit-file PATH -- ARGV...", file=sys.stderr)
+    parsed = _parse(args)
+    if parsed is None:
+        print(USAGE, file=sys.stderr)
         return 2
-    exit_file, command = Path(args[1]), args[3:]
+    named, command = parsed
+    exit_file = Path(named["--exit-file"])
+    log = None
+    if "--log" in named:
+        log = CappedLog(Path(named["--log"]), int(named.get("--max-log-bytes", DEFAULT_MAX_LOG_BYTES)))
     try:
-        child = subprocess.Popen(command)
+        if log is None:
+            child = subprocess.Popen(command)
+        else:
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         print(f"sparkfleet: cannot start {command[0]}: {exc}", flush=True)
         write_bytes(
@@ -41,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    rc = child.wait()
+    if log is not None and child.stdout is not None:
+        pump = threading.Thread(target=_pump, args=(child.stdout, log), daemon=True)
+        pump.start()
+        rc = child.wait()
+        pump.join(timeout=5)
+    else:
+        rc = child.wait()
     write_bytes(exit_file, json.dumps({"returncode": rc, "ended_at": time.time()}).encode())
     return rc if rc >= 0 else 128 - rc
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import threading
@@ -26,7 +27,7 @@ from typing import Protocol
 
 from .. import atomic
 from ..digests import Verdict, compare
-from ..errors import SpaceError, SparkfleetError
+from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key
@@ -144,9 +145,26 @@ def free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def preflight(dest_hub: Path, needed: int, reserve: int) -> int:
-    """Refuse before the first byte when `needed` does not fit in free space minus `reserve`."""
+def preflight(dest_hub: Path, needed: int, reserve: int, sizes: Sequence[int] = (), inodes: int = 0) -> int:
+    """Refuse before the first byte when `needed` does not fit in free space minus `reserve`.
+
+    With `sizes` (one per file to write) the bytes are counted as whole filesystem blocks, and
+    `inodes` (files, links, directories to create) against the free inodes: ten thousand small
+    files can exhaust a filesystem that still shows free bytes.
+    """
     free = free_bytes(dest_hub)
+    probe = dest_hub
+    while not probe.exists():
+        probe = probe.parent
+    st = os.statvfs(probe)
+    block = st.f_frsize or 4096
+    needed = max(needed, sum(-(-size // block) * block for size in sizes))
+    if st.f_files and inodes > st.f_favail:
+        raise SpaceError(
+            f"not enough inodes on {dest_hub}: need {inodes} files, links and folders, "
+            f"{st.f_favail} inodes free",
+            hint="free inodes there (many small files), or stage to a filesystem with more",
+        )
     if needed > free - reserve:
         gib = 1024**3
         raise SpaceError(
@@ -237,7 +255,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
 
     def write(d: _Decision) -> None:
         f = d.file
-        final = dest / f.rel
+        final = inside(dest, dest / f.rel)
         reference = source.abs(f.rel)
         if d.action == "reuse" and link_verified(dest / d.reuse_from, reference, final, mode, f.address):
             with lock:
@@ -246,7 +264,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
             progress.advance(f.size)
         else:
             if not (peers and from_peers(f, final)):
-                copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance)
+                copy_verified(source.abs(f.rel), final, f.size, mode, f.address, progress.advance, f.ident)
             with lock:
                 result.copied_files += 1
                 result.copied_bytes += f.size
@@ -257,20 +275,46 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
     _parallel(jobs, write, todo)
 
 
+def inside(dest: Path, path: Path) -> Path:
+    """`path`, after checking it stays lexically under `dest` (a hostile name never writes elsewhere)."""
+    normal = Path(os.path.normpath(path))
+    if normal == Path(os.path.normpath(dest)) or Path(os.path.normpath(dest)) not in normal.parents:
+        raise SparkfleetError(f"refusing to write {path}: outside the destination hub {dest}")
+    return path
+
+
+def recheck_chains(scan: SourceScan, plan: StagePlan) -> None:
+    """Before the refs publish the commit: every staged entry's chain on the source is still the
+    scanned one (same hops, same final file, same inode and size). A link retargeted while we
+    copied would otherwise leave a local tree that matches neither the old nor the new source."""
+    staged = {e.path for e in plan.included}
+    for entry in scan.entries:
+        if entry.path not in staged:
+            continue
+        rel = f"{scan.repo_dir}/snapshots/{scan.commit}/{entry.path}"
+        now = scan.source.chain(rel)
+        if now != entry.chain or now.ident != entry.chain.ident:
+            raise SourceError(
+                f"{scan.source.given / rel} changed since the scan (its link chain or file moved); "
+                "the commit was not published (no ref written)",
+                hint="something rewrote the source hub while staging; rerun once it is settled",
+            )
+
+
 def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> None:
     dest = Path(scan.request.dest_hub)
     for link in sorted(plan.links, key=lambda link: link.rel):
-        result.links_written += atomic.symlink(dest / link.rel, link.target)
+        result.links_written += atomic.symlink(inside(dest, dest / link.rel), link.target)
     result.links_total = len(plan.links)
     for rel in plan.no_exist:
         if not (dest / rel).exists():
-            result.meta_written += atomic.write_bytes(dest / rel, b"")
+            result.meta_written += atomic.write_bytes(inside(dest, dest / rel), b"")
     if plan.shared_manifests:
         result.meta_written += atomic.write_bytes(
             dest / SHARED_STORE_DIR / SHARED_STORE_MARKER, SHARED_STORE_LAYOUT.encode()
         )
     for manifest_rel, references in plan.shared_manifests.items():
-        path = dest / manifest_rel
+        path = inside(dest, dest / manifest_rel)
         try:
             have = set(path.read_text().splitlines())
         except OSError:
@@ -281,11 +325,30 @@ def _write_metadata(scan: SourceScan, plan: StagePlan, result: StageResult) -> N
     if plan.tree_listing is not None:
         listing = {**plan.tree_listing, "files": dict(sorted(plan.tree_listing["files"].items()))}
         text = json.dumps(listing, indent=1).encode()
-        result.meta_written += atomic.write_bytes(repo_dir / "trees" / f"{plan.commit}.json", text)
-    (repo_dir / "snapshots" / plan.commit).mkdir(parents=True, exist_ok=True)
+        result.meta_written += atomic.write_bytes(
+            inside(dest, repo_dir / "trees" / f"{plan.commit}.json"), text
+        )
+    atomic.ensure_dir(repo_dir / "snapshots" / plan.commit)
+    recheck_chains(scan, plan)
     # Refs last, with no trailing newline: huggingface_hub reads them with f.read() and no strip.
     for name, commit in plan.refs.items():
-        result.refs_written += atomic.write_bytes(repo_dir / "refs" / name, commit.encode())
+        result.refs_written += atomic.write_bytes(inside(dest, repo_dir / "refs" / name), commit.encode())
+
+
+def _inodes_needed(dest: Path, decided) -> int:
+    """Files, links, metadata and folders the plans would create that are not there yet."""
+    new: set[str] = set()
+    for scan, plan, decisions in decided:
+        rels = [d.file.rel for d in decisions if d.action != "keep"]
+        rels += [link.rel for link in plan.links]
+        rels += list(plan.no_exist) + list(plan.shared_manifests)
+        rels += [f"{scan.repo_dir}/refs/{name}" for name in plan.refs]
+        rels += [f"{scan.repo_dir}/trees/{plan.commit}.json", f"{scan.repo_dir}/snapshots/{plan.commit}"]
+        for rel in rels:
+            parts = rel.split("/")
+            for i in range(1, len(parts) + 1):
+                new.add("/".join(parts[:i]))
+    return sum(1 for rel in new if not os.path.lexists(dest / rel)) + 2  # + temp and lock
 
 
 def execute_plans(
@@ -325,7 +388,10 @@ def execute_plans(
     run.bytes_needed = sum(
         d.file.size for _, _, decisions in decided for d in decisions if d.action in ("copy", "repair")
     )
-    run.bytes_free = preflight(dest_hub, run.bytes_needed, reserve_bytes)
+    copies = [d.file.size for _, _, decisions in decided for d in decisions if d.action in ("copy", "repair")]
+    run.bytes_free = preflight(
+        dest_hub, run.bytes_needed, reserve_bytes, sizes=copies, inodes=_inodes_needed(dest_hub, decided)
+    )
     for i, (scan, plan, decisions) in enumerate(decided):
         result = StageResult(plan.repo, plan.revision, plan.commit, temps_swept=swept if i == 0 else 0)
         result.excluded_entries, result.excluded_bytes = len(plan.excluded), plan.excluded_bytes
@@ -357,19 +423,50 @@ def stage(
     if len(dests) != 1:
         raise ValueError("stage() takes requests for exactly one destination hub")
     (dest_hub,) = dests
-    scans = [scan_source(r) for r in requests]  # every source problem surfaces before any write
-    with hub_lock(dest_hub, wait_seconds):
-        index = local_blob_index(dest_hub)
-        pairs = [(scan, plan_stage(scan, index)) for scan in scans]
-        return execute_plans(
-            pairs,
-            dest_hub=dest_hub,
-            verify_mode=verify_mode,
-            jobs=jobs,
-            reserve_bytes=reserve_bytes,
-            progress=progress or NoProgress(),
-            share=share,
-            peers=peers,
+    check_wait(wait_seconds)
+    try:
+        for r in requests:
+            check_not_inside(Path(r.source_hub), dest_hub)
+        scans = [scan_source(r) for r in requests]  # every source problem surfaces before any write
+        with hub_lock(dest_hub, wait_seconds):
+            index = local_blob_index(dest_hub)
+            pairs = [(scan, plan_stage(scan, index)) for scan in scans]
+            return execute_plans(
+                pairs,
+                dest_hub=dest_hub,
+                verify_mode=verify_mode,
+                jobs=jobs,
+                reserve_bytes=reserve_bytes,
+                progress=progress or NoProgress(),
+                share=share,
+                peers=peers,
+            )
+    except OSError as exc:
+        err = from_os_error(exc, f"staging into {dest_hub}")
+        if err is None:
+            raise
+        raise err from exc
+
+
+def check_wait(seconds: float) -> None:
+    """`--wait nan` (or inf, or negative) would wait forever or never: refuse it."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise SparkfleetError(f"--wait {seconds}: expected a finite number of seconds >= 0")
+
+
+def check_not_inside(source: Path, dest: Path) -> None:
+    """Refuse a destination equal to or inside the source (staging would copy into what it reads)."""
+    src = Path(os.path.realpath(source))
+    probe = Path(os.path.abspath(dest))
+    tail: list[str] = []
+    while not probe.exists() and probe != probe.parent:
+        tail.insert(0, probe.name)
+        probe = probe.parent
+    real_dest = Path(os.path.realpath(probe), *tail)
+    if real_dest == src or src in real_dest.parents:
+        raise SparkfleetError(
+            f"destination {dest} is {'the source' if real_dest == src else 'inside the source'} {source}",
+            hint="stage to a hub cache outside the NAS hub",
         )
 
 

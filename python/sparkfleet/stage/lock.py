@@ -8,24 +8,67 @@ dies, `kill -9` included, so a stale lock never blocks a rerun.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import LockBusyError
+from ..atomic import ensure_dir
+from ..errors import ExitCode, LockBusyError, SparkfleetError
 
 LOCK_PATH = Path(".locks", "sparkfleet-stage.lock")
+
+
+def _refuse(path: Path, why: str) -> SparkfleetError:
+    return SparkfleetError(
+        f"refusing the stage lock {path}: {why}",
+        hint=f"something planted it; inspect and remove {path} (and {path.parent} if it is a link)",
+        exit_code=ExitCode.REFUSED,
+    )
+
+
+def open_lock_file(path: Path) -> int:
+    """Open (or create) the lock file without following a planted link at `.locks` or at the file.
+
+    Why: the lock is truncated and gets our PID written into it; following a link there would
+    truncate any file the stager may write (a weight shard, a config) — so the directory is opened
+    O_NOFOLLOW|O_DIRECTORY, the file O_NOFOLLOW relative to it, and it must be a regular file we own.
+    """
+    ensure_dir(path.parent)
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _refuse(path, f"{path.parent} is not a plain directory ({exc.strerror})") from None
+    try:
+        fd = os.open(
+            path.name,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            0o644,
+            dir_fd=dir_fd,
+        )
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise _refuse(path, "it is a symbolic link") from None
+        raise
+    finally:
+        os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+        raise _refuse(path, f"{kind} owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    return fd
 
 
 @contextmanager
 def hub_lock(dest_hub: Path, wait_seconds: float = 0.0) -> Iterator[Path]:
     """Hold the hub's stage lock; wait up to `wait_seconds`, then raise LockBusyError naming the holder."""
     path = dest_hub / LOCK_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_lock_file(path)
     try:
         deadline = time.monotonic() + wait_seconds
         while True:

@@ -21,6 +21,7 @@ from ..hubcache import (
     HubRoot,
     LinkChain,
     SnapshotEntry,
+    check_revision,
     is_shared_store_path,
     repo_folder,
 )
@@ -71,6 +72,7 @@ class PlannedFile:
     address: tuple[str, str] | None  # (algorithm, hex) promised by a blob name on its chain
     action: str  # "copy" | "check" | "reuse"
     reuse_from: str | None = None  # hub-relative local file with the same content address
+    ident: tuple[int, int, int] | None = field(default=None, compare=False)  # source (dev, ino, size)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class StagePlan:
 
 def scan_source(request: StageRequest) -> SourceScan:
     """Read the source hub for `request`; raise SourceError (naming the path) on anything unsafe."""
+    check_revision(request.revision, request.repo)
     source = HubRoot(request.source_hub)
     commit = source.resolve_revision(request.repo, request.revision)
     entries = tuple(source.snapshot(request.repo, commit))
@@ -245,7 +248,7 @@ def plan_stage(scan: SourceScan, blob_index: dict[str, str] | None = None) -> St
             action, reuse = "reuse", blob_index[address[1]]
         else:
             action, reuse = "copy", None
-        files[final] = PlannedFile(final, entry.size, address, action, reuse)
+        files[final] = PlannedFile(final, entry.size, address, action, reuse, entry.chain.ident)
     return StagePlan(
         repo=request.repo,
         revision=request.revision,

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..hosts import LOCAL_ADDRESSES, LocalHost, SshHost, connect, remote_sparkfleet
+from ..errors import ExitCode
+from ..hosts import LOCAL_ADDRESSES, SSH_CONNECT_FAILED, LocalHost, SshHost, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
 from .events import parse_event
 from .transport import PeerSource
@@ -152,10 +153,15 @@ def run_host_stage(
             elif event["event"] == "error":
                 outcome.error, outcome.hint = event["message"], event.get("hint")
                 outcome.exit_code = event.get("exit_code")
+        returncode = lines.returncode
     if outcome.run is None and outcome.error is None:
         outcome.error = f"{host_name}: stage ended without a result"
-        if any("Permission denied" in line or "Could not resolve" in line for line in outcome.log):
-            outcome.error += " (ssh failed)"
+        ssh_failed = isinstance(runner, SshHost) and returncode == SSH_CONNECT_FAILED
+        if ssh_failed or any(
+            "Permission denied" in line or "Could not resolve" in line for line in outcome.log
+        ):
+            outcome.error = f"{host_name}: unreachable over ssh ({outcome.log_tail.strip() or 'ssh failed'})"
+            outcome.exit_code = ExitCode.UNREACHABLE
     return outcome
 
 

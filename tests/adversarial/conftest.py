@@ -1,0 +1,41 @@
+"""The adversarial suite's shared parts: hypothesis settings and the figures it produces.
+
+Every test here counts what it tried (`bad_inputs`), what it broke on purpose (`faults`), and
+what was lost (`lost_bytes`, `partial_files`: must stay 0). With $SPARKFLEET_FIGURES set, the
+totals are written there at the end of the session; `tests/adversarial/figures.py` runs the suite
+that way and prints them (SECURITY.md quotes its output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Small-ish and without deadlines: the machine is shared and slow; the point is breadth, not depth.
+settings.register_profile(
+    "adversarial",
+    max_examples=int(os.environ.get("SPARKFLEET_ADVERSARIAL_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=True,  # the same examples every run: the figures are reproducible
+    database=None,  # nothing written into the checkout
+)
+settings.load_profile("adversarial")
+
+FIGURES: Counter = Counter()
+
+
+@pytest.fixture
+def figures() -> Counter:
+    return FIGURES
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("SPARKFLEET_FIGURES")
+    if out and FIGURES:
+        Path(out).write_text(json.dumps(dict(FIGURES), sort_keys=True))
