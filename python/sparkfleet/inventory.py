@@ -52,6 +52,16 @@ class Host:
     nas_export: str | None = None
     # "nixos" or "dgx-os" (Nix on Ubuntu): which deploy-rs profiles the host takes (modules/lib/fleet.nix).
     os: str = "dgx-os"
+    # How containers get the GPU: "gpus" (docker --gpus all, the NVIDIA runtime hook on DGX OS) or
+    # "cdi" (--device nvidia.com/gpu=all; NixOS has only CDI, nixpkgs#340386).
+    gpu_access: str = "gpus"
+    # Container --ulimit values. RDMA wants memlock unlimited, but an engine whose hard limit is
+    # lower refuses `memlock=-1` (and podman 4.3 adds nofile/nproc = 1048576 to any --ulimit).
+    ulimits: tuple[tuple[str, int | str], ...] = (("memlock", "unlimited"), ("stack", 67108864))
+
+
+# The peers' `--ulimit memlock=-1 --ulimit stack=67108864`, unless a host says otherwise.
+DEFAULT_ULIMITS = Host.ulimits
 
 
 @dataclass(frozen=True)
@@ -222,6 +232,8 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any], path: Path) 
         state_dir=Path(merged["state_dir"]) if "state_dir" in merged else None,
         nas_export=merged.get("nas_export"),
         os=merged.get("os", "dgx-os"),
+        gpu_access=merged.get("gpu_access", "cdi" if merged.get("os") == "nixos" else "gpus"),
+        ulimits=tuple(merged["ulimits"].items()) if "ulimits" in merged else DEFAULT_ULIMITS,
     )
 
 

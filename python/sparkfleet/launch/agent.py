@@ -41,7 +41,7 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
         BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
         for b in d["binds"]
     )
-    for key in ("argv", "devices", "receipt_roots", "ready_signatures"):
+    for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
         d[key] = tuple(d.get(key) or ())
     return LaunchSpec(**d)
 

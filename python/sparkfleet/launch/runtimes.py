@@ -58,13 +58,11 @@ def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[st
     argv = [engine, "run", "-d", "--name", spec.name]
     for k, v in spec.labels.items():
         argv += ["--label", f"{k}={v}"]
-    argv += [
-        "--network", "host",
-        "--ipc", "host",
-        "--ulimit", "memlock=-1:-1",
-        "--ulimit", "stack=67108864",
-        "--shm-size", spec.shm_size,
-    ]  # fmt: skip
+    argv += ["--network", "host", "--ipc", "host"]
+    for limit in spec.ulimits:  # the host's (fleet.toml `ulimits`): memlock=-1 is refused where hard < ∞
+        argv += ["--ulimit", limit]
+    if engine == "docker":  # podman refuses a shm size beside --ipc host (the host's /dev/shm is used)
+        argv += ["--shm-size", spec.shm_size]
     if spec.gpus == "all" and engine == "docker":
         argv += ["--gpus", "all"]
     for dev in spec.devices:
