@@ -14,8 +14,9 @@ from pathlib import Path, PurePosixPath
 from .cli.render import human_bytes
 from .errors import SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
+from .images.load import built_image_id
 from .inventory import GIB, Inventory
-from .launch.lane import _facts, call_agent, probe_request
+from .launch.lane import _facts, call_agent, image_mismatch, image_request, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, check_env_extras, check_world, state_dir_of
@@ -28,6 +29,7 @@ class Check:
     ok: bool | None  # None: not applicable here
     detail: str
     hint: str | None = None
+    refuses: bool = False  # a failed check that launch refuses on (ExitCode.REFUSED), e.g. image drift
 
     @property
     def mark(self) -> str:
@@ -42,6 +44,11 @@ class DoctorReport:
     @property
     def ok(self) -> bool:
         return all(c.ok is not False for c in self.checks)
+
+    @property
+    def refused(self) -> bool:
+        """A failed check is one launch would refuse on: exit ExitCode.REFUSED, not SHORTFALL."""
+        return any(c.ok is False and c.refuses for c in self.checks)
 
 
 def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRecipe]]:
@@ -71,6 +78,13 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
             lane=recipe.lane,
             state_dir=str(state_dir_of(host)),
         )
+    built, built_error = None, None
+    if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
+        try:
+            built = built_image_id(recipe)
+            req["built_image"] = image_request(recipe, host, built)
+        except SparkfleetError as exc:
+            built_error = exc
     try:
         ans = call_agent(connect(host), "doctor", req, timeout=600)
     except HostUnreachable as exc:
@@ -132,7 +146,9 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
                 None if removable else "allow passwordless `sudo rm` of the receipt roots",
             )
         )
-    if recipe and recipe.runtime in ("docker", "podman") and recipe.image:
+    if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
+        out.append(_built_image_check(host_name, recipe, built, built_error, ans.get("image_state") or {}))
+    elif recipe and recipe.runtime in ("docker", "podman") and recipe.image:
         img = ans.get("image", {})
         if not recipe.image.resolved:
             out.append(
@@ -221,6 +237,19 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         except SparkfleetError as exc:
             out.append(Check(host_name, "env", False, exc.message, exc.hint))
     return out
+
+
+def _built_image_check(
+    host_name: str, recipe: LaunchRecipe, built: str | None, error: SparkfleetError | None, state: dict
+) -> Check:
+    """The host holds the image ID of the lane's build (what `sparkfleet image load` recorded)."""
+    fix = f"sparkfleet image load {recipe.lane}"
+    if built is None:
+        return Check(host_name, "image", False, error.message if error else "no build", fix, refuses=True)
+    why = image_mismatch(built, state)
+    if why:
+        return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
+    return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded")
 
 
 def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:

@@ -187,7 +187,9 @@ def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
             if c.ok is False and c.hint:
                 click.echo(f"  {'':8} {'':16} fix: {c.hint}")
     if not report.ok:
-        sys.exit(1)
+        from ..errors import ExitCode
+
+        sys.exit(ExitCode.REFUSED if report.refused else ExitCode.SHORTFALL)
 
 
 @click.command("agent", hidden=True, context_settings={"ignore_unknown_options": True})

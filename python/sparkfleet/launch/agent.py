@@ -86,6 +86,10 @@ def probe(req: dict) -> dict:
         except SparkfleetError as exc:
             states.append({"repo": m["repo"], "error": exc.message, "hint": exc.hint})
     out["models"] = states
+    if req.get("built_image"):  # a lane launched from a Nix-built image: which ID this host holds
+        from ..images.node import image_state
+
+        out["image_state"] = image_state(req["built_image"])
     return out
 
 
@@ -231,7 +235,21 @@ def doctor(req: dict) -> dict:
     return out
 
 
+def image_state(req: dict) -> dict:
+    from ..images.node import image_state as state
+
+    return state(req)
+
+
+def image_commit(req: dict) -> dict:
+    from ..images.node import image_commit as commit
+
+    return commit(req)
+
+
 ACTIONS = {
+    "image-state": image_state,
+    "image-commit": image_commit,
     "probe": probe,
     "start": start,
     "stop": stop,
@@ -251,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         req = json.loads(sys.stdin.read() or "{}")
         answer = {"ok": True, **ACTIONS[args[0]](req)}
     except SparkfleetError as exc:
-        answer = {"ok": False, "error": exc.message, "hint": exc.hint}
+        answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     return 0

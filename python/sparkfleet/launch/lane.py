@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..fabric import FabricFacts
 from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
@@ -60,7 +60,11 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
             hint="is sparkfleet installed on the node? $SPARKFLEET_REMOTE names the remote command",
         )
     if not answer.get("ok"):
-        raise AgentError(f"{runner.name}: {answer.get('error')}", hint=answer.get("hint"))
+        raise AgentError(
+            f"{runner.name}: {answer.get('error')}",
+            hint=answer.get("hint"),
+            exit_code=answer.get("exit_code"),
+        )
     return answer
 
 
@@ -150,12 +154,24 @@ def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> L
     lane = inv.lane(lane_name)
     names = hosts or list(lane.hosts)
     in_container = recipe.runtime in ("docker", "podman")
+    built = None
+    if in_container and recipe.image_build:
+        from ..images.load import built_image_id  # lazy: the images module imports this one
+
+        built = built_image_id(recipe)
+    answers: dict[str, dict] = {}
 
     def probe_one(name: str) -> NodeFacts:
         host = inv.host(name)
-        return _facts(name, call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600))
+        req = probe_request(inv, recipe, host)
+        if built:
+            req["built_image"] = image_request(recipe, host, built)
+        answers[name] = call_agent(connect(host), "probe", req, timeout=600)
+        return _facts(name, answers[name])
 
     facts = {f.host: f for f in _parallel(probe_one, names)}
+    if built:
+        check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in names})
     manifests, specs = {}, {}
     for name in names:
         nf = facts[name]
@@ -172,8 +188,40 @@ def prepare(inv: Inventory, lane_name: str, hosts: list[str] | None = None) -> L
         )
     fabrics = {n: f.fabric for n, f in facts.items()}
     for name in names:
-        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics)
+        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics, built)
     return LanePlan(lane_name, recipe, facts, manifests, specs)
+
+
+def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
+    """What the agent needs to say which image ID `host` holds for the lane."""
+    return {
+        "lane": recipe.lane,
+        "state_dir": str(state_dir_of(host)),
+        "engine": recipe.runtime,
+        "expect": built,
+    }
+
+
+def image_mismatch(built: str, state: dict) -> str | None:
+    """Why a host's image is not the build's (None when it is, and the engine still holds it)."""
+    held = state.get("recorded")
+    if held != built:
+        return f"holds {held or 'no recorded image'}, the build is {built}"
+    if not state.get("present"):
+        return f"recorded {held} but the engine no longer has it"
+    return None
+
+
+def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
+    """Refuse (before anything starts) when a host's recorded image ID is not the build's."""
+    bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
+    if bad:
+        raise SparkfleetError(
+            f"lane {recipe.lane}: image differs from the build of {recipe.image_build} on "
+            + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
+            hint=f"sparkfleet image load {recipe.lane}",
+            exit_code=ExitCode.REFUSED,
+        )
 
 
 def _state_request(inv: Inventory, lane: str, host: str, **extra: Any) -> dict:

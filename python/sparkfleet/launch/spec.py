@@ -195,8 +195,12 @@ def build_spec(
     host_name: str,
     manifest: BindManifest,
     fabrics: dict[str, FabricFacts | None],
+    built_image: str | None = None,
 ) -> LaunchSpec:
-    """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None)."""
+    """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None).
+
+    `built_image`: the image ID `sparkfleet image load` recorded for a lane with `image_build`.
+    """
     lane = inv.lane(recipe.lane)
     where = str(lane.recipe_path)
     world = recipe.world
@@ -314,7 +318,9 @@ def build_spec(
         nnodes=world.nnodes,
         runtime=recipe.runtime,
         name=f"sparkfleet-{lane.name}-r{rank}",
-        image=f"{recipe.image.source}@{recipe.image.value}" if (recipe.image and in_container) else None,
+        image=(f"{recipe.image.source}@{recipe.image.value}" if recipe.image else built_image)
+        if in_container
+        else None,
         argv=argv,
         env=env,
         binds=tuple(binds),
