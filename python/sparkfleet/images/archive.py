@@ -79,8 +79,13 @@ def open_stream(path: Path, kind: str) -> Iterator[IO[bytes]]:
         if proc.stderr:
             proc.stderr.close()
         rc = proc.wait()
-    if rc not in (0, -13):  # -13: SIGPIPE when the reader stopped early on purpose
-        raise ArchiveError(f"{path} exited {rc}: {err.strip()[-300:]}")
+        # The script's own failure is the cause of whatever the reader saw (an empty or cut tar).
+        # -13: SIGPIPE when the reader stopped early on purpose.
+        if rc not in (0, -13):
+            raise ArchiveError(  # noqa: B012
+                f"{path} exited {rc}: {err.strip()[-300:]}",
+                hint="is the Nix store path it streams from still there? rebuild with `nix build`",
+            )
 
 
 def inspect_build(path: Path) -> BuildImage:

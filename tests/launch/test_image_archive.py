@@ -1,0 +1,87 @@
+"""The build's image ID, read from a docker-archive or a stream script without any engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+try:
+    from support.engines import docker_archive, stream_script
+except ImportError:  # tests/ imported as a package
+    from tests.support.engines import docker_archive, stream_script
+
+from launch_fleet import MODELS, write_fleet
+
+from sparkfleet import inventory
+from sparkfleet.errors import InventoryError
+from sparkfleet.images.archive import ArchiveError, inspect_build
+from sparkfleet.launch.recipe import launch_recipe
+
+
+def _layer(tmp_path: Path) -> bytes:
+    (tmp_path / "rootfs").mkdir()
+    (tmp_path / "rootfs" / "hello").write_text("hi\n")
+    out = tmp_path / "layer.tar"
+    with tarfile.open(out, "w") as tar:
+        tar.add(tmp_path / "rootfs" / "hello", arcname="hello")
+    return out.read_bytes()
+
+
+def test_image_id_is_the_config_digest_from_a_tar_and_from_a_stream_script(tmp_path):
+    archive = tmp_path / "image.tar"
+    want = docker_archive(_layer(tmp_path), archive, "sparkfleet-test/x:1", "one")
+    with tarfile.open(archive) as tar:  # independently: the manifest's config blob, hashed
+        manifest = json.load(tar.extractfile("manifest.json"))
+        config = tar.extractfile(manifest[0]["Config"]).read()
+    assert want == "sha256:" + hashlib.sha256(config).hexdigest()
+    from_tar = inspect_build(archive)
+    from_stream = inspect_build(stream_script(archive, tmp_path / "result"))
+    assert (from_tar.kind, from_stream.kind) == ("archive", "stream")
+    assert from_tar.image_id == from_stream.image_id == want
+    assert from_stream.repo_tags == ("sparkfleet-test/x:1",)
+
+
+def test_bad_sources_are_named(tmp_path):
+    with pytest.raises(ArchiveError, match="no such file"):
+        inspect_build(tmp_path / "result")
+    (tmp_path / "notes.txt").write_text("not an image\n")
+    with pytest.raises(ArchiveError, match="neither a docker-archive tar nor an executable stream script"):
+        inspect_build(tmp_path / "notes.txt")
+    failing = tmp_path / "broken-result"
+    failing.write_text("#!/bin/sh\necho 'store path missing' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    with pytest.raises(ArchiveError, match="store path missing"):
+        inspect_build(failing)
+    plain = tmp_path / "plain.tar"  # a tar, but not a docker-archive
+    with tarfile.open(plain, "w") as tar:
+        tar.add(failing, arcname="x")
+    with pytest.raises(ArchiveError, match="no manifest.json"):
+        inspect_build(plain)
+
+
+LANE = """
+[lane]
+hosts = ["h1"]
+[launch]
+runtime = "docker"
+command = ["serve"]
+"""
+
+
+def _fleet(tmp_path, launch_extra: str):
+    fields = {"h1": {"address": "h1", "ssh_user": "u", "local_hub": "/l", "nas_hub": "/n"}}
+    text = LANE.replace('runtime = "docker"', 'runtime = "docker"\n' + launch_extra) + MODELS
+    return inventory.load(write_fleet(tmp_path / "fleet", fields, {"lane": text}))
+
+
+def test_recipe_names_a_registry_image_or_a_build_not_both(tmp_path):
+    inv = _fleet(tmp_path / "a", 'image_build = "mia-tp4-image"')
+    assert launch_recipe(inv, "lane").image_build == "mia-tp4-image"
+    with pytest.raises(InventoryError, match="launch.image and launch.image_build are both set"):
+        launch_recipe(_fleet(tmp_path / "b", 'image_build = "x"\nimage = "lane-image"'), "lane")
+    with pytest.raises(InventoryError, match="launch.image or launch.image_build is required"):
+        launch_recipe(_fleet(tmp_path / "c", ""), "lane")
