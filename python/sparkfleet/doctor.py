@@ -8,6 +8,7 @@ apply here, e.g. no nvidia-smi on a test host).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -15,7 +16,7 @@ from .cli.render import human_bytes
 from .errors import SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
 from .images.load import built_image_id
-from .inventory import GIB, Inventory
+from .inventory import GIB, Host, Inventory
 from .launch.lane import _facts, call_agent, image_mismatch, image_request, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
@@ -98,6 +99,8 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         else (f"reachable as {host.ssh_user}@{host.address}:{host.ssh_port}")
     )
     out.append(Check(host_name, "ssh", True, how))
+    if host.os == "dgx-os":  # deploy-rs onto Ubuntu + Nix: what `sparkfleet bootstrap` sets up
+        out += _deploy_checks(runner, host)
 
     facts = _facts(host_name, ans)
     need = host.reserve_bytes + int((recipe.needs_gib if recipe else 0) * GIB)
@@ -237,6 +240,17 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         except SparkfleetError as exc:
             out.append(Check(host_name, "env", False, exc.message, exc.hint))
     return out
+
+
+def _deploy_checks(runner, host: Host) -> list[Check]:
+    """The host prerequisites of `deploy .#HOST` on DGX OS, each with its fix (sparkfleet.bootstrap)."""
+    from .bootstrap import ROOT_PREFIX_ENV, gather, prereqs
+
+    try:
+        facts = gather(runner, host.ssh_user, os.environ.get(ROOT_PREFIX_ENV, ""))
+    except SparkfleetError as exc:
+        return [Check(host.name, "deploy prerequisites", False, exc.message, exc.hint)]
+    return [Check(host.name, p.name, p.ok, p.detail, p.fix) for p in prereqs(facts)]
 
 
 def _built_image_check(

@@ -28,6 +28,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("bench", "smoke"), ("bench", "bench"), ("bench", "report"),
     ("engram", "engram"),
     ("image", "image"),
+    ("bootstrap", "bootstrap"),
 ]
 
 

@@ -207,7 +207,8 @@ def doctor(req: dict) -> dict:
             receipts.append({"path": root, "exists": False})
     out["receipts"] = receipts
     out["euid"] = os.geteuid()
-    out["sudo_n"] = (
+    # root needs no sudo; asking anyway costs sudo's hostname lookup (seconds on a host without DNS)
+    out["sudo_n"] = out["euid"] != 0 and (
         shutil.which("sudo") is not None
         and subprocess.run(["sudo", "-n", "true"], capture_output=True, stdin=subprocess.DEVNULL).returncode
         == 0
