@@ -34,7 +34,7 @@ from .git import git_url, resolve_git
 from .hf import hf_revision, resolve_hf
 from .lock import LockImport, import_lock, parse_lock
 from .manifest import ImportReport, ManifestRow, component_pin_name, import_manifest, parse_manifest
-from .oci import manifest_digest, prefetch_image_hash, registry_of, resolve_oci
+from .oci import locked_tool_argv, manifest_digest, prefetch_image_hash, registry_of, resolve_oci
 from .resolve_verify import ask_source, resolve, select, verify
 from .url import resolve_url, url_sha256
 
@@ -43,6 +43,7 @@ __all__ = [
     "PinReport", "PinState", "Unreachable", "ask_source", "component_pin_name", "git_url",
     "hf_revision", "import_lock", "import_manifest", "LockImport", "parse_lock", "manifest_digest",
     "nix_hash_path", "parse_manifest",
-    "prefetch_image_hash", "registry_of", "resolve", "resolve_git", "resolve_hf", "resolve_oci",
+    "prefetch_image_hash", "locked_tool_argv", "registry_of", "resolve", "resolve_git", "resolve_hf",
+    "resolve_oci",
     "resolve_url", "select", "sri_of_hex", "url_sha256", "verify",
 ]  # fmt: skip

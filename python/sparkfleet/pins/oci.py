@@ -8,6 +8,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from ..inventory import Pin
 from .common import HTTP_TIMEOUT_S, Endpoints, PinState, Unreachable, pin_state, run_tool
@@ -81,16 +82,47 @@ def manifest_digest(image: str, reference: str, endpoints: Endpoints) -> str | N
         raise Unreachable(f"{url}: {getattr(exc, 'reason', exc)}") from None
 
 
-def prefetch_image_hash(image: str, digest: str, final_tag: str, *, arch: str = "arm64") -> str:
+def locked_tool_argv(flake_root: Path, tool: str) -> list[str]:
+    """Run `tool` from the nixpkgs the flake at `flake_root` locks, not from whatever is on PATH.
+
+    `nix run --inputs-from ROOT nixpkgs#TOOL` resolves `nixpkgs` through ROOT's flake.lock, so the
+    hash is computed by the same nixpkgs revision that will fetch the image.
+    """
+    lock = flake_root / "flake.lock"
+    try:
+        nodes = json.loads(lock.read_text())["nodes"]
+        if "nixpkgs" not in nodes["root"]["inputs"]:
+            raise KeyError("nixpkgs")
+    except FileNotFoundError:
+        raise Unreachable(f"{lock}: no such file", hint="the flake's lock names the nixpkgs to use") from None
+    except (KeyError, TypeError, ValueError):
+        raise Unreachable(f"{lock}: no locked nixpkgs input", hint="nix flake lock") from None
+    return ["nix", "--extra-experimental-features", "nix-command flakes", "run", "--inputs-from",
+            str(flake_root), f"nixpkgs#{tool}", "--"]  # fmt: skip
+
+
+def prefetch_image_hash(
+    image: str, digest: str, final_tag: str, *, flake_root: Path, arch: str = "arm64"
+) -> str:
     """Nix hash for dockerTools.pullImage (nix-prefetch-docker pulls the arm64 image: needs the network).
 
-    The docker-archive it hashes embeds the final name and tag, so they must be the ones
+    nix-prefetch-docker comes from the flake's locked nixpkgs (`locked_tool_argv`). The
+    docker-archive it hashes embeds the final name and tag, so they must be the ones
     pkgs/mia-tp4-image.nix passes to pullImage (the image name, and the tag or "pinned").
     """
-    argv = ["nix-prefetch-docker", "--json", "--quiet", "--os", "linux", "--arch", arch]
-    argv += ["--image-name", image, "--image-digest", digest]
+    argv = [*locked_tool_argv(flake_root, "nix-prefetch-docker"), "--json", "--quiet", "--os", "linux"]
+    argv += ["--arch", arch, "--image-name", image, "--image-digest", digest]
     argv += ["--final-image-name", image, "--final-image-tag", final_tag]
-    out = run_tool(argv, timeout=3600)
+    try:
+        out = run_tool(argv, timeout=3600)
+    except Unreachable as exc:
+        if "is not installed" in exc.message:
+            raise Unreachable(
+                "nix is not installed: the image hash is computed with nix-prefetch-docker from the "
+                f"flake's locked nixpkgs ({' '.join(argv[:7])})",
+                hint="install Nix (multi-user) or run `sparkfleet pins resolve` where it is",
+            ) from None
+        raise
     doc = json.loads(out)
     value = doc.get("hash") or doc.get("sha256")
     if not value:
@@ -111,7 +143,10 @@ def prefetch_image_hash(image: str, digest: str, final_tag: str, *, arch: str = 
     return value
 
 
-def resolve_oci(pin: Pin, endpoints: Endpoints, *, with_nix_hash: bool = True) -> PinState:
+def resolve_oci(
+    pin: Pin, endpoints: Endpoints, *, with_nix_hash: bool = True, flake_root: Path | None = None
+) -> PinState:
+    """The pin's digest from the registry; its Nix hash with the locked nixpkgs of `flake_root`."""
     tag = pin.tag
     try:
         if pin.resolved:
@@ -141,9 +176,12 @@ def resolve_oci(pin: Pin, endpoints: Endpoints, *, with_nix_hash: bool = True) -
                 )
             detail = f"tag {tag}"
         nix_hash = pin.nix_hash
-        if with_nix_hash and nix_hash is None:
+        if with_nix_hash and nix_hash is None and flake_root is None:
+            detail += "; nix_hash left unset (no flake to take nixpkgs from)"
+        elif with_nix_hash and nix_hash is None:
+            assert flake_root is not None
             try:
-                nix_hash = prefetch_image_hash(pin.source, current, tag or "pinned")
+                nix_hash = prefetch_image_hash(pin.source, current, tag or "pinned", flake_root=flake_root)
             except Unreachable as exc:
                 detail += f"; nix_hash left unset ({exc.message})"
     except Unreachable as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from .. import fleetedit
 from ..inventory import FLEET_FILE, Inventory, Pin, validate
@@ -13,12 +14,14 @@ from .oci import resolve_oci
 from .url import resolve_url
 
 
-def ask_source(pin: Pin, endpoints: Endpoints, *, with_nix_hash: bool = True) -> PinState:
+def ask_source(
+    pin: Pin, endpoints: Endpoints, *, with_nix_hash: bool = True, flake_root: Path | None = None
+) -> PinState:
     """What the pin's source says now (status resolved / drift / unresolved / unreachable)."""
     if pin.kind == "git":
         return resolve_git(pin, endpoints, with_nix_hash=with_nix_hash)
     if pin.kind == "oci":
-        return resolve_oci(pin, endpoints, with_nix_hash=with_nix_hash)
+        return resolve_oci(pin, endpoints, with_nix_hash=with_nix_hash, flake_root=flake_root)
     if pin.kind == "hf":
         return resolve_hf(pin, endpoints)
     if pin.kind == "url":
@@ -68,7 +71,7 @@ def resolve(
     states = [
         pin_state(p, "unchanged", detail="already resolved (`sparkfleet pins verify` re-checks it)")
         if _complete(p, with_nix_hash)
-        else ask_source(p, endpoints, with_nix_hash=with_nix_hash)
+        else ask_source(p, endpoints, with_nix_hash=with_nix_hash, flake_root=inv.root)
         for p in select(inv, names)
     ]
     edits = _edits(states)
