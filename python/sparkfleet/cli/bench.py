@@ -9,6 +9,7 @@ the command line, and never reaches a report.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import click
@@ -30,7 +31,31 @@ from .render import echo_json, load_inventory
 DEFAULT_URL_OUT = Path("sparkfleet-reports")
 
 
+def writable_reports_dir(folder: Path) -> Path:
+    """Refuse, before a bench runs, a reports folder that cannot be written (creates nothing).
+
+    `nix run .#bench` starts sparkfleet with the flake source as its fleet root: a store path,
+    read-only, so recipes/<lane>/reports there is never a place for a report.
+    """
+    hint = "pass --out DIR (e.g. --out ./reports), or run from a writable checkout (--root)"
+    resolved = folder.absolute()
+    if resolved.parts[:3] == ("/", "nix", "store"):
+        raise SparkfleetError(f"reports folder {folder} is inside the Nix store (read-only)", hint=hint)
+    existing = next((p for p in (resolved, *resolved.parents) if p.exists()), Path("/"))
+    if not os.access(existing, os.W_OK):
+        why = f"reports folder {folder} is read-only ({existing} cannot be written)"
+        raise SparkfleetError(why, hint=hint)
+    return folder
+
+
 def _target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
+    target = _pick_target(ctx, lane, url, out)
+    assert target.reports_dir is not None
+    writable_reports_dir(target.reports_dir)
+    return target
+
+
+def _pick_target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
@@ -86,7 +111,7 @@ def smoke(
     ctx: click.Context, lane: str | None, url: str | None, model: str | None, timeout: float, as_json: bool
 ) -> None:
     """Ask the recipe's smoke prompts (temperature 0) and check answers and finish_reason."""
-    target = _target(ctx, lane, url, None)
+    target = _pick_target(ctx, lane, url, None)  # smoke writes no report
     endpoint = discover_model(Endpoint(target.url, model, target.api_key(), timeout))
     outcomes = [run_smoke_case(endpoint, case) for case in target.smoke]
     ok = all(o.passed for o in outcomes)
