@@ -48,6 +48,12 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
         answer = json.loads(lines[-1]) if lines else None
     except ValueError:
         answer = None
+    if not isinstance(answer, dict) and res.returncode == 127:  # the remote shell found no such command
+        raise AgentError(
+            f"{runner.name}: sparkfleet is not installed there ({agent_argv(runner)[0]}: command not found)",
+            hint=f"deploy it first: `sparkfleet bootstrap {runner.name}` once, then `deploy .#{runner.name}` "
+            "(or set SPARKFLEET_REMOTE to how sparkfleet starts on the hosts)",
+        )
     if not isinstance(answer, dict):
         err = (res.stderr.strip().splitlines() or ["no output"])[-1]
         if "Traceback" in res.stderr:
