@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import write_fleet
+from launch_fleet import MODELS, write_fleet
 
 from sparkfleet import bootstrap as bs
 from sparkfleet.cli import main as cli
@@ -65,7 +65,7 @@ def dgx_os_host(fleetnet, tmp_path, monkeypatch):
         fields = {"dgxos": {"address": host.addr, "ssh_user": "root", "ssh_port": host.port,
                             "ssh_key": str(host.key), "local_hub": str(host.nvme / "hub"),
                             "nas_hub": str(host.root / "nas")}}  # fmt: skip
-        root = write_fleet(tmp_path / "fleet", fields, {})
+        root = write_fleet(tmp_path / "fleet", fields, {"models": '[lane]\nhosts = ["dgxos"]\n' + MODELS})
         yield {"host": host, "prefix": prefix, "calls": calls, "root": root}
     finally:
         fleetnet.remove_host(host)
@@ -167,3 +167,18 @@ def test_trusted_users_edits_keep_everything_else():
     assert bs.with_trusted_user(None, "kilork").endswith("trusted-users = root kilork\n")
     conf = "max-jobs = 4\ntrusted-users = root\nsubstituters = https://cache.nixos.org\n"
     assert bs.with_trusted_user(conf, "kilork") == conf.replace("= root\n", "= root kilork\n")
+
+
+def test_a_host_without_sparkfleet_is_told_to_bootstrap_and_deploy(dgx_os_host, monkeypatch):
+    """Over real ssh, before any deploy: `sparkfleet` is not on the host, and every verb says so once."""
+    monkeypatch.setenv("SPARKFLEET_REMOTE", "sparkfleet")  # how a deployed host would start it
+    checks = {
+        c["name"]: c for c in json.loads(_cli(dgx_os_host, "doctor", "dgxos", "--json").output)["checks"]
+    }
+    agent = checks["agent"]
+    assert agent["ok"] is False and agent["detail"] == (
+        "dgxos: sparkfleet is not installed there (sparkfleet: command not found)")  # fmt: skip
+    assert "sparkfleet bootstrap dgxos" in agent["hint"] and "deploy .#dgxos" in agent["hint"]
+    staged = _cli(dgx_os_host, "stage", "dgxos", "--json")
+    assert staged.exit_code != 0
+    assert "sparkfleet is not installed there" in staged.output, staged.output
