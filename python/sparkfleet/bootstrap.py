@@ -22,9 +22,11 @@ directory (tests run against network-namespace hosts whose /etc must not be touc
 from __future__ import annotations
 
 import base64
+import dataclasses
 import difflib
 import platform
 import posixpath
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,16 +79,38 @@ class Change:
     validate: tuple[str, ...] = ()
 
     def diff(self) -> str:
+        """The change as a unified diff, secrets (nix.conf access-tokens, ...) redacted."""
         if self.after is None:
             return ""
         return "".join(
             difflib.unified_diff(
-                (self.before or "").splitlines(keepends=True),
-                self.after.splitlines(keepends=True),
+                redact(self.before or "").splitlines(keepends=True),
+                redact(self.after).splitlines(keepends=True),
                 fromfile=f"{self.path} (now)" if self.before is not None else "/dev/null",
                 tofile=f"{self.path} (after)",
             )
         )
+
+    def shown(self) -> dict[str, object]:
+        """What a report may carry: the real file contents never leave the host unredacted."""
+        out = dataclasses.asdict(self)
+        out["before"] = None if self.before is None else redact(self.before)
+        out["after"] = None if self.after is None else redact(self.after)
+        return out
+
+
+_SECRET_KEY = re.compile(r"token|secret|password|passwd|credential|netrc", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`key = value` lines whose key looks secret keep their key and lose their value."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        key, eq, _ = line.partition("=")
+        if eq and _SECRET_KEY.search(key) and not key.lstrip().startswith("#"):
+            line = f"{key}= <redacted>" + ("\n" if line.endswith("\n") else "")
+        out.append(line)
+    return "".join(out)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,12 @@ from sparkfleet.cli import main as cli
 from sparkfleet.hosts import LocalHost
 
 pytestmark = [pytest.mark.netns]
-NIX_CONF = "build-users-group = nixbld\ntrusted-users = @wheel # the installer's default\n"
+SECRET = "ghp_bootstrapTestSecret0123"
+NIX_CONF = (
+    "build-users-group = nixbld\n"
+    f"access-tokens = github.com={SECRET}\n"  # next to the edited line: a diff shows it as context
+    "trusted-users = @wheel # the installer's default\n"
+)
 
 
 @pytest.fixture
@@ -74,6 +79,10 @@ def dgx_os_host(fleetnet, tmp_path, monkeypatch):
 
 def _cli(env, *args):
     return CliRunner().invoke(cli, ["--root", str(env["root"]), *args])
+
+
+def again_output(env) -> str:
+    return _cli(env, "bootstrap", "dgxos", "--dry-run").output
 
 
 def _snapshot(prefix: Path) -> dict[str, tuple]:
@@ -128,7 +137,8 @@ def test_bootstrap_prepares_a_dgx_os_host_and_a_rerun_changes_nothing(dgx_os_hos
         prefix / "nix/var/nix/profiles/default/bin/nix-store"
     )  # the profile, not a store path
     conf = (prefix / "etc/nix/nix.conf").read_text()
-    assert conf == "build-users-group = nixbld\ntrusted-users = @wheel root # the installer's default\n"
+    assert conf == NIX_CONF.replace("@wheel #", "@wheel root #")
+    assert SECRET not in res.output + dry.output + again_output(env)  # never shown, only kept
     assert env["calls"].read_text() == "restart nix-daemon.service\n"
     drop = prefix / "etc/sudoers.d/sparkfleet-nix"
     assert drop.stat().st_mode & 0o777 == 0o440

@@ -40,7 +40,7 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
 
     report = do_bootstrap(connect(h), h.ssh_user, prefix=root_prefix, dry_run=dry_run, on_change=show)
     if as_json:
-        echo_json({"ok": report.ok, **vars(report)})
+        echo_json({"ok": report.ok, **vars(report), "changes": [c.shown() for c in report.changes]})
     else:
         if not report.changes:
             click.echo(f"{host}: nothing to change")
