@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -85,3 +86,21 @@ def test_recipe_names_a_registry_image_or_a_build_not_both(tmp_path):
         launch_recipe(_fleet(tmp_path / "b", 'image_build = "x"\nimage = "lane-image"'), "lane")
     with pytest.raises(InventoryError, match="launch.image or launch.image_build is required"):
         launch_recipe(_fleet(tmp_path / "c", ""), "lane")
+
+
+def test_an_engine_that_dies_mid_stream_is_an_error_not_a_hang(tmp_path):
+    from sparkfleet.errors import SparkfleetError
+    from sparkfleet.hosts import LocalHost
+    from sparkfleet.images.archive import BuildImage
+    from sparkfleet.images.load import stream_into
+
+    big = tmp_path / "blob"
+    big.write_bytes(os.urandom(8 << 20))  # far more than a pipe holds: the writer meets a closed pipe
+    archive = tmp_path / "image.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(big, arcname="blob")
+    build = BuildImage(str(archive), "archive", "sha256:" + "0" * 64, ())
+    seen: list[int] = []
+    with pytest.raises(SparkfleetError, match="local: false load failed"):
+        stream_into(build, LocalHost("local"), "false", 60, seen.append)  # `false load` exits at once
+    assert sum(seen) < archive.stat().st_size

@@ -53,6 +53,7 @@ from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode
+from sparkfleet.images.load import load as load_image
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.records import load_all
 
@@ -193,9 +194,11 @@ def test_image_load_records_each_hosts_image_and_keeps_the_previous(engines):
         again = cli_run(env, "image", "load", lane, "--image", str(script1), "--json")
         assert json.loads(again.output)["hosts"][0]["action"] == "unchanged"  # rerun: nothing loaded
 
-        second = cli_run(env, "image", "load", lane, "--image", str(archive2), "--json")  # a plain tar
-        h = json.loads(second.output)["hosts"][0]
-        assert (h["action"], h["image_id"], h["previous_image_id"]) == ("loaded", v2, v1)
+        counted: list[tuple[str, int]] = []
+        second = load_image(env["inv"], lane, archive2, on_bytes=lambda h, n, c=counted: c.append((h, n)))
+        (h,) = second.hosts
+        assert (h.action, h.image_id, h.previous_image_id) == ("loaded", v2, v1)
+        assert {x for x, _ in counted} == {host} and sum(n for _, n in counted) == archive2.stat().st_size
         prev = on_host(
             env, host, engine, "image", "inspect", "--format", "{{.Id}}", f"sparkfleet/{lane}:previous"
         )

@@ -6,8 +6,11 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
 from ..errors import ExitCode
+from .progress import wants_bar
 from .render import echo_json, load_inventory
 
 
@@ -38,7 +41,24 @@ def load(ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: fl
         if not as_json:
             click.echo(f"· {msg}", err=True)
 
-    report = do_load(load_inventory(ctx), lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event)
+    inv = load_inventory(ctx)
+    if wants_bar(as_json):
+        bar = Progress(
+            TextColumn("{task.description}"), DownloadColumn(binary_units=True), TransferSpeedColumn(),
+            TimeElapsedColumn(), console=Console(stderr=True),
+        )  # fmt: skip
+        tasks: dict[str, TaskID] = {}
+
+        def count(host: str, n: int) -> None:  # the archive's length is known only at its end
+            if host not in tasks:
+                tasks[host] = bar.add_task(f"{host}: load", total=None)
+            bar.advance(tasks[host], n)
+
+        with bar:
+            report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event,
+                             on_bytes=count)  # fmt: skip
+    else:
+        report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event)
     if as_json:
         echo_json({"ok": report.ok, **vars(report)})
     else:

@@ -10,6 +10,7 @@ doctor compare each host against.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..atomic import write_bytes
 from ..errors import ExitCode, SparkfleetError
-from ..hosts import SshHost, check_reachable, connect
+from ..hosts import RunResult, SshHost, check_reachable, connect
 from ..inventory import Inventory
 from ..launch.lane import call_agent
 from ..launch.recipe import LaunchRecipe, launch_recipe
@@ -112,26 +113,44 @@ def _remote_argv(runner, argv: list[str]) -> list[str]:
     return runner.ssh_argv(argv) if isinstance(runner, SshHost) else argv
 
 
-def _stream_into(build: BuildImage, runner, engine: str, timeout: float) -> str:
-    """`<engine> load` on the host, fed the archive; returns the engine's output."""
+CHUNK = 1 << 20
+
+
+def stream_into(
+    build: BuildImage, runner, engine: str, timeout: float, on_bytes: Callable[[int], None]
+) -> str:
+    """`<engine> load` on the host, fed the archive chunk by chunk (counted); returns its output."""
+    argv = [engine, "load"]
+    deadline = time.monotonic() + timeout
     with open_stream(Path(build.source), build.kind) as stream:
-        proc = subprocess.run(
-            _remote_argv(runner, [engine, "load"]),
-            stdin=stream,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    res = check_reachable(_as_result(runner.name, [engine, "load"], proc))
+        proc = subprocess.Popen(
+            _remote_argv(runner, argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=False,
+        )  # fmt: skip
+        assert proc.stdin is not None
+        try:
+            while chunk := stream.read(CHUNK):
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    raise SparkfleetError(f"{runner.name}: {engine} load timed out after {timeout:.0f} s")
+                proc.stdin.write(chunk)
+                on_bytes(len(chunk))
+        except BrokenPipeError:
+            pass  # the engine (or ssh) gave up; its exit status and stderr say why
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()  # end of the archive: the engine finishes the load
+        proc.stdin = None  # closed here; communicate() only drains stdout/stderr
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    res = check_reachable(_as_result(runner.name, argv, proc.returncode, out, err))
     if not res.ok:
         raise SparkfleetError(f"{runner.name}: {engine} load failed: {res.stderr.strip()[-300:]}")
     return res.stdout
 
 
-def _as_result(host: str, argv: list[str], proc: subprocess.CompletedProcess):
-    from ..hosts import RunResult
-
-    return RunResult(host, tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+def _as_result(host: str, argv: list[str], returncode: int, out: bytes, err: bytes) -> RunResult:
+    return RunResult(
+        host, tuple(argv), returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    )
 
 
 def load(
@@ -142,7 +161,12 @@ def load(
     dry_run: bool = False,
     timeout_s: float = 3600,
     on_event: Callable[[str], None] = lambda _m: None,
+    on_bytes: Callable[[str, int], None] = lambda _host, _n: None,
 ) -> LoadReport:
+    """Load the build at `source` into every host of the lane that does not hold it; record the IDs.
+
+    `on_event` gets a line before each change; `on_bytes(host, n)` counts the archive streamed.
+    """
     recipe = _image_recipe(inv, lane)
     engine = recipe.runtime
     on_event(f"reading {source} for its image ID")
@@ -184,7 +208,7 @@ def load(
         t0 = time.monotonic()
         try:
             if not st.get("expect_present"):
-                _stream_into(build, runner, engine, timeout_s)
+                stream_into(build, runner, engine, timeout_s, lambda n, h=name: on_bytes(h, n))
             ans = call_agent(
                 runner, "image-commit", {**req, "image_id": build.image_id, "source": build.source}
             )
