@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -142,8 +143,12 @@ def _fleet(fleetnet, hosts, tmp, monkeypatch, dockerd):
     # nofile/nproc = 1048576 beside any --ulimit, which this machine refuses too: dgx2 passes none.
     fields["dgx1"]["ulimits"] = {"memlock": 8192, "stack": 67108864}
     fields["dgx2"]["ulimits"] = {}
+    for name in ("local1", "local2"):  # two hosts that are this machine: one engine, two records
+        fields[name] = {"address": "localhost", "ssh_user": "root", "local_hub": str(tmp / name / "hub"),
+                        "nas_hub": str(nas.root), "state_dir": str(tmp / name / "state")}  # fmt: skip
+    two = recipe("local1", "docker").replace('hosts = ["local1"]', 'hosts = ["local1", "local2"]')
     root = write_fleet(
-        tmp / "fleet", fields, {"ld": recipe("dgx1", "docker"), "lp": recipe("dgx2", "podman")}
+        tmp / "fleet", fields, {"ld": recipe("dgx1", "docker"), "lp": recipe("dgx2", "podman"), "both": two}
     )
     layer = layer_tar(make_rootfs(tmp / "rootfs"))
     builds = {}
@@ -153,7 +158,8 @@ def _fleet(fleetnet, hosts, tmp, monkeypatch, dockerd):
         builds[version] = (image_id, archive, stream_script(archive, tmp / f"result-{version}"))
     inv = inventory.load(root)
     try:
-        yield {"inv": inv, "hosts": hosts, "nas": nas, "builds": builds, "dockerd": dockerd, "tmp": tmp}
+        yield {"inv": inv, "hosts": hosts, "nas": nas, "builds": builds, "dockerd": dockerd, "tmp": tmp,
+               "layer": layer}  # fmt: skip
     finally:
         for lane in ENGINE_OF:
             lanes.stop(inv, lane, 5)
@@ -276,3 +282,27 @@ def test_launch_and_doctor_refuse_a_host_whose_image_is_not_the_build(engines):
     ok = cli_run(env, "doctor", "ld", "--json")
     checks = {c["name"]: c for c in json.loads(ok.output)["checks"]}
     assert checks["image"]["ok"] is True, checks["image"]
+
+
+def test_image_load_streams_to_several_hosts_at_once(engines, monkeypatch):
+    env = engines
+    monkeypatch.setenv("DOCKER_HOST", env["dockerd"].host)  # local1/local2 are this machine
+    archive1 = env["tmp"] / "image-v3.tar"  # a build no engine here has seen
+    v1 = docker_archive(env["layer"], archive1, "sparkfleet-test/lane:v3", "v3")
+    counted: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def count(host: str, n: int) -> None:
+        with lock:
+            counted[host] = counted.get(host, 0) + n
+
+    report = load_image(env["inv"], "both", archive1, on_bytes=count, jobs=2)
+    assert [(h.host, h.action, h.image_id) for h in report.hosts] == [("local1", "loaded", v1),
+                                                                     ("local2", "loaded", v1)]  # fmt: skip
+    # one engine behind both: a host that asks after the other's load finds the image and streams
+    # nothing; any host that streams sends the whole archive
+    size = archive1.stat().st_size
+    assert set(counted.values()) <= {size} and sum(counted.values()) >= size
+    for name in ("local1", "local2"):
+        rec = json.loads((env["tmp"] / name / "state" / "images" / "both.json").read_text())
+        assert rec["image_id"] == v1

@@ -31,9 +31,14 @@ def image() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Show what each host would load; change nothing.")
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds per host load.")
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=4, show_default=True, help="Hosts loading at once."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def load(ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: float, as_json: bool) -> None:
+def load(
+    ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: float, jobs: int, as_json: bool
+) -> None:
     """Load the built image into every host of LANE; hosts already holding it are left alone."""
     from ..images.load import load as do_load
 
@@ -56,9 +61,9 @@ def load(ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: fl
 
         with bar:
             report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event,
-                             on_bytes=count)  # fmt: skip
+                             on_bytes=count, jobs=jobs)  # fmt: skip
     else:
-        report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event)
+        report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event, jobs=jobs)
     if as_json:
         echo_json({"ok": report.ok, **vars(report)})
     else:

@@ -16,6 +16,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,52 @@ def _as_result(host: str, argv: list[str], returncode: int, out: bytes, err: byt
     )
 
 
+def _load_host(
+    inv: Inventory,
+    lane: str,
+    name: str,
+    engine: str,
+    build: BuildImage,
+    dry_run: bool,
+    timeout_s: float,
+    on_event: Callable[[str], None],
+    on_bytes: Callable[[str, int], None],
+) -> HostLoad:
+    """One host: what it holds, then (if it differs) show, stream, record."""
+    host = inv.host(name)
+    runner = connect(host)
+    req = {"lane": lane, "state_dir": str(state_dir_of(host)), "engine": engine, "expect": build.image_id}
+    try:
+        st = call_agent(runner, "image-state", req)
+    except SparkfleetError as exc:
+        on_event(f"{name}: {exc.message}")
+        return HostLoad(name, engine, None, "failed", detail=exc.message)
+    before = st.get("recorded")
+    if before == build.image_id and st.get("present"):
+        on_event(f"{name}: already holds {build.image_id[:19]}…; nothing to do")
+        previous = (st.get("record") or {}).get("previous_image_id")
+        return HostLoad(name, engine, before, "unchanged", before, previous)
+    held = f"{before[:19]}…" if before else "none"
+    on_event(
+        f"{name}: {engine} load {build.image_id[:19]}… (host holds {held}; "
+        f"the old image stays tagged sparkfleet/{lane}:previous)"
+    )
+    if dry_run:
+        return HostLoad(name, engine, before, "load", build.image_id, before)
+    t0 = time.monotonic()
+    try:
+        if not st.get("expect_present"):
+            stream_into(build, runner, engine, timeout_s, lambda n: on_bytes(name, n))
+        commit = {**req, "image_id": build.image_id, "source": build.source}
+        rec = call_agent(runner, "image-commit", commit)["record"]
+    except SparkfleetError as exc:
+        on_event(f"{name}: FAILED: {exc.message}")
+        return HostLoad(name, engine, before, "failed", detail=exc.message)
+    seconds = round(time.monotonic() - t0, 2)
+    on_event(f"{name}: loaded in {seconds:.1f} s")
+    return HostLoad(name, engine, before, "loaded", rec["image_id"], rec.get("previous_image_id"), seconds)
+
+
 def load(
     inv: Inventory,
     lane: str,
@@ -162,10 +209,12 @@ def load(
     timeout_s: float = 3600,
     on_event: Callable[[str], None] = lambda _m: None,
     on_bytes: Callable[[str, int], None] = lambda _host, _n: None,
+    jobs: int = 4,
 ) -> LoadReport:
     """Load the build at `source` into every host of the lane that does not hold it; record the IDs.
 
     `on_event` gets a line before each change; `on_bytes(host, n)` counts the archive streamed.
+    Up to `jobs` hosts load at once, each from its own run of the stream script.
     """
     recipe = _image_recipe(inv, lane)
     engine = recipe.runtime
@@ -173,55 +222,13 @@ def load(
     build = inspect_build(source)
     on_event(f"build image {build.image_id} ({', '.join(build.repo_tags) or 'untagged'})")
     report = LoadReport(lane, build, dry_run=dry_run)
-    for name in inv.lane(lane).hosts:
-        host = inv.host(name)
-        runner = connect(host)
-        req = {"lane": lane, "state_dir": str(state_dir_of(host)), "engine": engine, "expect": build.image_id}
-        try:
-            st = call_agent(runner, "image-state", req)
-        except SparkfleetError as exc:
-            report.hosts.append(HostLoad(name, engine, None, "failed", detail=exc.message))
-            on_event(f"{name}: {exc.message}")
-            continue
-        before = st.get("recorded")
-        if before == build.image_id and st.get("present"):
-            report.hosts.append(
-                HostLoad(
-                    name,
-                    engine,
-                    before,
-                    "unchanged",
-                    before,
-                    (st.get("record") or {}).get("previous_image_id"),
-                )
-            )
-            on_event(f"{name}: already holds {build.image_id[:19]}…; nothing to do")
-            continue
-        held = f"{before[:19]}…" if before else "none"
-        on_event(
-            f"{name}: {engine} load {build.image_id[:19]}… (host holds {held}; "
-            f"the old image stays tagged sparkfleet/{lane}:previous)"
-        )
-        if dry_run:
-            report.hosts.append(HostLoad(name, engine, before, "load", build.image_id, before))
-            continue
-        t0 = time.monotonic()
-        try:
-            if not st.get("expect_present"):
-                stream_into(build, runner, engine, timeout_s, lambda n, h=name: on_bytes(h, n))
-            ans = call_agent(
-                runner, "image-commit", {**req, "image_id": build.image_id, "source": build.source}
-            )
-        except SparkfleetError as exc:
-            report.hosts.append(HostLoad(name, engine, before, "failed", detail=exc.message))
-            on_event(f"{name}: FAILED: {exc.message}")
-            continue
-        rec = ans["record"]
-        report.hosts.append(
-            HostLoad(name, engine, before, "loaded", rec["image_id"], rec.get("previous_image_id"),
-                     round(time.monotonic() - t0, 2))
-        )  # fmt: skip
-        on_event(f"{name}: loaded in {time.monotonic() - t0:.1f} s")
+
+    def one(name: str) -> HostLoad:
+        return _load_host(inv, lane, name, engine, build, dry_run, timeout_s, on_event, on_bytes)
+
+    names = list(inv.lane(lane).hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as pool:
+        report.hosts = list(pool.map(one, names))  # lane order, whatever order they finish in
     if not dry_run:
         report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
     return report
