@@ -104,3 +104,29 @@ def test_an_engine_that_dies_mid_stream_is_an_error_not_a_hang(tmp_path):
     with pytest.raises(SparkfleetError, match="local: false load failed"):
         stream_into(build, LocalHost("local"), "false", 60, seen.append)  # `false load` exits at once
     assert sum(seen) < archive.stat().st_size
+
+
+def test_the_tp4_lane_needs_a_loaded_build_and_every_host_holding_it(tmp_path, monkeypatch):
+    from sparkfleet.errors import ExitCode, SparkfleetError
+    from sparkfleet.images.load import built_image_id
+    from sparkfleet.launch.lane import check_built_image
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")
+    assert recipe.image_build == "mia-tp4-image" and recipe.image is None  # not the bare base
+    with pytest.raises(SparkfleetError) as err:
+        built_image_id(recipe)
+    assert err.value.exit_code == ExitCode.REFUSED
+    assert err.value.hint == "nix build .#mia-tp4-image && sparkfleet image load dsv41-flash-4x-mia"
+
+    built, other = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    check_built_image(recipe, built, {"dgx1": {"recorded": built, "present": True}})
+    with pytest.raises(SparkfleetError) as err:
+        check_built_image(recipe, built, {"dgx1": {"recorded": built, "present": True},
+                                          "dgx2": {"recorded": other, "present": True},
+                                          "dgx3": {"recorded": built, "present": False},
+                                          "dgx4": {}})  # fmt: skip
+    msg = err.value.message
+    assert err.value.exit_code == ExitCode.REFUSED and "dgx1" not in msg
+    assert f"dgx2: holds {other}" in msg and "dgx3: recorded" in msg
+    assert "dgx4: holds no recorded image" in msg
