@@ -469,42 +469,69 @@ def test_cli_resolve_and_verify_json(fleet, monkeypatch: pytest.MonkeyPatch) -> 
     assert unknown.exit_code == 2 and "unknown pin(s): nope" in unknown.output
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
 @pytest.mark.skipif(not HAVE_NIX, reason="nix (nix-bin) not installed: converts the prefetch hash to SRI")
-def test_oci_nix_hash_comes_from_nix_prefetch_docker_with_the_image_final_name(
+def test_oci_nix_hash_comes_from_the_locked_nixpkgs_nix_prefetch_docker(
     fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A stand-in for nix-prefetch-docker (which pulls with skopeo): prints what the real one
-    # prints (base32 sha256 in JSON) and records its arguments.
+    # `nix` on PATH is a stand-in that answers `nix run ... nixpkgs#nix-prefetch-docker -- ARGS` the
+    # way nix-prefetch-docker does (base32 sha256 in JSON; the real one pulls with skopeo) and
+    # records its arguments; every other nix call goes to the real nix. A nix-prefetch-docker on
+    # PATH is a decoy: the locked nixpkgs' one must be used, never that.
+    real_nix = shutil.which("nix")
+    shutil.copyfile(REPO_ROOT / "flake.lock", fleet["root"] / "flake.lock")
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    argv_log = tmp_path / "argv"
+    argv_log, decoy_log = tmp_path / "argv", tmp_path / "decoy"
     base32 = subprocess.run(
-        [
-            "nix",
-            "--extra-experimental-features",
-            "nix-command",
-            "hash",
-            "to-base32",
-            "--type",
-            "sha256",
-            "sha256-" + "A" * 43 + "=",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (bindir / "nix-prefetch-docker").write_text(
-        f'#!/bin/sh\necho "$@" > {argv_log}\necho \'{{"imageName": "x", "sha256": "{base32}"}}\'\n'
+        [real_nix, "--extra-experimental-features", "nix-command", "hash", "to-base32", "--type", "sha256",
+         "sha256-" + "A" * 43 + "="],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (bindir / "nix").write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" run "*) echo "$@" > {argv_log}; '
+        f'echo \'{{"imageName": "x", "sha256": "{base32}"}}\' ;;\n'
+        f'  *) exec {real_nix} "$@" ;;\nesac\n'
     )
-    (bindir / "nix-prefetch-docker").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{Path(shutil.which('nix')).parent}:/usr/bin:/bin")
+    (bindir / "nix-prefetch-docker").write_text(f"#!/bin/sh\necho used > {decoy_log}\nexit 1\n")
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     report = pins.resolve(inventory.load(fleet["root"]), ["base"], endpoints=fleet["endpoints"])
     assert states(report)["base"].nix_hash == "sha256-" + "A" * 43 + "="
     args = argv_log.read_text().split()
+    i = args.index("run")
+    assert args[i : i + 5] == [
+        "run",
+        "--inputs-from",
+        str(fleet["root"]),
+        "nixpkgs#nix-prefetch-docker",
+        "--",
+    ]
     assert args[args.index("--arch") + 1] == "arm64"
     assert args[args.index("--image-digest") + 1] == fleet["digest"]
     assert args[args.index("--final-image-tag") + 1] == "dev-dsv41"  # as pkgs/mia-tp4-image.nix pulls it
+    assert not decoy_log.exists()
     assert inventory.load(fleet["root"]).pins["base"].nix_hash == "sha256-" + "A" * 43 + "="
+
+
+def test_locked_tool_argv_and_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(pins.Unreachable, match="flake.lock: no such file"):
+        pins.locked_tool_argv(tmp_path, "nix-prefetch-docker")
+    (tmp_path / "flake.lock").write_text('{"nodes": {"root": {"inputs": {}}}, "root": "root"}')
+    with pytest.raises(pins.Unreachable, match="no locked nixpkgs input"):
+        pins.locked_tool_argv(tmp_path, "nix-prefetch-docker")
+    shutil.copyfile(REPO_ROOT / "flake.lock", tmp_path / "flake.lock")
+    assert pins.locked_tool_argv(tmp_path, "nix-prefetch-docker") == [
+        "nix", "--extra-experimental-features", "nix-command flakes", "run", "--inputs-from", str(tmp_path),
+        "nixpkgs#nix-prefetch-docker", "--"]  # fmt: skip
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nix at all
+    with pytest.raises(pins.Unreachable, match="nix is not installed: the image hash is computed with "
+                       "nix-prefetch-docker from the flake's locked nixpkgs"):  # fmt: skip
+        pins.prefetch_image_hash("img", "sha256:" + "0" * 64, "pinned", flake_root=tmp_path)
 
 
 def test_resolve_hashes_a_url_pin_recorded_without_its_sha256(fleet) -> None:

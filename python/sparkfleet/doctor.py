@@ -8,13 +8,15 @@ apply here, e.g. no nvidia-smi on a test host).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import ExitCode, SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
-from .inventory import GIB, Inventory
-from .launch.lane import call_agent, node_facts, probe_request
+from .images.load import built_image_id
+from .inventory import GIB, Host, Inventory
+from .launch.lane import call_agent, image_mismatch, image_request, node_facts, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths, state_dir_of
@@ -28,6 +30,7 @@ class Check:
     detail: str  # may name entries of `sizes` as {name}: the CLI formats the byte counts
     hint: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    refuses: bool = False  # a failed check that launch refuses on (ExitCode.REFUSED), e.g. image drift
 
     def text(self, fmt_bytes: Callable[[int], str]) -> str:
         """The detail with its byte counts formatted by the caller (formatting belongs to the CLI)."""
@@ -51,12 +54,20 @@ class DoctorReport:
 
     @property
     def exit_code(self) -> int:
-        """OK; UNREACHABLE when a host could not be reached; else SHORTFALL for a failed check."""
+        """OK; UNREACHABLE when a host could not be reached; REFUSED for a check launch refuses on
+        (image drift); else SHORTFALL for a failed check."""
         if self.ok:
             return ExitCode.OK
         if any(c.name == "ssh" and c.ok is False for c in self.checks):
             return ExitCode.UNREACHABLE
+        if self.refused:
+            return ExitCode.REFUSED
         return ExitCode.SHORTFALL
+
+    @property
+    def refused(self) -> bool:
+        """A failed check is one launch would refuse on: exit ExitCode.REFUSED, not SHORTFALL."""
+        return any(c.ok is False and c.refuses for c in self.checks)
 
 
 def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRecipe]]:
@@ -86,6 +97,13 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
             lane=recipe.lane,
             state_dir=str(state_dir_of(host)),
         )
+    built, built_error = None, None
+    if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
+        try:
+            built = built_image_id(recipe)
+            req["built_image"] = image_request(recipe, host, built)
+        except SparkfleetError as exc:
+            built_error = exc
     try:
         ans = call_agent(connect(host), "doctor", req, timeout=600)
     except HostUnreachable as exc:
@@ -99,6 +117,8 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         else (f"reachable as {host.ssh_user}@{host.address}:{host.ssh_port}")
     )
     out.append(Check(host_name, "ssh", True, how))
+    if host.os == "dgx-os":  # deploy-rs onto Ubuntu + Nix: what `sparkfleet bootstrap` sets up
+        out += _deploy_checks(runner, host)
 
     facts = node_facts(host_name, ans)
     need = host.reserve_bytes + int((recipe.needs_gib if recipe else 0) * GIB)
@@ -150,7 +170,9 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
                 None if removable else "allow passwordless `sudo rm` of the receipt roots",
             )
         )
-    if recipe and recipe.runtime in ("docker", "podman") and recipe.image:
+    if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
+        out.append(_built_image_check(host_name, recipe, built, built_error, ans.get("image_state") or {}))
+    elif recipe and recipe.runtime in ("docker", "podman") and recipe.image:
         img = ans.get("image", {})
         if not recipe.image.resolved:
             out.append(
@@ -239,6 +261,30 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         except SparkfleetError as exc:
             out.append(Check(host_name, "env", False, exc.message, exc.hint))
     return out
+
+
+def _deploy_checks(runner, host: Host) -> list[Check]:
+    """The host prerequisites of `deploy .#HOST` on DGX OS, each with its fix (sparkfleet.bootstrap)."""
+    from .bootstrap import ROOT_PREFIX_ENV, gather, prereqs
+
+    try:
+        facts = gather(runner, host.ssh_user, os.environ.get(ROOT_PREFIX_ENV, ""))
+    except SparkfleetError as exc:
+        return [Check(host.name, "deploy prerequisites", False, exc.message, exc.hint)]
+    return [Check(host.name, p.name, p.ok, p.detail, p.fix) for p in prereqs(facts)]
+
+
+def _built_image_check(
+    host_name: str, recipe: LaunchRecipe, built: str | None, error: SparkfleetError | None, state: dict
+) -> Check:
+    """The host holds the image ID of the lane's build (what `sparkfleet image load LANE` recorded)."""
+    fix = f"sparkfleet image load {recipe.lane}"
+    if built is None:
+        return Check(host_name, "image", False, error.message if error else "no build", fix, refuses=True)
+    why = image_mismatch(built, state)
+    if why:
+        return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
+    return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded")
 
 
 def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:

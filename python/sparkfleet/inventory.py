@@ -55,7 +55,16 @@ class Host:
     os: str = "dgx-os"
     # The [host_kinds] entry holding this machine's physical figures (the roofline's primitives).
     kind: str | None = None
+    # How containers get the GPU: "gpus" (docker --gpus all, the NVIDIA runtime hook on DGX OS) or
+    # "cdi" (--device nvidia.com/gpu=all; NixOS has only CDI, nixpkgs#340386).
+    gpu_access: str = "gpus"
+    # Container --ulimit values. RDMA wants memlock unlimited, but an engine whose hard limit is
+    # lower refuses `memlock=-1` (and podman 4.3 adds nofile/nproc = 1048576 to any --ulimit).
+    ulimits: tuple[tuple[str, int | str], ...] = (("memlock", "unlimited"), ("stack", 67108864))
 
+
+# The peers' `--ulimit memlock=-1 --ulimit stack=67108864`, unless a host says otherwise.
+DEFAULT_ULIMITS = Host.ulimits
 
 # A figure's unit as written -> its base unit (bytes/s or FLOP/s).
 UNIT_SCALE = {"GB/s": 1e9, "Gb/s": 1e9 / 8, "MB/s": 1e6, "TFLOP/s": 1e12}
@@ -331,6 +340,8 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         nas_export=merged.get("nas_export"),
         os=merged.get("os", "dgx-os"),
         kind=merged.get("kind"),
+        gpu_access=merged.get("gpu_access", "cdi" if merged.get("os") == "nixos" else "gpus"),
+        ulimits=tuple(merged["ulimits"].items()) if "ulimits" in merged else DEFAULT_ULIMITS,
     )
 
 

@@ -161,10 +161,10 @@ def test_engram_wiring_problems_are_listed(fleet_copy):
 
 
 def test_an_unresolved_image_pin_is_a_note_not_a_problem(fleet_copy):
-    edit(fleet_copy, FLEET, 'digest = "sha256:3dbc3130', 'digest = "sha256:3dbc3130"\n#')
+    edit(fleet_copy, FLEET, 'digest = "sha256:30557154', 'digest = "sha256:30557154"\n#')
     code, result = run_check(fleet_copy)
     assert code == 0, result["problems"]
-    assert any("sglang-dsv41-base is resolved" in w for w in result["warnings"]), result["warnings"]
+    assert any("exl3-kit-image is resolved" in w for w in result["warnings"]), result["warnings"]
 
 
 def test_a_bad_env_value_is_reported_without_echoing_it(fleet_copy):

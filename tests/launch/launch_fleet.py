@@ -10,6 +10,8 @@ from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 
 
 def _toml_value(v) -> str:
+    if isinstance(v, dict):  # an inline table
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     return json.dumps(str(v)) if not isinstance(v, int | float | bool) else str(v).lower()
 
 

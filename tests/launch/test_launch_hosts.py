@@ -77,3 +77,18 @@ def test_container_runtime_without_engine(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(RuntimeError_, match="docker is not installed on this node"):
         ContainerRuntime("docker").image_present("x@sha256:" + "0" * 64)
+
+
+def test_a_host_without_sparkfleet_gets_one_clear_error(monkeypatch):
+    """ssh worked, but the remote shell has no `sparkfleet` (exit 127): say deploy/bootstrap first."""
+    class NoSparkfleet:
+        name = "dgx3"
+
+        def run(self, argv, *, input=None, timeout=None):
+            return RunResult(self.name, tuple(argv), 127, "", "bash: line 1: sparkfleet: command not found\n")
+
+    monkeypatch.delenv("SPARKFLEET_REMOTE", raising=False)
+    with pytest.raises(AgentError) as err:
+        call_agent(NoSparkfleet(), "probe", {})
+    assert err.value.message == "dgx3: sparkfleet is not installed there (sparkfleet: command not found)"
+    assert "sparkfleet bootstrap dgx3" in err.value.hint and "deploy .#dgx3" in err.value.hint

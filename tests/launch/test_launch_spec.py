@@ -180,7 +180,8 @@ def test_docker_argv_exact(tmp_path):
     assert argv == [
         "docker", "run", "-d", "--name", "sparkfleet-lane-r1",
         "--label", "sparkfleet.lane=lane", "--label", "sparkfleet.rank=1", "--label", "sparkfleet.host=dgx2",
-        "--network", "host", "--ipc", "host", "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864",
+        "--network", "host", "--ipc", "host",
+        "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864:67108864",
         "--shm-size", "32g", "--log-opt", "max-size=64m", "--log-opt", "max-file=2",
         "--gpus", "all", "--device", "/dev/infiniband",
         "--env-file", "/st/rank1.env",
@@ -205,6 +206,33 @@ def test_cdi_for_docker_when_asked(tmp_path):
     inv = _bad(tmp_path, 'fabric = "roce"', 'fabric = "roce"\ngpus = "cdi"')
     argv = container_run_argv(specs(inv)["dgx1"], "docker", Path("/e"))
     assert "--gpus" not in argv and "nvidia.com/gpu=all" in argv
+
+
+def test_memlock_and_other_ulimits_come_from_the_host(tmp_path):
+    # This machine's hard memlock limit is 8192: `--ulimit memlock=-1` is refused by the engine.
+    inv = make_inv(tmp_path, dgx2={"ulimits": {"memlock": 8192, "stack": 67108864}}, dgx3={"ulimits": {}})
+    all_specs = specs(inv)
+    argv = container_run_argv(all_specs["dgx2"], "docker", Path("/e"))
+    assert argv[argv.index("memlock=8192:8192") - 1] == "--ulimit"
+    assert "memlock=-1:-1" not in argv and "stack=67108864:67108864" in argv
+    assert "--ulimit" not in container_run_argv(all_specs["dgx3"], "docker", Path("/e"))
+    assert "memlock=-1:-1" in container_run_argv(all_specs["dgx1"], "docker", Path("/e"))  # the default
+
+
+def test_gpu_access_per_host(tmp_path):
+    # NixOS hosts reach the GPU through CDI only (nixpkgs#340386); DGX OS through --gpus all.
+    inv = make_inv(tmp_path, dgx2={"gpu_access": "cdi"}, dgx3={"os": "nixos"})
+    all_specs = specs(inv)
+    for host, cdi in (("dgx1", False), ("dgx2", True), ("dgx3", True)):
+        argv = container_run_argv(all_specs[host], "docker", Path("/e"))
+        assert ("--gpus" in argv) is not cdi and ("nvidia.com/gpu=all" in argv) is cdi, host
+
+
+def test_podman_gets_no_shm_size_beside_ipc_host(tmp_path):
+    # podman 4.3: "cannot set shmsize when running in the {host } IPC Namespace"
+    inv = _bad(tmp_path, 'runtime = "docker"', 'runtime = "podman"')
+    argv = container_run_argv(specs(inv)["dgx1"], "podman", Path("/e"))
+    assert "--shm-size" not in argv and argv[argv.index("--ipc") + 1] == "host"
 
 
 def test_unresolved_image_refused_before_any_node(tmp_path):

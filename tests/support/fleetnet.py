@@ -464,7 +464,14 @@ class FleetNet:
         raise RuntimeError("could not pick a unique link name")
 
     # -- hosts -----------------------------------------------------------------------------
-    def add_host(self, name: str) -> NetnsHost:
+    def add_host(
+        self, name: str, env: Mapping[str, str] | None = None, share_mounts: bool = False
+    ) -> NetnsHost:
+        """A new host; `env` is set in every ssh session on it (sshd `SetEnv`), the way a real host's
+        environment tells its tools where things are (e.g. DOCKER_HOST of a test engine).
+
+        `share_mounts`: start sshd with `nsenter --net` instead of `ip netns exec`, which gives it a
+        mount namespace with a fresh /sys, hiding /sys/fs/cgroup (container engines need it)."""
         if self._closed:
             raise RuntimeError("FleetNet is closed")
         if name in self.hosts:
@@ -512,12 +519,14 @@ class FleetNet:
                 "MaxSessions 100\n"
                 "LogLevel ERROR\n"
                 f"Subsystem sftp {_sftp_server()}\n"
+                + "".join(f"SetEnv {k}={v}\n" for k, v in (env or {}).items())
             )
             host.sshd_log = etc / "sshd.log"
             with open(host.sshd_log, "wb") as log:
                 # ip netns exec -> unshare --uts -> sh -> exec sshd: all exec, so Popen.pid is sshd's pid
+                enter = ["nsenter", f"--net=/run/netns/{ns}"] if share_mounts else nsx
                 host._proc = subprocess.Popen(
-                    nsx + ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                    enter + ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
                            name, SSHD, "-D", "-e", "-f", str(config)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 )  # fmt: skip

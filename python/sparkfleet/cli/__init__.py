@@ -44,6 +44,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("bench", "report"),
     ("engram", "engram"),
     ("roofline", "roofline"), ("roofline", "measure"),
+    ("image", "image"),
+    ("bootstrap", "bootstrap"),
 ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import click
@@ -63,7 +64,24 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float | None) ->
     return value
 
 
-def _target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
+def writable_reports_dir(folder: Path) -> Path:
+    """Refuse, before a bench runs, a reports folder that cannot be written (creates nothing).
+
+    `nix run .#bench` starts sparkfleet with the flake source as its fleet root: a store path,
+    read-only, so recipes/<lane>/reports there is never a place for a report.
+    """
+    hint = "pass --out DIR (e.g. --out ./reports), or run from a writable checkout (--root)"
+    resolved = folder.absolute()
+    if resolved.parts[:3] == ("/", "nix", "store"):
+        raise SparkfleetError(f"reports folder {folder} is inside the Nix store (read-only)", hint=hint)
+    existing = next((p for p in (resolved, *resolved.parents) if p.exists()), Path("/"))
+    if not os.access(existing, os.W_OK):
+        why = f"reports folder {folder} is read-only ({existing} cannot be written)"
+        raise SparkfleetError(why, hint=hint)
+    return folder
+
+
+def _pick_target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
@@ -162,7 +180,7 @@ def smoke(
       sparkfleet smoke dsv41-flash-4x-mia
       sparkfleet smoke --url http://127.0.0.1:30000/v1 --max-tokens 4096
     """
-    target = _target(ctx, lane, url, None)
+    target = _pick_target(ctx, lane, url, None)  # smoke writes no report
     endpoint = discover_model(target.endpoint(model, timeout))
     cases = [SmokeCase(c.prompt, c.expect, max_tokens or c.max_tokens) for c in target.smoke]
     outcomes = [run_smoke_case(endpoint, case) for case in cases]
@@ -326,7 +344,9 @@ def bench(
         raise SparkfleetError(
             "--save-to-lane needs a LANE: a --url run has no lane", hint="use --out DIR to choose a folder"
         )
-    target = _target(ctx, lane, url, None)
+    target = _pick_target(ctx, lane, url, None)
+    assert target.reports_dir is not None
+    writable_reports_dir(out if out is not None else target.reports_dir)  # before any request
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
         levels=concurrency or base.sweep.levels,

@@ -1,4 +1,4 @@
-"""`sparkfleet pins resolve|verify|import-manifest`."""
+"""`sparkfleet pins resolve|verify|import-manifest|import-lock`."""
 
 from __future__ import annotations
 
@@ -155,4 +155,39 @@ def import_manifest(
         click.echo(
             f"{len(report.local_files)} local file(s) ship inside {from_pin} itself (covered by its git pin)"
         )
+    click.echo("wrote hosts/fleet.toml" if report.written else "hosts/fleet.toml unchanged")
+
+
+@pins.command("import-lock")
+@click.argument("lock", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--from", "from_pin", required=True, help="The kit's git pin whose recipe-lock.json this is.")
+@click.option("--at", default=None, help="The full kit commit LOCK was read at (extends the pin's rev).")
+@click.option("--dry-run", is_flag=True, help="Print what would change, write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def import_lock(
+    ctx: click.Context, lock: Path, from_pin: str, at: str | None, dry_run: bool, as_json: bool
+) -> None:
+    """Set the commits and image digest the kit's recipe-lock.json pins on the pins of the same sources.
+
+    \b
+    Examples:
+      sparkfleet pins import-lock recipe-lock.json --from exl3-kit --dry-run
+      sparkfleet pins import-lock recipe-lock.json --from exl3-kit
+    """
+    report = core.import_lock(load_inventory(ctx), lock, from_pin=from_pin, at=at, dry_run=dry_run)
+    if as_json:
+        echo_json(report)
+        return
+    for name, fields in report.updated.items():
+        click.echo(
+            f"{'would set' if dry_run else 'set'} {name}: "
+            + ", ".join(f"{k} = {v}" for k, v in fields.items())
+        )
+    if report.unchanged:
+        click.echo(f"unchanged: {', '.join(report.unchanged)}")
+    for line in report.unmatched:
+        click.echo(f"no pin names {line}")
+    for line in report.not_imported:
+        click.echo(f"not imported: {line}")
     click.echo("wrote hosts/fleet.toml" if report.written else "hosts/fleet.toml unchanged")

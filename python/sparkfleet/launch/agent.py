@@ -42,7 +42,7 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
         BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
         for b in d["binds"]
     )
-    for key in ("argv", "devices", "receipt_roots", "ready_signatures"):
+    for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
         d[key] = tuple(d.get(key) or ())
     return LaunchSpec(**d)
 
@@ -87,6 +87,10 @@ def probe(req: dict) -> dict:
         except SparkfleetError as exc:
             states.append({"repo": m["repo"], "error": exc.message, "hint": exc.hint})
     out["models"] = states
+    if req.get("built_image"):  # a lane launched from a Nix-built image: which ID this host holds
+        from ..images.node import image_state
+
+        out["image_state"] = image_state(req["built_image"])
     return out
 
 
@@ -222,7 +226,8 @@ def doctor(req: dict) -> dict:
             receipts.append({"path": root, "exists": False})
     out["receipts"] = receipts
     out["euid"] = os.geteuid()
-    out["sudo_n"] = (
+    # root needs no sudo; asking anyway costs sudo's hostname lookup (seconds on a host without DNS)
+    out["sudo_n"] = out["euid"] != 0 and (
         shutil.which("sudo") is not None
         and subprocess.run(["sudo", "-n", "true"], capture_output=True, stdin=subprocess.DEVNULL).returncode
         == 0
@@ -261,8 +266,22 @@ def occupancy(req: dict) -> dict:
     return {"running": out}
 
 
+def image_state(req: dict) -> dict:
+    from ..images.node import image_state as state
+
+    return state(req)
+
+
+def image_commit(req: dict) -> dict:
+    from ..images.node import image_commit as commit
+
+    return commit(req)
+
+
 ACTIONS = {
     "occupancy": occupancy,
+    "image-state": image_state,
+    "image-commit": image_commit,
     "probe": probe,
     "start": start,
     "stop": stop,
@@ -282,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         req = json.loads(sys.stdin.read() or "{}")
         answer = {"ok": True, **ACTIONS[args[0]](req)}
     except SparkfleetError as exc:
-        answer = {"ok": False, "error": exc.message, "hint": exc.hint}
+        answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     return 0

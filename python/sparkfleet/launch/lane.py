@@ -51,6 +51,12 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
         answer = json.loads(lines[-1]) if lines else None
     except ValueError:
         answer = None
+    if not isinstance(answer, dict) and res.returncode == 127:  # the remote shell found no such command
+        raise AgentError(
+            f"{runner.name}: sparkfleet is not installed there ({agent_argv(runner)[0]}: command not found)",
+            hint=f"deploy it first: `sparkfleet bootstrap {runner.name}` once, then `deploy .#{runner.name}` "
+            "(or set SPARKFLEET_REMOTE to how sparkfleet starts on the hosts)",
+        )
     if not isinstance(answer, dict):
         err = (res.stderr.strip().splitlines() or ["no output"])[-1]
         if "Traceback" in res.stderr:
@@ -63,7 +69,11 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
             hint="is sparkfleet installed on the node? $SPARKFLEET_REMOTE names the remote command",
         )
     if not answer.get("ok"):
-        raise AgentError(f"{runner.name}: {answer.get('error')}", hint=answer.get("hint"))
+        raise AgentError(
+            f"{runner.name}: {answer.get('error')}",
+            hint=answer.get("hint"),
+            exit_code=answer.get("exit_code"),
+        )
     return answer
 
 
@@ -219,21 +229,32 @@ def prepare(
         inv.host(name)
     in_container = recipe.runtime in ("docker", "podman")
     unreachable: dict[str, str] = {}
+    built = None
+    if in_container and recipe.image_build and offline is None:
+        from ..images.load import built_image_id  # lazy: the images module imports this one
+
+        built = built_image_id(recipe)
+    answers: dict[str, dict] = {}
 
     def probe_one(name: str) -> NodeFacts:
         if offline is not None:
             return not_probed(name, offline)
         host = inv.host(name)
+        req = probe_request(inv, recipe, host)
+        if built:
+            req["built_image"] = image_request(recipe, host, built)
         try:
-            answer = call_agent(connect(host), "probe", probe_request(inv, recipe, host), timeout=600)
+            answers[name] = call_agent(connect(host), "probe", req, timeout=600)
         except HostUnreachable as exc:
             if not tolerate_unreachable:
                 raise
             unreachable[name] = exc.message
             return not_probed(name, f"unreachable: {exc.message}")
-        return node_facts(name, answer)
+        return node_facts(name, answers[name])
 
     facts = {f.host: f for f in _parallel(probe_one, names)}
+    if built:
+        check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in answers})
     if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
         head = recipe.world.head
         facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
@@ -255,7 +276,9 @@ def prepare(
     fabrics = {n: f.fabric for n, f in facts.items()}
     partial = offline is not None or bool(unreachable)
     for name in names:
-        specs[name] = build_spec(inv, recipe, name, manifests[name], fabrics, fabric_unknown_ok=partial)
+        specs[name] = build_spec(
+            inv, recipe, name, manifests[name], fabrics, built, fabric_unknown_ok=partial
+        )
     unknown = {name: unknowns(inv, recipe, facts, name) for name in names} if partial else {}
     for name, missing in unknown.items():  # the command must not show a guess as a value either
         specs[name] = dataclasses.replace(specs[name], argv=_mark_unknown(specs[name], missing))
@@ -294,6 +317,38 @@ def planned_argv(spec: LaunchSpec) -> list[str]:
 
     env_file = records.log_path(Path(spec.state_dir), spec.lane, spec.rank).with_suffix(".env")
     return container_run_argv(spec, spec.runtime, env_file)
+
+
+def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
+    """What the agent needs to say which image ID `host` holds for the lane."""
+    return {
+        "lane": recipe.lane,
+        "state_dir": str(state_dir_of(host)),
+        "engine": recipe.runtime,
+        "expect": built,
+    }
+
+
+def image_mismatch(built: str, state: dict) -> str | None:
+    """Why a host's image is not the build's (None when it is, and the engine still holds it)."""
+    held = state.get("recorded")
+    if held != built:
+        return f"holds {held or 'no recorded image'}, the build is {built}"
+    if not state.get("present"):
+        return f"recorded {held} but the engine no longer has it"
+    return None
+
+
+def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
+    """Refuse (before anything starts) when a host's recorded image ID is not the build's."""
+    bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
+    if bad:
+        raise SparkfleetError(
+            f"lane {recipe.lane}: image differs from the build of {recipe.image_build} on "
+            + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
+            hint=f"sparkfleet image load {recipe.lane}",
+            exit_code=ExitCode.REFUSED,
+        )
 
 
 def _state_request(inv: Inventory, lane: str, host: str, **extra: Any) -> dict:

@@ -56,6 +56,9 @@ class LaunchRecipe:
     command: tuple[str, ...]
     runtime: str = "docker"
     image: Pin | None = None
+    # The flake package the lane image is built from (`image_build`); launched by the image ID
+    # `sparkfleet image load` recorded, never by a registry pin.
+    image_build: str | None = None
     port: int = 30000
     dist_port: int = 20000
     served_model_name: str | None = None
@@ -115,10 +118,16 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             )
         model = found[0]
     runtime = doc.get("runtime", "docker")
-    if runtime in ("docker", "podman") and image is None:
+    image_build = doc.get("image_build")
+    if image is not None and image_build is not None:
         raise InventoryError(
-            f"{lane.recipe_path}: launch.image is required for the {runtime} runtime",
-            hint="name an oci pin of hosts/fleet.toml",
+            f"{lane.recipe_path}: launch.image and launch.image_build are both set",
+            hint="a lane runs either a registry image (image = <oci pin>) or a Nix-built one (image_build)",
+        )
+    if runtime in ("docker", "podman") and image is None and image_build is None:
+        raise InventoryError(
+            f"{lane.recipe_path}: launch.image or launch.image_build is required for the {runtime} runtime",
+            hint="name an oci pin of hosts/fleet.toml, or the flake package the image is built from",
         )
     t = doc.get("timeouts", {})
     return LaunchRecipe(
@@ -127,6 +136,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         command=tuple(doc["command"]),
         runtime=runtime,
         image=image,
+        image_build=image_build,
         port=int(doc.get("port", 30000)),
         dist_port=int(doc.get("dist_port", 20000)),
         served_model_name=doc.get("served_model_name"),

@@ -63,14 +63,12 @@ def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[st
     argv = [engine, "run", "-d", "--name", spec.name]
     for k, v in spec.labels.items():
         argv += ["--label", f"{k}={v}"]
-    argv += [
-        "--network", "host",
-        "--ipc", "host",
-        "--ulimit", "memlock=-1:-1",
-        "--ulimit", "stack=67108864",
-        "--shm-size", spec.shm_size,
-        "--log-opt", f"max-size={MAX_LOG_BYTES // (1024 * 1024)}m",  # rank logs capped (issue 10.8)
-    ]  # fmt: skip
+    argv += ["--network", "host", "--ipc", "host"]
+    for limit in spec.ulimits:  # the host's (fleet.toml `ulimits`): memlock=-1 is refused where hard < ∞
+        argv += ["--ulimit", limit]
+    if engine == "docker":  # podman refuses a shm size beside --ipc host (the host's /dev/shm is used)
+        argv += ["--shm-size", spec.shm_size]
+    argv += ["--log-opt", f"max-size={MAX_LOG_BYTES // (1024 * 1024)}m"]  # rank logs capped (issue 10.8)
     if engine == "docker":
         argv += ["--log-opt", "max-file=2"]
     if spec.gpus == "all" and engine == "docker":

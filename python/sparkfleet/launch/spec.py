@@ -76,6 +76,7 @@ class LaunchSpec:
     weight_load_regex: str = ""
     stop_timeout_s: float = 30.0
     labels: dict[str, str] = field(default_factory=dict)
+    ulimits: tuple[str, ...] = ()  # container --ulimit values, "name=soft:hard" (the host's)
 
     @property
     def is_head(self) -> bool:
@@ -338,10 +339,12 @@ def build_spec(
     host_name: str,
     manifest: BindManifest,
     fabrics: dict[str, FabricFacts | None],
+    built_image: str | None = None,
     fabric_unknown_ok: bool = False,
 ) -> LaunchSpec:
     """The launch spec of `host_name`'s rank. `fabrics[host]` is that node's detection (or None).
 
+    `built_image`: the image ID `sparkfleet image load` recorded for a lane with `image_build`.
     `fabric_unknown_ok`: plan without the node (`--offline`, `--dry-run`, an unreachable host):
     a RoCE lane's node-detected keys are left out for the caller to mark unknown.
     """
@@ -419,7 +422,11 @@ def build_spec(
     devices = []
     if in_container and recipe.fabric == "roce":
         devices.append("/dev/infiniband")
-    if in_container and (recipe.gpus == "cdi" or (recipe.runtime == "podman" and recipe.gpus != "none")):
+    # `--gpus all` needs the NVIDIA runtime hook (DGX OS); CDI is the only way on NixOS and podman.
+    gpus = recipe.gpus
+    if gpus != "none" and (host.gpu_access == "cdi" or recipe.runtime == "podman"):
+        gpus = "cdi"
+    if in_container and gpus == "cdi":
         devices.append("nvidia.com/gpu=all")
     if not in_container:
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
@@ -435,13 +442,15 @@ def build_spec(
         nnodes=world.nnodes,
         runtime=recipe.runtime,
         name=f"sparkfleet-{lane.name}-r{rank}",
-        image=f"{recipe.image.source}@{recipe.image.value}" if (recipe.image and in_container) else None,
+        image=(f"{recipe.image.source}@{recipe.image.value}" if recipe.image else built_image)
+        if in_container
+        else None,
         argv=argv,
         env=env,
         binds=tuple(binds),
         devices=tuple(devices),
         port=recipe.port,
-        gpus=recipe.gpus,
+        gpus=gpus,
         shm_size=recipe.shm_size,
         state_dir=str(state_dir),
         cache_dir=cache_dir,
@@ -450,4 +459,10 @@ def build_spec(
         weight_load_regex=recipe.weight_load_regex,
         stop_timeout_s=recipe.timeouts.stop_s,
         labels={"sparkfleet.lane": lane.name, "sparkfleet.rank": str(rank), "sparkfleet.host": host_name},
+        ulimits=ulimit_args(host.ulimits),
     )
+
+
+def ulimit_args(ulimits: tuple[tuple[str, int | str], ...]) -> tuple[str, ...]:
+    """The host's container ulimits as `--ulimit` values: soft = hard, "unlimited" = -1."""
+    return tuple(f"{k}={-1 if v == 'unlimited' else v}:{-1 if v == 'unlimited' else v}" for k, v in ulimits)

@@ -154,6 +154,13 @@ def run_host_stage(
                 outcome.error, outcome.hint = event["message"], event.get("hint")
                 outcome.exit_code = event.get("exit_code")
         returncode = lines.returncode
+    missing = (f"{argv[0]}: command not found", f"{argv[0]}: not found")  # bash / dash wording
+    if outcome.run is None and any(m in line for line in outcome.log for m in missing):
+        outcome.error = f"{host_name}: sparkfleet is not installed there ({argv[0]}: command not found)"
+        outcome.hint = (
+            f"deploy it first: `sparkfleet bootstrap {host_name}` once, then `deploy .#{host_name}` "
+            "(or set SPARKFLEET_REMOTE to how sparkfleet starts on the hosts)"
+        )
     if outcome.run is None and outcome.error is None:
         outcome.error = f"{host_name}: stage ended without a result"
         ssh_failed = isinstance(runner, SshHost) and returncode == SSH_CONNECT_FAILED

@@ -1,0 +1,428 @@
+"""`sparkfleet bootstrap HOST`: make a DGX OS host (Ubuntu + multi-user Nix) deployable by deploy-rs.
+
+Each prerequisite below stops `deploy .#dgxN` on a stock host, and each comes from deploy-rs's
+and Nix's own behaviour:
+
+* nix-path: `nix copy --to ssh://host` runs `nix-store --serve` in a *non-interactive* ssh
+  session, whose PATH never sources /etc/profile.d/nix.sh (NixOS/nix#7508, deploy-rs#290). Fix:
+  links in /usr/local/bin (on sshd's default PATH and on sudo's secure_path) to the default
+  profile's bin/ — the profile path, not a store path, so a Nix upgrade is followed.
+* trusted-users: the deploy user must be trusted by the daemon to import unsigned paths
+  (deploy-rs#293). Fix: add it to `trusted-users` in /etc/nix/nix.conf, then restart nix-daemon.
+* sudo-path: deploy-rs's activate-rs calls `nix-env` by name under sudo, and Ubuntu's
+  secure_path lacks the Nix profile. Fix: /etc/sudoers.d/sparkfleet-nix setting secure_path,
+  checked with `visudo -c` before it is moved into place.
+
+Facts → plan → action: `gather` reads the host over ssh (argv lists only, never a pasted
+string), `plan` is pure, `apply` makes each change after showing it, writing files temp + sync
++ rename on the host. A rerun finds nothing to do. `root_prefix` puts every host path under a
+directory (tests run against network-namespace hosts whose /etc must not be touched).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import difflib
+import platform
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import ExitCode, SparkfleetError
+from .hosts import HostRunner, RunResult, check_reachable
+
+PROFILE_BIN = "/nix/var/nix/profiles/default/bin"
+LINK_DIR = "/usr/local/bin"
+NIX_CONF = "/etc/nix/nix.conf"
+SUDOERS_DROPIN = "/etc/sudoers.d/sparkfleet-nix"  # no "." in the name: sudo skips such files
+# Ubuntu's default secure_path with the Nix default profile in front.
+UBUNTU_SECURE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
+ROOT_PREFIX_ENV = "SPARKFLEET_HOST_ROOT"  # tests: where the host's / is
+
+
+class BootstrapError(SparkfleetError):
+    """A host could not be read or changed."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What bootstrap and doctor need to know about a host, read over ssh."""
+
+    host: str
+    user: str
+    prefix: str
+    is_root: bool
+    sudo_ok: bool
+    nix_on_path: bool
+    nix_on_path_detail: str
+    profile_bins: tuple[str, ...]
+    links: dict[str, str]  # name in /usr/local/bin -> link target ("" for a regular file)
+    nix_conf: str | None
+    sudoers: str | None
+    machine: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to a host, shown before it is made."""
+
+    step: str  # nix-path | trusted-users | nix-daemon | sudo-path
+    summary: str
+    path: str | None = None
+    before: str | None = None
+    after: str | None = None
+    mode: str | None = None
+    link_target: str | None = None
+    command: tuple[str, ...] = ()
+    validate: tuple[str, ...] = ()
+
+    def diff(self) -> str:
+        """The change as a unified diff, secrets (nix.conf access-tokens, ...) redacted."""
+        if self.after is None:
+            return ""
+        return "".join(
+            difflib.unified_diff(
+                redact(self.before or "").splitlines(keepends=True),
+                redact(self.after).splitlines(keepends=True),
+                fromfile=f"{self.path} (now)" if self.before is not None else "/dev/null",
+                tofile=f"{self.path} (after)",
+            )
+        )
+
+    def shown(self) -> dict[str, object]:
+        """What a report may carry: the real file contents never leave the host unredacted."""
+        out = dataclasses.asdict(self)
+        out["before"] = None if self.before is None else redact(self.before)
+        out["after"] = None if self.after is None else redact(self.after)
+        return out
+
+
+_SECRET_KEY = re.compile(r"token|secret|password|passwd|credential|netrc", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`key = value` lines whose key looks secret keep their key and lose their value."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        key, eq, _ = line.partition("=")
+        if eq and _SECRET_KEY.search(key) and not key.lstrip().startswith("#"):
+            line = f"{key}= <redacted>" + ("\n" if line.endswith("\n") else "")
+        out.append(line)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Prereq:
+    """One prerequisite's state: ok, what was found, and the fix."""
+
+    name: str
+    ok: bool | None
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class BootstrapReport:
+    host: str
+    dry_run: bool
+    changes: list[Change] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    after: list[Prereq] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok is not False for p in self.after)
+
+
+def host_path(prefix: str, path: str) -> str:
+    return posixpath.join(prefix, path.lstrip("/")) if prefix else path
+
+
+def _run(runner: HostRunner, argv: list[str], input: str | None = None) -> RunResult:
+    return check_reachable(runner.run(argv, input=input, timeout=120))
+
+
+# One ssh round trip for every fact (each costs a login shell on the host). The script is a
+# constant; paths arrive as positional arguments, quoted by SshHost, never pasted into it.
+_GATHER = r"""
+section() { printf '\n@@sparkfleet %s\n' "$1"; }
+section uid; id -u
+section sudo
+if [ "$(id -u)" = 0 ]; then echo root; elif sudo -n true 2>/dev/null; then echo yes; else echo no; fi
+section nix-store; nix-store --version 2>&1; echo "exit=$?"
+section profile; ls -1 "$1" 2>/dev/null
+section links; find "$2" -mindepth 1 -maxdepth 1 -printf '%f\t%l\n' 2>/dev/null
+section conf; if [ -r "$3" ]; then base64 -w0 < "$3"; echo; echo present; fi
+section sudoers
+if [ "$(id -u)" = 0 ]; then s=""; else s="sudo -n"; fi
+if $s test -e "$4"; then $s base64 -w0 "$4"; echo; echo present; fi
+section machine; uname -m
+"""
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("@@sparkfleet "):
+            current = line.split(" ", 1)[1]
+            out[current] = []
+        elif current is not None and line:
+            out[current].append(line)
+    return out
+
+
+def _file(lines: list[str]) -> str | None:
+    """A file's bytes from the gather's base64 section (None: not there)."""
+    if not lines or lines[-1] != "present":
+        return None
+    return base64.b64decode(lines[0]).decode() if len(lines) > 1 else ""
+
+
+def gather(runner: HostRunner, user: str, prefix: str = "") -> HostFacts:
+    """Read every fact the plan needs (one ssh command; nothing is changed)."""
+    paths = [host_path(prefix, p) for p in (PROFILE_BIN, LINK_DIR, NIX_CONF, SUDOERS_DROPIN)]
+    res = _run(runner, ["sh", "-c", _GATHER, "sh", *paths])
+    s = _sections(res.stdout)
+    if "machine" not in s:
+        raise BootstrapError(f"{runner.name}: could not read the host: {res.stderr.strip()[-300:]}")
+    serve = s.get("nix-store", [])
+    nix_ok = bool(serve) and serve[-1] == "exit=0"
+    links = {}
+    for line in s.get("links", []):
+        name, _, target = line.partition("\t")
+        links[name] = target
+    sudo = (s.get("sudo") or ["no"])[0]
+    return HostFacts(
+        host=runner.name,
+        user=user,
+        prefix=prefix,
+        is_root=sudo == "root",
+        sudo_ok=sudo in ("root", "yes"),
+        nix_on_path=nix_ok,
+        nix_on_path_detail=(serve[0] if nix_ok else (serve[:-1] or ["not found"])[-1])
+        if serve
+        else "not found",
+        profile_bins=tuple(sorted(s.get("profile", []))),
+        links=links,
+        nix_conf=_file(s.get("conf", [])),
+        sudoers=_file(s.get("sudoers", [])),
+        machine=(s.get("machine") or ["unknown"])[0],
+    )
+
+
+# ---- pure: what is missing and what would fix it -----------------------------------------------
+
+
+def trusted_users(conf: str | None) -> list[str]:
+    """The effective trusted-users of a nix.conf (last `trusted-users` wins, `extra-` ones add)."""
+    base: list[str] = ["root"]
+    extra: list[str] = []
+    for raw in (conf or "").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        key, eq, value = line.partition("=")
+        if not eq:
+            continue
+        if key.strip() == "trusted-users":
+            base = value.split()
+        elif key.strip() == "extra-trusted-users":
+            extra += value.split()
+    return base + extra
+
+
+def is_trusted(user: str, conf: str | None) -> bool:
+    users = trusted_users(conf)
+    return user in users or "*" in users
+
+
+def with_trusted_user(conf: str | None, user: str) -> str:
+    """nix.conf with `user` added to its last trusted-users line (or a new line); nothing else moves."""
+    text = conf or ""
+    lines = text.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        key, eq, value = lines[i].split("#", 1)[0].partition("=")
+        if eq and key.strip() == "trusted-users":
+            comment = lines[i][len(lines[i].split("#", 1)[0]) :].rstrip("\n")
+            tail = f" {comment}" if comment else ""
+            lines[i] = f"trusted-users = {' '.join([*value.split(), user])}{tail}\n"
+            return "".join(lines)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    why = f"# deploy-rs copies unsigned paths as {user} (deploy-rs#293); added by sparkfleet bootstrap\n"
+    return text + why + f"trusted-users = root {user}\n"
+
+
+def sudoers_text(prefix: str = "") -> str:
+    return (
+        "# Written by `sparkfleet bootstrap`: deploy-rs's activate-rs runs `nix-env` by name under sudo,\n"
+        "# and Ubuntu's secure_path does not include the Nix default profile.\n"
+        f'Defaults secure_path="{host_path(prefix, PROFILE_BIN)}:{UBUNTU_SECURE_PATH}"\n'
+    )
+
+
+def prereqs(f: HostFacts) -> list[Prereq]:
+    """Every prerequisite with what was found and the fix (doctor prints these)."""
+    fix = f"sparkfleet bootstrap {f.host}"
+    trusted = is_trusted(f.user, f.nix_conf)
+    sudo_path = f.sudoers == sudoers_text(f.prefix)
+    if sudo_path:
+        sudo_detail = "sets secure_path with the Nix profile"
+    else:
+        sudo_detail = "missing or different" if f.sudo_ok else "unreadable (no sudo -n)"
+    out = [
+        Prereq(
+            "nix on ssh PATH",
+            f.nix_on_path,
+            f"non-interactive ssh: nix-store: {f.nix_on_path_detail}",
+            None if f.nix_on_path else f"{fix} (links {LINK_DIR}/nix* to {PROFILE_BIN})",
+        ),
+        Prereq(
+            "trusted-users",
+            trusted,
+            f"{f.user} {'is' if trusted else 'is NOT'} in trusted-users "
+            f"({' '.join(trusted_users(f.nix_conf))}) of {NIX_CONF}",
+            None if trusted else f"{fix} (adds {f.user}, restarts nix-daemon)",
+        ),
+        Prereq(
+            "sudo secure_path",
+            sudo_path,
+            f"{SUDOERS_DROPIN} {sudo_detail}",
+            None if sudo_path else f"{fix} (writes it, checked by visudo -c)",
+        ),
+    ]
+    here = platform.machine()
+    if f.machine != "unknown" and here != f.machine:
+        out.append(
+            Prereq(
+                "build platform",
+                None,
+                f"operator {here}, host {f.machine}: the profile is built on the host "
+                "(deploy-rs remoteBuild = true) unless this machine has a builder for it",
+            )
+        )
+    return out
+
+
+def plan(f: HostFacts) -> list[Change]:
+    """The changes that make every prerequisite hold (empty when they already do)."""
+    changes: list[Change] = []
+    profile, link_dir = host_path(f.prefix, PROFILE_BIN), host_path(f.prefix, LINK_DIR)
+    if not f.nix_on_path:
+        if not f.profile_bins:
+            raise BootstrapError(
+                f"{f.host}: no Nix in {profile}",
+                hint="install multi-user Nix first (https://nixos.org/download, daemon install)",
+            )
+        for name in f.profile_bins:
+            target = posixpath.join(profile, name)
+            if f.links.get(name) == target:
+                continue
+            if name in f.links and f.links[name] == "":
+                raise BootstrapError(
+                    f"{f.host}: {link_dir}/{name} is a regular file, not ours to replace",
+                    hint=f"move it away, or put {profile} on the ssh PATH yourself",
+                )
+            link = posixpath.join(link_dir, name)
+            changes.append(Change("nix-path", f"link {link} -> {target}", path=link, link_target=target))
+    if not is_trusted(f.user, f.nix_conf):
+        path = host_path(f.prefix, NIX_CONF)
+        after = with_trusted_user(f.nix_conf, f.user)
+        summary = f"add {f.user} to trusted-users in {path}"
+        changes.append(Change("trusted-users", summary, path, f.nix_conf, after, "0644"))
+        restart = ("systemctl", "restart", "nix-daemon.service")
+        summary = "restart nix-daemon so it reads the new trusted-users"
+        changes.append(Change("nix-daemon", summary, command=restart))
+    want = sudoers_text(f.prefix)
+    if f.sudoers != want:
+        path = host_path(f.prefix, SUDOERS_DROPIN)
+        summary = f"sudo secure_path with {profile} in {path}"
+        check = ("visudo", "-c", "-f")
+        changes.append(Change("sudo-path", summary, path, f.sudoers, want, "0440", validate=check))
+    return changes
+
+
+# ---- action ---------------------------------------------------------------------------------------
+
+
+# Constant scripts (arguments positional): temp beside the target, validate, fsync, rename.
+_WRITE = r"""
+set -e
+final=$1; tmp=$2; mode=$3; shift 3
+dir=$(dirname "$final")
+mkdir -p "$dir"
+trap 'rm -f "$tmp"' EXIT
+cat > "$tmp"
+chmod "$mode" "$tmp"
+if [ $# -gt 0 ]; then "$@" "$tmp" 1>&2; fi
+sync "$tmp"
+mv -fT "$tmp" "$final"
+trap - EXIT
+sync "$dir"
+"""
+_LINK = r"""
+set -e
+mkdir -p "$(dirname "$1")"
+ln -sfn "$2" "$3"
+mv -fT "$3" "$1"
+"""
+
+
+def _must(runner: HostRunner, argv: list[str], what: str, input: str | None = None) -> None:
+    res = _run(runner, argv, input=input)
+    if not res.ok:
+        err = " / ".join(res.stderr.strip().splitlines()[-2:]) or f"exit {res.returncode}"
+        raise BootstrapError(f"{runner.name}: {what} failed: {err}")
+
+
+def _temp_of(path: str) -> str:
+    d, name = posixpath.split(path)
+    return posixpath.join(d, f".{name}.sparkfleet-tmp")  # a "." in the name: sudo ignores it
+
+
+def apply_change(runner: HostRunner, sudo: list[str], change: Change) -> None:
+    """Make one change with one ssh command."""
+    if change.link_target is not None:
+        assert change.path is not None
+        argv = [*sudo, "sh", "-c", _LINK, "sh", change.path, change.link_target, _temp_of(change.path)]
+        _must(runner, argv, f"link {change.path}")
+    elif change.after is not None:
+        assert change.path is not None
+        name = posixpath.basename(change.path)
+        what = f"{change.validate[0]} check of the new {name}" if change.validate else f"write {change.path}"
+        argv = [*sudo, "sh", "-c", _WRITE, "sh", change.path, _temp_of(change.path), change.mode or "0644",
+                *change.validate]  # fmt: skip
+        _must(runner, argv, what, input=change.after)
+    elif change.command:
+        _must(runner, [*sudo, *change.command], change.summary)
+
+
+def bootstrap(
+    runner: HostRunner,
+    user: str,
+    *,
+    prefix: str = "",
+    dry_run: bool = False,
+    on_change: Callable[[Change], None] = lambda _c: None,
+) -> BootstrapReport:
+    """Plan, show and make each change, then read the host again and report every prerequisite."""
+    facts = gather(runner, user, prefix)
+    changes = plan(facts)
+    report = BootstrapReport(runner.name, dry_run, changes)
+    if changes and not dry_run and not facts.sudo_ok:
+        raise BootstrapError(
+            f"{runner.name}: {len(changes)} change(s) need root, and `sudo -n` does not work for {user}",
+            hint="allow passwordless sudo for the deploy user, or run the README's "
+            "'Preparing a DGX OS host' steps by hand",
+            exit_code=ExitCode.REFUSED,
+        )
+    sudo = [] if facts.is_root else ["sudo", "-n"]
+    for change in changes:
+        on_change(change)
+        if dry_run:
+            continue
+        apply_change(runner, sudo, change)
+        report.applied.append(change.summary)
+    report.after = prereqs(gather(runner, user, prefix) if report.applied else facts)
+    return report

@@ -1,0 +1,59 @@
+"""`sparkfleet bootstrap HOST`: prepare a DGX OS host for `deploy .#HOST` (see sparkfleet.bootstrap)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import ExitCode
+from .render import echo_json, load_inventory
+
+
+@click.command("bootstrap")
+@click.argument("host")
+@click.option("--dry-run", is_flag=True, help="Show every change; make none.")
+@click.option(
+    "--root-prefix",
+    envvar="SPARKFLEET_HOST_ROOT",
+    default="",
+    hidden=True,
+    help="Treat this directory on the host as / (tests against emulated hosts).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as_json: bool) -> None:
+    """Make HOST deployable: Nix on the ssh PATH, the deploy user trusted, sudo finding nix-env.
+
+    \b
+    Examples:
+      sparkfleet bootstrap dgx2 --dry-run
+      sparkfleet bootstrap dgx2
+    """
+    from ..bootstrap import bootstrap as do_bootstrap
+    from ..hosts import connect
+
+    inv = load_inventory(ctx)
+    h = inv.host(host)
+
+    def show(change) -> None:
+        if as_json:
+            return
+        click.secho(f"{'would' if dry_run else '→'} {change.summary}", bold=True)
+        diff = change.diff()
+        if diff:
+            click.echo(diff.rstrip("\n"))
+
+    report = do_bootstrap(connect(h), h.ssh_user, prefix=root_prefix, dry_run=dry_run, on_change=show)
+    if as_json:
+        echo_json({"ok": report.ok, **vars(report), "changes": [c.shown() for c in report.changes]})
+    else:
+        if not report.changes:
+            click.echo(f"{host}: nothing to change")
+        for p in report.after:
+            mark = {True: "✓", False: "✗", None: "–"}[p.ok]
+            click.echo(f"{mark} {host:8} {p.name:18} {p.detail}")
+            if p.ok is False and p.fix and not dry_run:
+                click.echo(f"  {'':8} {'':18} fix: {p.fix}")
+    if not report.ok and not dry_run:
+        sys.exit(ExitCode.SHORTFALL)

@@ -1,0 +1,86 @@
+"""`sparkfleet image load LANE`: the Nix-built lane image into the engine of every host of the lane."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+from ..errors import ExitCode
+from .progress import wants_bar
+from .render import echo_json, load_inventory
+
+
+@click.group("image")
+def image() -> None:
+    """Load the lane image built by Nix into docker/podman on the lane's hosts, and record its ID."""
+
+
+@image.command("load")
+@click.argument("lane")
+@click.option(
+    "--image",
+    "source",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("result"),
+    show_default=True,
+    help="The `nix build .#<package>` result (a stream script) or a docker-archive tar.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what each host would load; change nothing.")
+@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds per host load.")
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=4, show_default=True, help="Hosts loading at once."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def load(
+    ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: float, jobs: int, as_json: bool
+) -> None:
+    """Load the built image into every host of LANE; hosts already holding it are left alone.
+
+    \b
+    Examples:
+      sparkfleet image load dsv41-flash-4x-mia --image ./result
+      sparkfleet image load dsv41-flash-4x-mia --dry-run --json
+    """
+    from ..images.load import load as do_load
+
+    def event(msg: str) -> None:
+        if not as_json:
+            click.echo(f"· {msg}", err=True)
+
+    inv = load_inventory(ctx)
+    if wants_bar(as_json):
+        bar = Progress(
+            TextColumn("{task.description}"), DownloadColumn(binary_units=True), TransferSpeedColumn(),
+            TimeElapsedColumn(), console=Console(stderr=True),
+        )  # fmt: skip
+        tasks: dict[str, TaskID] = {}
+
+        def count(host: str, n: int) -> None:  # the archive's length is known only at its end
+            if host not in tasks:
+                tasks[host] = bar.add_task(f"{host}: load", total=None)
+            bar.advance(tasks[host], n)
+
+        with bar:
+            report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event,
+                             on_bytes=count, jobs=jobs)  # fmt: skip
+    else:
+        report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event, jobs=jobs)
+    if as_json:
+        echo_json({"ok": report.ok, **vars(report)})
+    else:
+        for h in report.hosts:
+            mark = "✓" if h.action in ("unchanged", "loaded") else ("→" if h.action == "load" else "✗")
+            what = h.image_id or h.detail
+            prev = f" (previous {h.previous_image_id[:19]}…)" if h.previous_image_id else ""
+            click.echo(f"{mark} {h.host:8} {h.action:9} {what}{prev}")
+        if report.record:
+            click.echo(f"recorded in {report.record}")
+        if dry_run:
+            click.echo("dry run: nothing loaded")
+    if not report.ok:
+        sys.exit(ExitCode.SHORTFALL)

@@ -1,0 +1,262 @@
+"""`sparkfleet image load LANE`: the built image into docker/podman on every host of the lane.
+
+Facts → plan → action → record. The build's ID is read from the archive itself; each host says
+which ID it holds (agent `image-state`); a host already holding the build is left alone (rerun =
+no-op); every other host is shown its change, then gets the archive streamed over ssh into
+`<engine> load` and records the new ID (agent `image-commit`), keeping the previous one tagged.
+The operator's record (`<state>/images/<lane>.json`, written atomically) is what launch and
+doctor compare each host against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_bytes
+from ..errors import ExitCode, SparkfleetError
+from ..hosts import RunResult, SshHost, check_reachable, connect
+from ..inventory import Inventory
+from ..launch.lane import call_agent
+from ..launch.recipe import LaunchRecipe, launch_recipe
+from ..launch.spec import state_dir_of
+from .archive import BuildImage, inspect_build, open_stream
+
+STATE_ENV = "SPARKFLEET_STATE_DIR"
+
+
+def operator_state_dir() -> Path:
+    """Operator-side state: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet (~/.local/state).
+
+    Never the fleet root: under `nix run` that is a read-only store path.
+    """
+    env = os.environ.get(STATE_ENV)
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "sparkfleet"
+
+
+def operator_record_path(lane: str) -> Path:
+    return operator_state_dir() / "images" / f"{lane}.json"
+
+
+def read_operator_record(lane: str) -> dict[str, Any] | None:
+    path = operator_record_path(lane)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise SparkfleetError(
+            f"{path}: not valid JSON ({exc})", hint="remove it and rerun image load"
+        ) from None
+    return doc if isinstance(doc, dict) else None
+
+
+def built_image_id(recipe: LaunchRecipe) -> str:
+    """The ID of the lane's last loaded build; refuses when the lane's image was never loaded."""
+    rec = read_operator_record(recipe.lane)
+    image_id = ((rec or {}).get("build") or {}).get("image_id")
+    if not image_id:
+        raise SparkfleetError(
+            f"lane {recipe.lane}: no build of {recipe.image_build} has been loaded "
+            f"(no {operator_record_path(recipe.lane)})",
+            hint=f"nix build .#{recipe.image_build} && sparkfleet image load {recipe.lane}",
+            exit_code=ExitCode.REFUSED,
+        )
+    return image_id
+
+
+@dataclass
+class HostLoad:
+    host: str
+    engine: str
+    before: str | None  # the ID the host recorded before this run
+    action: str  # "unchanged" | "load" | "loaded" | "failed"
+    image_id: str | None = None
+    previous_image_id: str | None = None
+    seconds: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class LoadReport:
+    lane: str
+    build: BuildImage
+    hosts: list[HostLoad] = field(default_factory=list)
+    dry_run: bool = False
+    record: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(
+            h.action in ("unchanged", "loaded") or (self.dry_run and h.action == "load") for h in self.hosts
+        )
+
+
+def _image_recipe(inv: Inventory, lane: str) -> LaunchRecipe:
+    recipe = launch_recipe(inv, lane)
+    if recipe.runtime not in ("docker", "podman"):
+        raise SparkfleetError(f"lane {lane} runs with the {recipe.runtime} runtime: it has no image to load")
+    return recipe
+
+
+def _remote_argv(runner, argv: list[str]) -> list[str]:
+    return runner.ssh_argv(argv) if isinstance(runner, SshHost) else argv
+
+
+CHUNK = 1 << 20
+
+
+def stream_into(
+    build: BuildImage, runner, engine: str, timeout: float, on_bytes: Callable[[int], None]
+) -> str:
+    """`<engine> load` on the host, fed the archive chunk by chunk (counted); returns its output."""
+    argv = [engine, "load"]
+    deadline = time.monotonic() + timeout
+    with open_stream(Path(build.source), build.kind) as stream:
+        proc = subprocess.Popen(
+            _remote_argv(runner, argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=False,
+        )  # fmt: skip
+        assert proc.stdin is not None
+        try:
+            while chunk := stream.read(CHUNK):
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    raise SparkfleetError(f"{runner.name}: {engine} load timed out after {timeout:.0f} s")
+                proc.stdin.write(chunk)
+                on_bytes(len(chunk))
+        except BrokenPipeError:
+            pass  # the engine (or ssh) gave up; its exit status and stderr say why
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()  # end of the archive: the engine finishes the load
+        proc.stdin = None  # closed here; communicate() only drains stdout/stderr
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    res = check_reachable(_as_result(runner.name, argv, proc.returncode, out, err))
+    if not res.ok:
+        raise SparkfleetError(f"{runner.name}: {engine} load failed: {res.stderr.strip()[-300:]}")
+    return res.stdout
+
+
+def _as_result(host: str, argv: list[str], returncode: int, out: bytes, err: bytes) -> RunResult:
+    return RunResult(
+        host, tuple(argv), returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    )
+
+
+def _load_host(
+    inv: Inventory,
+    lane: str,
+    name: str,
+    engine: str,
+    build: BuildImage,
+    dry_run: bool,
+    timeout_s: float,
+    on_event: Callable[[str], None],
+    on_bytes: Callable[[str, int], None],
+) -> HostLoad:
+    """One host: what it holds, then (if it differs) show, stream, record."""
+    host = inv.host(name)
+    runner = connect(host)
+    req = {"lane": lane, "state_dir": str(state_dir_of(host)), "engine": engine, "expect": build.image_id}
+    try:
+        st = call_agent(runner, "image-state", req)
+    except SparkfleetError as exc:
+        on_event(f"{name}: {exc.message}")
+        return HostLoad(name, engine, None, "failed", detail=exc.message)
+    before = st.get("recorded")
+    if before == build.image_id and st.get("present"):
+        on_event(f"{name}: already holds {build.image_id[:19]}…; nothing to do")
+        previous = (st.get("record") or {}).get("previous_image_id")
+        return HostLoad(name, engine, before, "unchanged", before, previous)
+    held = f"{before[:19]}…" if before else "none"
+    on_event(
+        f"{name}: {engine} load {build.image_id[:19]}… (host holds {held}; "
+        f"the old image stays tagged sparkfleet/{lane}:previous)"
+    )
+    if dry_run:
+        return HostLoad(name, engine, before, "load", build.image_id, before)
+    t0 = time.monotonic()
+    try:
+        if not st.get("expect_present"):
+            stream_into(build, runner, engine, timeout_s, lambda n: on_bytes(name, n))
+        commit = {**req, "image_id": build.image_id, "source": build.source}
+        rec = call_agent(runner, "image-commit", commit)["record"]
+    except SparkfleetError as exc:
+        on_event(f"{name}: FAILED: {exc.message}")
+        return HostLoad(name, engine, before, "failed", detail=exc.message)
+    seconds = round(time.monotonic() - t0, 2)
+    on_event(f"{name}: loaded in {seconds:.1f} s")
+    return HostLoad(name, engine, before, "loaded", rec["image_id"], rec.get("previous_image_id"), seconds)
+
+
+def load(
+    inv: Inventory,
+    lane: str,
+    source: Path,
+    *,
+    dry_run: bool = False,
+    timeout_s: float = 3600,
+    on_event: Callable[[str], None] = lambda _m: None,
+    on_bytes: Callable[[str, int], None] = lambda _host, _n: None,
+    jobs: int = 4,
+) -> LoadReport:
+    """Load the build at `source` into every host of the lane that does not hold it; record the IDs.
+
+    `on_event` gets a line before each change; `on_bytes(host, n)` counts the archive streamed.
+    Up to `jobs` hosts load at once, each from its own run of the stream script.
+    """
+    recipe = _image_recipe(inv, lane)
+    engine = recipe.runtime
+    on_event(f"reading {source} for its image ID")
+    build = inspect_build(source)
+    on_event(f"build image {build.image_id} ({', '.join(build.repo_tags) or 'untagged'})")
+    report = LoadReport(lane, build, dry_run=dry_run)
+
+    def one(name: str) -> HostLoad:
+        return _load_host(inv, lane, name, engine, build, dry_run, timeout_s, on_event, on_bytes)
+
+    names = list(inv.lane(lane).hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as pool:
+        report.hosts = list(pool.map(one, names))  # lane order, whatever order they finish in
+    if not dry_run:
+        report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
+    return report
+
+
+def _write_operator_record(lane: str, recipe: LaunchRecipe, build: BuildImage, hosts: list[HostLoad]) -> Path:
+    """Merge this run into the lane's record: the build, and per host what it holds now."""
+    path = operator_record_path(lane)
+    old = read_operator_record(lane) or {}
+    per_host = dict(old.get("hosts") or {})
+    for h in hosts:
+        if h.action in ("loaded", "unchanged"):
+            per_host[h.host] = {"image_id": h.image_id, "previous_image_id": h.previous_image_id,
+                                "engine": h.engine, "at": time.time()}  # fmt: skip
+    doc = {
+        "lane": lane,
+        "package": recipe.image_build,
+        "build": {
+            "source": build.source,
+            "kind": build.kind,
+            "image_id": build.image_id,
+            "repo_tags": list(build.repo_tags),
+            "at": time.time(),
+        },  # fmt: skip
+        "previous_build": old.get("build")
+        if (old.get("build") or {}).get("image_id") != build.image_id
+        else old.get("previous_build"),
+        "hosts": per_host,
+    }
+    write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
+    return path

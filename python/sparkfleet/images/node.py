@@ -1,0 +1,110 @@
+"""The node side of `image load`: which image ID this host holds for a lane, and recording a new one.
+
+Runs inside `sparkfleet agent` on the host. The record, `<state_dir>/images/<lane>.json`, names
+the ID loaded last and the one before it; both stay tagged in the engine
+(`sparkfleet/<lane>:current`, `sparkfleet/<lane>:previous`) so neither is pruned as dangling and a
+rollback needs no rebuild. Kept free of the inventory/TOML stack: the agent must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_bytes
+from ..errors import ExitCode, SparkfleetError
+from .archive import normalize_id
+
+ENGINES = ("docker", "podman")
+
+
+def record_path(state_dir: str | Path, lane: str) -> Path:
+    return Path(state_dir) / "images" / f"{lane}.json"
+
+
+def read_record(state_dir: str | Path, lane: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(record_path(state_dir, lane).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise SparkfleetError(f"{record_path(state_dir, lane)}: not valid JSON ({exc})") from None
+    return doc if isinstance(doc, dict) else None
+
+
+def _engine(name: str) -> str:
+    if name not in ENGINES:
+        raise SparkfleetError(f"unknown engine {name!r}", hint="docker or podman")
+    path = shutil.which(name)
+    if path is None:
+        raise SparkfleetError(f"{name} is not installed on this host", hint=f"install {name} first")
+    return path
+
+
+def engine_image_id(engine: str, ref: str) -> str | None:
+    """The full ID the engine gives `ref` (an ID or a tag), or None if it has no such image."""
+    cp = subprocess.run(
+        [_engine(engine), "image", "inspect", "--format", "{{.Id}}", ref],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return normalize_id(cp.stdout.splitlines()[0]) if cp.returncode == 0 and cp.stdout.strip() else None
+
+
+def tag_of(lane: str, which: str) -> str:
+    return f"sparkfleet/{lane}:{which}"
+
+
+def image_state(req: dict) -> dict:
+    """This host's record for the lane and whether the engine still holds the recorded image."""
+    rec = read_record(req["state_dir"], req["lane"])
+    engine = req["engine"]
+    recorded = rec.get("image_id") if rec else None
+    out: dict[str, Any] = {"record": rec, "recorded": recorded, "present": False}
+    if recorded:
+        out["present"] = engine_image_id(engine, recorded) == recorded
+    if req.get("expect"):
+        out["expect_present"] = engine_image_id(engine, req["expect"]) == req["expect"]
+    return out
+
+
+def _tag(engine: str, image_id: str, tag: str) -> None:
+    cp = subprocess.run(
+        [_engine(engine), "tag", image_id, tag], capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if cp.returncode != 0:
+        raise SparkfleetError(f"{engine} tag {image_id} {tag} failed: {cp.stderr.strip()}")
+
+
+def image_commit(req: dict) -> dict:
+    """Record that this host now holds `image_id` for the lane (after `engine load`), keeping the last.
+
+    Refuses when the engine does not hold exactly that ID (a load that produced something else).
+    """
+    lane, engine, image_id = req["lane"], req["engine"], normalize_id(req["image_id"])
+    found = engine_image_id(engine, image_id)
+    if found != image_id:
+        raise SparkfleetError(
+            f"{engine} on this host does not hold {image_id} after the load",
+            hint="the archive loaded is not the build; rerun `sparkfleet image load LANE`",
+            exit_code=ExitCode.REFUSED,
+        )
+    old = read_record(req["state_dir"], lane) or {}
+    previous = old.get("image_id") if old.get("image_id") != image_id else old.get("previous_image_id")
+    if previous and engine_image_id(engine, previous) == previous:
+        _tag(engine, previous, tag_of(lane, "previous"))
+    _tag(engine, image_id, tag_of(lane, "current"))
+    rec = {
+        "lane": lane,
+        "engine": engine,
+        "image_id": image_id,
+        "previous_image_id": previous,
+        "source": req.get("source"),
+        "loaded_at": time.time(),
+    }
+    write_bytes(record_path(req["state_dir"], lane), (json.dumps(rec, indent=2) + "\n").encode())
+    return {"record": rec}
