@@ -148,14 +148,17 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
         "nixosConfigurations",
         apply="builtins.mapAttrs (_: c: { inherit (c) system; "
         "services = builtins.attrNames c.config.systemd.services; "
-        "root = c.config.systemd.services.sparkfleet-stage.environment.SPARKFLEET_ROOT; "
-        "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; })",
+        "root = c.config.environment.etc.\"sparkfleet/stage-root\".source; "
+        "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; "
+        "packages = map (p: p.name) c.config.environment.systemPackages; })",
     )
     assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
     inv = inventory.load(flake)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux"
-        assert host["root"].startswith("/nix/store/")  # the flake's own source: the pinned inventory
-        assert "-sparkfleet-0.1.0/bin/sparkfleet" in host["exec"]  # the overlay's package
+        # the flake's own hosts/fleet.toml + this host's recipes, by content
+        assert host["root"].startswith("/nix/store/") and host["root"].endswith(f"-sparkfleet-stage-{name}-spec")
+        assert host["exec"].startswith('"/run/current-system/sw/bin/sparkfleet" ')
+        assert host["packages"] == ["sparkfleet-0.1.0"]  # the overlay's package, on the system path
         units = {u.unit for u in hostfacts.facts(inv, name).lanes}
-        assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units})
+        assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units, *(f"{u}-spec" for u in units)})

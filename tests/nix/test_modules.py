@@ -55,23 +55,49 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
     }
     assert "ro" in mount.options and "x-systemd.automount" in mount.options and "_netdev" in mount.options
     assert cfg["boot"]["supportedFilesystems"] == ["nfs"]
-    assert cfg["tmpfiles"] == list(facts.tmpfiles)
+    # kilork's primary group on NixOS is `users` (isNormalUser): the rules name it, not "kilork"
+    assert cfg["users"]["users"]["kilork"]["group"] == "users"
+    assert cfg["tmpfiles"] == [r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles]
+    for rule in cfg["tmpfiles"]:
+        assert rule.split()[4] in cfg["users"]["groups"], rule
 
     stage = cfg["services"]["sparkfleet-stage"]
-    exe = "/nix/store/00000000000000000000000000000000-sparkfleet-0.1.0/bin/sparkfleet"
+    # the system path: the same on every generation, so a new build of the tooling changes no unit
+    exe = "/run/current-system/sw/bin/sparkfleet"
+    assert cfg["systemPackages"] == ["sparkfleet-0.1.0"]
     assert shlex.split(stage["serviceConfig"]["ExecStart"]) == [exe, *facts.staging.argv[1:]]
     assert stage["serviceConfig"]["User"] == facts.staging.user
     assert stage["serviceConfig"]["ReadWritePaths"] == list(facts.staging.readWritePaths)
     assert stage["serviceConfig"]["ProtectSystem"] == "strict"
     assert stage["unitConfig"]["RequiresMountsFor"] == list(facts.staging.requiresMountsFor)
-    assert stage["environment"]["SPARKFLEET_ROOT"] == str(fleet_root)
+    assert stage["environment"]["SPARKFLEET_ROOT"] == "/etc/sparkfleet/stage-root"
+    assert cfg["etc"]["sparkfleet/stage-root"]["source"].endswith(f"-sparkfleet-stage-{host}-spec")
+    assert stage["environment"]["SPARKFLEET_REMOTE"] == "/nix/var/nix/profiles/sparkfleet/bin/sparkfleet"
     assert "network-online.target" in stage["after"]
     assert cfg["timers"]["sparkfleet-stage"]["wantedBy"] == ["timers.target"]
 
-    lanes = {name: svc for name, svc in cfg["services"].items() if name.startswith("sparkfleet-lane-")}
+    lanes = {
+        name: svc
+        for name, svc in cfg["services"].items()
+        if name.startswith("sparkfleet-lane-") and not name.endswith("-spec")
+    }
     assert sorted(lanes) == sorted(unit.unit for unit in facts.lanes)
     for unit in facts.lanes:
+        # a switch never restarts a lane by itself; its -spec companion restarts it on a spec change
+        assert lanes[unit.unit]["restartIfChanged"] is False
+        companion = cfg["services"][f"{unit.unit}-spec"]
+        assert companion["reloadIfChanged"] is True and companion["wantedBy"] == ["multi-user.target"]
+        (trigger,) = companion["reloadTriggers"]
+        assert trigger.endswith(f"-sparkfleet-lane-{unit.lane}-spec")
+        assert lanes[unit.unit]["environment"]["SPARKFLEET_ROOT"] == trigger
+        assert shlex.split(companion["serviceConfig"]["ExecReload"]) == [
+            "/run/current-system/sw/bin/systemctl",
+            "try-restart",
+            "--no-block",
+            f"{unit.unit}.service",
+        ]
         svc = lanes[unit.unit]["serviceConfig"]
+        assert all(g in cfg["users"]["groups"] for g in svc["SupplementaryGroups"])
         assert shlex.split(svc["ExecStart"]) == [exe, *unit.startArgv[1:]]
         assert shlex.split(svc["ExecStop"]) == [exe, *unit.stopArgv[1:]]
         assert svc["Type"] == "oneshot" and svc["RemainAfterExit"] is True
@@ -84,7 +110,8 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
 
 
 def test_lanes_land_on_their_head_only(fleet_root: Path) -> None:
-    assert len([s for s in evaluate(fleet_root, "dgx1")["services"] if s.startswith("sparkfleet-lane-")]) == 2
+    here = [s for s in evaluate(fleet_root, "dgx1")["services"] if s.startswith("sparkfleet-lane-")]
+    assert len([s for s in here if not s.endswith("-spec")]) == 2
     assert [s for s in evaluate(fleet_root, "dgx3")["services"] if s.startswith("sparkfleet-lane-")] == []
 
 
@@ -182,6 +209,7 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux" and host["hostName"] == name
         assert host["failed"] == [] and host["overlays"] == 1
-        assert host["root"] == str(fleet_root)
+        assert host["root"] == "/etc/sparkfleet/stage-root"
         facts = hostfacts.facts(inv, name)
-        assert sorted(host["services"]) == sorted(["sparkfleet-stage", *(u.unit for u in facts.lanes)])
+        lanes = [u.unit for u in facts.lanes]
+        assert sorted(host["services"]) == sorted(["sparkfleet-stage", *lanes, *(f"{u}-spec" for u in lanes)])

@@ -28,7 +28,10 @@ let
 in
 {
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
-  inherit (cfg) fileSystems networking users virtualisation hardware boot;
+  inherit (cfg) fileSystems networking virtualisation hardware boot;
+  users = { inherit (cfg.users) users; groups = builtins.attrNames cfg.users.groups; };
+  etc = cfg.environment.etc;
+  systemPackages = map (p: p.name) cfg.environment.systemPackages;
   tmpfiles = cfg.systemd.tmpfiles.rules;
   services = cfg.systemd.services;
   timers = cfg.systemd.timers;
