@@ -29,7 +29,8 @@ def render_units(
     """The unit files pkgs/sparkfleet-profile.nix ships for `host` (units.profileUnits)."""
     return nix_eval(
         f"let f = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in ((import {UNITS_LIB}).profileUnits "
-        f'{{ fleet = f; host = "{host}"; fleetRoot = {nix_str(root)}; profilePath = {nix_str(profile_path)}; }}).files'
+        f'{{ fleet = f; host = "{host}"; fleetRoot = {nix_str(root)}; '
+        f"profilePath = {nix_str(profile_path)}; }}).files"
     )
 
 

@@ -157,7 +157,8 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux"
         # the flake's own hosts/fleet.toml + this host's recipes, by content
-        assert host["root"].startswith("/nix/store/") and host["root"].endswith(f"-sparkfleet-stage-{name}-spec")
+        assert host["root"].startswith("/nix/store/")
+        assert host["root"].endswith(f"-sparkfleet-stage-{name}-spec")
         assert host["exec"].startswith('"/run/current-system/sw/bin/sparkfleet" ')
         assert host["packages"] == ["sparkfleet-0.1.0"]  # the overlay's package, on the system path
         units = {u.unit for u in hostfacts.facts(inv, name).lanes}

@@ -12,7 +12,6 @@ path and reads a content-addressed copy of hosts/fleet.toml + its own recipe, so
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -39,7 +38,8 @@ PROFILE = "/nix/var/nix/profiles/sparkfleet"
 def profile_units(root: Path, host: str, profile: str = PROFILE, write_store: bool = False) -> dict[str, str]:
     return nix_eval(
         f"let f = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in ((import {UNITS_LIB}).profileUnits "
-        f'{{ fleet = f; host = "{host}"; fleetRoot = {nix_str(root)}; profilePath = {nix_str(profile)}; }}).files',
+        f'{{ fleet = f; host = "{host}"; fleetRoot = {nix_str(root)}; '
+        f"profilePath = {nix_str(profile)}; }}).files",
         write_store=write_store,
     )
 
@@ -157,7 +157,7 @@ def _local_fleet(root: Path, nas_hub: Path, tmp: Path, port: int) -> Path:
     return root
 
 
-@pytest.mark.skipif(not store_writable(), reason="/nix/store is not writable (the unit's spec root lives there)")
+@pytest.mark.skipif(not store_writable(), reason="/nix/store is not writable (the unit's spec root is there)")
 def test_rendered_lane_unit_starts_and_stops_the_lane(tmp_path: Path) -> None:
     import socket
 
