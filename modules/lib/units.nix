@@ -48,6 +48,9 @@ let
   # The lane unit drives the container runtime and ssh to the workers; the GPU and RDMA devices
   # are opened by the runtime (or, for the process runtime, by the serve process: allowed below).
   laneHardening = {
+    # RDMA registers (pins) the model's memory: a rootless runtime or the process runtime inherit
+    # this unit's limit, and the default 8 MiB makes ibv_reg_mr fail.
+    LimitMEMLOCK = "infinity";
     ProtectSystem = "full";
     PrivateTmp = true;
     NoNewPrivileges = true;

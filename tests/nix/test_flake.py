@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 STUBS = Path(__file__).parent / "stubs"
 SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())
 STORE = "/nix/store/00000000000000000000000000000000"
+CACHED = "+deploy-rs-from-nixpkgs"
 
 
 def store_writable() -> bool:
@@ -52,7 +53,17 @@ def flake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(STUBS / "pkgs.nix", nixpkgs / "pkgs.nix")
     shutil.copy(STUBS / "nixos-options.nix", nixpkgs / "nixos-options.nix")
     shutil.copytree(STUBS / "deploy-rs-flake", base / "deploy-rs")
+    shutil.copytree(STUBS / "dgx-spark-flake", base / "nixos-dgx-spark")
+    shutil.copytree(STUBS / "srvos-flake", base / "srvos")
     return src
+
+
+def overrides(flake: Path) -> list[str]:
+    """--override-input for every input: the stand-ins beside the flake copy."""
+    argv = []
+    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
+        argv += ["--override-input", name, f"path:{flake.parent / name}"]
+    return argv
 
 
 def flake_eval(flake: Path, attr: str, apply: str | None = None) -> object:
@@ -63,12 +74,7 @@ def flake_eval(flake: Path, attr: str, apply: str | None = None) -> object:
         "eval",
         "--json",
         "--no-write-lock-file",
-        "--override-input",
-        "nixpkgs",
-        f"path:{flake.parent / 'nixpkgs'}",
-        "--override-input",
-        "deploy-rs",
-        f"path:{flake.parent / 'deploy-rs'}",
+        *overrides(flake),
         f"path:{flake}#{attr}",
     ]
     if apply:
@@ -89,12 +95,7 @@ def test_lock_names_the_release_branch_and_deploy_rs(flake: Path) -> None:
             "--json",
             "--no-write-lock-file",
             f"path:{flake}",
-            "--override-input",
-            "nixpkgs",
-            f"path:{flake.parent / 'nixpkgs'}",
-            "--override-input",
-            "deploy-rs",
-            f"path:{flake.parent / 'deploy-rs'}",
+            *overrides(flake),
         ],
         capture_output=True,
         text=True,
@@ -116,8 +117,9 @@ def test_deploy_output_from_the_real_flake(flake: Path) -> None:
     inv = inventory.load(flake)
     for host, node in deploy["nodes"].items():
         profiles = {
-            "system": f"{STORE}-activatable-nixos-system-{host}" if host == "dgx2" else None,
-            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
+            # activate-rs from nixpkgs' deploy-rs (binary cache), through deploy-rs's overlay
+            "system": f"{STORE}-activatable-nixos-system-{host}{CACHED}" if host == "dgx2" else None,
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}{CACHED}",
         }
         assert node == hostfacts.deploy_node(inv, host, profiles)
     assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
@@ -135,7 +137,8 @@ def test_outputs_per_system(flake: Path) -> None:
     assert apps == {"bench": "app", "default": "app", "doctor": "app", "launch": "app", "stage": "app"}
     checks = flake_eval(flake, "checks", apply=names)
     for system in ("x86_64-linux", "aarch64-linux"):
-        assert {"sparkfleet", "fleet-facts", "eval-dgx1", "eval-dgx4"} <= set(checks[system])
+        assert {"sparkfleet", "fleet-facts", "eval-dgx2"} <= set(checks[system])
+        assert "eval-dgx1" not in checks[system]  # a DGX OS host has no NixOS toplevel
     # deploy-rs's checks build every (aarch64) profile: only where that system builds (deploy-rs #389)
     assert "deploy-schema" in checks["aarch64-linux"] and "deploy-schema" not in checks["x86_64-linux"]
     # the image evaluates (so `nix flake check` passes) but its build stops on the partial pins
@@ -152,7 +155,7 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
         "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; "
         "packages = map (p: p.name) c.config.environment.systemPackages; })",
     )
-    assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    assert sorted(hosts) == ["dgx2"]  # the one host with os = "nixos"; DGX OS hosts have none
     inv = inventory.load(flake)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux"

@@ -98,15 +98,35 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
         ]
         svc = lanes[unit.unit]["serviceConfig"]
         assert all(g in cfg["users"]["groups"] for g in svc["SupplementaryGroups"])
+        assert svc["LimitMEMLOCK"] == "infinity"  # RDMA registers pinned memory (rootless podman too)
         assert shlex.split(svc["ExecStart"]) == [exe, *unit.startArgv[1:]]
         assert shlex.split(svc["ExecStop"]) == [exe, *unit.stopArgv[1:]]
         assert svc["Type"] == "oneshot" and svc["RemainAfterExit"] is True
-        assert svc["SupplementaryGroups"] == ["docker"]
+        assert svc["SupplementaryGroups"] == []  # podman: no daemon group
         assert lanes[unit.unit]["conflicts"] == list(unit.conflicts)
         assert lanes[unit.unit]["wantedBy"] == []  # no lane starts at boot unless autostart says so
+    # the DGX Spark module: container toolkit (CDI) and podman with docker compat, no docker daemon
     assert cfg["hardware"]["nvidia-container-toolkit"]["enable"] is True
-    assert cfg["virtualisation"]["docker"]["enable"] is True
-    assert cfg["users"]["users"]["kilork"]["extraGroups"] == ["docker"]
+    assert cfg["virtualisation"]["podman"] == {"enable": True, "dockerCompat": True}
+    assert cfg["virtualisation"]["docker"]["enable"] is False
+    # srvos server: wheel is trusted by Nix and sudoes without a password; the deploy user is in it
+    assert cfg["users"]["users"]["kilork"]["extraGroups"] == ["wheel"]
+    assert "@wheel" in cfg["nix"]["settings"]["trusted-users"]
+    assert cfg["security"]["sudo"]["wheelNeedsPassword"] is False
+    assert cfg["openssh"]["enable"] is True
+
+
+def test_docker_beside_the_spark_modules_podman_fails_evaluation(fleet_root: Path) -> None:
+    dgx1 = nix_str(REPO / "hosts" / "dgx1")
+    host = f"""{{ imports = [ {dgx1} ]; sparkfleet.lanes.runtime = lib.mkForce "docker"; }}"""
+    cfg = evaluate(fleet_root, "dgx1", host_module=f"({{ lib, ... }}: {host})")
+    assert "Option dockerCompat conflicts with docker" in cfg["failedAssertions"]
+
+
+def test_a_group_that_does_not_exist_is_caught(fleet_root: Path) -> None:
+    extra = '{ users.users.kilork.group = "kilork"; }'  # Ubuntu's habit, wrong on NixOS
+    cfg = evaluate(fleet_root, "dgx1", extra=extra)
+    assert "users.users.kilork.group = kilork: no such group" in cfg["failedAssertions"]
 
 
 def test_lanes_land_on_their_head_only(fleet_root: Path) -> None:
@@ -179,7 +199,14 @@ let
       modules = modules ++ [ @STUBS@ { _module.args.pkgs = stubPkgs; } ];
     } // { inherit system; };
   };
-  out = flake.outputs { self = out // { outPath = @ROOT@; }; inherit nixpkgs; deploy-rs = { }; };
+  input = dir: (import (dir + "/flake.nix")).outputs { self = null; };
+  out = flake.outputs {
+    self = out // { outPath = @ROOT@; };
+    inherit nixpkgs;
+    deploy-rs = { };
+    nixos-dgx-spark = input @STUBDIR@/dgx-spark-flake;
+    srvos = input @STUBDIR@/srvos-flake;
+  };
   show = name: let c = out.nixosConfigurations.${name}; in {
     inherit (c) system;
     failed = map (a: a.message) (builtins.filter (a: !a.assertion) c.config.assertions);
@@ -198,13 +225,16 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
     for host in ("dgx1", "dgx2", "dgx3", "dgx4"):
         shutil.copytree(REPO / "hosts" / host, fleet_root / "hosts" / host)
     shutil.copy(REPO / "flake.nix", fleet_root / "flake.nix")
+    fleet = fleet_root / "hosts" / "fleet.toml"
+    fleet.write_text(fleet.read_text().replace("[hosts.dgx2]\n", '[hosts.dgx2]\nos = "nixos"\n', 1))
     expr = (
         FLAKE_HOSTS.replace("@LIB@", nix_str(nixpkgs_lib()))
         .replace("@ROOT@", nix_str(fleet_root))
         .replace("@STUBS@", nix_str(Path(__file__).parent / "stubs" / "nixos-options.nix"))
+        .replace("@STUBDIR@", str(Path(__file__).parent / "stubs"))
     )
     hosts = nix_eval(expr, timeout=120)
-    assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    assert sorted(hosts) == ["dgx2"]  # only the NixOS host has a NixOS configuration
     inv = inventory.load(fleet_root)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux" and host["hostName"] == name

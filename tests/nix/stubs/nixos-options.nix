@@ -120,14 +120,24 @@ in
     hardware.nvidia-container-toolkit.suppressNvidiaDriverAssertion = mkOption { type = types.bool; default = false; };
     virtualisation.docker.enable = mkOption { type = types.bool; default = false; };
     virtualisation.podman.enable = mkOption { type = types.bool; default = false; };
+    virtualisation.podman.dockerCompat = mkOption { type = types.bool; default = false; };
+    nix.settings.trusted-users = mkOption { type = types.listOf types.str; default = [ "root" ]; };
+    security.sudo.wheelNeedsPassword = mkOption { type = types.bool; default = true; };
+    services.openssh.enable = mkOption { type = types.bool; default = false; };
+    users.mutableUsers = mkOption { type = types.bool; default = true; };
   };
 
   config = {
     users.groups = lib.genAttrs builtinGroups (_: { })
       // lib.optionalAttrs config.virtualisation.docker.enable { docker = { }; }
       // lib.optionalAttrs config.virtualisation.podman.enable { podman = { }; };
+    # podman's module: docker compat puts podman where docker's CLI would be
+    assertions = [{
+      assertion = config.virtualisation.podman.dockerCompat -> !config.virtualisation.docker.enable;
+      message = "Option dockerCompat conflicts with docker";
+    }]
     # users-groups.nix: every user needs a group that exists
-    assertions = lib.mapAttrsToList (name: user: {
+    ++ lib.mapAttrsToList (name: user: {
       assertion = user.group != "" && config.users.groups ? ${user.group};
       message = "users.users.${name}.group ${if user.group == "" then "is unset" else "= ${user.group}: no such group"}";
     }) config.users.users;

@@ -47,6 +47,8 @@ in
   python3 = "python3";
   openssh = "openssh";
   rsync = "rsync";
+  # nixpkgs' own deploy-rs package (substituted from cache.nixos.org on a real machine)
+  deploy-rs = { type = "derivation"; name = "deploy-rs-from-nixpkgs"; outPath = "${store}-deploy-rs"; };
   sparkfleet = {
     type = "derivation";
     name = "sparkfleet";
