@@ -74,7 +74,7 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
     image = nix_eval(call("mia-tp4-image.nix", root))
     assert image["kind"] == "streamLayeredImage"
     args = image["args"]
-    pull = args["fromImage"]["args"]
+    pull = nix_eval(call("mia-tp4-image.nix", root) + ".args.fromImage.args")
     assert pull == {
         "imageName": "lmsysorg/sglang",
         "imageDigest": DIGEST,
@@ -88,12 +88,59 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
     # the two integration bugs of 2026-09-27: launcher gate and world shape in env
     assert env["DSV41_LAUNCHER"] == "tp4" and env["TP_SIZE"] == "4"
     assert env["EP_SIZE"] == "1" and env["DSV41_TP_PAD"] == "0"
-    assert env["PYTHONPATH"] == "/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next"  # as the Dockerfile sets it
+    # the Dockerfile's ENV (passthru.tests checks these against the pinned Dockerfile at build)
+    assert env["PYTHONPATH"] == "/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next"
+    assert env["OFFLOAD_MODE"] == "nvme" and env["DSV41_CACHE_GIB"] == "16" and env["STATE_PATH"] == "/state"
+    assert env["MODEL_PATH"] == "/models/DeepSeek-V4.1-Flash"
     assert args["config"]["Entrypoint"] == ["/usr/bin/env"] and args["config"]["WorkingDir"] == "/opt/dsv41"
+    assert args["config"]["Healthcheck"]["Test"] == ["CMD", "python3", "-S", "/opt/dsv41/boot.py", "health"]
+    assert args["config"]["ExposedPorts"] == {"8888/tcp": {}}
     assert args["config"]["Labels"]["org.opencontainers.image.revision"] == COMMIT
-    assert args["contents"] == ["/nix/store/00000000000000000000000000000000-mia-tp4-tree-cad252b7d300"]
-    assert "sgl-workspace/sglang/python/.wh..wh..opq" in args["extraCommands"]
+    # tree and kernel layer copied in as files (whiteouts included), not store links
+    store = "/nix/store/00000000000000000000000000000000"
+    assert "contents" not in args
+    copy = f"{store}-mia-tp4-tree-cad252b7d300/. {store}-mia-tp4-kernels-cad252b7d300/. ./"
+    assert copy in args["extraCommands"]
     assert args["maxLayers"] == 100
+    # the build's own checks, and the layers CI builds and caches
+    assert image["tests"] == f"{store}-mia-tp4-image-tests-cad252b7d300"
+    assert image["passthru"]["kernels"] == f"{store}-mia-tp4-kernels-cad252b7d300"
+
+
+def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> None:
+    extra = (
+        "runCommand = n: e: script: { name = n; outPath = script; }; "
+        'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    kernels = nix_eval(f"({image}).kernels")
+    pins = tomllib.loads((REPO / "hosts" / "fleet.toml").read_text())["pins"]
+    compact = {"separators": (",", ":"), "sort_keys": True}
+    for name in ("sglang-kernel-aarch64", "sgl-deep-gemm-aarch64"):
+        pin = pins[name]
+        assert pin["url"].startswith("https://files.pythonhosted.org/packages/")
+        assert pin["url"].endswith("manylinux2014_aarch64.whl")
+        assert re.fullmatch("[0-9a-f]{64}", pin["sha256"])
+        fetch = {"sha256": pin["sha256"], "url": pin["url"]}
+        assert f"<fetchurl:{json.dumps(fetch, **compact)}>" in kernels
+    assert "image_tools.py install-wheels root $out" in kernels
+    # row_store.cpp: the Dockerfile's own RUN line, run with the base image's g++ inside its rootfs
+    assert "image_tools.py run " in kernels and "/Dockerfile.canary-roce row_store.cpp)" in kernels
+    assert "proot -r root" in kernels and "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
+    tests = nix_eval(f"({image}).tests")
+    assert "image_tools.py run-checks" in tests and "image_tools.py check-env" in tests
+
+
+def test_a_missing_wheel_pin_stops_the_build_naming_it(tmp_path: Path) -> None:
+    root = resolved_fleet(tmp_path / "fleet")
+    fleet = root / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    start = text.index("[pins.sgl-deep-gemm-aarch64]")
+    fleet.write_text(text[:start])  # the wheel pin is gone
+    script = nix_eval(call("mia-tp4-image.nix", root) + ".script")
+    build = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert build.returncode == 1
+    assert "pin sgl-deep-gemm-aarch64 is not in hosts/fleet.toml" in build.stderr
 
 
 def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp_path: Path) -> None:
@@ -104,7 +151,7 @@ def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp
         'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
     )
     image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
-    tree = nix_eval(f"builtins.head ({image}).args.contents")
+    tree = nix_eval(f"({image}).tree")
     compact = {"separators": (",", ":"), "sort_keys": True}
     github = {"hash": NAR, "owner": "MiaAI-Lab", "repo": "DeepSeek-v4.1-Flash-DGX-Sparks", "rev": COMMIT}
     assert f"<github:{json.dumps(github, **compact)}>" in tree
@@ -115,6 +162,9 @@ def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp
     # the final stage: where the Dockerfile puts things, and the RoCEnante patch on the branch tree
     assert "/b12x/. $out/opt/b12x/" in tree and "/b12x_next/. $out/opt/b12x_next/" in tree
     assert "patch -p1 -F3 <" in tree and "runtime/sglang-rocenante.patch" in tree
+    # roce_tp4_adapt.py may name /sgl-workspace/... absolutely: our tree is bound there (proot)
+    assert "proot -b $out/sgl-workspace:/sgl-workspace" in tree and "runtime/roce_tp4_adapt.py" in tree
+    assert "touch $out/sgl-workspace/sglang/python/.wh..wh..opq" in tree
 
 
 def requirement_key(requirement: str) -> str:
@@ -192,13 +242,13 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     text = nix_eval(
         f"let x = ({call('mia-tp4-image.nix', root, extra=fetchers + ' writeText = n: t: t;')}); "
-        "in builtins.head x.args.contents"
+        "in x.tree"
     )
     assert f"https://example.org/roce-1234.tar.gz\t{download}\n" in text
     tsv.write_text(f"https://example.org/roce-1234.tar.gz\t{download}\n")
     image = call("mia-tp4-image.nix", root, extra=fetchers + f' writeText = n: t: "{tsv}";')
     # the runtime derivation's script is interpolated (as its "outPath") into the tree's script
-    tree = nix_eval(f"builtins.head ({image}).args.contents")
+    tree = nix_eval(f"({image}).tree")
     begin = tree.index("mkdir -p bin")
     fetch = "bash repo/scripts/fetch_runtime.sh $out sglang-canary b12x b12x-next\n"
     script = "patchShebangs() { :; }\n" + tree[begin : tree.index(fetch, begin) + len(fetch)]
