@@ -188,18 +188,6 @@ def head_ip(inv: Inventory, recipe: LaunchRecipe, fabrics: dict[str, FabricFacts
     return head.fabric_ip or (facts.fabric_ip if facts else None) or head.address
 
 
-def gpu_access(gpus: str, runtime: str, host_os: str) -> str:
-    """How this host's containers reach the GPU: "cdi", "all" (docker's --gpus) or "none".
-
-    podman and NixOS hosts only have CDI (`--device nvidia.com/gpu=all`): NixOS's container
-    toolkit generates a CDI spec and `--gpus all` fails there (nixpkgs#340386). DGX OS's docker
-    takes `--gpus all`. The recipe says whether the lane wants GPUs; the host decides how.
-    """
-    if gpus == "all" and (runtime == "podman" or host_os == "nixos"):
-        return "cdi"
-    return gpus
-
-
 def build_spec(
     inv: Inventory,
     recipe: LaunchRecipe,
@@ -305,8 +293,7 @@ def build_spec(
     devices = []
     if in_container and recipe.fabric == "roce":
         devices.append("/dev/infiniband")
-    gpus = gpu_access(recipe.gpus, recipe.runtime, host.os)
-    if in_container and gpus == "cdi":
+    if in_container and (recipe.gpus == "cdi" or (recipe.runtime == "podman" and recipe.gpus != "none")):
         devices.append("nvidia.com/gpu=all")
     if not in_container:
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
@@ -328,7 +315,7 @@ def build_spec(
         binds=tuple(binds),
         devices=tuple(devices),
         port=recipe.port,
-        gpus=gpus,
+        gpus=recipe.gpus,
         shm_size=recipe.shm_size,
         state_dir=str(state_dir),
         cache_dir=cache_dir,
