@@ -27,6 +27,7 @@
     let
       # hosts/fleet.toml + recipes/ read with builtins only (the same facts sparkfleet.hostfacts derives)
       fleet = (import ./modules/lib/fleet.nix).fromRoot ./.;
+      units = import ./modules/lib/units.nix;
       # The Sparks are aarch64-linux; operators' machines and CI are often x86_64-linux.
       hostSystem = "aarch64-linux";
       systems = [ "aarch64-linux" "x86_64-linux" ];
@@ -69,7 +70,11 @@
 
       apps = forSystems (system:
         let pkgs = pkgsFor system; in
-        pkgs.callPackage ./pkgs/apps.nix { inherit (pkgs) sparkfleet; fleetRoot = self; });
+        pkgs.callPackage ./pkgs/apps.nix {
+          inherit (pkgs) sparkfleet;
+          fleetSpec = units.fleetSpec self fleet;
+          inherit (units) profileBin;
+        });
 
       nixosModules = {
         default = ./modules;

@@ -16,6 +16,7 @@ runCommand "sparkfleet-profile-${host}" { } (''
   mkdir -p $out/bin $out/share/sparkfleet/units
   ln -s ${exe} $out/bin/sparkfleet
   ln -s ${shipped.stageRoot} $out/share/sparkfleet/stage-root
+  ln -s ${shipped.fleetRoot} $out/share/sparkfleet/fleet-root
   install -m 0755 ${./sparkfleet-profile/activate.sh} $out/bin/sparkfleet-activate
   patchShebangs $out/bin/sparkfleet-activate
 '' + lib.concatStrings (lib.mapAttrsToList (name: text: ''

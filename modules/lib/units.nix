@@ -122,6 +122,11 @@ let
       filter = p: _type: builtins.elem (rel (toString p)) keep;
     };
 
+  # The whole fleet's spec (hosts/fleet.toml + every recipe): every deploy profile carries it, and
+  # the flake's apps name it as SPARKFLEET_REMOTE_ROOT, so an operator's command reaches a host's
+  # copy exactly when that host was deployed from the same fleet file and recipes.
+  fleetSpec = fleetRoot: fleet: specRoot fleetRoot "fleet" (builtins.attrNames fleet.lanes);
+
   # specs { facts, sparkfleet, fleetRoot, stagedLanes?, remote?, schedule?, runtimeGroups?, autostart?, withMounts? }
   #   facts:      fleet.facts <host>
   #   sparkfleet: absolute path of the sparkfleet executable the units run: a path that stays the
@@ -221,6 +226,7 @@ let
     let stagedLanes = fleet.lanesOf host; in
     {
       stageRoot = specRoot fleetRoot "stage-${host}" stagedLanes;
+      fleetRoot = fleetSpec fleetRoot fleet;
       files = renderAll {
         facts = fleet.facts host;
         sparkfleet = "${profilePath}/bin/sparkfleet";
@@ -250,6 +256,6 @@ let
     wantedBy = (spec.Install or { }).WantedBy or [ ];
   };
 in {
-  inherit specs specRoot profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
+  inherit specs specRoot fleetSpec profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
     toNixosTimer;
 }
