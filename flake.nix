@@ -46,6 +46,13 @@
       isNixos = host: fleet.hosts.${host}.os == "nixos";
       # Only hosts that run NixOS have a NixOS configuration (os in hosts/fleet.toml).
       nixosHosts = builtins.filter isNixos fleet.hostNames;
+      nixosModulesFor = host: [
+        nixos-dgx-spark.nixosModules.dgx-spark
+        srvos.nixosModules.server
+        self.nixosModules.default
+        { nixpkgs.overlays = [ self.overlays.default ]; sparkfleet.fleetRoot = self; }
+        ./hosts/${host}
+      ];
       forNixosHosts = f: builtins.listToAttrs (map (host: { name = host; value = f host; }) nixosHosts);
     in
     {
@@ -87,13 +94,7 @@
 
       nixosConfigurations = forNixosHosts (host: nixpkgs.lib.nixosSystem {
         system = hostSystem;
-        modules = [
-          nixos-dgx-spark.nixosModules.dgx-spark
-          srvos.nixosModules.server
-          self.nixosModules.default
-          { nixpkgs.overlays = [ self.overlays.default ]; sparkfleet.fleetRoot = self; }
-          ./hosts/${host}
-        ];
+        modules = nixosModulesFor host;
       });
 
       # `deploy .#dgx2` (every profile) or `deploy .#dgx2.sparkfleet` (tooling + units only).
@@ -118,6 +119,11 @@
         {
           inherit (pkgs) sparkfleet;
           fleet-facts = pkgs.writeText "fleet-facts.json" (builtins.toJSON fleet.allFacts);
+          # a Spark under NixOS (whatever os the inventory says today), asserted on
+          nixos-units = pkgs.callPackage ./pkgs/check-nixos-units.nix {
+            inherit (nixpkgs.lib) nixosSystem;
+            modules = nixosModulesFor "dgx1";
+          };
         }
         // builtins.listToAttrs (map (host: { name = "eval-${host}"; value = evalHost host; }) nixosHosts)
         # deployChecks builds every profile: only where the hosts' system builds (deploy-rs #389).

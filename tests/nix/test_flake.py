@@ -166,3 +166,30 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
         assert host["packages"] == ["sparkfleet-0.1.0"]  # the overlay's package, on the system path
         units = {u.unit for u in hostfacts.facts(inv, name).lanes}
         assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units, *(f"{u}-spec" for u in units)})
+
+
+def flake_eval_error(flake: Path, attr: str) -> str:
+    argv = ["nix", "--extra-experimental-features", "nix-command flakes", "eval", "--json"]
+    argv += ["--no-write-lock-file", *overrides(flake), f"path:{flake}#{attr}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_nixos_units_check_asserts_on_the_generated_units(flake: Path) -> None:
+    """checks.<system>.nixos-units: what CI's `nix flake check --no-build` asserts with full NixOS,
+    run here with the option stubs: it passes as the modules stand ..."""
+    assert flake_eval(flake, "checks.x86_64-linux.nixos-units.name") == "sparkfleet-nixos-units-dgx1"
+
+
+def test_nixos_units_check_catches_a_wrong_group(flake: Path, tmp_path: Path) -> None:
+    """... and fails when a tmpfiles rule names the Ubuntu-style group NixOS does not have."""
+    broken = tmp_path / "broken"
+    shutil.copytree(flake, broken)
+    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
+        shutil.copytree(flake.parent / name, tmp_path / name, symlinks=True)
+    storage = broken / "modules" / "storage.nix"
+    text = storage.read_text()
+    storage.write_text(text.replace("tmpfiles.rules = tmpfiles;", "tmpfiles.rules = facts.tmpfiles;"))
+    err = flake_eval_error(broken, "checks.x86_64-linux.nixos-units.name")
+    assert "a tmpfiles rule names a group that does not exist" in err
