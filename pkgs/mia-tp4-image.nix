@@ -129,7 +129,6 @@ let
     mkdir root
     python3 ${tools} unpack ${baseImage} root >/dev/null
   '';
-  inBase = "proot -r root -b /proc -b /dev -b /sys";
 
   # A layer: the kernel wheels as pip would install them, and adapter/librow_store.so compiled
   # by the Dockerfile's own g++ line with the base image's toolchain (its libstdc++ and glibc are
@@ -142,7 +141,7 @@ let
     chmod -R u+w root/opt/dsv41
     build=$(python3 ${tools} run ${src}/${dockerfile} row_store.cpp)
     echo "in the base image: $build"
-    ${inBase} -w /opt/dsv41 /bin/sh -c "$build"
+    python3 ${tools} in-image root ${baseImage} /opt/dsv41 "$build"
     install -D -m 0755 root/opt/dsv41/adapter/librow_store.so $out/opt/dsv41/adapter/librow_store.so
   '';
 
@@ -163,7 +162,7 @@ let
     python3 ${tools} overlay ${tree} root
     python3 ${tools} overlay ${kernels} root
     python3 ${tools} check-env ${src}/${dockerfile} ${lib.escapeShellArg (builtins.toJSON env)}
-    n=$(python3 ${tools} run-checks ${src}/${dockerfile} root)
+    n=$(python3 ${tools} run-checks ${src}/${dockerfile} root ${baseImage} ${lib.escapeShellArg (builtins.toJSON env)})
     echo "$n in-image test files passed" | tee $out
   '';
 

@@ -11,8 +11,12 @@ that a Nix build cannot do with `docker build`, done on files instead.
   run DOCKERFILE TEXT           the one RUN command of the final stage that mentions TEXT
   checks DOCKERFILE             the Dockerfile's build-time checks (its RUN python3 import checks
                                 and in-image tests), one JSON list of shell commands
-  run-checks DOCKERFILE ROOT    run those checks inside ROOT (proot, WORKDIR /opt/dsv41); prints
-                                how many test files ran
+  run-checks DOCKERFILE ROOT ARCHIVE ENV
+                                run those checks inside ROOT (proot, WORKDIR /opt/dsv41) with the
+                                base image's Env (from ARCHIVE) and ENV (JSON) on top; prints how
+                                many test files ran
+  in-image ROOT ARCHIVE WORKDIR CMD
+                                run CMD (sh -c) inside ROOT with the base image's Env
   env DOCKERFILE                the Dockerfile's final ENV, as JSON
   check-env DOCKERFILE JSON     fail unless the image's Env (JSON object) carries every ENV of
                                 the Dockerfile with the same value
@@ -259,15 +263,40 @@ def run(dockerfile: Path, text: str) -> str:
     return hits[0]
 
 
-def run_checks(dockerfile: Path, root: Path, proot: str = "proot") -> int:
+def image_env(archive: Path) -> dict[str, str]:
+    """The Env of the image in a docker-archive (its config JSON), as a dict."""
+    with tarfile.open(archive) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))
+        config = json.load(outer.extractfile(manifest[0]["Config"]))
+    return dict(item.split("=", 1) for item in (config.get("config") or {}).get("Env") or [])
+
+
+def guest_argv(root: Path, workdir: str, env: dict[str, str], cmd: str, proot: str = "proot") -> list[str]:
+    """CMD as the container would run it: inside ROOT, in WORKDIR, with exactly `env` (none of the
+    build sandbox's variables, whose PATH names store paths the image does not have)."""
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", **env}
+    mounts = ["-b", "/proc", "-b", "/dev", "-b", "/sys"]
+    return [proot, "-r", str(root), *mounts, "-w", workdir, "/usr/bin/env", "-i",
+            *(f"{k}={v}" for k, v in env.items()), "/bin/sh", "-c", cmd]  # fmt: skip
+
+
+def in_image(root: Path, archive: Path, workdir: str, cmd: str) -> None:
+    import subprocess
+
+    proc = subprocess.run(guest_argv(root, workdir, image_env(archive), cmd), check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"in the image (exit {proc.returncode}): {cmd}")
+
+
+def run_checks(dockerfile: Path, root: Path, archive: Path, env: dict[str, str]) -> int:
     """Each check as the Dockerfile runs it (sh -c in WORKDIR /opt/dsv41), inside ROOT."""
     import subprocess
 
     commands = checks(dockerfile)
+    guest = {**image_env(archive), **env}
     for cmd in commands:
         print(f"image check: {cmd}", flush=True)
-        argv = [proot, "-r", str(root), "-b", "/proc", "-b", "/dev", "-b", "/sys", "-w", "/opt/dsv41"]
-        proc = subprocess.run([*argv, "/bin/sh", "-c", cmd], check=False)
+        proc = subprocess.run(guest_argv(root, "/opt/dsv41", guest, cmd), check=False)
         if proc.returncode != 0:
             raise SystemExit(f"image check failed (exit {proc.returncode}): {cmd}")
     return count_tests(commands)
@@ -282,7 +311,7 @@ def check_env(dockerfile: Path, image_env: dict[str, str]) -> None:
 
 
 def count_tests(commands: list[str]) -> int:
-    return sum(len(re.findall(r"\btest_\w+\.py", c)) for c in commands)
+    return sum(len(re.findall(r"\btest_\w+\.(?:py|sh)\b", c)) for c in commands)
 
 
 def env(dockerfile: Path) -> dict[str, str]:
@@ -318,7 +347,9 @@ def main(argv: list[str]) -> int:
     elif verb == "run":
         print(run(Path(args[0]), args[1]))
     elif verb == "run-checks":
-        print(run_checks(Path(args[0]), Path(args[1])))
+        print(run_checks(Path(args[0]), Path(args[1]), Path(args[2]), json.loads(args[3])))
+    elif verb == "in-image":
+        in_image(Path(args[0]), Path(args[1]), args[2], args[3])
     elif verb == "check-env":
         check_env(Path(args[0]), json.loads(args[1]))
     elif verb == "checks":

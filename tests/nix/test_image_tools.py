@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -50,13 +51,14 @@ def _layer(entries: list[tuple]) -> bytes:
     return buf.getvalue()
 
 
-def docker_archive(path: Path, layers: list[bytes]) -> Path:
+def docker_archive(path: Path, layers: list[bytes], env: list[str] | None = None) -> Path:
     names = [f"{hashlib.sha256(layer).hexdigest()}/layer.tar" for layer in layers]
     with tarfile.open(path, "w") as tar:
         for name, layer in zip(names, layers, strict=True):
             _add(tar, name, layer)
         manifest = [{"Config": "c.json", "RepoTags": [], "Layers": names}]
         _add(tar, "manifest.json", json.dumps(manifest).encode())
+        _add(tar, "c.json", json.dumps({"architecture": "arm64", "config": {"Env": env or []}}).encode())
     return path
 
 
@@ -243,3 +245,45 @@ def test_overlay_applies_a_layer_directory(base_image: Path, tmp_path: Path) -> 
     tools.overlay(layer, root)
     assert [p.name for p in (root / "sgl-workspace/sglang/python/sglang").iterdir()] == ["ours.py"]
     assert sorted(p.name for p in (root / SITE / "sgl_kernel").iterdir()) == ["__init__.py"]
+
+
+BUSYBOX = Path("/bin/busybox")
+
+
+@pytest.mark.skipif(
+    shutil.which("proot") is None or not BUSYBOX.is_file(),
+    reason="proot and busybox-static not installed (make test installs them)",
+)
+def test_in_image_checks_run_inside_the_image_with_its_env(tmp_path: Path) -> None:
+    """The in-image tests for real: a base image of a static busybox, its Env in the config; the
+    Dockerfile's test steps run inside it by proot with exactly the image's Env plus ours (none of
+    the build sandbox's variables), in WORKDIR /opt/dsv41; a failing test stops the build."""
+    rootfs = [("bin", None), ("bin/busybox", BUSYBOX.read_bytes(), {"mode": 0o755})]
+    link = {"type": tarfile.SYMTYPE, "linkname": "/bin/busybox"}
+    rootfs += [(f"bin/{tool}", b"", link) for tool in ("sh", "test", "cat")]
+    rootfs += [("usr", None), ("usr/bin", None), ("usr/bin/env", b"", link), ("tmp", None)]
+    base_env = ["PATH=/bin", "BASE_ONLY=from-base"]
+    archive = docker_archive(tmp_path / "base.tar", [_layer(rootfs)], env=base_env)
+    assert tools.image_env(archive) == {"PATH": "/bin", "BASE_ONLY": "from-base"}
+    root = tmp_path / "root"
+    tools.unpack(archive, root)
+    tree = tmp_path / "tree"
+    (tree / "opt" / "dsv41" / "tests").mkdir(parents=True)
+    (tree / "opt" / "dsv41" / "tests" / "test_env.sh").write_text(
+        'test "$BASE_ONLY" = from-base && test "$OFFLOAD_MODE" = nvme && test "$(pwd)" = /opt/dsv41 '
+        '&& test -z "$NIX_STORE" && test -f adapter/librow_store.so\n'
+    )
+    (tree / "opt" / "dsv41" / "adapter").mkdir()
+    (tree / "opt" / "dsv41" / "adapter" / "librow_store.so").write_bytes(b"\x7fELF")
+    tools.overlay(tree, root)
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM base\nWORKDIR /opt/dsv41\nRUN sh /opt/dsv41/tests/test_env.sh\n")
+    env = {"OFFLOAD_MODE": "nvme"}
+    assert tools.run_checks(dockerfile, root, archive, env) == 1
+    (root / "opt" / "dsv41" / "adapter" / "librow_store.so").unlink()
+    with pytest.raises(SystemExit, match="image check failed"):
+        tools.run_checks(dockerfile, root, archive, env)
+    # in-image: the Dockerfile's build step (here a file it writes) lands in the image's tree
+    step = 'cat tests/test_env.sh > adapter/built && test -n "$BASE_ONLY"'
+    tools.in_image(root, archive, "/opt/dsv41", step)
+    assert (root / "opt" / "dsv41" / "adapter" / "built").read_text().startswith("test ")

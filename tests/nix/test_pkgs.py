@@ -126,7 +126,8 @@ def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> 
     assert "image_tools.py install-wheels root $out" in kernels
     # row_store.cpp: the Dockerfile's own RUN line, run with the base image's g++ inside its rootfs
     assert "image_tools.py run " in kernels and "/Dockerfile.canary-roce row_store.cpp)" in kernels
-    assert "proot -r root" in kernels and "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
+    assert "image_tools.py in-image root" in kernels and "/opt/dsv41 \"$build\"" in kernels
+    assert "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
     tests = nix_eval(f"({image}).tests")
     assert "image_tools.py run-checks" in tests and "image_tools.py check-env" in tests
 
