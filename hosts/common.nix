@@ -31,11 +31,13 @@ in
   };
   # The staging and lane units run as the inventory's ssh_user. deploy-rs connects as that user:
   # wheel makes it a trusted Nix user and lets it sudo to activate (srvos server module).
-  # Its keys: users.users.<ssh_user>.openssh.authorizedKeys.keys in hosts/<name>/default.nix
-  # (srvos reads keys only from /etc/ssh/authorized_keys.d).
+  # Its keys: hosts/authorized_keys (one public key per line, the operators' and CI's deploy keys);
+  # srvos makes users immutable and reads keys only from /etc/ssh/authorized_keys.d, and NixOS
+  # refuses to build a host nobody can log into.
   users.users.${user} = {
     isNormalUser = true;
     extraGroups = [ "wheel" ] ++ lib.optional (config.sparkfleet.lanes.runtime == "docker") "docker";
+    openssh.authorizedKeys.keyFiles = lib.optional (builtins.pathExists ./authorized_keys) ./authorized_keys;
   };
   system.stateVersion = "25.11";
 }

@@ -22,9 +22,15 @@ EVAL_HOST = Path(__file__).parent / "stubs" / "eval-host.nix"
 NAS_EXPORT = "nas.lan:/volume1/huggingface"
 
 
-def evaluate(root: Path, host: str, extra: str = "{ }", host_module: str | None = None) -> dict:
+# a deploy key, as hosts/authorized_keys gives real hosts (srvos makes users immutable)
+KEYS = '{ users.users.kilork.openssh.authorizedKeys.keys = [ "ssh-ed25519 AAAAC3Nza test@ops" ]; }'
+
+
+def evaluate(
+    root: Path, host: str, extra: str = "{ }", host_module: str | None = None, keys: bool = True
+) -> dict:
     args = f"nixpkgsLib = {nix_str(nixpkgs_lib())}; fleetRoot = {nix_str(root)}; host = {nix_str(host)}; "
-    args += f"extra = {extra};"
+    args += f"extra = {{ imports = [ {KEYS if keys else '{ }'} ({extra}) ]; }};"
     if host_module:
         args += f" hostModule = {host_module};"
     return nix_eval(f"import {EVAL_HOST} {{ {args} }}", timeout=120)
@@ -123,6 +129,11 @@ def test_docker_beside_the_spark_modules_podman_fails_evaluation(fleet_root: Pat
     assert "Option dockerCompat conflicts with docker" in cfg["failedAssertions"]
 
 
+def test_a_host_nobody_can_log_into_fails_evaluation(fleet_root: Path) -> None:
+    cfg = evaluate(fleet_root, "dgx1", keys=False)  # no hosts/authorized_keys; srvos: immutable users
+    assert any(m.startswith("Neither the root account nor any wheel user") for m in cfg["failedAssertions"])
+
+
 def test_a_group_that_does_not_exist_is_caught(fleet_root: Path) -> None:
     extra = '{ users.users.kilork.group = "kilork"; }'  # Ubuntu's habit, wrong on NixOS
     cfg = evaluate(fleet_root, "dgx1", extra=extra)
@@ -171,7 +182,7 @@ def test_local_nvme_and_podman(fleet_root: Path) -> None:
 
 def test_staging_needs_storage_and_its_user(fleet_root: Path) -> None:
     host = '{ sparkfleet = { host = "dgx2"; staging.enable = true; }; system.stateVersion = "25.11"; }'
-    cfg = evaluate(fleet_root, "dgx2", host_module=host)
+    cfg = evaluate(fleet_root, "dgx2", host_module=host, keys=False)
     messages = "\n".join(cfg["failedAssertions"])
     assert "needs sparkfleet.storage" in messages
     assert "runs as kilork" in messages and "declare that user" in messages
@@ -227,6 +238,7 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
     shutil.copy(REPO / "flake.nix", fleet_root / "flake.nix")
     fleet = fleet_root / "hosts" / "fleet.toml"
     fleet.write_text(fleet.read_text().replace("[hosts.dgx2]\n", '[hosts.dgx2]\nos = "nixos"\n', 1))
+    (fleet_root / "hosts" / "authorized_keys").write_text("ssh-ed25519 AAAAC3Nza ops@fleet\n")
     expr = (
         FLAKE_HOSTS.replace("@LIB@", nix_str(nixpkgs_lib()))
         .replace("@ROOT@", nix_str(fleet_root))

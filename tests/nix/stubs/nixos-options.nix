@@ -108,6 +108,9 @@ in
           isSystemUser = mkOption { type = types.bool; default = false; };
           group = mkOption { type = types.str; default = ""; };
           extraGroups = mkOption { type = types.listOf types.str; default = [ ]; };
+          hashedPassword = mkOption { type = types.nullOr types.str; default = null; };
+          openssh.authorizedKeys.keys = mkOption { type = types.listOf types.singleLineStr; default = [ ]; };
+          openssh.authorizedKeys.keyFiles = mkOption { type = types.listOf types.path; default = [ ]; };
         };
         config.group = lib.mkIf config.isNormalUser (lib.mkDefault "users");
       }));
@@ -125,6 +128,7 @@ in
     security.sudo.wheelNeedsPassword = mkOption { type = types.bool; default = true; };
     services.openssh.enable = mkOption { type = types.bool; default = false; };
     users.mutableUsers = mkOption { type = types.bool; default = true; };
+    users.allowNoPasswordLogin = mkOption { type = types.bool; default = false; };
   };
 
   config = {
@@ -135,6 +139,15 @@ in
     assertions = [{
       assertion = config.virtualisation.podman.dockerCompat -> !config.virtualisation.docker.enable;
       message = "Option dockerCompat conflicts with docker";
+    }]
+    # users-groups.nix: immutable users and nobody in wheel (or root) can log in = locked out
+    ++ [{
+      assertion = !config.users.mutableUsers -> config.users.allowNoPasswordLogin
+        || lib.any (x: x) (lib.mapAttrsToList (name: u:
+          (name == "root" || u.group == "wheel" || lib.elem "wheel" u.extraGroups)
+          && (u.hashedPassword != null || u.openssh.authorizedKeys.keys != [ ] || u.openssh.authorizedKeys.keyFiles != [ ]))
+          config.users.users);
+      message = "Neither the root account nor any wheel user has a password or SSH authorized key.";
     }]
     # users-groups.nix: every user needs a group that exists
     ++ lib.mapAttrsToList (name: user: {
