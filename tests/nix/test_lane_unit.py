@@ -200,3 +200,79 @@ def test_rendered_lane_unit_starts_and_stops_the_lane(tmp_path: Path) -> None:
         assert lanes.status(inv, "demo")["running"] == 0
     finally:
         lanes.stop(inv, "demo", 5)
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.skipif(not store_writable(), reason="/nix/store is not writable (the unit's spec root is there)")
+def test_rendered_lane_unit_reaches_its_worker_with_the_units_sparkfleet_remote(
+    tmp_path: Path, fleet_hosts, ssh_config
+) -> None:
+    """A two-node lane: the head is this machine, the worker a real sshd in a network namespace.
+    The unit's ExecStart starts the worker's rank over ssh with the unit's SPARKFLEET_REMOTE (the
+    deploy profile's bin/, here a profile made in tmp), and ExecStop stops both ranks."""
+    worker = fleet_hosts(["w1"])["w1"]
+    nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
+    root = _local_fleet(tmp_path / "fleet", nas.root, tmp_path, 30000)
+    fleet = root / "hosts" / "fleet.toml"
+    fleet.write_text(
+        fleet.read_text().replace(
+            "[pins.weights]",
+            # the address is a name the (test's) ssh config resolves, as operators' ssh configs do
+            f'[hosts.w1]\naddress = "w1"\nssh_user = "root"\n'
+            f'local_hub = "{worker.nvme / "hub"}"\nnas_hub = "{nas.root}"\n'
+            f'state_dir = "{worker.root / "state"}"\n\n[pins.weights]',
+        )
+    )
+    recipe = root / "recipes" / "demo" / "recipe.toml"
+    recipe.write_text(
+        recipe.read_text()
+        .replace('hosts = ["spark"]', 'hosts = ["spark", "w1"]')
+        .replace("tp = 1", "tp = 2")
+        .replace('"127.0.0.1"', '"0.0.0.0"')
+        .replace("world=1", "world=2")
+    )
+    profile = tmp_path / "profile"
+    (profile / "bin").mkdir(parents=True)
+    (profile / "bin" / "sparkfleet").symlink_to(Path(sys.executable).parent / "sparkfleet")
+
+    units = profile_units(root, "spark", profile=str(profile), write_store=True)
+    text = units["sparkfleet-lane-demo.service"]
+    (start,) = (exec_argv(v) for v in unit_values(text, "ExecStart"))
+    (stop,) = (exec_argv(v) for v in unit_values(text, "ExecStop"))
+    env = unit_env(text)
+    assert env["SPARKFLEET_REMOTE"] == f"{profile}/bin/sparkfleet"
+    # the one thing a test adds: host keys of the namespaces (a Spark's user has its ~/.ssh)
+    run_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env}
+    run_env["SPARKFLEET_SSH_CONFIG"] = str(ssh_config([worker]))
+    inv = inventory.load(Path(env["SPARKFLEET_ROOT"]))
+    try:
+        # control: without the unit's SPARKFLEET_REMOTE a bare `sparkfleet` is not on the worker's
+        # non-interactive PATH, and the lane cannot start (the failure issue 9 describes)
+        bare = {k: v for k, v in run_env.items() if k != "SPARKFLEET_REMOTE"}
+        proc = subprocess.run(start, env=bare, capture_output=True, text=True, timeout=180, check=False)
+        assert proc.returncode != 0 and "w1" in proc.stdout + proc.stderr
+        proc = subprocess.run(start, env=run_env, capture_output=True, text=True, timeout=180, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = subprocess.run(
+                [f"{profile}/bin/sparkfleet", "status", "demo", "--json"],
+                env=run_env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            if '"running": 2' in st.stdout:
+                break
+            time.sleep(0.5)
+        assert '"running": 2' in st.stdout, st.stdout + st.stderr
+        proc = subprocess.run(stop, env=run_env, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        st = subprocess.run(
+            [f"{profile}/bin/sparkfleet", "status", "demo", "--json"],
+            env=run_env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert '"running": 0' in st.stdout, st.stdout + st.stderr
+    finally:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SPARKFLEET_REMOTE", f"{profile}/bin/sparkfleet")
+            mp.setenv("SPARKFLEET_SSH_CONFIG", run_env["SPARKFLEET_SSH_CONFIG"])
+            lanes.stop(inv, "demo", 5)
