@@ -116,6 +116,15 @@ def test_activation_is_idempotent_and_restarts_only_what_changed(host_root: dict
     assert activate(profile, host_root) == []
     assert {p.name: p.stat().st_ino for p in unit_dir.iterdir()} == inodes
 
+    # a commit outside hosts/fleet.toml and the recipes (README, code, a recipe's reports):
+    # a new profile, the same unit files, nothing restarted
+    (fleet / "README.md").write_text("docs only\n")
+    (fleet / "recipes" / "dsv41-flash-exl3-2x" / "reports").mkdir(exist_ok=True)
+    (fleet / "recipes" / "dsv41-flash-exl3-2x" / "reports" / "r.json").write_text("{}")
+    assert render_units(fleet, "dgx1") == units
+    docs = make_profile(host_root["tmp"] / "profile-docs", render_units(fleet, "dgx1"))
+    assert activate(docs, host_root) == []
+
     # a lane edit (one more host in its world) changes that lane's unit only
     recipe = fleet / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
     text = recipe.read_text()
