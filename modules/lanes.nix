@@ -72,6 +72,8 @@ in
           serviceConfig = {
             Type = "oneshot";
             RemainAfterExit = true;
+            # systemd: a service needs ExecStart= or ExecStop=; starting it does nothing
+            ExecStart = "/run/current-system/sw/bin/true";
             ExecReload = units.execLine [ "/run/current-system/sw/bin/systemctl" "try-restart" "--no-block" "${l.unit}.service" ];
           };
         };

@@ -255,3 +255,56 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
         facts = hostfacts.facts(inv, name)
         lanes = [u.unit for u in facts.lanes]
         assert sorted(host["services"]) == sorted(["sparkfleet-stage", *lanes, *(f"{u}-spec" for u in lanes)])
+
+
+def _ini(svc: dict, sw: Path) -> str:
+    """A NixOS systemd.services.<name> value as a unit file (the keys NixOS renders), with the
+    system path /run/current-system/sw/bin mapped to `sw` so systemd can check the executables."""
+
+    def value(v: object) -> list[str]:
+        items = v if isinstance(v, list) else [v]
+        out = []
+        for item in items:
+            text = ("true" if item else "false") if isinstance(item, bool) else str(item)
+            out.append(text.replace("/run/current-system/sw/bin", str(sw)))
+        return out
+
+    unit = [f"Description={svc['description']}"]
+    for key, opt in (("After", "after"), ("Wants", "wants"), ("Conflicts", "conflicts")):
+        unit += [f"{key}={v}" for v in svc.get(opt, [])]
+    for key, v in svc.get("unitConfig", {}).items():
+        unit += [f"{key}={x}" for x in value(v)]
+    service = [f'Environment="{k}={v}"' for k, v in svc.get("environment", {}).items()]
+    for key, v in svc["serviceConfig"].items():
+        service += [f"{key}={x}" for x in value(v)]
+    return "[Unit]\n" + "\n".join(unit) + "\n\n[Service]\n" + "\n".join(service) + "\n"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_nixos_lane_units_and_companions_pass_systemd_analyze_verify(fleet_root: Path, tmp_path: Path):
+    import os
+    import subprocess
+
+    cfg = evaluate(fleet_root, "dgx1")
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    for tool in ("true", "systemctl", "sparkfleet"):
+        (sw / tool).symlink_to(shutil.which("true"))
+    units = tmp_path / "units"
+    units.mkdir()
+    names = [n for n in cfg["services"] if n.startswith("sparkfleet-lane-")]
+    assert len(names) == 4  # two lanes, each with its -spec companion
+    for name in names:
+        (units / f"{name}.service").write_text(_ini(cfg["services"][name], sw))
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *map(str, sorted(units.iterdir()))],
+        capture_output=True, text=True, check=False, env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"},
+    )  # fmt: skip
+    # only this machine's own gaps (no kilork user, no bus, mounts it does not have) are tolerated
+    problems = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip()
+        and not any(ok in line for ok in ("kilork", "Failed to connect", "bus", "user", ".mount"))
+    ]
+    assert not problems, proc.stderr
