@@ -204,14 +204,6 @@ def test_profile_ships_units_activation_and_cli() -> None:
     )
 
 
-def test_apps_run_the_pinned_cli() -> None:
-    extra = 'fleetSpec = "/nix/store/spec"; profileBin = "/p/bin/sparkfleet";'
-    apps = nix_eval(call("apps.nix", REPO, extra=extra))
-    assert sorted(apps) == ["bench", "default", "doctor", "launch", "stage"]
-    assert all(app["type"] == "app" for app in apps.values())
-    assert apps["stage"]["program"].endswith("-sparkfleet-stage/bin/sparkfleet-stage")
-
-
 def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Path) -> None:
     """The runtime derivation's build script, run by bash: the repo's fetch script (here a small one
     calling curl exactly as scripts/fetch_runtime.sh does) gets the pinned file, and an unpinned
@@ -271,65 +263,3 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     assert bad.returncode != 0
     assert "https://example.org/other.tgz is not a url pin in hosts/fleet.toml" in bad.stderr
-
-
-def app_script(verb: str, fleet_spec: str) -> str:
-    """The shell text of pkgs/apps.nix's `verb` app (writeShellApplication's text, via the stubs)."""
-    extra = (
-        'writeShellApplication = a: { type = "derivation"; name = a.name; outPath = a.text; '
-        "meta.mainProgram = a.name; }; "
-        f'fleetSpec = "{fleet_spec}"; profileBin = "/nix/var/nix/profiles/sparkfleet/bin/sparkfleet";'
-    )
-    program = nix_eval(call("apps.nix", REPO, extra=extra) + f".{verb}.program")
-    return program.removesuffix(f"/bin/sparkfleet-{verb}")
-
-
-def run_app(tmp_path: Path, verb: str, cwd: Path, *args: str, **env: str) -> dict:
-    script = app_script(verb, f"/nix/store/{'0' * 32}-sparkfleet-fleet-spec")
-    fake = tmp_path / "sparkfleet"
-    fake.write_text(
-        "#!/usr/bin/env python3\nimport json, os, sys\n"
-        "print(json.dumps({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items() "
-        "if k.startswith('SPARKFLEET_')}}))\n"
-    )
-    fake.chmod(0o755)
-    script = script.replace(f"/nix/store/{'0' * 32}-sparkfleet/bin/sparkfleet", str(fake))
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script, "app", *args],
-        cwd=cwd, capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin", **env},
-    )  # fmt: skip
-    return json.loads(proc.stdout)
-
-
-def test_apps_use_the_checkout_or_the_pinned_fleet_and_the_deployed_tooling(tmp_path: Path) -> None:
-    spec = f"/nix/store/{'0' * 32}-sparkfleet-fleet-spec"
-    checkout = tmp_path / "checkout"
-    (checkout / "hosts").mkdir(parents=True)
-    (checkout / "hosts" / "fleet.toml").write_text("schema_version = 1\n")
-    (checkout / "recipes").mkdir()
-    inside = run_app(tmp_path, "stage", checkout / "recipes", "dgx1")
-    assert inside["argv"] == ["stage", "dgx1"]
-    assert inside["env"] == {
-        "SPARKFLEET_ROOT": str(checkout),  # the nearest checkout up from the working directory
-        "SPARKFLEET_REMOTE": "/nix/var/nix/profiles/sparkfleet/bin/sparkfleet",
-        "SPARKFLEET_REMOTE_ROOT": spec,  # what `deploy .#dgx1` put on the host
-    }
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    assert run_app(tmp_path, "stage", elsewhere, "dgx1")["env"]["SPARKFLEET_ROOT"] == spec
-    mine = run_app(tmp_path, "stage", elsewhere, "dgx1", SPARKFLEET_REMOTE="ssh-side-sparkfleet")
-    assert mine["env"]["SPARKFLEET_REMOTE"] == "ssh-side-sparkfleet"  # the caller's choice wins
-
-
-def test_bench_app_never_writes_into_the_store(tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    bench = run_app(tmp_path, "bench", elsewhere, "dsv41-flash-4x-mia", "--quick")
-    reports = f"{elsewhere}/sparkfleet-reports"
-    assert bench["argv"] == ["bench", "dsv41-flash-4x-mia", "--quick", "--out", reports]
-    chosen = run_app(tmp_path, "bench", elsewhere, "lane", "--out", "/srv/reports")
-    assert chosen["argv"] == ["bench", "lane", "--out", "/srv/reports"]
-    checkout = tmp_path / "checkout"
-    (checkout / "hosts").mkdir(parents=True)
-    (checkout / "hosts" / "fleet.toml").write_text("")
-    assert run_app(tmp_path, "bench", checkout, "lane")["argv"] == ["bench", "lane"]  # recipes/<lane>/reports
