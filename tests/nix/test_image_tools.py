@@ -287,3 +287,23 @@ def test_in_image_checks_run_inside_the_image_with_its_env(tmp_path: Path) -> No
     step = 'cat tests/test_env.sh > adapter/built && test -n "$BASE_ONLY"'
     tools.in_image(root, archive, "/opt/dsv41", step)
     assert (root / "opt" / "dsv41" / "adapter" / "built").read_text().startswith("test ")
+
+
+def test_wheel_pins_name_the_versions_the_dockerfile_installs() -> None:
+    """The two kernel wheels are url pins whose file is the aarch64 wheel of exactly the version
+    their `component` names (sglang-kernel==0.4.7, sgl-deep-gemm==0.2.0) with a full sha256."""
+    import re
+    import tomllib
+
+    pins = tomllib.loads((REPO / "hosts" / "fleet.toml").read_text())["pins"]
+    seen = {}
+    for name in ("sglang-kernel-aarch64", "sgl-deep-gemm-aarch64"):
+        pin = pins[name]
+        dist, version = pin["component"].split("==")
+        wheel_name = pin["url"].rsplit("/", 1)[1]
+        file_dist, file_version, *_tags, platform = wheel_name.removesuffix(".whl").split("-")
+        assert file_dist == dist.replace("-", "_") and file_version == version
+        assert platform == "manylinux2014_aarch64"
+        assert re.fullmatch("[0-9a-f]{64}", pin["sha256"])
+        seen[dist] = version
+    assert seen == {"sglang-kernel": "0.4.7", "sgl-deep-gemm": "0.2.0"}
