@@ -202,3 +202,39 @@ def test_locked_narhash_is_the_hash_of_its_locked_rev(tmp_path: Path, name: str)
         check=True,
     ).stdout.strip()
     assert nar == locked["narHash"]
+
+
+@pytest.mark.parametrize("name", ["nixos-dgx-spark", "srvos"])
+def test_transitive_lock_entries_are_the_inputs_own_locks(name: str) -> None:
+    """An input's own inputs are locked as its flake.lock (at the locked rev) locks them, except
+    nixpkgs, which follows ours: nothing in flake.lock is invented."""
+    mirror = MIRRORS[name]
+    lock = json.loads((REPO / "flake.lock").read_text())
+    rev = lock["nodes"][name]["locked"]["rev"]
+    if not mirror.is_dir():
+        pytest.skip(f"no local snapshot of {name}")
+    text = subprocess.run(
+        ["git", "-C", str(mirror), "show", f"{rev}:flake.lock"], capture_output=True, text=True, check=False
+    )
+    if text.returncode != 0:
+        pytest.skip(f"the {name} snapshot does not hold {rev}")
+    theirs = json.loads(text.stdout)
+    their_root = theirs["nodes"][theirs["root"]]["inputs"]
+    ours = lock["nodes"][name]["inputs"]
+    assert sorted(ours) == sorted(their_root)
+    assert ours["nixpkgs"] == ["nixpkgs"]
+
+    def walk(their_ref, our_ref) -> None:
+        t = theirs["nodes"][their_ref]
+        o = lock["nodes"][resolve(lock, our_ref)]
+        assert o["locked"] == t["locked"] and o.get("original") == t.get("original")
+        for key, ref in (t.get("inputs") or {}).items():
+            if isinstance(ref, list):  # a follows inside their lock: from our root through this input
+                target = [name, *ref]
+                assert resolve(lock, o["inputs"][key]) == resolve(lock, target)
+            else:
+                walk(ref, o["inputs"][key])
+
+    for key, ref in their_root.items():
+        if key != "nixpkgs":
+            walk(ref, ours[key])
