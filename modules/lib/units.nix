@@ -7,14 +7,14 @@ let
   inherit (builtins) attrNames concatStringsSep concatMap isBool isList isInt isFloat listToAttrs map
     replaceStrings toString;
 
-  # systemd's Exec quoting: each argument double-quoted, `\` and `"` escaped, `$` and `%` doubled
-  # so systemd neither expands variables nor specifiers inside our argv.
   # The deploy-rs `sparkfleet` profile (modules/lib/fleet.nix constants.sparkfleetProfilePath):
   # every deployed host, NixOS or DGX OS, has the tooling here.
   profileBin = "${(import ./fleet.nix).constants.sparkfleetProfilePath}/bin/sparkfleet";
   # On NixOS the modules put the package on the system path (environment.systemPackages).
   systemBin = "/run/current-system/sw/bin/sparkfleet";
 
+  # systemd's Exec quoting: each argument double-quoted, `\` and `"` escaped, `$` and `%` doubled
+  # so systemd neither expands variables nor specifiers inside our argv.
   quoteArg = a: "\"" + replaceStrings [ "\\" "\"" "$" "%" ] [ "\\\\" "\\\"" "$$" "%%" ] a + "\"";
   execLine = argv: concatStringsSep " " (map quoteArg argv);
 
@@ -127,7 +127,8 @@ let
   # copy exactly when that host was deployed from the same fleet file and recipes.
   fleetSpec = fleetRoot: fleet: specRoot fleetRoot "fleet" (builtins.attrNames fleet.lanes);
 
-  # specs { facts, sparkfleet, fleetRoot, stagedLanes?, remote?, schedule?, runtimeGroups?, autostart?, withMounts? }
+  # specs { facts, sparkfleet, fleetRoot, stagedLanes?, stagingRoot?, remote?, schedule?,
+  #         runtimeGroups?, autostart?, withMounts? }
   #   facts:      fleet.facts <host>
   #   sparkfleet: absolute path of the sparkfleet executable the units run: a path that stays the
   #               same across deploys (the deploy profile's bin/ on DGX OS, the system path on
