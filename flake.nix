@@ -81,6 +81,9 @@
           inherit (pkgs) sparkfleet;
           fleetSpec = units.fleetSpec self fleet;
           inherit (units) profileBin;
+        } // {
+          # `nix run .#deploy -- .#dgx2`: deploy-rs's CLI from our nixpkgs (binary cache)
+          deploy = { type = "app"; program = "${pkgs.deploy-rs}/bin/deploy"; };
         });
 
       nixosModules = {

@@ -134,7 +134,11 @@ def test_outputs_per_system(flake: Path) -> None:
     )
     assert "mia-tp4-image" not in packages["x86_64-linux"]  # an arm64 image, built on the Sparks' system
     apps = flake_eval(flake, "apps.x86_64-linux", apply="builtins.mapAttrs (_: a: a.type)")
-    assert apps == {"bench": "app", "default": "app", "doctor": "app", "launch": "app", "stage": "app"}
+    assert apps == {
+        "bench": "app", "default": "app", "deploy": "app", "doctor": "app", "launch": "app", "stage": "app"
+    }  # fmt: skip
+    deploy = flake_eval(flake, "apps.x86_64-linux.deploy.program")
+    assert deploy == f"{STORE}-deploy-rs/bin/deploy"  # nixpkgs' deploy-rs, not a build of the flake
     checks = flake_eval(flake, "checks", apply=names)
     for system in ("x86_64-linux", "aarch64-linux"):
         assert {"sparkfleet", "fleet-facts", "eval-dgx2"} <= set(checks[system])
