@@ -162,7 +162,7 @@ let
     python3 ${tools} overlay ${tree} root
     python3 ${tools} overlay ${kernels} root
     python3 ${tools} check-env ${src}/${dockerfile} ${lib.escapeShellArg (builtins.toJSON env)}
-    n=$(python3 ${tools} run-checks ${src}/${dockerfile} root ${baseImage} ${lib.escapeShellArg (builtins.toJSON env)})
+    n=$(python3 ${tools} run-checks ${src}/${dockerfile} root ${baseImage})
     echo "$n in-image test files passed" | tee $out
   '';
 

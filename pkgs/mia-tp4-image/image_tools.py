@@ -11,10 +11,10 @@ that a Nix build cannot do with `docker build`, done on files instead.
   run DOCKERFILE TEXT           the one RUN command of the final stage that mentions TEXT
   checks DOCKERFILE             the Dockerfile's build-time checks (its RUN python3 import checks
                                 and in-image tests), one JSON list of shell commands
-  run-checks DOCKERFILE ROOT ARCHIVE ENV
+  run-checks DOCKERFILE ROOT ARCHIVE
                                 run those checks inside ROOT (proot, WORKDIR /opt/dsv41) with the
-                                base image's Env (from ARCHIVE) and ENV (JSON) on top; prints how
-                                many test files ran
+                                base image's Env (from ARCHIVE), as the Dockerfile's RUNs see it
+                                (its ENV comes after them); prints how many test files ran
   in-image ROOT ARCHIVE WORKDIR CMD
                                 run CMD (sh -c) inside ROOT with the base image's Env
   env DOCKERFILE                the Dockerfile's final ENV, as JSON
@@ -288,12 +288,14 @@ def in_image(root: Path, archive: Path, workdir: str, cmd: str) -> None:
         raise SystemExit(f"in the image (exit {proc.returncode}): {cmd}")
 
 
-def run_checks(dockerfile: Path, root: Path, archive: Path, env: dict[str, str]) -> int:
-    """Each check as the Dockerfile runs it (sh -c in WORKDIR /opt/dsv41), inside ROOT."""
+def run_checks(dockerfile: Path, root: Path, archive: Path, env: dict[str, str] | None = None) -> int:
+    """Each check as the Dockerfile runs it (sh -c in WORKDIR /opt/dsv41), inside ROOT, with the
+    base image's Env: the Dockerfile sets its own ENV (PYTHONPATH with adapter/sitecustomize.py)
+    only after these RUN steps. `env` adds variables (tests)."""
     import subprocess
 
     commands = checks(dockerfile)
-    guest = {**image_env(archive), **env}
+    guest = {**image_env(archive), **(env or {})}
     for cmd in commands:
         print(f"image check: {cmd}", flush=True)
         proc = subprocess.run(guest_argv(root, "/opt/dsv41", guest, cmd), check=False)
@@ -347,7 +349,7 @@ def main(argv: list[str]) -> int:
     elif verb == "run":
         print(run(Path(args[0]), args[1]))
     elif verb == "run-checks":
-        print(run_checks(Path(args[0]), Path(args[1]), Path(args[2]), json.loads(args[3])))
+        print(run_checks(Path(args[0]), Path(args[1]), Path(args[2])))
     elif verb == "in-image":
         in_image(Path(args[0]), Path(args[1]), args[2], args[3])
     elif verb == "check-env":
