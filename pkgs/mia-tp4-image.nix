@@ -101,8 +101,9 @@ let
     mkdir -p $out/opt/dsv41 $out/opt/b12x $out/opt/b12x_next $out/sgl-workspace/sglang
     for d in adapter scripts tests benchmarks; do cp -r ${src}/$d $out/opt/dsv41/; done
     cp ${src}/boot.py $out/opt/dsv41/boot.py
-    cp -r ${runtime}/b12x/. $out/opt/b12x/
-    cp -r ${runtime}/b12x_next/. $out/opt/b12x_next/
+    # COPY --from=fetch /fetched/b12x/b12x and its LICENSE (b12x_next alike): the package, not the tree
+    cp -r ${runtime}/b12x/b12x ${runtime}/b12x/LICENSE $out/opt/b12x/
+    cp -r ${runtime}/b12x_next/b12x_next ${runtime}/b12x_next/LICENSE $out/opt/b12x_next/
     cp -r ${runtime}/sglang-canary/python $out/sgl-workspace/sglang/python
     chmod -R u+w $out
     # RoCEnante overlay on the branch tree, then adapted to TP4 (as the Dockerfile does, in place).

@@ -161,7 +161,8 @@ def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp
     download = {"sha256": SRC_SHA, "url": "https://example.org/roce-1234.tar.gz"}
     assert f"https://example.org/roce-1234.tar.gz\t<fetchurl:{json.dumps(download, **compact)}>" in tree
     # the final stage: where the Dockerfile puts things, and the RoCEnante patch on the branch tree
-    assert "/b12x/. $out/opt/b12x/" in tree and "/b12x_next/. $out/opt/b12x_next/" in tree
+    assert "/b12x/b12x " in tree and "/b12x/LICENSE $out/opt/b12x/" in tree
+    assert "/b12x_next/b12x_next " in tree and "/b12x_next/LICENSE $out/opt/b12x_next/" in tree
     assert "patch -p1 -F3 <" in tree and "runtime/sglang-rocenante.patch" in tree
     # roce_tp4_adapt.py may name /sgl-workspace/... absolutely: our tree is bound there (proot)
     assert "proot -b $out/sgl-workspace:/sgl-workspace" in tree and "runtime/roce_tp4_adapt.py" in tree
