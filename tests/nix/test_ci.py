@@ -51,7 +51,9 @@ def test_suite_runs_with_the_locked_nixpkgs_lib() -> None:
     doc = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
     text = runs(doc, "test")
     assert ".ci/run" in text  # which is `make test`
-    assert "inputs.nixpkgs.outPath" in text and "NIXPKGS_LIB=" in text  # the lock's nixpkgs, hash-checked
+    # the lock's nixpkgs (rev + narHash from flake.lock), fetched and hash-checked by Nix
+    assert "jq -r .nodes.nixpkgs.locked.rev flake.lock" in text and "locked.narHash" in text
+    assert "builtins.fetchTarball" in text and "NIXPKGS_LIB=" in text
     assert "git clone" not in text  # never a branch's HEAD
 
 
