@@ -19,11 +19,17 @@ let
   group = cfg.users.users.${user}.group;
   failed = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
   lanes = map (l: l.unit) facts.lanes;
+  # our rules (the hub roots and receipt parents, owned by the inventory's user); other modules'
+  # rules have their own shapes
+  fields = r: builtins.filter (x: x != "") (lib.splitString " " r);
+  ourRules = builtins.filter (r: lib.length (fields r) > 4 && builtins.elemAt (fields r) 3 == user)
+    cfg.systemd.tmpfiles.rules;
   execOf = name: key: builtins.unsafeDiscardStringContext (toString services.${name}.serviceConfig.${key});
 
   ok =
     assert lib.assertMsg (failed == [ ]) "NixOS assertions fail for ${host}: ${lib.concatStringsSep "; " failed}";
     assert lib.assertMsg (lanes != [ ]) "${host} heads no lane: pick a lane head for this check";
+    assert lib.assertMsg (ourRules != [ ]) "no tmpfiles rules for ${user}'s hub roots";
     assert lib.all (u: services.${u}.restartIfChanged == false) lanes
       || throw "a switch must never restart a lane by itself (restartIfChanged = false)";
     assert lib.all (u: services."${u}-spec".reloadIfChanged && services."${u}-spec".reloadTriggers != [ ]) lanes
@@ -35,8 +41,8 @@ let
     assert lib.assertMsg (lib.all (u: services.${u}.environment.SPARKFLEET_REMOTE == cfg.sparkfleet.remoteCommand) lanes)
       "lane units must tell the head how to start sparkfleet on its workers";
     assert lib.assertMsg (group != "" && cfg.users.groups ? ${group}) "${user}'s group ${group} does not exist";
-    assert lib.all (r: lib.elem (builtins.elemAt (lib.splitString " " r) 4) (lib.attrNames cfg.users.groups))
-      cfg.systemd.tmpfiles.rules || throw "a tmpfiles rule names a group that does not exist";
+    assert lib.all (r: lib.elem (builtins.elemAt (fields r) 4) (lib.attrNames cfg.users.groups)) ourRules
+      || throw "a tmpfiles rule names a group that does not exist";
     assert lib.assertMsg cfg.hardware.nvidia-container-toolkit.enable "containers reach the GPU through CDI";
     assert lib.assertMsg (lib.elem "wheel" cfg.users.users.${user}.extraGroups) "${user} deploys: it must be in wheel";
     assert lib.assertMsg (lib.elem "@wheel" cfg.nix.settings.trusted-users) "wheel must be trusted by Nix (srvos)";
