@@ -45,7 +45,7 @@ def not_deployed(host: str, program: str, output: list[str], root: Path | None =
                 hint=fix,
                 exit_code=ExitCode.REFUSED,
             )
-        if root is not None and str(root) in line:
+        if root is not None and str(root) in line and _MISSING.search(line):
             return NotDeployed(
                 f"{host}: this fleet (hosts/fleet.toml + recipes, {root}) was not deployed there",
                 hint=f"the host runs another deploy of the fleet; {fix}",
