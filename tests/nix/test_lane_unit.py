@@ -251,7 +251,9 @@ def test_rendered_lane_unit_reaches_its_worker_with_the_units_sparkfleet_remote(
         # non-interactive PATH, and the lane cannot start (the failure issue 9 describes)
         bare = {k: v for k, v in run_env.items() if k != "SPARKFLEET_REMOTE"}
         proc = subprocess.run(start, env=bare, capture_output=True, text=True, timeout=180, check=False)
-        assert proc.returncode != 0 and "w1" in proc.stdout + proc.stderr
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "w1: sparkfleet is not installed there (sparkfleet is missing)" in out
+        assert "deploy .#w1" in out
         proc = subprocess.run(start, env=run_env, capture_output=True, text=True, timeout=180, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         deadline = time.monotonic() + 60
