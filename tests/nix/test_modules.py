@@ -308,3 +308,32 @@ def test_nixos_lane_units_and_companions_pass_systemd_analyze_verify(fleet_root:
         and not any(ok in line for ok in ("kilork", "Failed to connect", "bus", "user", ".mount"))
     ]
     assert not problems, proc.stderr
+
+
+def test_nixos_lane_units_change_only_with_their_own_spec(fleet_root: Path, tmp_path: Path) -> None:
+    """What a switch compares: a new sparkfleet build or a README commit leaves every lane unit
+    and companion as it was; a recipe edit changes that lane's companion (reloaded → the lane is
+    try-restarted) and no other lane's."""
+
+    def lane_units(cfg: dict) -> dict:
+        return {n: s for n, s in cfg["services"].items() if n.startswith("sparkfleet-lane-")}
+
+    before = lane_units(evaluate(fleet_root, "dgx1"))
+    newer_tool = (
+        '{ lib, ... }: { sparkfleet.package = lib.mkForce { type = "derivation"; name = "sparkfleet-0.2.0"; '
+        'outPath = "/nix/store/11111111111111111111111111111111-sparkfleet-0.2.0"; '
+        'meta.mainProgram = "sparkfleet"; }; }'
+    )
+    (fleet_root / "README.md").write_text("a docs commit\n")
+    after = evaluate(fleet_root, "dgx1", extra=newer_tool)
+    assert after["systemPackages"] == ["sparkfleet-0.2.0"]
+    assert lane_units(after) == before
+
+    recipe = fleet_root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(recipe.read_text() + "\n# tuned\n")
+    edited = lane_units(evaluate(fleet_root, "dgx1"))
+    changed = sorted(n for n in before if before[n] != edited[n])
+    assert changed == ["sparkfleet-lane-dsv41-flash-exl3-2x", "sparkfleet-lane-dsv41-flash-exl3-2x-spec"]
+    companion = edited["sparkfleet-lane-dsv41-flash-exl3-2x-spec"]
+    assert companion["reloadTriggers"] != before["sparkfleet-lane-dsv41-flash-exl3-2x-spec"]["reloadTriggers"]
+    assert edited["sparkfleet-lane-dsv41-flash-exl3-2x"]["restartIfChanged"] is False
