@@ -19,7 +19,7 @@ def test_missing_tooling_as_the_remote_shells_say_it() -> None:
     ):
         err = not_deployed("dgx1", PROFILE_BIN, ["some banner", line], SPEC)
         assert err is not None, line
-        assert err.message == f"dgx1: sparkfleet is not installed there ({PROFILE_BIN} is missing)"
+        assert err.message == f"dgx1: sparkfleet is not installed there ({PROFILE_BIN}: command not found)"
         assert "deploy .#dgx1" in err.hint and "sparkfleet bootstrap dgx1" in err.hint
         assert err.exit_code == ExitCode.REFUSED
 

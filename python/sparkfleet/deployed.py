@@ -36,19 +36,19 @@ def remote_root(local_root: Path) -> Path:
 def not_deployed(host: str, program: str, output: list[str], root: Path | None = None) -> NotDeployed | None:
     """The clear error when `output` (a remote run's stderr/stdout lines) shows that `program` or
     the fleet root is missing on `host`; None when it shows something else."""
-    fix = f"deploy it from your checkout: `deploy .#{host}`"
-    fix += f" (a fresh DGX OS host: `sparkfleet bootstrap {host}` first)"
+    # the same words as launch's agent error (launch/lane.py), so every verb says it one way
+    fix = f"deploy it first: `sparkfleet bootstrap {host}` once, then `deploy .#{host}`"
     for line in output:
         if program in line and _MISSING.search(line):
             return NotDeployed(
-                f"{host}: sparkfleet is not installed there ({program} is missing)",
+                f"{host}: sparkfleet is not installed there ({program}: command not found)",
                 hint=fix,
                 exit_code=ExitCode.REFUSED,
             )
         if root is not None and str(root) in line and _MISSING.search(line):
             return NotDeployed(
                 f"{host}: this fleet (hosts/fleet.toml + recipes, {root}) was not deployed there",
-                hint=f"the host runs another deploy of the fleet; {fix}",
+                hint=f"the host runs another deploy of the fleet: `deploy .#{host}`",
                 exit_code=ExitCode.REFUSED,
             )
     return None

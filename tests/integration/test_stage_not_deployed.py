@@ -45,7 +45,7 @@ def test_host_without_the_deployed_tooling(one_host) -> None:
     proc = stage(root, config, SPARKFLEET_REMOTE=PROFILE_BIN)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert f"dgx1: sparkfleet is not installed there ({PROFILE_BIN} is missing)" in out
+    assert f"dgx1: sparkfleet is not installed there ({PROFILE_BIN}: command not found)" in out
     assert "deploy .#dgx1" in out and "sparkfleet bootstrap dgx1" in out
 
 

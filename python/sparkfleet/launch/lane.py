@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..deployed import not_deployed
 from ..errors import SparkfleetError
 from ..fabric import FabricFacts
 from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
@@ -51,11 +50,6 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
         answer = None
     if not isinstance(answer, dict):
         err = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        program = agent_argv(runner)[0]
-        stderr = res.stderr.splitlines()
-        missing = None if isinstance(runner, LocalHost) else not_deployed(runner.name, program, stderr)
-        if missing is not None:  # a host without the deploy: one error, the fix in it
-            raise missing
         if "Traceback" in res.stderr:
             raise AgentError(
                 f"{runner.name}: sparkfleet agent {action} crashed: {err}",
