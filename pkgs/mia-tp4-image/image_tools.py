@@ -297,7 +297,7 @@ def run_checks(dockerfile: Path, root: Path, archive: Path, env: dict[str, str] 
     commands = checks(dockerfile)
     guest = {**image_env(archive), **(env or {})}
     for cmd in commands:
-        print(f"image check: {cmd}", flush=True)
+        print(f"image check: {cmd}", file=sys.stderr, flush=True)  # stdout is the count
         proc = subprocess.run(guest_argv(root, "/opt/dsv41", guest, cmd), check=False)
         if proc.returncode != 0:
             raise SystemExit(f"image check failed (exit {proc.returncode}): {cmd}")

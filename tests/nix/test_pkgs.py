@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, NixEvalError, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
+from .conftest import (
+    REPO,
+    NixEvalError,
+    nix_eval,
+    nix_str,
+    nixpkgs_lib,
+    requires_nix,
+    requires_nixpkgs_lib,
+    store_writable,
+)
 
 pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 
@@ -264,3 +276,90 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     assert bad.returncode != 0
     assert "https://example.org/other.tgz is not a url pin in hosts/fleet.toml" in bad.stderr
+
+
+BUSYBOX = Path("/bin/busybox")
+
+
+@pytest.mark.skipif(
+    shutil.which("proot") is None or not BUSYBOX.is_file(),
+    reason="proot and busybox-static not installed (make test installs them)",
+)
+def test_kernel_layer_and_image_tests_derivations_run_end_to_end(tmp_path: Path) -> None:
+    """The `kernels` and `tests` derivations' own scripts, run by bash: a base image made here
+    (static busybox, a site-packages with the old kernel), wheels with the pinned file names, and a
+    pinned repo whose Dockerfile builds librow_store.so and runs a test inside the image."""
+    from .test_image_tools import _layer, docker_archive, wheel
+
+    pytest.importorskip("installer", reason="pypa installer not installed (make venv installs it)")
+    if not store_writable():
+        pytest.skip("/nix/store is not writable (the scripts name real store files)")
+    site = "usr/lib/python3/dist-packages"
+    link = {"type": tarfile.SYMTYPE, "linkname": "/bin/busybox"}
+    rootfs = [("bin", None), ("bin/busybox", BUSYBOX.read_bytes(), {"mode": 0o755})]
+    rootfs += [(f"bin/{t}", b"", link) for t in ("sh", "cp", "test", "cat")]
+    rootfs += [("usr", None), ("usr/bin", None), ("usr/bin/env", b"", link), ("usr/lib", None)]
+    rootfs += [("usr/lib/python3", None), (site, None), (f"{site}/torch", None)]
+    rootfs += [(f"{site}/torch/__init__.py", b"")]  # the base's python, as site_packages() finds it
+    base = docker_archive(tmp_path / "base.tar", [_layer(rootfs)], env=["PATH=/bin:/usr/bin", "FROM_BASE=1"])
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    pins = tomllib.loads((REPO / "hosts" / "fleet.toml").read_text())["pins"]
+    for name, module in (("sglang-kernel-aarch64", "sgl_kernel"), ("sgl-deep-gemm-aarch64", "deep_gemm")):
+        filename = pins[name]["url"].rsplit("/", 1)[1]
+        dist, version = filename.split("-")[:2]
+        wheel(wheels / filename, dist, version, {f"{module}/__init__.py": b"# pinned\n"})
+
+    repo = tmp_path / "repo"
+    (repo / "adapter").mkdir(parents=True)
+    (repo / "adapter" / "row_store.cpp").write_text("// row store\n")
+    (repo / "Dockerfile.canary-roce").write_text(
+        "FROM base\nWORKDIR /opt/dsv41\n"
+        "RUN cp adapter/row_store.cpp adapter/librow_store.so\n"
+        "RUN sh /opt/dsv41/tests/test_in_image.sh\n"
+        "ENV PYTHONPATH=/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next MODEL_PATH=/models/DeepSeek-V4.1-Flash "
+        "STATE_PATH=/state OFFLOAD_MODE=nvme DSV41_CACHE_GIB=16\n"
+    )
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    extra = (
+        f'runCommand = n: e: script: {{ name = n; outPath = "{outs}/" + n; inherit script; }}; '
+        f'fetchurl = a: {{ outPath = "{wheels}/" + baseNameOf a.url; }}; '
+        f'fetchFromGitHub = a: {{ outPath = "{repo}"; }}; '
+        f'dockerTools = s.dockerTools // {{ pullImage = a: {{ outPath = "{base}"; }}; }};'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    kernels, tests = (
+        nix_eval(f"let d = ({image}).{drv}; in {{ inherit (d) script; out = d.outPath; }}", write_store=True)
+        for drv in ("kernels", "tests")
+    )
+
+    # python3 with pypa's installer (the derivation's python3.withPackages), proot, coreutils
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+
+    def run(drv: dict) -> None:
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", drv["script"]], cwd=tmp_path / "build", capture_output=True,
+            text=True, env={"out": drv["out"], "PATH": path, "TMPDIR": str(tmp_path)},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    (tmp_path / "build").mkdir()
+    run(kernels)
+    layer = Path(kernels["out"])
+    assert (layer / site / "sgl_kernel" / "__init__.py").read_text() == "# pinned\n"
+    assert (layer / site / "deep_gemm" / "__init__.py").exists()
+    assert (layer / "opt/dsv41/adapter/librow_store.so").read_text() == "// row store\n"  # built in the image
+
+    # the tree (built elsewhere from the fetch stage): here, the test the Dockerfile runs
+    tree = Path(tests["out"].replace("mia-tp4-image-tests", "mia-tp4-tree"))
+    (tree / "opt/dsv41/tests").mkdir(parents=True)
+    (tree / "opt/dsv41/tests/test_in_image.sh").write_text(
+        'test "$FROM_BASE" = 1 && test "$(pwd)" = /opt/dsv41 && test -f adapter/librow_store.so '
+        f"&& test -f /{site}/sgl_kernel/__init__.py\n"
+    )
+    shutil.rmtree(tmp_path / "build")
+    (tmp_path / "build").mkdir()
+    run(tests)
+    assert Path(tests["out"]).read_text() == "1 in-image test files passed\n"
