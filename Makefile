@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Real components the tests use: sshd in network namespaces as fleet hosts, sshfs as the NAS,
 # rsync as a transport and a baseline, Debian's nix for evaluating the flake's Nix code.
-DEB_PACKAGES := nix-bin openssh-server openssh-client sshfs fuse3 rsync iproute2 procps git curl util-linux sudo proot busybox-static
+DEB_PACKAGES := nix-bin openssh-server openssh-client sshfs fuse3 rsync iproute2 procps git curl util-linux sudo proot busybox-static patch
 
 .PHONY: test demo lint venv debian-deps clean
 

@@ -363,3 +363,65 @@ def test_kernel_layer_and_image_tests_derivations_run_end_to_end(tmp_path: Path)
     (tmp_path / "build").mkdir()
     run(tests)
     assert Path(tests["out"]).read_text() == "1 in-image test files passed\n"
+
+
+@pytest.mark.skipif(
+    shutil.which("proot") is None or shutil.which("patch") is None, reason="proot or patch not installed"
+)
+def test_tree_derivation_runs_the_adapter_with_absolute_sgl_workspace_paths(tmp_path: Path) -> None:
+    """The `tree` derivation's script, run by bash, on a repo made here whose roce_tp4_adapt.py
+    writes to /sgl-workspace/... absolutely (what the Dockerfile's in-image run allows): proot binds
+    our tree there, so both its absolute and relative edits land in $out. The RoCEnante patch is
+    applied, only the b12x packages and LICENSEs are copied, and python/ carries the opaque whiteout."""
+    repo = tmp_path / "repo"
+    for d in ("adapter", "scripts", "tests", "benchmarks", "runtime"):
+        (repo / d).mkdir(parents=True)
+        (repo / d / "keep.txt").write_text(d)
+    (repo / "boot.py").write_text("# boot\n")
+    (repo / "runtime" / "flash_mla_sm120.canary.py").write_text("# sm120 override\n")
+    (repo / "runtime" / "sglang-rocenante.patch").write_text(
+        "--- a/python/sglang/a.py\n+++ b/python/sglang/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2  # RoCEnante\n"
+    )
+    (repo / "runtime" / "roce_tp4_adapt.py").write_text(
+        "from pathlib import Path\n"
+        "Path('/sgl-workspace/sglang/python/sglang/tp4_abs.txt').write_text('absolute')\n"
+        "Path('python/sglang/tp4_rel.txt').write_text('relative')\n"
+    )
+    outs = tmp_path / "outs"
+    runtime = outs / "mia-tp4-runtime-cad252b7d300"
+    for pkg in ("b12x", "b12x_next"):
+        (runtime / pkg / pkg).mkdir(parents=True)
+        (runtime / pkg / pkg / "__init__.py").write_text("")
+        (runtime / pkg / "LICENSE").write_text("license")
+        (runtime / pkg / "setup.py").write_text("not copied")
+    attention = runtime / "sglang-canary" / "python" / "sglang" / "kernels" / "ops" / "attention"
+    attention.mkdir(parents=True)
+    (attention / "flash_mla_sm120.py").write_text("# branch version\n")
+    (runtime / "sglang-canary" / "python" / "sglang" / "a.py").write_text("x = 1\n")
+
+    extra = (
+        f'runCommand = n: e: script: {{ name = n; outPath = "{outs}/" + n; inherit script; }}; '
+        f'fetchFromGitHub = a: {{ outPath = "{repo}"; }};'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    tree = nix_eval(f"let d = ({image}).tree; in {{ inherit (d) script; out = d.outPath; }}")
+    out = Path(tree["out"])
+    work = tmp_path / "build"
+    work.mkdir()
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", tree["script"]], cwd=work, capture_output=True, text=True,
+        env={"out": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+             "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    py = out / "sgl-workspace" / "sglang" / "python"
+    assert (py / "sglang" / "tp4_abs.txt").read_text() == "absolute"  # /sgl-workspace/... -> $out
+    assert (py / "sglang" / "tp4_rel.txt").read_text() == "relative"
+    assert (py / "sglang" / "a.py").read_text() == "x = 2  # RoCEnante\n"
+    assert (py / ".wh..wh..opq").exists()
+    assert (py / "sglang/kernels/ops/attention/flash_mla_sm120.py").read_text() == "# sm120 override\n"
+    assert sorted(p.name for p in (out / "opt" / "b12x").iterdir()) == ["LICENSE", "b12x"]
+    assert sorted(p.name for p in (out / "opt" / "dsv41").iterdir()) == [
+        "adapter", "benchmarks", "boot.py", "scripts", "tests"
+    ]  # fmt: skip
+    assert not Path("/sgl-workspace").exists()  # nothing written outside the build
