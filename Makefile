@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 # Real components the tests use: sshd in network namespaces as fleet hosts, sshfs as the NAS,
 # rsync as a transport and a baseline, Debian's nix for evaluating the flake's Nix code.
 DEB_PACKAGES := nix-bin openssh-server openssh-client sshfs fuse3 rsync iproute2 procps git curl util-linux sudo
+# The image derivation's build scripts run by bash in tests: proot, a busybox rootfs, patch.
+DEB_PACKAGES += proot busybox-static patch
 # Container engines: the docker and podman runtimes run end to end in the tests.
 DEB_PACKAGES += docker.io podman runc
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.

@@ -4,20 +4,56 @@
   # Inputs and outputs only; the logic lives in modules/ (incl. the pure lib), pkgs/ and hosts/.
   inputs = {
     nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
-    deploy-rs.url = "github:serokell/deploy-rs";
+    # One nixpkgs for everything: deploy-rs's lib (activate.*) is evaluated against ours, and its
+    # `deploy`/`activate` binaries come from our nixpkgs' binary cache (deployPkgsFor below).
+    deploy-rs = {
+      url = "github:serokell/deploy-rs";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
+    # NixOS on the Spark: its nixosModules.dgx-spark carries the NVIDIA kernel + open driver, the
+    # container toolkit, allowUnfree and the RDMA memlock limits (hosts/common.nix enables it).
+    nixos-dgx-spark = {
+      url = "github:graham33/nixos-dgx-spark";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
+    # ssh, sudo and trusted-users the way servers want them (nixosModules.server).
+    srvos = {
+      url = "github:nix-community/srvos";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
   };
 
-  outputs = { self, nixpkgs, deploy-rs }:
+  outputs = { self, nixpkgs, deploy-rs, nixos-dgx-spark, srvos }:
     let
       # hosts/fleet.toml + recipes/ read with builtins only (the same facts sparkfleet.hostfacts derives)
       fleet = (import ./modules/lib/fleet.nix).fromRoot ./.;
+      units = import ./modules/lib/units.nix;
       # The Sparks are aarch64-linux; operators' machines and CI are often x86_64-linux.
       hostSystem = "aarch64-linux";
       systems = [ "aarch64-linux" "x86_64-linux" ];
       forSystems = f: builtins.listToAttrs (map (system: { name = system; value = f system; }) systems);
       forHosts = f: builtins.listToAttrs (map (host: { name = host; value = f host; }) fleet.hostNames);
       pkgsFor = system: import nixpkgs { inherit system; overlays = [ self.overlays.default ]; };
+      # deploy-rs's README: its overlay for lib, with the deploy-rs package taken from nixpkgs so
+      # activate-rs is substituted from the binary cache instead of compiled.
+      deployPkgsFor = system: import nixpkgs {
+        inherit system;
+        overlays = [
+          deploy-rs.overlays.default
+          (_final: prev: { deploy-rs = { inherit (pkgsFor system) deploy-rs; inherit (prev.deploy-rs) lib; }; })
+        ];
+      };
       isNixos = host: fleet.hosts.${host}.os == "nixos";
+      # Only hosts that run NixOS have a NixOS configuration (os in hosts/fleet.toml).
+      nixosHosts = builtins.filter isNixos fleet.hostNames;
+      nixosModulesFor = host: [
+        nixos-dgx-spark.nixosModules.dgx-spark
+        srvos.nixosModules.server
+        self.nixosModules.default
+        { nixpkgs.overlays = [ self.overlays.default ]; sparkfleet.fleetRoot = self; }
+        ./hosts/${host}
+      ];
+      forNixosHosts = f: builtins.listToAttrs (map (host: { name = host; value = f host; }) nixosHosts);
     in
     {
       lib = { inherit fleet; };
@@ -41,7 +77,14 @@
 
       apps = forSystems (system:
         let pkgs = pkgsFor system; in
-        pkgs.callPackage ./pkgs/apps.nix { inherit (pkgs) sparkfleet; fleetRoot = self; });
+        pkgs.callPackage ./pkgs/apps.nix {
+          inherit (pkgs) sparkfleet;
+          fleetSpec = units.fleetSpec self fleet;
+          inherit (units) profileBin;
+        } // {
+          # `nix run .#deploy -- .#dgx2`: deploy-rs's CLI from our nixpkgs (binary cache)
+          deploy = { type = "app"; program = "${pkgs.deploy-rs}/bin/deploy"; };
+        });
 
       nixosModules = {
         default = ./modules;
@@ -52,19 +95,15 @@
         eval-only = ./modules/eval-only.nix;
       };
 
-      nixosConfigurations = forHosts (host: nixpkgs.lib.nixosSystem {
+      nixosConfigurations = forNixosHosts (host: nixpkgs.lib.nixosSystem {
         system = hostSystem;
-        modules = [
-          self.nixosModules.default
-          { nixpkgs.overlays = [ self.overlays.default ]; sparkfleet.fleetRoot = self; }
-          ./hosts/${host}
-        ];
+        modules = nixosModulesFor host;
       });
 
       # `deploy .#dgx2` (every profile) or `deploy .#dgx2.sparkfleet` (tooling + units only).
       # NixOS hosts take `system` too; DGX OS hosts only `sparkfleet` (os in hosts/fleet.toml).
       deploy.nodes = forHosts (host:
-        let activate = deploy-rs.lib.${hostSystem}.activate; in
+        let activate = (deployPkgsFor hostSystem).deploy-rs.lib.activate; in
         fleet.deployNode host {
           system = if isNixos host then activate.nixos self.nixosConfigurations.${host} else null;
           sparkfleet = activate.custom self.packages.${hostSystem}."sparkfleet-profile-${host}"
@@ -83,11 +122,16 @@
         {
           inherit (pkgs) sparkfleet;
           fleet-facts = pkgs.writeText "fleet-facts.json" (builtins.toJSON fleet.allFacts);
+          # a Spark under NixOS (whatever os the inventory says today), asserted on
+          nixos-units = pkgs.callPackage ./pkgs/check-nixos-units.nix {
+            inherit (nixpkgs.lib) nixosSystem;
+            modules = nixosModulesFor "dgx1";
+          };
         }
-        // nixpkgs.lib.mapAttrs' (host: _: { name = "eval-${host}"; value = evalHost host; }) fleet.hosts
+        // builtins.listToAttrs (map (host: { name = "eval-${host}"; value = evalHost host; }) nixosHosts)
         # deployChecks builds every profile: only where the hosts' system builds (deploy-rs #389).
         // nixpkgs.lib.optionalAttrs (system == hostSystem)
-          (deploy-rs.lib.${system}.deployChecks self.deploy));
+          ((deployPkgsFor system).deploy-rs.lib.deployChecks self.deploy));
 
       formatter = forSystems (system: (pkgsFor system).nixpkgs-fmt);
     };

@@ -1,16 +1,24 @@
 # What every Spark's NixOS configuration shares. hosts/<name>/default.nix only names the host:
 # everything sparkfleet places there (NAS mount, hub roots, staging timer, the lanes it heads)
-# follows from hosts/fleet.toml. Hardware (boot loader, root filesystem, the Spark's kernel and
-# NVIDIA driver) comes from hosts/<name>/hardware-configuration.nix, generated on the machine
-# (nixos-generate-config) or taken from graham33/nixos-dgx-spark; CI evaluates with
-# modules/eval-only.nix in its place.
+# follows from hosts/fleet.toml. Only hosts with os = "nixos" in hosts/fleet.toml get a NixOS
+# configuration (flake.nix); today's DGX OS hosts take the deploy-rs `sparkfleet` profile alone.
+#
+# Hardware is graham33/nixos-dgx-spark's module (flake input; NVIDIA kernel + open driver,
+# container toolkit with CDI, allowUnfree, unlimited RDMA memlock, podman with docker compat);
+# ssh, sudo and Nix trust are nix-community/srvos's server module (openssh with keys only,
+# passwordless sudo for wheel, trusted-users = @wheel). What the machine adds (boot loader, root
+# filesystem) comes from hosts/<name>/hardware-configuration.nix, generated on it
+# (nixos-generate-config); CI evaluates with modules/eval-only.nix in its place.
 host:
 { config, lib, ... }:
 let
   hardware = ./. + "/${host}/hardware-configuration.nix";
+  user = config.sparkfleet.facts.sshUser;
 in
 {
   imports = lib.optional (builtins.pathExists hardware) hardware;
+
+  hardware.dgx-spark.enable = true;
 
   networking.hostName = host;
   sparkfleet = {
@@ -18,11 +26,18 @@ in
     storage.enable = true;
     staging.enable = true;
     lanes.enable = true;
+    # the DGX Spark module runs podman (docker compat on); docker beside it would conflict
+    lanes.runtime = "podman";
   };
-  # The staging and lane units run as the inventory's ssh_user, in the runtime's group.
-  users.users.${config.sparkfleet.facts.sshUser} = {
+  # The staging and lane units run as the inventory's ssh_user. deploy-rs connects as that user:
+  # wheel makes it a trusted Nix user and lets it sudo to activate (srvos server module).
+  # Its keys: hosts/authorized_keys (one public key per line, the operators' and CI's deploy keys);
+  # srvos makes users immutable and reads keys only from /etc/ssh/authorized_keys.d, and NixOS
+  # refuses to build a host nobody can log into.
+  users.users.${user} = {
     isNormalUser = true;
-    extraGroups = lib.optional (config.sparkfleet.lanes.runtime == "docker") "docker";
+    extraGroups = [ "wheel" ] ++ lib.optional (config.sparkfleet.lanes.runtime == "docker") "docker";
+    openssh.authorizedKeys.keyFiles = lib.optional (builtins.pathExists ./authorized_keys) ./authorized_keys;
   };
   system.stateVersion = "25.11";
 }

@@ -24,6 +24,17 @@ in
 
     package = lib.mkPackageOption pkgs "sparkfleet" { };
 
+    remoteCommand = lib.mkOption {
+      type = lib.types.str;
+      default = (import ./lib/units.nix).profileBin;
+      defaultText = lib.literalExpression "\"/nix/var/nix/profiles/sparkfleet/bin/sparkfleet\"";
+      description = ''
+        SPARKFLEET_REMOTE of the units: how a lane's head starts sparkfleet on its workers over
+        ssh. The default is the deploy-rs `sparkfleet` profile, which `deploy .#<host>` installs on
+        every host (NixOS and DGX OS alike).
+      '';
+    };
+
     facts = lib.mkOption {
       type = lib.types.attrs;
       readOnly = true;
@@ -32,5 +43,11 @@ in
       defaultText = lib.literalExpression "(import ./lib/fleet.nix).fromRoot fleetRoot).facts host";
       description = "Per-host facts from modules/lib/fleet.nix (the same record sparkfleet.hostfacts derives).";
     };
+  };
+
+  # The units run sparkfleet from the system path (units.systemBin), not from its store path, so
+  # a new build of the tooling alone changes no unit.
+  config = lib.mkIf (cfg.storage.enable || cfg.staging.enable || cfg.lanes.enable) {
+    environment.systemPackages = [ cfg.package ];
   };
 }

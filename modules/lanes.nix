@@ -1,5 +1,12 @@
 # One serving unit per lane this host heads (rank 0): `sparkfleet launch LANE` / `sparkfleet stop LANE`.
 # The launch code derives env, binds and receipts per rank; nothing of that is restated here.
+#
+# A lane takes minutes to reload, so a NixOS switch never restarts one on its own
+# (restartIfChanged = false): a tooling update or a README commit leaves a serving lane alone.
+# Each lane has a companion `<lane unit>-spec` unit whose only content is the lane's spec (the
+# store path of hosts/fleet.toml + that lane's recipe, units.specRoot); when that changes, the
+# switch reloads the companion (reloadIfChanged) and its ExecReload queues a try-restart of the
+# lane: a lane that is up restarts with its new spec, a stopped lane stays stopped.
 { config, lib, ... }:
 let
   top = config.sparkfleet;
@@ -8,8 +15,9 @@ let
   units = import ./lib/units.nix;
   specs = units.specs {
     inherit facts;
-    sparkfleet = lib.getExe' top.package "sparkfleet";
-    fleetRoot = "${top.fleetRoot}";
+    sparkfleet = units.systemBin;
+    inherit (top) fleetRoot;
+    remote = top.remoteCommand;
     inherit (cfg) autostart;
     runtimeGroups = lib.optional (cfg.runtime == "docker") "docker";
   };
@@ -49,9 +57,27 @@ in
     virtualisation.docker.enable = lib.mkIf (cfg.runtime == "docker") true;
     virtualisation.podman.enable = lib.mkIf (cfg.runtime == "podman") true;
 
-    systemd.services = lib.listToAttrs (map (l: {
-      name = l.unit;
-      value = units.toNixosService specs."${l.unit}.service";
-    }) facts.lanes);
+    systemd.services = lib.listToAttrs (lib.concatMap (l: [
+      {
+        name = l.unit;
+        value = units.toNixosService specs."${l.unit}.service" // { restartIfChanged = false; };
+      }
+      {
+        name = "${l.unit}-spec";
+        value = {
+          description = "sparkfleet: restart ${l.unit} when lane ${l.lane}'s spec changes";
+          wantedBy = [ "multi-user.target" ];
+          reloadIfChanged = true;
+          reloadTriggers = [ (units.specRoot top.fleetRoot "lane-${l.lane}" [ l.lane ]) ];
+          serviceConfig = {
+            Type = "oneshot";
+            RemainAfterExit = true;
+            # systemd: a service needs ExecStart= or ExecStop=; starting it does nothing
+            ExecStart = "/run/current-system/sw/bin/true";
+            ExecReload = units.execLine [ "/run/current-system/sw/bin/systemctl" "try-restart" "--no-block" "${l.unit}.service" ];
+          };
+        };
+      }
+    ]) facts.lanes);
   };
 }

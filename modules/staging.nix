@@ -5,13 +5,20 @@ let
   cfg = top.staging;
   facts = top.facts;
   units = import ./lib/units.nix;
+  fleetLib = import ./lib/fleet.nix;
   specs = units.specs {
     inherit facts;
-    sparkfleet = lib.getExe' top.package "sparkfleet";
-    fleetRoot = "${top.fleetRoot}";
+    sparkfleet = units.systemBin;
+    inherit (top) fleetRoot;
+    remote = top.remoteCommand;
+    inherit stagedLanes;
+    stagingRoot = "/etc/${stageRootEtc}";
     inherit (cfg) schedule;
   };
   name = facts.staging.unit;
+  stagedLanes = (fleetLib.fromRoot top.fleetRoot).lanesOf facts.host;
+  # a stable path for the unit; what it links to follows the deployed recipes (units.nix, stagingRoot)
+  stageRootEtc = "sparkfleet/stage-root";
 in
 {
   options.sparkfleet.staging = {
@@ -37,6 +44,7 @@ in
       }
     ];
 
+    environment.etc.${stageRootEtc}.source = units.specRoot top.fleetRoot "stage-${facts.host}" stagedLanes;
     systemd.services.${name} = units.toNixosService specs."${name}.service";
     systemd.timers.${name} = units.toNixosTimer specs."${name}.timer";
   };

@@ -5,6 +5,13 @@ let
   facts = config.sparkfleet.facts;
   fleetLib = import ./lib/fleet.nix;
   nas = builtins.head facts.mounts;
+  # facts.tmpfiles give "d PATH MODE USER GROUP -" with the user's own group (DGX OS / Ubuntu gives
+  # every user a group of its name). On NixOS a normal user's primary group is `users`: the rules
+  # name the group the user is declared with here, so systemd-tmpfiles never meets an unknown group.
+  userGroup = config.users.users.${facts.sshUser}.group or facts.sshUser;
+  tmpfiles = map (rule:
+    let m = builtins.match "(d [^ ]+ [0-7]+ ${facts.sshUser}) ${facts.sshUser} (.*)" rule; in
+    if m == null then rule else "${builtins.elemAt m 0} ${userGroup} ${builtins.elemAt m 1}") facts.tmpfiles;
 in
 {
   options.sparkfleet.storage = {
@@ -83,6 +90,6 @@ in
       })
     ];
 
-    systemd.tmpfiles.rules = facts.tmpfiles;
+    systemd.tmpfiles.rules = tmpfiles;
   };
 }

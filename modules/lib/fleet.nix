@@ -26,6 +26,10 @@ let
     # Starting a lane's ranks may pull its image first (tens of GB); readiness is not awaited.
     laneStartTimeout = 1800;
     confirmTimeout = 60;
+    # The Sparks are aarch64; an operator's machine is often x86_64 without an aarch64 builder.
+    # remoteBuild: the node builds its own profiles (substituting what the binary cache has), so
+    # `deploy .#dgx2` works from any operator machine (deploy-rs README, generic settings).
+    remoteBuild = true;
     profileOrder = [ "system" "sparkfleet" ];
     sparkfleetProfilePath = "/nix/var/nix/profiles/sparkfleet";
     defaultOs = "dgx-os";
@@ -202,7 +206,7 @@ let
           sshOpts = [ "-p" (toString h.sshPort) ] ++ (if h.sshKey != null then [ "-i" h.sshKey ] else [ ]);
           magicRollback = true;
           autoRollback = true;
-          inherit (constants) activationTimeout confirmTimeout;
+          inherit (constants) activationTimeout confirmTimeout remoteBuild;
           profilesOrder = present;
           profiles = listToAttrs (map (p: { name = p; value = profileFor p; }) present);
         };

@@ -7,6 +7,12 @@ let
   inherit (builtins) attrNames concatStringsSep concatMap isBool isList isInt isFloat listToAttrs map
     replaceStrings toString;
 
+  # The deploy-rs `sparkfleet` profile (modules/lib/fleet.nix constants.sparkfleetProfilePath):
+  # every deployed host, NixOS or DGX OS, has the tooling here.
+  profileBin = "${(import ./fleet.nix).constants.sparkfleetProfilePath}/bin/sparkfleet";
+  # On NixOS the modules put the package on the system path (environment.systemPackages).
+  systemBin = "/run/current-system/sw/bin/sparkfleet";
+
   # systemd's Exec quoting: each argument double-quoted, `\` and `"` escaped, `$` and `%` doubled
   # so systemd neither expands variables nor specifiers inside our argv.
   quoteArg = a: "\"" + replaceStrings [ "\\" "\"" "$" "%" ] [ "\\\\" "\\\"" "$$" "%%" ] a + "\"";
@@ -42,6 +48,9 @@ let
   # The lane unit drives the container runtime and ssh to the workers; the GPU and RDMA devices
   # are opened by the runtime (or, for the process runtime, by the serve process: allowed below).
   laneHardening = {
+    # RDMA registers (pins) the model's memory: a rootless runtime or the process runtime inherit
+    # this unit's limit, and the default 8 MiB makes ibv_reg_mr fail.
+    LimitMEMLOCK = "infinity";
     ProtectSystem = "full";
     PrivateTmp = true;
     NoNewPrivileges = true;
@@ -96,16 +105,49 @@ let
       };
     };
 
-  # specs { facts, sparkfleet, fleetRoot, schedule?, runtimeGroups?, autostart?, withMounts? }
+  # What a unit reads of the fleet root, and nothing more: hosts/fleet.toml plus the named lanes'
+  # recipe.toml, copied to the store by content (builtins.path). Two trees that differ only outside
+  # hosts/fleet.toml and those recipes give the same store path, so a README-only commit renders
+  # byte-identical units and restarts nothing; a lane's unit changes when its own recipe does.
+  specRoot = fleetRoot: name: lanes:
+    let
+      root = toString fleetRoot;
+      rel = p: builtins.substring (builtins.stringLength root + 1) (-1) p;
+      keep = [ "hosts" "hosts/fleet.toml" "recipes" ]
+        ++ concatMap (l: [ "recipes/${l}" "recipes/${l}/recipe.toml" ]) lanes;
+    in
+    builtins.path {
+      name = "sparkfleet-${name}-spec";
+      path = fleetRoot;
+      filter = p: _type: builtins.elem (rel (toString p)) keep;
+    };
+
+  # The whole fleet's spec (hosts/fleet.toml + every recipe): every deploy profile carries it, and
+  # the flake's apps name it as SPARKFLEET_REMOTE_ROOT, so an operator's command reaches a host's
+  # copy exactly when that host was deployed from the same fleet file and recipes.
+  fleetSpec = fleetRoot: fleet: specRoot fleetRoot "fleet" (builtins.attrNames fleet.lanes);
+
+  # specs { facts, sparkfleet, fleetRoot, stagedLanes?, stagingRoot?, remote?, schedule?,
+  #         runtimeGroups?, autostart?, withMounts? }
   #   facts:      fleet.facts <host>
-  #   sparkfleet: absolute path of the sparkfleet executable the units run
-  #   fleetRoot:  the inventory the CLI reads (SPARKFLEET_ROOT), usually the flake source
+  #   sparkfleet: absolute path of the sparkfleet executable the units run: a path that stays the
+  #               same across deploys (the deploy profile's bin/ on DGX OS, the system path on
+  #               NixOS), so a new build of the tooling alone changes no unit
+  #   remote:     SPARKFLEET_REMOTE, how the lane's head starts sparkfleet on its workers over ssh
+  #               (default: the deploy profile's bin/, which every deployed host has)
+  #   fleetRoot:  the fleet root the inventory comes from (the flake source); each unit gets its
+  #               own filtered copy (specRoot) as SPARKFLEET_ROOT
+  #   stagedLanes: every lane this host serves in (fleet.lanesOf host): what its staging unit reads
+  #   stagingRoot: SPARKFLEET_ROOT of the staging unit. Callers give a stable path that links to
+  #               specRoot of stagedLanes (the profile's share/, /etc on NixOS): the timer then
+  #               stages what the deployed recipes say, and a recipe edit changes no staging unit.
   #   withMounts: also the NAS mount units (hosts without NixOS; on NixOS fileSystems does it)
-  specs = { facts, sparkfleet, fleetRoot, schedule ? "daily", runtimeGroups ? [ "docker" ], autostart ? null
-          , withMounts ? false }:
+  specs = { facts, sparkfleet, fleetRoot, stagedLanes ? map (l: l.lane) facts.lanes
+          , stagingRoot ? specRoot fleetRoot "stage-${facts.host}" stagedLanes, remote ? profileBin
+          , schedule ? "daily", runtimeGroups ? [ "docker" ], autostart ? null, withMounts ? false }:
     let
       withBin = argv: [ sparkfleet ] ++ builtins.tail argv;
-      env = [ "SPARKFLEET_ROOT=${fleetRoot}" "PYTHONUNBUFFERED=1" ];
+      env = root: [ "SPARKFLEET_ROOT=${root}" "SPARKFLEET_REMOTE=${remote}" "PYTHONUNBUFFERED=1" ];
       st = facts.staging;
       stage = {
         "${st.unit}.service" = {
@@ -118,7 +160,7 @@ let
           Service = {
             Type = "oneshot";
             User = st.user;
-            Environment = env;
+            Environment = env stagingRoot;
             # The CLI takes ${st.lock} itself, so a timer run and a manual run never overlap.
             ExecStart = execLine (withBin st.argv);
             Nice = 10;
@@ -148,7 +190,7 @@ let
             RemainAfterExit = true;
             User = l.user;
             SupplementaryGroups = runtimeGroups;
-            Environment = env;
+            Environment = env (specRoot fleetRoot "lane-${l.lane}" [ l.lane ]);
             ExecStart = execLine (withBin l.startArgv);
             ExecStop = execLine (withBin l.stopArgv);
             TimeoutStartSec = toString l.timeoutStartSec;
@@ -178,6 +220,24 @@ let
 
   renderAll = args: builtins.mapAttrs (_: render) (specs args);
 
+  # What the deploy-rs `sparkfleet` profile of `host` ships (pkgs/sparkfleet-profile.nix): unit
+  # files that run the profile's own bin/ and a stable stage-root link inside the profile.
+  # `fleet` is (import ./fleet.nix).fromRoot fleetRoot.
+  profileUnits = { fleet, host, fleetRoot, profilePath ? fleet.constants.sparkfleetProfilePath }:
+    let stagedLanes = fleet.lanesOf host; in
+    {
+      stageRoot = specRoot fleetRoot "stage-${host}" stagedLanes;
+      fleetRoot = fleetSpec fleetRoot fleet;
+      files = renderAll {
+        facts = fleet.facts host;
+        sparkfleet = "${profilePath}/bin/sparkfleet";
+        remote = "${profilePath}/bin/sparkfleet";
+        inherit fleetRoot stagedLanes;
+        stagingRoot = "${profilePath}/share/sparkfleet/stage-root";
+        withMounts = true;
+      };
+    };
+
   # The same spec as NixOS systemd.services.<name> / systemd.timers.<name> option values.
   envAttrs = list: listToAttrs (map (kv:
     let m = builtins.match "([^=]+)=(.*)" kv; in { name = builtins.elemAt m 0; value = builtins.elemAt m 1; }) list);
@@ -197,6 +257,6 @@ let
     wantedBy = (spec.Install or { }).WantedBy or [ ];
   };
 in {
-  inherit specs render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
+  inherit specs specRoot fleetSpec profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
     toNixosTimer;
 }

@@ -33,6 +33,7 @@ NFS_OPTIONS = (
 LOCAL_OPTIONS = ("noatime", "nofail")
 # Loading a lane image (tens of GB) during activation outlasts deploy-rs's default 240 s.
 ACTIVATION_TIMEOUT_S = 1800
+REMOTE_BUILD = True
 CONFIRM_TIMEOUT_S = 60
 # Starting a lane's ranks may pull its image first (tens of GB); readiness is not awaited.
 LANE_START_TIMEOUT_S = 1800
@@ -213,6 +214,8 @@ def deploy_node(inv: Inventory, name: str, profiles: dict[str, str | None]) -> d
         "autoRollback": True,
         "activationTimeout": ACTIVATION_TIMEOUT_S,
         "confirmTimeout": CONFIRM_TIMEOUT_S,
+        # the node builds its own (aarch64) profiles: deploy works from an x86_64 operator machine
+        "remoteBuild": REMOTE_BUILD,
         "profilesOrder": present,
         "profiles": {p: profile(p) for p in present},
     }

@@ -42,11 +42,17 @@ requires_nixpkgs_lib = pytest.mark.skipif(
 )
 
 
-def nix_eval(expr: str, *, strict: bool = True, timeout: float = 60) -> Any:
-    """Evaluate a Nix expression to JSON; a failed evaluation raises NixEvalError with Nix's message."""
+def nix_eval(expr: str, *, strict: bool = True, timeout: float = 60, write_store: bool = False) -> Any:
+    """Evaluate a Nix expression to JSON; a failed evaluation raises NixEvalError with Nix's message.
+
+    write_store: really copy the paths the expression makes (builtins.path) into /nix/store, so a
+    test can read them, instead of only computing their names.
+    """
     argv = ["nix-instantiate", "--eval", "--json", "--expr", expr]
     if strict:
         argv.insert(2, "--strict")
+    if write_store:
+        argv.insert(2, "--read-write-mode")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise NixEvalError(proc.stderr)
@@ -55,6 +61,12 @@ def nix_eval(expr: str, *, strict: bool = True, timeout: float = 60) -> Any:
 
 class NixEvalError(Exception):
     """nix-instantiate refused the expression (its stderr is the message)."""
+
+
+def store_writable() -> bool:
+    """Whether this user may add paths to /nix/store (root with Debian's single-user nix)."""
+    store = Path("/nix/store")
+    return store.is_dir() and os.access(store, os.W_OK)
 
 
 def nix_str(value: str | Path) -> str:

@@ -24,14 +24,13 @@ UNITS_LIB = REPO / "modules" / "lib" / "units.nix"
 
 
 def render_units(
-    root: Path, host: str, sparkfleet: str = "/opt/sparkfleet/bin/sparkfleet", with_mounts: bool = True
+    root: Path, host: str, profile_path: str = "/nix/var/nix/profiles/sparkfleet"
 ) -> dict[str, str]:
-    """The unit files pkgs/sparkfleet-profile.nix ships for `host` (it renders with mounts)."""
-    mounts = "true" if with_mounts else "false"
+    """The unit files pkgs/sparkfleet-profile.nix ships for `host` (units.profileUnits)."""
     return nix_eval(
-        f"let f = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in (import {UNITS_LIB}).renderAll "
-        f'{{ facts = f.facts "{host}"; sparkfleet = {nix_str(sparkfleet)}; fleetRoot = {nix_str(root)}; '
-        f"withMounts = {mounts}; }}"
+        f"let f = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in ((import {UNITS_LIB}).profileUnits "
+        f'{{ fleet = f; host = "{host}"; fleetRoot = {nix_str(root)}; '
+        f"profilePath = {nix_str(profile_path)}; }}).files"
     )
 
 
@@ -117,6 +116,15 @@ def test_activation_is_idempotent_and_restarts_only_what_changed(host_root: dict
     assert activate(profile, host_root) == []
     assert {p.name: p.stat().st_ino for p in unit_dir.iterdir()} == inodes
 
+    # a commit outside hosts/fleet.toml and the recipes (README, code, a recipe's reports):
+    # a new profile, the same unit files, nothing restarted
+    (fleet / "README.md").write_text("docs only\n")
+    (fleet / "recipes" / "dsv41-flash-exl3-2x" / "reports").mkdir(exist_ok=True)
+    (fleet / "recipes" / "dsv41-flash-exl3-2x" / "reports" / "r.json").write_text("{}")
+    assert render_units(fleet, "dgx1") == units
+    docs = make_profile(host_root["tmp"] / "profile-docs", render_units(fleet, "dgx1"))
+    assert activate(docs, host_root) == []
+
     # a lane edit (one more host in its world) changes that lane's unit only
     recipe = fleet / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
     text = recipe.read_text()
@@ -155,11 +163,11 @@ def test_activation_leaves_nixos_units_to_nixos(host_root: dict[str, Path]) -> N
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
-    exe = tmp_path / "bin" / "sparkfleet"
-    exe.parent.mkdir()
+    exe = tmp_path / "profile" / "bin" / "sparkfleet"
+    exe.parent.mkdir(parents=True)
     exe.write_text("#!/bin/sh\nexit 0\n")
     exe.chmod(0o755)
-    units = render_units(fleet_copy(tmp_path / "fleet"), "dgx1", sparkfleet=str(exe))
+    units = render_units(fleet_copy(tmp_path / "fleet"), "dgx1", profile_path=str(tmp_path / "profile"))
     assert {"mnt-nas-huggingface.mount", "mnt-nas-huggingface.automount"} <= set(units)
     unit_dir = tmp_path / "units"
     unit_dir.mkdir()

@@ -25,24 +25,31 @@ SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read
 DEPLOY_RS_MIRROR = Path("/work/.mirror/serokell+deploy-rs/repo")
 STORE = "/nix/store/00000000000000000000000000000000"
 
+STUBS = Path(__file__).parent / "stubs"
 STUB_INPUTS = f"""
 let
   flake = import (ROOT + "/flake.nix");
   fleet = (import (ROOT + "/modules/lib/fleet.nix")).fromRoot ROOT;
   byHost = f: builtins.listToAttrs (map (h: {{ name = h; value = f h; }}) fleet.hostNames);
-  deploy-rs.lib.aarch64-linux.activate = {{
-    nixos = cfg: "{STORE}-activatable-nixos-system-" + cfg.config.networking.hostName;
-    custom = base: activate: "{STORE}-activatable-" + base.name;
-  }};
+  stubFlake = dir: (import (dir + "/flake.nix")).outputs {{ self = null; }};
   self = {{
+    overlays.default = final: prev: {{ }};
     nixosConfigurations = byHost (h: {{ config.networking.hostName = h; }});
     packages.aarch64-linux = builtins.listToAttrs (map (h: {{
       name = "sparkfleet-profile-" + h;
       value = {{ name = "sparkfleet-profile-" + h; }};
     }}) fleet.hostNames);
   }};
-in (flake.outputs {{ inherit self deploy-rs; nixpkgs = {{ }}; }}).deploy
+in (flake.outputs {{
+  inherit self;
+  nixpkgs = {STUBS}/deploy-nixpkgs;
+  deploy-rs = stubFlake {STUBS}/deploy-rs-flake;
+  nixos-dgx-spark = stubFlake {STUBS}/dgx-spark-flake;
+  srvos = stubFlake {STUBS}/srvos-flake;
+}}).deploy
 """
+# activate-rs comes from nixpkgs' deploy-rs package (its binary cache), not a build of the flake
+ACTIVATE_RS = "+deploy-rs-from-nixpkgs"
 
 
 def flake_copy(dest: Path, nixos_hosts: tuple[str, ...] = ()) -> Path:
@@ -69,13 +76,17 @@ def test_deploy_nodes_validate_and_match_hostfacts(tmp_path: Path) -> None:
     assert sorted(deploy["nodes"]) == sorted(inv.hosts)
     for host, node in deploy["nodes"].items():
         profiles = {
-            "system": f"{STORE}-activatable-nixos-system-{host}" if inv.hosts[host].os == "nixos" else None,
-            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
+            "system": f"{STORE}-activatable-nixos-system-{host}{ACTIVATE_RS}"
+            if inv.hosts[host].os == "nixos"
+            else None,
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}{ACTIVATE_RS}",
         }
         assert node == hostfacts.deploy_node(inv, host, profiles)
         assert set(node["profilesOrder"]) == set(node["profiles"])
         # a lane image load at activation must fit: well above deploy-rs's 240 s default
         assert node["activationTimeout"] >= 900
+        # aarch64 profiles from an x86_64 operator machine: the Spark builds them itself
+        assert node["remoteBuild"] is True
     assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
     assert deploy["nodes"]["dgx1"]["profilesOrder"] == ["sparkfleet"]  # DGX OS: no NixOS system profile
     assert (
@@ -125,27 +136,54 @@ def test_flake_lock_matches_the_flake_inputs() -> None:
         assert locked["narHash"].startswith("sha256-") and len(locked["narHash"]) == 51, name
         assert isinstance(locked["lastModified"], int), name
         for dep in node.get("inputs", {}).values():
-            assert dep in nodes, (name, dep)
+            assert resolve(lock, dep) in nodes, (name, dep)
     assert nodes["nixpkgs"]["original"]["ref"] == "nixos-25.11"  # a release branch
+    # one nixpkgs: every input that takes nixpkgs follows ours, so nothing is evaluated or built twice
+    root = nodes[lock["root"]]["inputs"]
+    for name in ("deploy-rs", "nixos-dgx-spark", "srvos"):
+        assert nodes[root[name]]["inputs"]["nixpkgs"] == ["nixpkgs"], name
+    locked_nixpkgs = [n for n, v in nodes.items() if v.get("locked", {}).get("repo") == "nixpkgs"]
+    assert locked_nixpkgs == ["nixpkgs"]
+
+
+def resolve(lock: dict, ref: str | list[str]) -> str:
+    """A lock input reference to its node: a node name, or a follows path from the root."""
+    if isinstance(ref, str):
+        return ref
+    node = lock["root"]
+    for step in ref:
+        node = resolve(lock, lock["nodes"][node]["inputs"][step])
+    return node
+
+
+MIRRORS = {
+    "deploy-rs": DEPLOY_RS_MIRROR,
+    "nixos-dgx-spark": Path("/work/.mirror/graham33+nixos-dgx-spark/repo"),
+    "srvos": Path("/work/.mirror/nix-community+srvos/repo"),
+}
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DEPLOY_RS_MIRROR.is_dir(), reason="no local deploy-rs snapshot to hash")
-def test_deploy_rs_narhash_is_the_hash_of_its_locked_rev(tmp_path: Path) -> None:
-    """The lock's deploy-rs narHash, recomputed as FIELD-NOTES says (git archive | nix hash path)."""
-    if shutil.which("nix") is None:
-        pytest.skip("nix not installed")
-    locked = json.loads((REPO / "flake.lock").read_text())["nodes"]["deploy-rs"]["locked"]
-    have = subprocess.run(
-        ["git", "-C", str(DEPLOY_RS_MIRROR), "cat-file", "-e", f"{locked['rev']}^{{commit}}"]
-    )
+@pytest.mark.parametrize("name", sorted(MIRRORS))
+def test_locked_narhash_is_the_hash_of_its_locked_rev(tmp_path: Path, name: str) -> None:
+    """A lock entry's narHash and lastModified, recomputed from a local snapshot of the repository
+    (git archive | nix hash path: GitHub's tarball is the git archive; none of these has
+    .gitattributes or submodules), so no entry of flake.lock is invented."""
+    mirror = MIRRORS[name]
+    if shutil.which("nix") is None or not mirror.is_dir():
+        pytest.skip(f"nix or a local snapshot of {name} is missing")
+    locked = json.loads((REPO / "flake.lock").read_text())["nodes"][name]["locked"]
+    have = subprocess.run(["git", "-C", str(mirror), "cat-file", "-e", f"{locked['rev']}^{{commit}}"])
     if have.returncode != 0:
-        pytest.skip(f"the deploy-rs snapshot does not hold {locked['rev']}")
+        pytest.skip(f"the {name} snapshot does not hold {locked['rev']}")
+    committed = subprocess.run(
+        ["git", "-C", str(mirror), "log", "-1", "--format=%ct", locked["rev"]],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert int(committed) == locked["lastModified"]
     tree = tmp_path / "src"
     tree.mkdir()
-    archive = subprocess.Popen(
-        ["git", "-C", str(DEPLOY_RS_MIRROR), "archive", locked["rev"]], stdout=subprocess.PIPE
-    )
+    archive = subprocess.Popen(["git", "-C", str(mirror), "archive", locked["rev"]], stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
     assert archive.wait() == 0
     nar = subprocess.run(
@@ -164,3 +202,39 @@ def test_deploy_rs_narhash_is_the_hash_of_its_locked_rev(tmp_path: Path) -> None
         check=True,
     ).stdout.strip()
     assert nar == locked["narHash"]
+
+
+@pytest.mark.parametrize("name", ["nixos-dgx-spark", "srvos"])
+def test_transitive_lock_entries_are_the_inputs_own_locks(name: str) -> None:
+    """An input's own inputs are locked as its flake.lock (at the locked rev) locks them, except
+    nixpkgs, which follows ours: nothing in flake.lock is invented."""
+    mirror = MIRRORS[name]
+    lock = json.loads((REPO / "flake.lock").read_text())
+    rev = lock["nodes"][name]["locked"]["rev"]
+    if not mirror.is_dir():
+        pytest.skip(f"no local snapshot of {name}")
+    text = subprocess.run(
+        ["git", "-C", str(mirror), "show", f"{rev}:flake.lock"], capture_output=True, text=True, check=False
+    )
+    if text.returncode != 0:
+        pytest.skip(f"the {name} snapshot does not hold {rev}")
+    theirs = json.loads(text.stdout)
+    their_root = theirs["nodes"][theirs["root"]]["inputs"]
+    ours = lock["nodes"][name]["inputs"]
+    assert sorted(ours) == sorted(their_root)
+    assert ours["nixpkgs"] == ["nixpkgs"]
+
+    def walk(their_ref, our_ref) -> None:
+        t = theirs["nodes"][their_ref]
+        o = lock["nodes"][resolve(lock, our_ref)]
+        assert o["locked"] == t["locked"] and o.get("original") == t.get("original")
+        for key, ref in (t.get("inputs") or {}).items():
+            if isinstance(ref, list):  # a follows inside their lock: from our root through this input
+                target = [name, *ref]
+                assert resolve(lock, o["inputs"][key]) == resolve(lock, target)
+            else:
+                walk(ref, o["inputs"][key])
+
+    for key, ref in their_root.items():
+        if key != "nixpkgs":
+            walk(ref, ours[key])

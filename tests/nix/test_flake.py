@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 STUBS = Path(__file__).parent / "stubs"
 SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())
 STORE = "/nix/store/00000000000000000000000000000000"
+CACHED = "+deploy-rs-from-nixpkgs"
 
 
 def store_writable() -> bool:
@@ -52,7 +53,17 @@ def flake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(STUBS / "pkgs.nix", nixpkgs / "pkgs.nix")
     shutil.copy(STUBS / "nixos-options.nix", nixpkgs / "nixos-options.nix")
     shutil.copytree(STUBS / "deploy-rs-flake", base / "deploy-rs")
+    shutil.copytree(STUBS / "dgx-spark-flake", base / "nixos-dgx-spark")
+    shutil.copytree(STUBS / "srvos-flake", base / "srvos")
     return src
+
+
+def overrides(flake: Path) -> list[str]:
+    """--override-input for every input: the stand-ins beside the flake copy."""
+    argv = []
+    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
+        argv += ["--override-input", name, f"path:{flake.parent / name}"]
+    return argv
 
 
 def flake_eval(flake: Path, attr: str, apply: str | None = None) -> object:
@@ -63,12 +74,7 @@ def flake_eval(flake: Path, attr: str, apply: str | None = None) -> object:
         "eval",
         "--json",
         "--no-write-lock-file",
-        "--override-input",
-        "nixpkgs",
-        f"path:{flake.parent / 'nixpkgs'}",
-        "--override-input",
-        "deploy-rs",
-        f"path:{flake.parent / 'deploy-rs'}",
+        *overrides(flake),
         f"path:{flake}#{attr}",
     ]
     if apply:
@@ -89,12 +95,7 @@ def test_lock_names_the_release_branch_and_deploy_rs(flake: Path) -> None:
             "--json",
             "--no-write-lock-file",
             f"path:{flake}",
-            "--override-input",
-            "nixpkgs",
-            f"path:{flake.parent / 'nixpkgs'}",
-            "--override-input",
-            "deploy-rs",
-            f"path:{flake.parent / 'deploy-rs'}",
+            *overrides(flake),
         ],
         capture_output=True,
         text=True,
@@ -116,8 +117,9 @@ def test_deploy_output_from_the_real_flake(flake: Path) -> None:
     inv = inventory.load(flake)
     for host, node in deploy["nodes"].items():
         profiles = {
-            "system": f"{STORE}-activatable-nixos-system-{host}" if host == "dgx2" else None,
-            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
+            # activate-rs from nixpkgs' deploy-rs (binary cache), through deploy-rs's overlay
+            "system": f"{STORE}-activatable-nixos-system-{host}{CACHED}" if host == "dgx2" else None,
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}{CACHED}",
         }
         assert node == hostfacts.deploy_node(inv, host, profiles)
     assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
@@ -132,10 +134,15 @@ def test_outputs_per_system(flake: Path) -> None:
     )
     assert "mia-tp4-image" not in packages["x86_64-linux"]  # an arm64 image, built on the Sparks' system
     apps = flake_eval(flake, "apps.x86_64-linux", apply="builtins.mapAttrs (_: a: a.type)")
-    assert apps == {"bench": "app", "default": "app", "doctor": "app", "launch": "app", "stage": "app"}
+    assert apps == {
+        "bench": "app", "default": "app", "deploy": "app", "doctor": "app", "launch": "app", "stage": "app"
+    }  # fmt: skip
+    deploy = flake_eval(flake, "apps.x86_64-linux.deploy.program")
+    assert deploy == f"{STORE}-deploy-rs/bin/deploy"  # nixpkgs' deploy-rs, not a build of the flake
     checks = flake_eval(flake, "checks", apply=names)
     for system in ("x86_64-linux", "aarch64-linux"):
-        assert {"sparkfleet", "fleet-facts", "eval-dgx1", "eval-dgx4"} <= set(checks[system])
+        assert {"sparkfleet", "fleet-facts", "eval-dgx2"} <= set(checks[system])
+        assert "eval-dgx1" not in checks[system]  # a DGX OS host has no NixOS toplevel
     # deploy-rs's checks build every (aarch64) profile: only where that system builds (deploy-rs #389)
     assert "deploy-schema" in checks["aarch64-linux"] and "deploy-schema" not in checks["x86_64-linux"]
     # the image evaluates (so `nix flake check` passes) but its build stops on the partial pins
@@ -148,14 +155,45 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
         "nixosConfigurations",
         apply="builtins.mapAttrs (_: c: { inherit (c) system; "
         "services = builtins.attrNames c.config.systemd.services; "
-        "root = c.config.systemd.services.sparkfleet-stage.environment.SPARKFLEET_ROOT; "
-        "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; })",
+        "root = c.config.environment.etc.\"sparkfleet/stage-root\".source; "
+        "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; "
+        "packages = map (p: p.name) c.config.environment.systemPackages; })",
     )
-    assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    assert sorted(hosts) == ["dgx2"]  # the one host with os = "nixos"; DGX OS hosts have none
     inv = inventory.load(flake)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux"
-        assert host["root"].startswith("/nix/store/")  # the flake's own source: the pinned inventory
-        assert "-sparkfleet-0.1.0/bin/sparkfleet" in host["exec"]  # the overlay's package
+        # the flake's own hosts/fleet.toml + this host's recipes, by content
+        assert host["root"].startswith("/nix/store/")
+        assert host["root"].endswith(f"-sparkfleet-stage-{name}-spec")
+        assert host["exec"].startswith('"/run/current-system/sw/bin/sparkfleet" ')
+        assert host["packages"] == ["sparkfleet-0.1.0"]  # the overlay's package, on the system path
         units = {u.unit for u in hostfacts.facts(inv, name).lanes}
-        assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units})
+        assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units, *(f"{u}-spec" for u in units)})
+
+
+def flake_eval_error(flake: Path, attr: str) -> str:
+    argv = ["nix", "--extra-experimental-features", "nix-command flakes", "eval", "--json"]
+    argv += ["--no-write-lock-file", *overrides(flake), f"path:{flake}#{attr}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_nixos_units_check_asserts_on_the_generated_units(flake: Path) -> None:
+    """checks.<system>.nixos-units: what CI's `nix flake check --no-build` asserts with full NixOS,
+    run here with the option stubs: it passes as the modules stand ..."""
+    assert flake_eval(flake, "checks.x86_64-linux.nixos-units.name") == "sparkfleet-nixos-units-dgx1"
+
+
+def test_nixos_units_check_catches_a_wrong_group(flake: Path, tmp_path: Path) -> None:
+    """... and fails when a tmpfiles rule names the Ubuntu-style group NixOS does not have."""
+    broken = tmp_path / "broken"
+    shutil.copytree(flake, broken)
+    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
+        shutil.copytree(flake.parent / name, tmp_path / name, symlinks=True)
+    storage = broken / "modules" / "storage.nix"
+    text = storage.read_text()
+    storage.write_text(text.replace("tmpfiles.rules = tmpfiles;", "tmpfiles.rules = facts.tmpfiles;"))
+    err = flake_eval_error(broken, "checks.x86_64-linux.nixos-units.name")
+    assert "a tmpfiles rule names a group that does not exist" in err

@@ -22,9 +22,15 @@ EVAL_HOST = Path(__file__).parent / "stubs" / "eval-host.nix"
 NAS_EXPORT = "nas.lan:/volume1/huggingface"
 
 
-def evaluate(root: Path, host: str, extra: str = "{ }", host_module: str | None = None) -> dict:
+# a deploy key, as hosts/authorized_keys gives real hosts (srvos makes users immutable)
+KEYS = '{ users.users.kilork.openssh.authorizedKeys.keys = [ "ssh-ed25519 AAAAC3Nza test@ops" ]; }'
+
+
+def evaluate(
+    root: Path, host: str, extra: str = "{ }", host_module: str | None = None, keys: bool = True
+) -> dict:
     args = f"nixpkgsLib = {nix_str(nixpkgs_lib())}; fleetRoot = {nix_str(root)}; host = {nix_str(host)}; "
-    args += f"extra = {extra};"
+    args += f"extra = {{ imports = [ {KEYS if keys else '{ }'} ({extra}) ]; }};"
     if host_module:
         args += f" hostModule = {host_module};"
     return nix_eval(f"import {EVAL_HOST} {{ {args} }}", timeout=120)
@@ -55,36 +61,88 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
     }
     assert "ro" in mount.options and "x-systemd.automount" in mount.options and "_netdev" in mount.options
     assert cfg["boot"]["supportedFilesystems"] == ["nfs"]
-    assert cfg["tmpfiles"] == list(facts.tmpfiles)
+    # kilork's primary group on NixOS is `users` (isNormalUser): the rules name it, not "kilork"
+    assert cfg["users"]["users"]["kilork"]["group"] == "users"
+    assert cfg["tmpfiles"] == [r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles]
+    for rule in cfg["tmpfiles"]:
+        assert rule.split()[4] in cfg["users"]["groups"], rule
 
     stage = cfg["services"]["sparkfleet-stage"]
-    exe = "/nix/store/00000000000000000000000000000000-sparkfleet-0.1.0/bin/sparkfleet"
+    # the system path: the same on every generation, so a new build of the tooling changes no unit
+    exe = "/run/current-system/sw/bin/sparkfleet"
+    assert cfg["systemPackages"] == ["sparkfleet-0.1.0"]
     assert shlex.split(stage["serviceConfig"]["ExecStart"]) == [exe, *facts.staging.argv[1:]]
     assert stage["serviceConfig"]["User"] == facts.staging.user
     assert stage["serviceConfig"]["ReadWritePaths"] == list(facts.staging.readWritePaths)
     assert stage["serviceConfig"]["ProtectSystem"] == "strict"
     assert stage["unitConfig"]["RequiresMountsFor"] == list(facts.staging.requiresMountsFor)
-    assert stage["environment"]["SPARKFLEET_ROOT"] == str(fleet_root)
+    assert stage["environment"]["SPARKFLEET_ROOT"] == "/etc/sparkfleet/stage-root"
+    assert cfg["etc"]["sparkfleet/stage-root"]["source"].endswith(f"-sparkfleet-stage-{host}-spec")
+    assert stage["environment"]["SPARKFLEET_REMOTE"] == "/nix/var/nix/profiles/sparkfleet/bin/sparkfleet"
     assert "network-online.target" in stage["after"]
     assert cfg["timers"]["sparkfleet-stage"]["wantedBy"] == ["timers.target"]
 
-    lanes = {name: svc for name, svc in cfg["services"].items() if name.startswith("sparkfleet-lane-")}
+    lanes = {
+        name: svc
+        for name, svc in cfg["services"].items()
+        if name.startswith("sparkfleet-lane-") and not name.endswith("-spec")
+    }
     assert sorted(lanes) == sorted(unit.unit for unit in facts.lanes)
     for unit in facts.lanes:
+        # a switch never restarts a lane by itself; its -spec companion restarts it on a spec change
+        assert lanes[unit.unit]["restartIfChanged"] is False
+        companion = cfg["services"][f"{unit.unit}-spec"]
+        assert companion["reloadIfChanged"] is True and companion["wantedBy"] == ["multi-user.target"]
+        (trigger,) = companion["reloadTriggers"]
+        assert trigger.endswith(f"-sparkfleet-lane-{unit.lane}-spec")
+        assert lanes[unit.unit]["environment"]["SPARKFLEET_ROOT"] == trigger
+        assert shlex.split(companion["serviceConfig"]["ExecReload"]) == [
+            "/run/current-system/sw/bin/systemctl",
+            "try-restart",
+            "--no-block",
+            f"{unit.unit}.service",
+        ]
         svc = lanes[unit.unit]["serviceConfig"]
+        assert all(g in cfg["users"]["groups"] for g in svc["SupplementaryGroups"])
+        assert svc["LimitMEMLOCK"] == "infinity"  # RDMA registers pinned memory (rootless podman too)
         assert shlex.split(svc["ExecStart"]) == [exe, *unit.startArgv[1:]]
         assert shlex.split(svc["ExecStop"]) == [exe, *unit.stopArgv[1:]]
         assert svc["Type"] == "oneshot" and svc["RemainAfterExit"] is True
-        assert svc["SupplementaryGroups"] == ["docker"]
+        assert svc["SupplementaryGroups"] == []  # podman: no daemon group
         assert lanes[unit.unit]["conflicts"] == list(unit.conflicts)
         assert lanes[unit.unit]["wantedBy"] == []  # no lane starts at boot unless autostart says so
+    # the DGX Spark module: container toolkit (CDI) and podman with docker compat, no docker daemon
     assert cfg["hardware"]["nvidia-container-toolkit"]["enable"] is True
-    assert cfg["virtualisation"]["docker"]["enable"] is True
-    assert cfg["users"]["users"]["kilork"]["extraGroups"] == ["docker"]
+    assert cfg["virtualisation"]["podman"] == {"enable": True, "dockerCompat": True}
+    assert cfg["virtualisation"]["docker"]["enable"] is False
+    # srvos server: wheel is trusted by Nix and sudoes without a password; the deploy user is in it
+    assert cfg["users"]["users"]["kilork"]["extraGroups"] == ["wheel"]
+    assert "@wheel" in cfg["nix"]["settings"]["trusted-users"]
+    assert cfg["security"]["sudo"]["wheelNeedsPassword"] is False
+    assert cfg["openssh"]["enable"] is True
+
+
+def test_docker_beside_the_spark_modules_podman_fails_evaluation(fleet_root: Path) -> None:
+    dgx1 = nix_str(REPO / "hosts" / "dgx1")
+    host = f"""{{ imports = [ {dgx1} ]; sparkfleet.lanes.runtime = lib.mkForce "docker"; }}"""
+    cfg = evaluate(fleet_root, "dgx1", host_module=f"({{ lib, ... }}: {host})")
+    assert "Option dockerCompat conflicts with docker" in cfg["failedAssertions"]
+
+
+def test_a_host_nobody_can_log_into_fails_evaluation(fleet_root: Path) -> None:
+    cfg = evaluate(fleet_root, "dgx1", keys=False)  # no hosts/authorized_keys; srvos: immutable users
+    assert any(m.startswith("Neither the root account nor any wheel user") for m in cfg["failedAssertions"])
+
+
+def test_a_group_that_does_not_exist_is_caught(fleet_root: Path) -> None:
+    extra = '{ users.users.kilork.group = "kilork"; }'  # Ubuntu's habit, wrong on NixOS
+    cfg = evaluate(fleet_root, "dgx1", extra=extra)
+    assert "users.users.kilork.group = kilork: no such group" in cfg["failedAssertions"]
 
 
 def test_lanes_land_on_their_head_only(fleet_root: Path) -> None:
-    assert len([s for s in evaluate(fleet_root, "dgx1")["services"] if s.startswith("sparkfleet-lane-")]) == 2
+    here = [s for s in evaluate(fleet_root, "dgx1")["services"] if s.startswith("sparkfleet-lane-")]
+    assert len([s for s in here if not s.endswith("-spec")]) == 2
     assert [s for s in evaluate(fleet_root, "dgx3")["services"] if s.startswith("sparkfleet-lane-")] == []
 
 
@@ -124,7 +182,7 @@ def test_local_nvme_and_podman(fleet_root: Path) -> None:
 
 def test_staging_needs_storage_and_its_user(fleet_root: Path) -> None:
     host = '{ sparkfleet = { host = "dgx2"; staging.enable = true; }; system.stateVersion = "25.11"; }'
-    cfg = evaluate(fleet_root, "dgx2", host_module=host)
+    cfg = evaluate(fleet_root, "dgx2", host_module=host, keys=False)
     messages = "\n".join(cfg["failedAssertions"])
     assert "needs sparkfleet.storage" in messages
     assert "runs as kilork" in messages and "declare that user" in messages
@@ -152,7 +210,14 @@ let
       modules = modules ++ [ @STUBS@ { _module.args.pkgs = stubPkgs; } ];
     } // { inherit system; };
   };
-  out = flake.outputs { self = out // { outPath = @ROOT@; }; inherit nixpkgs; deploy-rs = { }; };
+  input = dir: (import (dir + "/flake.nix")).outputs { self = null; };
+  out = flake.outputs {
+    self = out // { outPath = @ROOT@; };
+    inherit nixpkgs;
+    deploy-rs = { };
+    nixos-dgx-spark = input @STUBDIR@/dgx-spark-flake;
+    srvos = input @STUBDIR@/srvos-flake;
+  };
   show = name: let c = out.nixosConfigurations.${name}; in {
     inherit (c) system;
     failed = map (a: a.message) (builtins.filter (a: !a.assertion) c.config.assertions);
@@ -171,17 +236,104 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
     for host in ("dgx1", "dgx2", "dgx3", "dgx4"):
         shutil.copytree(REPO / "hosts" / host, fleet_root / "hosts" / host)
     shutil.copy(REPO / "flake.nix", fleet_root / "flake.nix")
+    fleet = fleet_root / "hosts" / "fleet.toml"
+    fleet.write_text(fleet.read_text().replace("[hosts.dgx2]\n", '[hosts.dgx2]\nos = "nixos"\n', 1))
+    (fleet_root / "hosts" / "authorized_keys").write_text("ssh-ed25519 AAAAC3Nza ops@fleet\n")
     expr = (
         FLAKE_HOSTS.replace("@LIB@", nix_str(nixpkgs_lib()))
         .replace("@ROOT@", nix_str(fleet_root))
         .replace("@STUBS@", nix_str(Path(__file__).parent / "stubs" / "nixos-options.nix"))
+        .replace("@STUBDIR@", str(Path(__file__).parent / "stubs"))
     )
     hosts = nix_eval(expr, timeout=120)
-    assert sorted(hosts) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    assert sorted(hosts) == ["dgx2"]  # only the NixOS host has a NixOS configuration
     inv = inventory.load(fleet_root)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux" and host["hostName"] == name
         assert host["failed"] == [] and host["overlays"] == 1
-        assert host["root"] == str(fleet_root)
+        assert host["root"] == "/etc/sparkfleet/stage-root"
         facts = hostfacts.facts(inv, name)
-        assert sorted(host["services"]) == sorted(["sparkfleet-stage", *(u.unit for u in facts.lanes)])
+        lanes = [u.unit for u in facts.lanes]
+        assert sorted(host["services"]) == sorted(["sparkfleet-stage", *lanes, *(f"{u}-spec" for u in lanes)])
+
+
+def _ini(svc: dict, sw: Path) -> str:
+    """A NixOS systemd.services.<name> value as a unit file (the keys NixOS renders), with the
+    system path /run/current-system/sw/bin mapped to `sw` so systemd can check the executables."""
+
+    def value(v: object) -> list[str]:
+        items = v if isinstance(v, list) else [v]
+        out = []
+        for item in items:
+            text = ("true" if item else "false") if isinstance(item, bool) else str(item)
+            out.append(text.replace("/run/current-system/sw/bin", str(sw)))
+        return out
+
+    unit = [f"Description={svc['description']}"]
+    for key, opt in (("After", "after"), ("Wants", "wants"), ("Conflicts", "conflicts")):
+        unit += [f"{key}={v}" for v in svc.get(opt, [])]
+    for key, v in svc.get("unitConfig", {}).items():
+        unit += [f"{key}={x}" for x in value(v)]
+    service = [f'Environment="{k}={v}"' for k, v in svc.get("environment", {}).items()]
+    for key, v in svc["serviceConfig"].items():
+        service += [f"{key}={x}" for x in value(v)]
+    return "[Unit]\n" + "\n".join(unit) + "\n\n[Service]\n" + "\n".join(service) + "\n"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_nixos_lane_units_and_companions_pass_systemd_analyze_verify(fleet_root: Path, tmp_path: Path):
+    import os
+    import subprocess
+
+    cfg = evaluate(fleet_root, "dgx1")
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    for tool in ("true", "systemctl", "sparkfleet"):
+        (sw / tool).symlink_to(shutil.which("true"))
+    units = tmp_path / "units"
+    units.mkdir()
+    names = [n for n in cfg["services"] if n.startswith("sparkfleet-lane-")]
+    assert len(names) == 4  # two lanes, each with its -spec companion
+    for name in names:
+        (units / f"{name}.service").write_text(_ini(cfg["services"][name], sw))
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *map(str, sorted(units.iterdir()))],
+        capture_output=True, text=True, check=False, env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"},
+    )  # fmt: skip
+    # only this machine's own gaps (no kilork user, no bus, mounts it does not have) are tolerated
+    problems = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip()
+        and not any(ok in line for ok in ("kilork", "Failed to connect", "bus", "user", ".mount"))
+    ]
+    assert not problems, proc.stderr
+
+
+def test_nixos_lane_units_change_only_with_their_own_spec(fleet_root: Path, tmp_path: Path) -> None:
+    """What a switch compares: a new sparkfleet build or a README commit leaves every lane unit
+    and companion as it was; a recipe edit changes that lane's companion (reloaded → the lane is
+    try-restarted) and no other lane's."""
+
+    def lane_units(cfg: dict) -> dict:
+        return {n: s for n, s in cfg["services"].items() if n.startswith("sparkfleet-lane-")}
+
+    before = lane_units(evaluate(fleet_root, "dgx1"))
+    newer_tool = (
+        '{ lib, ... }: { sparkfleet.package = lib.mkForce { type = "derivation"; name = "sparkfleet-0.2.0"; '
+        'outPath = "/nix/store/11111111111111111111111111111111-sparkfleet-0.2.0"; '
+        'meta.mainProgram = "sparkfleet"; }; }'
+    )
+    (fleet_root / "README.md").write_text("a docs commit\n")
+    after = evaluate(fleet_root, "dgx1", extra=newer_tool)
+    assert after["systemPackages"] == ["sparkfleet-0.2.0"]
+    assert lane_units(after) == before
+
+    recipe = fleet_root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(recipe.read_text() + "\n# tuned\n")
+    edited = lane_units(evaluate(fleet_root, "dgx1"))
+    changed = sorted(n for n in before if before[n] != edited[n])
+    assert changed == ["sparkfleet-lane-dsv41-flash-exl3-2x", "sparkfleet-lane-dsv41-flash-exl3-2x-spec"]
+    companion = edited["sparkfleet-lane-dsv41-flash-exl3-2x-spec"]
+    assert companion["reloadTriggers"] != before["sparkfleet-lane-dsv41-flash-exl3-2x-spec"]["reloadTriggers"]
+    assert edited["sparkfleet-lane-dsv41-flash-exl3-2x"]["restartIfChanged"] is False

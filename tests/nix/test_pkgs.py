@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, NixEvalError, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
+from .conftest import (
+    REPO,
+    NixEvalError,
+    nix_eval,
+    nix_str,
+    nixpkgs_lib,
+    requires_nix,
+    requires_nixpkgs_lib,
+    store_writable,
+)
 
 pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 
@@ -74,7 +86,7 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
     image = nix_eval(call("mia-tp4-image.nix", root))
     assert image["kind"] == "streamLayeredImage"
     args = image["args"]
-    pull = args["fromImage"]["args"]
+    pull = nix_eval(call("mia-tp4-image.nix", root) + ".args.fromImage.args")
     assert pull == {
         "imageName": "lmsysorg/sglang",
         "imageDigest": DIGEST,
@@ -88,12 +100,60 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
     # the two integration bugs of 2026-09-27: launcher gate and world shape in env
     assert env["DSV41_LAUNCHER"] == "tp4" and env["TP_SIZE"] == "4"
     assert env["EP_SIZE"] == "1" and env["DSV41_TP_PAD"] == "0"
-    assert env["PYTHONPATH"] == "/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next"  # as the Dockerfile sets it
+    # the Dockerfile's ENV (passthru.tests checks these against the pinned Dockerfile at build)
+    assert env["PYTHONPATH"] == "/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next"
+    assert env["OFFLOAD_MODE"] == "nvme" and env["DSV41_CACHE_GIB"] == "16" and env["STATE_PATH"] == "/state"
+    assert env["MODEL_PATH"] == "/models/DeepSeek-V4.1-Flash"
     assert args["config"]["Entrypoint"] == ["/usr/bin/env"] and args["config"]["WorkingDir"] == "/opt/dsv41"
+    assert args["config"]["Healthcheck"]["Test"] == ["CMD", "python3", "-S", "/opt/dsv41/boot.py", "health"]
+    assert args["config"]["ExposedPorts"] == {"8888/tcp": {}}
     assert args["config"]["Labels"]["org.opencontainers.image.revision"] == COMMIT
-    assert args["contents"] == ["/nix/store/00000000000000000000000000000000-mia-tp4-tree-cad252b7d300"]
-    assert "sgl-workspace/sglang/python/.wh..wh..opq" in args["extraCommands"]
+    # tree and kernel layer copied in as files (whiteouts included), not store links
+    store = "/nix/store/00000000000000000000000000000000"
+    assert "contents" not in args
+    copy = f"{store}-mia-tp4-tree-cad252b7d300/. {store}-mia-tp4-kernels-cad252b7d300/. ./"
+    assert copy in args["extraCommands"]
     assert args["maxLayers"] == 100
+    # the build's own checks, and the layers CI builds and caches
+    assert image["tests"] == f"{store}-mia-tp4-image-tests-cad252b7d300"
+    assert image["passthru"]["kernels"] == f"{store}-mia-tp4-kernels-cad252b7d300"
+
+
+def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> None:
+    extra = (
+        "runCommand = n: e: script: { name = n; outPath = script; }; "
+        'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    kernels = nix_eval(f"({image}).kernels")
+    pins = tomllib.loads((REPO / "hosts" / "fleet.toml").read_text())["pins"]
+    compact = {"separators": (",", ":"), "sort_keys": True}
+    for name in ("sglang-kernel-aarch64", "sgl-deep-gemm-aarch64"):
+        pin = pins[name]
+        assert pin["url"].startswith("https://files.pythonhosted.org/packages/")
+        assert pin["url"].endswith("manylinux2014_aarch64.whl")
+        assert re.fullmatch("[0-9a-f]{64}", pin["sha256"])
+        fetch = {"sha256": pin["sha256"], "url": pin["url"]}
+        assert f"<fetchurl:{json.dumps(fetch, **compact)}>" in kernels
+    assert "image_tools.py install-wheels root $out" in kernels
+    # row_store.cpp: the Dockerfile's own RUN line, run with the base image's g++ inside its rootfs
+    assert "image_tools.py run " in kernels and "/Dockerfile.canary-roce row_store.cpp)" in kernels
+    assert "image_tools.py in-image root" in kernels and "/opt/dsv41 \"$build\"" in kernels
+    assert "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
+    tests = nix_eval(f"({image}).tests")
+    assert "image_tools.py run-checks" in tests and "image_tools.py check-env" in tests
+
+
+def test_a_missing_wheel_pin_stops_the_build_naming_it(tmp_path: Path) -> None:
+    root = resolved_fleet(tmp_path / "fleet")
+    fleet = root / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    start = text.index("[pins.sgl-deep-gemm-aarch64]")
+    fleet.write_text(text[:start])  # the wheel pin is gone
+    script = nix_eval(call("mia-tp4-image.nix", root) + ".script")
+    build = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert build.returncode == 1
+    assert "pin sgl-deep-gemm-aarch64 is not in hosts/fleet.toml" in build.stderr
 
 
 def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp_path: Path) -> None:
@@ -104,7 +164,7 @@ def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp
         'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
     )
     image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
-    tree = nix_eval(f"builtins.head ({image}).args.contents")
+    tree = nix_eval(f"({image}).tree")
     compact = {"separators": (",", ":"), "sort_keys": True}
     github = {"hash": NAR, "owner": "MiaAI-Lab", "repo": "DeepSeek-v4.1-Flash-DGX-Sparks", "rev": COMMIT}
     assert f"<github:{json.dumps(github, **compact)}>" in tree
@@ -113,8 +173,12 @@ def test_image_tree_runs_the_repos_fetch_stage_offline_from_pinned_downloads(tmp
     download = {"sha256": SRC_SHA, "url": "https://example.org/roce-1234.tar.gz"}
     assert f"https://example.org/roce-1234.tar.gz\t<fetchurl:{json.dumps(download, **compact)}>" in tree
     # the final stage: where the Dockerfile puts things, and the RoCEnante patch on the branch tree
-    assert "/b12x/. $out/opt/b12x/" in tree and "/b12x_next/. $out/opt/b12x_next/" in tree
+    assert "/b12x/b12x " in tree and "/b12x/LICENSE $out/opt/b12x/" in tree
+    assert "/b12x_next/b12x_next " in tree and "/b12x_next/LICENSE $out/opt/b12x_next/" in tree
     assert "patch -p1 -F3 <" in tree and "runtime/sglang-rocenante.patch" in tree
+    # roce_tp4_adapt.py may name /sgl-workspace/... absolutely: our tree is bound there (proot)
+    assert "proot -b $out/sgl-workspace:/sgl-workspace" in tree and "runtime/roce_tp4_adapt.py" in tree
+    assert "touch $out/sgl-workspace/sglang/python/.wh..wh..opq" in tree
 
 
 def requirement_key(requirement: str) -> str:
@@ -153,24 +217,6 @@ def test_profile_ships_units_activation_and_cli() -> None:
     )
 
 
-def test_apps_run_the_pinned_cli_with_the_flake_inventory() -> None:
-    apps = nix_eval(call("apps.nix", REPO, extra='fleetRoot = "/nix/store/src";'))
-    assert sorted(apps) == ["bench", "default", "doctor", "launch", "stage"]
-    assert all(app["type"] == "app" for app in apps.values())
-    assert apps["stage"]["program"].endswith("-sparkfleet-stage/bin/sparkfleet-stage")
-    text = nix_eval(
-        call(
-            "apps.nix",
-            REPO,
-            extra='fleetRoot = "/nix/store/src"; writeShellApplication = a: '
-            '{ type = "derivation"; name = a.name; meta.mainProgram = a.name; outPath = a.text; };',
-        )
-        + ".stage.program"
-    )
-    assert 'SPARKFLEET_ROOT="${SPARKFLEET_ROOT:-/nix/store/src}"' in text
-    assert 'sparkfleet stage "$@"' in text
-
-
 def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Path) -> None:
     """The runtime derivation's build script, run by bash: the repo's fetch script (here a small one
     calling curl exactly as scripts/fetch_runtime.sh does) gets the pinned file, and an unpinned
@@ -192,13 +238,13 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     text = nix_eval(
         f"let x = ({call('mia-tp4-image.nix', root, extra=fetchers + ' writeText = n: t: t;')}); "
-        "in builtins.head x.args.contents"
+        "in x.tree"
     )
     assert f"https://example.org/roce-1234.tar.gz\t{download}\n" in text
     tsv.write_text(f"https://example.org/roce-1234.tar.gz\t{download}\n")
     image = call("mia-tp4-image.nix", root, extra=fetchers + f' writeText = n: t: "{tsv}";')
     # the runtime derivation's script is interpolated (as its "outPath") into the tree's script
-    tree = nix_eval(f"builtins.head ({image}).args.contents")
+    tree = nix_eval(f"({image}).tree")
     begin = tree.index("mkdir -p bin")
     fetch = "bash repo/scripts/fetch_runtime.sh $out sglang-canary b12x b12x-next\n"
     script = "patchShebangs() { :; }\n" + tree[begin : tree.index(fetch, begin) + len(fetch)]
@@ -230,3 +276,152 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     assert bad.returncode != 0
     assert "https://example.org/other.tgz is not a url pin in hosts/fleet.toml" in bad.stderr
+
+
+BUSYBOX = Path("/bin/busybox")
+
+
+@pytest.mark.skipif(
+    shutil.which("proot") is None or not BUSYBOX.is_file(),
+    reason="proot and busybox-static not installed (make test installs them)",
+)
+def test_kernel_layer_and_image_tests_derivations_run_end_to_end(tmp_path: Path) -> None:
+    """The `kernels` and `tests` derivations' own scripts, run by bash: a base image made here
+    (static busybox, a site-packages with the old kernel), wheels with the pinned file names, and a
+    pinned repo whose Dockerfile builds librow_store.so and runs a test inside the image."""
+    from .test_image_tools import _layer, docker_archive, wheel
+
+    pytest.importorskip("installer", reason="pypa installer not installed (make venv installs it)")
+    if not store_writable():
+        pytest.skip("/nix/store is not writable (the scripts name real store files)")
+    site = "usr/lib/python3/dist-packages"
+    link = {"type": tarfile.SYMTYPE, "linkname": "/bin/busybox"}
+    rootfs = [("bin", None), ("bin/busybox", BUSYBOX.read_bytes(), {"mode": 0o755})]
+    rootfs += [(f"bin/{t}", b"", link) for t in ("sh", "cp", "test", "cat")]
+    rootfs += [("usr", None), ("usr/bin", None), ("usr/bin/env", b"", link), ("usr/lib", None)]
+    rootfs += [("usr/lib/python3", None), (site, None), (f"{site}/torch", None)]
+    rootfs += [(f"{site}/torch/__init__.py", b"")]  # the base's python, as site_packages() finds it
+    base = docker_archive(tmp_path / "base.tar", [_layer(rootfs)], env=["PATH=/bin:/usr/bin", "FROM_BASE=1"])
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    pins = tomllib.loads((REPO / "hosts" / "fleet.toml").read_text())["pins"]
+    for name, module in (("sglang-kernel-aarch64", "sgl_kernel"), ("sgl-deep-gemm-aarch64", "deep_gemm")):
+        filename = pins[name]["url"].rsplit("/", 1)[1]
+        dist, version = filename.split("-")[:2]
+        wheel(wheels / filename, dist, version, {f"{module}/__init__.py": b"# pinned\n"})
+
+    repo = tmp_path / "repo"
+    (repo / "adapter").mkdir(parents=True)
+    (repo / "adapter" / "row_store.cpp").write_text("// row store\n")
+    (repo / "Dockerfile.canary-roce").write_text(
+        "FROM base\nWORKDIR /opt/dsv41\n"
+        "RUN cp adapter/row_store.cpp adapter/librow_store.so\n"
+        "RUN sh /opt/dsv41/tests/test_in_image.sh\n"
+        "ENV PYTHONPATH=/opt/dsv41/adapter:/opt/b12x:/opt/b12x_next MODEL_PATH=/models/DeepSeek-V4.1-Flash "
+        "STATE_PATH=/state OFFLOAD_MODE=nvme DSV41_CACHE_GIB=16\n"
+    )
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    extra = (
+        f'runCommand = n: e: script: {{ name = n; outPath = "{outs}/" + n; inherit script; }}; '
+        f'fetchurl = a: {{ outPath = "{wheels}/" + baseNameOf a.url; }}; '
+        f'fetchFromGitHub = a: {{ outPath = "{repo}"; }}; '
+        f'dockerTools = s.dockerTools // {{ pullImage = a: {{ outPath = "{base}"; }}; }};'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    kernels, tests = (
+        nix_eval(f"let d = ({image}).{drv}; in {{ inherit (d) script; out = d.outPath; }}", write_store=True)
+        for drv in ("kernels", "tests")
+    )
+
+    # python3 with pypa's installer (the derivation's python3.withPackages), proot, coreutils
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+
+    def run(drv: dict) -> None:
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", drv["script"]], cwd=tmp_path / "build", capture_output=True,
+            text=True, env={"out": drv["out"], "PATH": path, "TMPDIR": str(tmp_path)},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    (tmp_path / "build").mkdir()
+    run(kernels)
+    layer = Path(kernels["out"])
+    assert (layer / site / "sgl_kernel" / "__init__.py").read_text() == "# pinned\n"
+    assert (layer / site / "deep_gemm" / "__init__.py").exists()
+    assert (layer / "opt/dsv41/adapter/librow_store.so").read_text() == "// row store\n"  # built in the image
+
+    # the tree (built elsewhere from the fetch stage): here, the test the Dockerfile runs
+    tree = Path(tests["out"].replace("mia-tp4-image-tests", "mia-tp4-tree"))
+    (tree / "opt/dsv41/tests").mkdir(parents=True)
+    (tree / "opt/dsv41/tests/test_in_image.sh").write_text(
+        'test "$FROM_BASE" = 1 && test "$(pwd)" = /opt/dsv41 && test -f adapter/librow_store.so '
+        f"&& test -f /{site}/sgl_kernel/__init__.py\n"
+    )
+    shutil.rmtree(tmp_path / "build")
+    (tmp_path / "build").mkdir()
+    run(tests)
+    assert Path(tests["out"]).read_text() == "1 in-image test files passed\n"
+
+
+@pytest.mark.skipif(
+    shutil.which("proot") is None or shutil.which("patch") is None, reason="proot or patch not installed"
+)
+def test_tree_derivation_runs_the_adapter_with_absolute_sgl_workspace_paths(tmp_path: Path) -> None:
+    """The `tree` derivation's script, run by bash, on a repo made here whose roce_tp4_adapt.py
+    writes to /sgl-workspace/... absolutely (what the Dockerfile's in-image run allows): proot binds
+    our tree there, so both its absolute and relative edits land in $out. The RoCEnante patch is
+    applied, only the b12x packages and LICENSEs are copied, and python/ carries the opaque whiteout."""
+    repo = tmp_path / "repo"
+    for d in ("adapter", "scripts", "tests", "benchmarks", "runtime"):
+        (repo / d).mkdir(parents=True)
+        (repo / d / "keep.txt").write_text(d)
+    (repo / "boot.py").write_text("# boot\n")
+    (repo / "runtime" / "flash_mla_sm120.canary.py").write_text("# sm120 override\n")
+    (repo / "runtime" / "sglang-rocenante.patch").write_text(
+        "--- a/python/sglang/a.py\n+++ b/python/sglang/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2  # RoCEnante\n"
+    )
+    (repo / "runtime" / "roce_tp4_adapt.py").write_text(
+        "from pathlib import Path\n"
+        "Path('/sgl-workspace/sglang/python/sglang/tp4_abs.txt').write_text('absolute')\n"
+        "Path('python/sglang/tp4_rel.txt').write_text('relative')\n"
+    )
+    outs = tmp_path / "outs"
+    runtime = outs / "mia-tp4-runtime-cad252b7d300"
+    for pkg in ("b12x", "b12x_next"):
+        (runtime / pkg / pkg).mkdir(parents=True)
+        (runtime / pkg / pkg / "__init__.py").write_text("")
+        (runtime / pkg / "LICENSE").write_text("license")
+        (runtime / pkg / "setup.py").write_text("not copied")
+    attention = runtime / "sglang-canary" / "python" / "sglang" / "kernels" / "ops" / "attention"
+    attention.mkdir(parents=True)
+    (attention / "flash_mla_sm120.py").write_text("# branch version\n")
+    (runtime / "sglang-canary" / "python" / "sglang" / "a.py").write_text("x = 1\n")
+
+    extra = (
+        f'runCommand = n: e: script: {{ name = n; outPath = "{outs}/" + n; inherit script; }}; '
+        f'fetchFromGitHub = a: {{ outPath = "{repo}"; }};'
+    )
+    image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
+    tree = nix_eval(f"let d = ({image}).tree; in {{ inherit (d) script; out = d.outPath; }}")
+    out = Path(tree["out"])
+    work = tmp_path / "build"
+    work.mkdir()
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", tree["script"]], cwd=work, capture_output=True, text=True,
+        env={"out": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+             "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    py = out / "sgl-workspace" / "sglang" / "python"
+    assert (py / "sglang" / "tp4_abs.txt").read_text() == "absolute"  # /sgl-workspace/... -> $out
+    assert (py / "sglang" / "tp4_rel.txt").read_text() == "relative"
+    assert (py / "sglang" / "a.py").read_text() == "x = 2  # RoCEnante\n"
+    assert (py / ".wh..wh..opq").exists()
+    assert (py / "sglang/kernels/ops/attention/flash_mla_sm120.py").read_text() == "# sm120 override\n"
+    assert sorted(p.name for p in (out / "opt" / "b12x").iterdir()) == ["LICENSE", "b12x"]
+    assert sorted(p.name for p in (out / "opt" / "dsv41").iterdir()) == [
+        "adapter", "benchmarks", "boot.py", "scripts", "tests"
+    ]  # fmt: skip
+    assert not Path("/sgl-workspace").exists()  # nothing written outside the build

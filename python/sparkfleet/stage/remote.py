@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from ..deployed import not_deployed, remote_root
 from ..errors import ExitCode
 from ..hosts import LOCAL_ADDRESSES, SSH_CONNECT_FAILED, LocalHost, SshHost, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
@@ -154,13 +155,14 @@ def run_host_stage(
                 outcome.error, outcome.hint = event["message"], event.get("hint")
                 outcome.exit_code = event.get("exit_code")
         returncode = lines.returncode
-    missing = (f"{argv[0]}: command not found", f"{argv[0]}: not found")  # bash / dash wording
-    if outcome.run is None and any(m in line for line in outcome.log for m in missing):
-        outcome.error = f"{host_name}: sparkfleet is not installed there ({argv[0]}: command not found)"
-        outcome.hint = (
-            f"deploy it first: `sparkfleet bootstrap {host_name}` once, then `deploy .#{host_name}` "
-            "(or set SPARKFLEET_REMOTE to how sparkfleet starts on the hosts)"
-        )
+    if outcome.run is None:
+        # the host lacks the deployed tooling or this fleet's spec: say so, and how to fix it
+        root = Path(argv[argv.index("--root") + 1]) if "--root" in argv else None
+        seen = [*outcome.log, outcome.error or ""]
+        missing = None if isinstance(runner, LocalHost) else not_deployed(host_name, argv[0], seen, root)
+        if missing is not None:
+            outcome.error, outcome.hint = missing.message, missing.hint
+            outcome.exit_code = int(missing.exit_code)
     if outcome.run is None and outcome.error is None:
         outcome.error = f"{host_name}: stage ended without a result"
         ssh_failed = isinstance(runner, SshHost) and returncode == SSH_CONNECT_FAILED
@@ -194,12 +196,17 @@ def stage_hosts(
             ]
             return [f.result() for f in futures]
 
-    root = inv.root.resolve()
+    local = inv.root.resolve()
+
+    def root(h: str) -> Path:
+        """The inventory a host reads: ours here; the deployed one ($SPARKFLEET_REMOTE_ROOT) over ssh."""
+        return local if is_this_host(inv.host(h)) else remote_root(local)
+
     if not fanout or len(hosts) == 1:
-        return wave(lambda i, h: lambda prefix: stage_argv(prefix, root, h, options))
-    first = wave(lambda i, h: lambda prefix: stage_argv(prefix, root, h, options, share=(i, len(hosts))))
+        return wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options))
+    first = wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, share=(i, len(hosts))))
     for outcome in first:
         if outcome.error:
             sink(outcome.host, {"event": "log", "line": f"wave 1 failed on {outcome.host}: {outcome.error}"})
-    second = wave(lambda i, h: lambda prefix: stage_argv(prefix, root, h, options, peers=hosts))
+    second = wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
     return second

@@ -14,10 +14,14 @@ let
     };
   };
   repo = ../../..;
+  # the flake's other NixOS inputs, as their stand-ins (dgx-spark-flake/, srvos-flake/)
+  inputModule = dir: attr: ((import (dir + "/flake.nix")).outputs { self = null; }).nixosModules.${attr};
   evaluated = lib.evalModules {
     specialArgs = { modulesPath = "/nonexistent"; };
     modules = [
       ./nixos-options.nix
+      (inputModule ./dgx-spark-flake "dgx-spark")
+      (inputModule ./srvos-flake "server")
       (repo + "/modules")
       { _module.args.pkgs = pkgs; sparkfleet.fleetRoot = fleetRoot; }
       (if hostModule != null then hostModule else repo + "/hosts/${host}")
@@ -28,7 +32,11 @@ let
 in
 {
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
-  inherit (cfg) fileSystems networking users virtualisation hardware boot;
+  inherit (cfg) fileSystems networking virtualisation hardware boot nix security;
+  openssh = cfg.services.openssh;
+  users = { inherit (cfg.users) users; groups = builtins.attrNames cfg.users.groups; };
+  etc = cfg.environment.etc;
+  systemPackages = map (p: p.name) cfg.environment.systemPackages;
   tmpfiles = cfg.systemd.tmpfiles.rules;
   services = cfg.systemd.services;
   timers = cfg.systemd.timers;

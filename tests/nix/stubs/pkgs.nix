@@ -8,7 +8,7 @@ in
 {
   inherit lib;
   dockerTools = {
-    pullImage = args: { kind = "pullImage"; inherit args; };
+    pullImage = args: { kind = "pullImage"; inherit args; outPath = "${store}-docker-image-base.tar"; };
     streamLayeredImage = args: { kind = "streamLayeredImage"; inherit args; };
   };
   fetchFromGitHub = args: { kind = "fetchFromGitHub"; inherit args; outPath = "${store}-source"; };
@@ -44,9 +44,15 @@ in
   }; in py;
   git = "git";
   perl = "perl";
-  python3 = "python3";
+  python3 = {
+    outPath = "${store}-python3";
+    withPackages = f: "${store}-python3-with-${builtins.concatStringsSep "-" (f { installer = "installer"; })}";
+  };
+  proot = "${store}-proot";
   openssh = "openssh";
   rsync = "rsync";
+  # nixpkgs' own deploy-rs package (substituted from cache.nixos.org on a real machine)
+  deploy-rs = { type = "derivation"; name = "deploy-rs-from-nixpkgs"; outPath = "${store}-deploy-rs"; };
   sparkfleet = {
     type = "derivation";
     name = "sparkfleet";

@@ -1,0 +1,12 @@
+# A stand-in for nix-community/srvos: nixosModules.server sets what srvos's server module sets
+# that a deploy depends on (nix trust for wheel, passwordless sudo for wheel, openssh), nothing else.
+{
+  outputs = { self }: {
+    nixosModules.server = { lib, ... }: {
+      nix.settings.trusted-users = [ "@wheel" ];
+      security.sudo.wheelNeedsPassword = false;
+      services.openssh.enable = true;
+      users.mutableUsers = false;
+    };
+  };
+}

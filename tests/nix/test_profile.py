@@ -1,0 +1,82 @@
+"""pkgs/sparkfleet-profile.nix's own build script, run by bash, then its activation.
+
+The derivation's script (runCommand's text) is evaluated with nix-instantiate and the few nixpkgs
+functions it calls written out (no nixpkgs needed); writeText and the spec roots become real
+store paths (nix-instantiate --read-write-mode). bash runs the script with $out in a temp dir:
+that is the profile deploy-rs would activate. Its sparkfleet-activate then installs the units
+into a temporary root, with a recording systemctl, exactly as test_activation.py does for
+hand-made profiles.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import FLEET_LIB, REPO, nix_eval, nix_str, requires_nix, store_writable
+from .test_activation import fleet_copy
+
+pytestmark = [
+    pytest.mark.nix,
+    requires_nix,
+    pytest.mark.skipif(not store_writable(), reason="/nix/store is not writable (writeText makes files)"),
+]
+
+STORE = "/nix/store/00000000000000000000000000000000"
+MINI_LIB = """{
+  getExe' = d: n: "${d}/bin/${n}";
+  concatStrings = builtins.concatStringsSep "";
+  mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
+}"""
+
+
+def profile_script(root: Path, host: str) -> str:
+    expr = (
+        f"let fleet = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in "
+        f"import {REPO / 'pkgs' / 'sparkfleet-profile.nix'} {{ lib = {MINI_LIB}; inherit fleet; "
+        f'host = "{host}"; fleetRoot = {nix_str(root)}; '
+        f'sparkfleet = {{ outPath = "{STORE}-sparkfleet"; }}; '
+        "writeText = builtins.toFile; runCommand = name: env: script: script; }"
+    )
+    return nix_eval(expr, write_store=True)
+
+
+def test_the_profile_derivation_builds_and_activates(tmp_path: Path) -> None:
+    fleet = fleet_copy(tmp_path / "fleet")
+    out = tmp_path / "profile"
+    script = profile_script(fleet, "dgx1")
+    build = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", "patchShebangs() { :; }\n" + script],
+        env={"out": str(out), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    assert os.readlink(out / "bin" / "sparkfleet") == f"{STORE}-sparkfleet/bin/sparkfleet"
+    # the spec links: a content-addressed store copy of the fleet file and recipes
+    for link, lanes in (("stage-root", 2), ("fleet-root", 2)):
+        spec = out / "share" / "sparkfleet" / link
+        assert spec.resolve().parent == Path("/nix/store")
+        assert (spec / "hosts" / "fleet.toml").read_text() == (fleet / "hosts" / "fleet.toml").read_text()
+        assert len(list((spec / "recipes").iterdir())) == lanes
+    units = sorted(p.name for p in (out / "share" / "sparkfleet" / "units").iterdir())
+    assert "sparkfleet-stage.timer" in units and "mnt-nas-huggingface.automount" in units
+
+    root = tmp_path / "root"
+    root.mkdir()
+    log = tmp_path / "systemctl.log"
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    systemctl.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PROFILE": str(out), "SPARKFLEET_ACTIVATE_ROOT": str(root)}
+    env["SYSTEMCTL"] = str(systemctl)
+    act = subprocess.run([str(out / "bin" / "sparkfleet-activate")], env=env, capture_output=True, text=True)
+    assert act.returncode == 0, act.stderr
+    installed = root / "etc" / "systemd" / "system"
+    assert sorted(p.name for p in installed.iterdir()) == units
+    for name in units:
+        assert (installed / name).read_text() == (out / "share" / "sparkfleet" / "units" / name).read_text()
+    lane = (installed / "sparkfleet-lane-dsv41-flash-4x-mia.service").read_text()
+    assert 'ExecStart="/nix/var/nix/profiles/sparkfleet/bin/sparkfleet" "launch"' in lane
+    assert log.read_text().splitlines()[0] == "daemon-reload"
