@@ -52,6 +52,8 @@ class Host:
     nas_export: str | None = None
     # "nixos" or "dgx-os" (Nix on Ubuntu): which deploy-rs profiles the host takes (modules/lib/fleet.nix).
     os: str = "dgx-os"
+    # The known-good host stack (kernel, driver, cuda, nccl, firmware): [defaults.stack] + [hosts.X.stack].
+    stack: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any], path: Path) 
         state_dir=Path(merged["state_dir"]) if "state_dir" in merged else None,
         nas_export=merged.get("nas_export"),
         os=merged.get("os", "dgx-os"),
+        stack={**defaults.get("stack", {}), **own.get("stack", {})},
     )
 
 

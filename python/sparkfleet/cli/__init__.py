@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("launch", "status"), ("launch", "logs"), ("launch", "doctor"), ("launch", "agent"),
     ("bench", "smoke"), ("bench", "bench"), ("bench", "report"),
     ("engram", "engram"),
+    ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 
 

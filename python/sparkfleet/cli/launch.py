@@ -63,18 +63,24 @@ def _event(msg: str) -> None:
 @click.option("--no-wait", is_flag=True, help="Start the ranks and return without waiting for readiness.")
 @click.option("--keep-on-failure", is_flag=True, help="Leave the ranks running when readiness fails.")
 @click.option("--timeout", type=float, default=None, help="Readiness timeout in seconds (recipe default).")
+@click.option("--no-canary", is_flag=True, help="Skip the fabric canary (all-reduce + all-gather).")
+@click.option("--allow-drift", is_flag=True, help="Launch even if a host's stack drifted from fleet.toml.")
 @JSON
 @click.pass_context
 def launch(
-    ctx: click.Context, lane: str, no_wait: bool, keep_on_failure: bool, timeout: float | None, as_json: bool
-) -> None:
-    """Start LANE on its hosts (workers first, head last) and wait until it is ready."""
+    ctx: click.Context, lane: str, no_wait: bool, keep_on_failure: bool, timeout: float | None,
+    no_canary: bool, allow_drift: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Start LANE on its hosts (workers first, head last) and wait until it is ready.
+
+    First the gates: memory admission, ports, host stack drift, fabric canary (each refuses with exit 5)."""
     from ..launch.lane import launch as do_launch
 
     inv = load_inventory(ctx)
     report = do_launch(
-        inv, lane, wait=not no_wait, keep_on_failure=keep_on_failure, timeout_s=timeout, on_event=_event
-    )
+        inv, lane, wait=not no_wait, keep_on_failure=keep_on_failure, timeout_s=timeout, on_event=_event,
+        canary=not no_canary, allow_drift=allow_drift,
+    )  # fmt: skip
     ok = report.ready is None or report.ready.ok
     if as_json:
         echo_json(report)
@@ -90,6 +96,12 @@ def launch(
             click.secho(f"{lane} ready in {rd.time_to_ready_s:.1f} s{wl}; models: {models}", fg="green")
             for sig, t in rd.stages.items():
                 click.echo(f"  {t:8.2f} s  {sig}")
+            boot = (report.generation or {}).get("boot") or {}
+            if boot:
+                gen = (report.generation or {}).get("id")
+                click.echo(f"  boot: {boot['cache']} cache ({boot['cache_key']}); generation {gen}")
+            if boot.get("regression"):
+                click.secho(f"  boot regression: {boot['regression']}", fg="yellow")
         elif rd is not None:
             click.secho(f"{lane} NOT ready: {rd.reason}", fg="red")
             if rd.missing:

@@ -29,7 +29,9 @@ Conventions (documented because tests and benchmarks rely on them):
 
 Boot: the socket listens at once; /health answers 503 until --boot-delay has passed. Each --signature
 line is printed (flushed) at an even fraction of the delay, then "The server is fired up and ready to
-roll!" unless --omit-ready-line. --exit-during-boot exits with code 1 half-way. The first stdout line
+roll!" unless --omit-ready-line. --exit-during-boot exits with code 1 half-way.
+--hang-generation-after N wedges the engine: generation requests after the first N never answer
+while /health stays green (what `sparkfleet watch` must catch). The first stdout line
 says where the server listens ("listening on http://HOST:PORT"), which matters when --port 0.
 """
 
@@ -116,6 +118,7 @@ class ServerConfig:
     seed: int = 0
     max_running: int = 0  # 0 = every request decodes at once
     reasoning_tokens: int = 0  # chat answers start with this many thinking words (reasoning_content)
+    hang_generation_after: int | None = None  # a wedged engine: later generations never answer
 
 
 @dataclass
@@ -309,6 +312,8 @@ class Handler(BaseHTTPRequestHandler):
         if fail:
             self._error(cfg.fail_status, "injected failure (--error-rate)", "server_error")
             return
+        if cfg.hang_generation_after is not None and state.requests_total > cfg.hang_generation_after:
+            threading.Event().wait()  # wedged: /health stays 200, this request never answers
         words = prompt_words(body)
         cached = self._cached_tokens(words)
         chat = path == "/v1/chat/completions"
@@ -552,6 +557,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reasoning-tokens", type=int, default=0, help="thinking words before each chat answer")
     p.add_argument("--max-running", type=int, default=0, help="requests decoding at once; others queue")
+    p.add_argument("--hang-generation-after", type=int, default=None, metavar="N",
+                   help="a wedged engine: generation requests after the first N hang; /health stays 200")
     a = p.parse_args(argv)
     if a.tokens_per_chunk < 1 or a.decode_tps <= 0:
         p.error("--tokens-per-chunk must be >= 1 and --decode-tps > 0")
@@ -575,6 +582,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         seed=a.seed,
         max_running=a.max_running,
         reasoning_tokens=a.reasoning_tokens,
+        hang_generation_after=a.hang_generation_after,
     )
 
 

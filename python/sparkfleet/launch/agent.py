@@ -5,7 +5,7 @@ shell strings: `sparkfleet agent ACTION` (or `python -m sparkfleet.launch.agent 
 Everything that must read the node itself happens here: its sysfs (fabric), its hubs (staged
 and verified state), its receipt roots, its processes and containers, its logs and its ports.
 
-Actions: probe, start, stop, status, watch, logs, doctor. A user error is answered as
+Actions: probe, start, stop, status, watch, logs, doctor, canary, incident. A user error is answered as
 {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255 stays meaningful.
 """
 
@@ -26,8 +26,10 @@ from typing import Any
 from ..errors import SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
-from . import records
+from . import records, watchdog
+from .bootcache import cache_state
 from .manifest import BindMount, model_state
+from .node_checks import canary, incident, ports_in_use
 from .receipts import clear_receipts
 from .runtimes import runtime_for
 from .spec import LaunchSpec
@@ -86,6 +88,15 @@ def probe(req: dict) -> dict:
         except SparkfleetError as exc:
             states.append({"repo": m["repo"], "error": exc.message, "hint": exc.hint})
     out["models"] = states
+    if req.get("memory"):
+        from ..memory import read_memory
+
+        try:
+            out["memory"] = to_jsonable(read_memory(watchdog.meminfo_source(), watchdog.shm_source()))
+        except (OSError, ValueError) as exc:
+            out["memory_error"] = str(exc)
+    if req.get("ports"):
+        out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
     return out
 
 
@@ -101,10 +112,17 @@ def start(req: dict) -> dict:
                 hint=f"sparkfleet stop {spec.lane}",
             )
     cleared = clear_receipts(spec.receipt_roots)
+    boot_cache = cache_state(spec) if spec.boot_cache_dir else None
     rec = runtime.start(spec)
     rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
     records.save(state_dir, rec)
-    return {"record": to_jsonable(rec), "receipts": to_jsonable(cleared)}
+    out = {"record": to_jsonable(rec), "receipts": to_jsonable(cleared), "boot_cache": boot_cache}
+    wd = req.get("watchdog")
+    if wd:
+        out["watchdog"] = watchdog.spawn(
+            state_dir, spec.lane, int(wd["floor"]), float(wd["interval"]), spec.stop_timeout_s
+        )
+    return out
 
 
 def _state_json(rec: records.LaunchRecord) -> dict:
@@ -119,12 +137,17 @@ def _state_json(rec: records.LaunchRecord) -> dict:
 
 def status(req: dict) -> dict:
     recs = records.load_all(Path(req["state_dir"]), req["lane"])
-    return {"ranks": [_state_json(r) for r in recs]}
+    out: dict[str, Any] = {"ranks": [_state_json(r) for r in recs]}
+    memstop = watchdog.read_memstop(Path(req["state_dir"]), req["lane"])
+    if memstop:
+        out["memstop"] = memstop
+    return out
 
 
 def stop(req: dict) -> dict:
     """Stop every rank of the lane this node's records name; forget the records of stopped ranks."""
     state_dir = Path(req["state_dir"])
+    watchdog.stop_watchdog(state_dir, req["lane"])
     out = []
     for rec in records.load_all(state_dir, req["lane"]):
         res = runtime_for(rec.runtime).stop(rec, float(req.get("timeout", 30)))
@@ -239,6 +262,8 @@ ACTIONS = {
     "watch": watch,
     "logs": logs,
     "doctor": doctor,
+    "canary": canary,
+    "incident": incident,
 }
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import SparkfleetError
@@ -22,6 +23,7 @@ from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote
 from ..inventory import Host, Inventory
 from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
+from .preflight import PreflightReport, ports_for_probe, preflight
 from .readiness import RankExit, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe
 from .spec import LaunchSpec, ShapeError, build_spec, check_env_extras, check_world, state_dir_of
@@ -78,6 +80,9 @@ class NodeFacts:
     fabric_error: str | None
     models: list[ModelState]
     model_errors: list[str] = field(default_factory=list)
+    memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
+    memory_error: str | None = None
+    ports_in_use: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -96,7 +101,10 @@ class LanePlan:
 
 def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
     lane = inv.lane(recipe.lane)
+    rank = recipe.world.ranks.get(host.name, 0)
     return {
+        "memory": True,
+        "ports": ports_for_probe(recipe, rank, recipe.world.nnodes),
         "fabric": {"needed": recipe.fabric == "roce", "fabric_ip": host.fabric_ip},
         "models": [
             {"repo": m.repo, "revision": m.revision, "include": list(m.include), "exclude": list(m.exclude)}
@@ -128,7 +136,11 @@ def _facts(host: str, answer: dict) -> NodeFacts:
                 problems=tuple(m.get("problems", ())),
             )
         )
-    return NodeFacts(host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors)
+    return NodeFacts(
+        host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
+        memory=answer.get("memory"), memory_error=answer.get("memory_error"),
+        ports_in_use=list(answer.get("ports_in_use", [])),
+    )  # fmt: skip
 
 
 def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
@@ -197,6 +209,9 @@ class LaunchReport:
     started: list[StartedRank]
     ready: ReadyReport | None
     stopped_after_failure: bool = False
+    preflight: PreflightReport | None = None
+    boot_cache: dict[str, dict] = field(default_factory=dict)  # host -> warm/cold, key, dir
+    generation: dict | None = None  # the lane generation this launch recorded (launch/generations)
 
 
 def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[dict]:
@@ -234,8 +249,12 @@ def launch(
     keep_on_failure: bool = False,
     timeout_s: float | None = None,
     on_event: Callable[[str], None] = lambda _msg: None,
+    canary: bool = True,
+    allow_drift: bool = False,
+    generations_root: Path | None = None,
 ) -> LaunchReport:
-    """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept)."""
+    """Prepare, pass the gates (memory, ports, drift, canary), start workers then head, wait for
+    readiness, record the lane generation; on failure stop the lane (unless kept)."""
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
@@ -244,10 +263,16 @@ def launch(
         raise SparkfleetError(
             f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
         )
+    checks = preflight(inv, plan, call_agent, canary=canary, allow_drift=allow_drift, on_event=on_event)
     started: list[StartedRank] = []
+    boot_cache: dict[str, dict] = {}
+    watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
-            ans = call_agent(connect(inv.host(spec.host)), "start", {"spec": to_jsonable(spec)})
+            req = {"spec": to_jsonable(spec), "watchdog": watchdog}
+            ans = call_agent(connect(inv.host(spec.host)), "start", req)
+            if ans.get("boot_cache"):
+                boot_cache[spec.host] = ans["boot_cache"]
             rec = ans["record"]
             cleared = [r["path"] for r in ans["receipts"] if r["existed"]]
             started.append(
@@ -267,7 +292,7 @@ def launch(
             stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         raise
     if not wait:
-        return LaunchReport(lane_name, started, None)
+        return LaunchReport(lane_name, started, None, preflight=checks, boot_cache=boot_cache)
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
 
@@ -293,7 +318,11 @@ def launch(
     if not ready.ok and not keep_on_failure:
         stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         stopped = True
-    return LaunchReport(lane_name, started, ready, stopped)
+    report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache)
+    from .generations import record_launch
+
+    report.generation = record_launch(inv, plan, report, generations_root or inv.root)
+    return report
 
 
 def status(inv: Inventory, lane_name: str) -> dict:
@@ -312,6 +341,8 @@ def status(inv: Inventory, lane_name: str) -> dict:
         if "error" in ans:
             errors.append({"host": name, "error": ans["error"]})
             continue
+        if ans.get("memstop"):
+            errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"]})
         for r in ans["ranks"]:
             ranks.append({"host": name, "rank": r["record"]["rank"], "name": r["record"]["name"],
                           "running": r["running"], "returncode": r["returncode"], "detail": r["detail"],
@@ -376,3 +407,8 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
     else:
         argv = [rec["runtime"], "logs", "--tail", str(lines), "-f", rec["container_id"]]
     return runner.stream(argv)
+
+
+# Public names for the other controller rooms (watch, generations) that fan out over a lane's hosts.
+parallel = _parallel
+state_request = _state_request

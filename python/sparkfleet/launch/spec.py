@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..errors import SparkfleetError
+from .bootcache import cache_key, env_subdir
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -40,6 +41,8 @@ DERIVED_KEYS = (
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",
 )
+# The engines' flags for the share of memory they claim: SGLang, vLLM. [launch.memory] declares it once.
+MEM_FRACTION_FLAGS = ("--mem-fraction-static", "--gpu-memory-utilization")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY$", re.IGNORECASE)
 
@@ -73,6 +76,8 @@ class LaunchSpec:
     weight_load_regex: str = ""
     stop_timeout_s: float = 30.0
     labels: dict[str, str] = field(default_factory=dict)
+    boot_cache_dir: str = ""  # node-local JIT/autotune caches for this image x model x world
+    boot_cache_key: str = ""
 
     @property
     def is_head(self) -> bool:
@@ -255,6 +260,8 @@ def build_spec(
         "host_ip": my_ip or host.address,
         "cache_dir": recipe.cache_mount if in_container else cache_dir,
     }
+    if recipe.memory.mem_fraction is not None:
+        values["mem_fraction"] = f"{recipe.memory.mem_fraction:g}"
     argv = _substitute(recipe.command, values, where)
     check_flags(
         argv,
@@ -269,6 +276,7 @@ def build_spec(
             "--node-rank": values["node_rank"],
             "--dist-init-addr": dist_init_addr,
             "--port": values["rank_port"] if "{rank_port}" in recipe.command else values["port"],
+            **{flag: values["mem_fraction"] for flag in MEM_FRACTION_FLAGS if "mem_fraction" in values},
         },
         where,
     )
@@ -297,6 +305,22 @@ def build_spec(
         devices.append("nvidia.com/gpu=all")
     if not in_container:
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
+    boot_key = cache_key(
+        recipe.image.value if recipe.image else None,
+        recipe.model.revision if recipe.model else None,
+        world.tp, world.ep, world.pad, world.nnodes,
+    )  # fmt: skip
+    boot_dir = Path(state_dir) / "bootcache" / lane.name / boot_key
+    if boot_dir.is_relative_to(host.nas_hub.parent):
+        raise ShapeError(
+            f"{where}: boot cache {boot_dir} would be on the NAS ({host.nas_hub.parent})",
+            hint="boot caches are node-local: give the host a state_dir on its own disk",
+        )
+    cache_root = recipe.boot_cache.mount if in_container else str(boot_dir)
+    for name in recipe.boot_cache.env:
+        env.setdefault(name, f"{cache_root}/{env_subdir(name)}")
+    if in_container:
+        binds.append(BindMount(boot_dir, recipe.boot_cache.mount, False, "bootcache"))
     from ..engram.config import launch_wiring  # lazy: the node-side agent imports this module
 
     engram_env, engram_binds = launch_wiring(inv, lane.name, host_name, in_container)
@@ -324,4 +348,6 @@ def build_spec(
         weight_load_regex=recipe.weight_load_regex,
         stop_timeout_s=recipe.timeouts.stop_s,
         labels={"sparkfleet.lane": lane.name, "sparkfleet.rank": str(rank), "sparkfleet.host": host_name},
+        boot_cache_dir=str(boot_dir),
+        boot_cache_key=boot_key,
     )
