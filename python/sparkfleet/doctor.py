@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from .cli.render import human_bytes
 from .errors import SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
+from .hoststack import STACK_KEYS, collect_fingerprint, drift
 from .inventory import GIB, Inventory
 from .launch.lane import _facts, call_agent, probe_request
 from .launch.manifest import build_manifest
@@ -194,6 +195,7 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         )
     else:
         out.append(Check(host_name, "GPU", None, "nvidia-smi not present"))
+    out.append(_stack_check(host, runner, req.get("image")))
     if recipe:
         try:
             lane = inv.lane(recipe.lane)
@@ -221,6 +223,20 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         except SparkfleetError as exc:
             out.append(Check(host_name, "env", False, exc.message, exc.hint))
     return out
+
+
+def _stack_check(host, runner, image: str | None) -> Check:
+    """The host's kernel/driver/CUDA/NCCL/firmware against the stack fleet.toml declares for it."""
+    fp = collect_fingerprint(runner, image)
+    seen = ", ".join(f"{k} {getattr(fp, k)}" for k in STACK_KEYS if getattr(fp, k) is not None)
+    if not host.stack:
+        return Check(host.name, "host stack", None, f"{seen or 'nothing readable'} (no stack declared)")
+    drifts = drift(host.stack, fp)
+    if drifts:
+        detail = "; ".join(f"{d.key} {d.actual or 'unknown'} (declared {d.declared})" for d in drifts)
+        hint = "restore the declared stack, or update [stack] in hosts/fleet.toml once proven"
+        return Check(host.name, "host stack", False, f"DRIFT: {detail}", hint)
+    return Check(host.name, "host stack", True, f"matches the declared stack: {seen}")
 
 
 def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:

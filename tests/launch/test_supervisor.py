@@ -38,6 +38,7 @@ def test_budget_backoff_and_human():
         def f(*_):
             calls[name] += 1
             return value if value is not None else f"bundle{calls[name]}"
+
         return f
 
     sup = Supervisor("lane", s, probe, count("collect"), count("restart", True), count("stop", 0),
@@ -98,3 +99,22 @@ def test_canary_judgement_names_pair_interface_and_floor():
     (p,) = judge_canary(bad, hosts, "gloo", 0).problems
     assert p == ("rank 1 (dgx2, 10.0.0.2 on veth1) cannot reach rank 2 (dgx3, 10.0.0.3 on veth2) port 4002: "
                  "TimeoutError: timed out")  # fmt: skip
+
+
+def test_boot_regression_compares_like_with_like():
+    from sparkfleet.launch.generations import boot_record
+
+    warm = {"dgx1": {"warm": True}, "dgx2": {"warm": True}}
+    cold = {"dgx1": {"warm": False}, "dgx2": {"warm": True}}
+    hist = [
+        {"boot": boot_record("k", cold, 300.0, None, [], 25)},
+        {"boot": boot_record("k", warm, 60.0, None, [], 25)},
+    ]
+    assert hist[0]["boot"]["cache"] == "cold" and hist[1]["boot"]["cache"] == "warm"
+    assert boot_record("k", warm, 70.0, None, hist, 25)["regression"] is None  # +17%: within the limit
+    slow = boot_record("k", warm, 90.0, None, hist, 25)
+    assert slow["regression"] == "warm boot took 90.0 s, +50% against the last warm boot (60.0 s; limit +25%)"
+    assert boot_record("k", cold, 310.0, None, hist, 25)["regression"] is None  # a cold boot vs cold boots
+    assert (
+        boot_record("other", warm, 900.0, None, hist, 25)["regression"] is None
+    )  # another image/model/shape

@@ -68,37 +68,51 @@ def save(root: Path, gen: dict) -> Path:
     return path
 
 
-def _boot(plan: LanePlan, report: LaunchReport, history: list[dict]) -> dict[str, Any]:
-    """Warm/cold boot of this launch and a regression flag against the last boot of the same kind."""
-    head = plan.by_rank()[0]
-    caches = report.boot_cache
+def boot_record(
+    cache_key: str, caches: dict[str, dict], ready_s: float | None, weight_s: float | None,
+    history: list[dict], regression_pct: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Warm/cold boot of a launch and a regression flag against the last boot of the same kind
+    (same cache key, same warm/cold): a warm boot is only compared with warm boots."""
     warm = bool(caches) and all(c.get("warm") for c in caches.values())
-    ready = report.ready
     boot: dict[str, Any] = {
-        "cache_key": head.boot_cache_key,
+        "cache_key": cache_key,
         "cache": "warm" if warm else "cold",
         "per_host": caches,
-        "time_to_ready_s": ready.time_to_ready_s if ready and ready.ok else None,
-        "weight_load_s": ready.weight_load_s if ready and ready.ok else None,
+        "time_to_ready_s": ready_s,
+        "weight_load_s": weight_s,
         "regression": None,
     }
-    t = boot["time_to_ready_s"]
     same = [
-        g["boot"] for g in history
-        if g.get("boot", {}).get("cache_key") == boot["cache_key"]
-        and g["boot"].get("cache") == boot["cache"] and g["boot"].get("time_to_ready_s")
-    ]  # fmt: skip
-    if t is not None and same:
+        g["boot"]
+        for g in history
+        if g.get("boot", {}).get("cache_key") == cache_key
+        and g["boot"].get("cache") == boot["cache"]
+        and g["boot"].get("time_to_ready_s")
+    ]
+    if ready_s is not None and same:
         prev = same[-1]["time_to_ready_s"]
-        limit = plan.recipe.boot_cache.regression_pct
-        change = (t - prev) / prev * 100 if prev else 0.0
+        change = (ready_s - prev) / prev * 100
         boot["previous_s"] = prev
-        if change > limit:
+        if change > regression_pct:
             boot["regression"] = (
-                f"{boot['cache']} boot took {t:.1f} s, {change:+.0f}% against the last {boot['cache']} "
-                f"boot ({prev:.1f} s; limit +{limit:g}%)"
+                f"{boot['cache']} boot took {ready_s:.1f} s, {change:+.0f}% against the last {boot['cache']} "
+                f"boot ({prev:.1f} s; limit +{regression_pct:g}%)"
             )
     return boot
+
+
+def _boot(plan: LanePlan, report: LaunchReport, history: list[dict]) -> dict[str, Any]:
+    ready = report.ready
+    ok = ready is not None and ready.ok
+    return boot_record(
+        plan.by_rank()[0].boot_cache_key,
+        report.boot_cache,
+        ready.time_to_ready_s if ok else None,
+        ready.weight_load_s if ok else None,
+        history,
+        plan.recipe.boot_cache.regression_pct,
+    )
 
 
 def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Path) -> dict:
