@@ -20,6 +20,7 @@ from .launch.lane import _facts, call_agent, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, check_env_extras, check_world, state_dir_of
+from .memory import MemoryFacts, admit, summary
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,11 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
     else:
         out.append(Check(host_name, "GPU", None, "nvidia-smi not present"))
     out.append(_stack_check(host, runner, req.get("image")))
+    if recipe and ans.get("memory"):
+        mem = MemoryFacts(**ans["memory"])
+        problems = admit(host_name, recipe.memory, mem)
+        out.append(Check(host_name, "memory", not problems, "; ".join(problems) or summary(mem),
+                         "free memory or lower [launch.memory] of the lane"))  # fmt: skip
     if recipe:
         try:
             lane = inv.lane(recipe.lane)

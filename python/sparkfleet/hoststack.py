@@ -194,3 +194,15 @@ def drift(declared: dict[str, str], fp: HostFingerprint) -> list[Drift]:
         if actual is None or not fnmatch.fnmatchcase(actual, want):
             out.append(Drift(fp.host, key, want, actual))
     return out
+
+
+def lane_fingerprints(inv, lane_name: str, image: str | None = None) -> dict[str, dict[str, Any]]:
+    """{host: fingerprint dict} for every host of a lane, read in parallel: what a bench report carries."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .hosts import connect
+
+    hosts = list(inv.lane(lane_name).hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
+        fps = list(pool.map(lambda h: collect_fingerprint(connect(inv.host(h)), image), hosts))
+    return {fp.host: fp.to_dict() for fp in fps}

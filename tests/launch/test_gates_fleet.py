@@ -27,6 +27,7 @@ from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode
+from sparkfleet.hoststack import lane_fingerprints
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.preflight import GateRefused
@@ -265,12 +266,15 @@ def test_drift_refused_unless_allowed(gates, tmp_path):
     assert f"dgx2: kernel is {kernel}, declared 7.0.0-1019-nvidia" in exc.value.message
     assert "dgx1:" not in exc.value.message and nothing_runs(hosts)
     res = CliRunner().invoke(cli, ["--root", str(root), "doctor", "fit", "--json"])
-    checks = {(c["host"], c["name"]): c for c in json.loads(res.output)["checks"]}
+    checks = {(c["host"], c["name"]): c for c in json.loads(res.stdout)["checks"]}
     assert (
         checks[("dgx2", "host stack")]["ok"] is False
         and "7.0.0-1019" in checks[("dgx2", "host stack")]["detail"]
     )
     assert checks[("dgx1", "host stack")]["ok"] is True
+    mem = checks[("dgx1", "memory")]
+    assert mem["ok"] is True and "MemAvailable 100.0 GiB" in mem["detail"]
+    assert lane_fingerprints(drifted, "fit")["dgx2"]["kernel"] == kernel  # what a bench report carries
     report = lanes.launch(drifted, "fit", allow_drift=True)
     try:
         assert report.ready.ok
