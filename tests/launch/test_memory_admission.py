@@ -76,3 +76,44 @@ def test_recipe_keys_to_need():
     assert parse_size("512m") == 512 * MIB and parse_size("1024") == 1024
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def _repo_copy(tmp_path, recipe_edit=None):
+    import shutil
+    from pathlib import Path
+
+    from sparkfleet import inventory
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "hosts", tmp_path / "hosts", ignore=shutil.ignore_patterns("*.nix"))
+    shutil.copytree(repo / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("reports"))
+    if recipe_edit:
+        p = tmp_path / "recipes" / "dsv41-flash-4x-mia" / "recipe.toml"
+        p.write_text(recipe_edit(p.read_text()))
+    return inventory.load(tmp_path)
+
+
+def _tp4_spec(inv, host="dgx2"):
+    from sparkfleet.fabric import FabricFacts
+    from sparkfleet.launch.manifest import build_manifest
+    from sparkfleet.launch.recipe import launch_recipe
+    from sparkfleet.launch.spec import build_spec
+
+    recipe = launch_recipe(inv, "dsv41-flash-4x-mia")
+    fabrics = {h: FabricFacts(f"10.0.0.{i}", ("rocep1s0f0",), 3, "enp1s0f0np0")
+               for i, h in enumerate(inv.lane("dsv41-flash-4x-mia").hosts, start=1)}  # fmt: skip
+    h = inv.host(host)
+    return build_spec(inv, recipe, host, build_manifest(host, h.local_hub, h.nas_hub, [], "/hub"), fabrics)
+
+
+def test_mem_fraction_declared_once_fills_the_command(tmp_path):
+    from sparkfleet.launch.spec import ShapeError, flag_values
+
+    spec = _tp4_spec(_repo_copy(tmp_path / "a"))
+    assert flag_values(spec.argv, "--mem-fraction-static") == ["0.8"]
+    # boot caches: node-local, keyed by image digest x model revision x world shape, bound into the image
+    assert spec.boot_cache_key == "3dbc313030a6ef2c-fb2764a5-tp4ep1pad0n4"
+    assert spec.env["TRITON_CACHE_DIR"] == "/bootcache/triton"
+    assert any(b.target == "/bootcache" and not b.read_only and b.origin == "bootcache" for b in spec.binds)
+    with pytest.raises(ShapeError, match="--mem-fraction-static 0.9 but the world shape says 0.8"):
+        _tp4_spec(_repo_copy(tmp_path / "b", lambda t: t.replace('"{mem_fraction}"', '"0.9"')))
