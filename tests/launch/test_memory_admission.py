@@ -117,3 +117,28 @@ def test_mem_fraction_declared_once_fills_the_command(tmp_path):
     assert any(b.target == "/bootcache" and not b.read_only and b.origin == "bootcache" for b in spec.binds)
     with pytest.raises(ShapeError, match="--mem-fraction-static 0.9 but the world shape says 0.8"):
         _tp4_spec(_repo_copy(tmp_path / "b", lambda t: t.replace('"{mem_fraction}"', '"0.9"')))
+
+
+def test_canary_runs_in_the_lane_image_with_the_lane_flags(tmp_path):
+    from pathlib import Path
+
+    from sparkfleet.jsonable import to_jsonable
+    from sparkfleet.launch.node_checks import WORKER_MOUNT, container_canary_argv
+
+    spec = _tp4_spec(_repo_copy(tmp_path))
+    req = {"spec": to_jsonable(spec), "master": "10.0.0.1", "port": 20000,
+           "canary": {"backend": "nccl", "bytes": 16 << 20, "iters": 5, "timeout": 120}}  # fmt: skip
+    worker = "/opt/sf/canary_worker.py"
+    argv = container_canary_argv(spec, req, "/usr/bin/docker", Path("/st/canary1.env"), worker)
+    image = argv.index(spec.image)
+    flags, command = argv[:image], argv[image + 1 :]
+    assert flags[:5] == ["/usr/bin/docker", "run", "--rm", "--name", f"{spec.name}-canary"]
+    pairs = [flags[i : i + 2] for i in range(len(flags) - 1)]
+    wanted = [["--network", "host"], ["--ipc", "host"], ["--gpus", "all"], ["--device", "/dev/infiniband"],
+              ["--env-file", "/st/canary1.env"], ["-v", f"{worker}:{WORKER_MOUNT}:ro"]]  # fmt: skip
+    for pair in wanted:
+        assert pair in pairs
+    assert sum(1 for a in flags if a == "-v") == 1  # no model binds: no weights load in the canary
+    assert command == ["python3", WORKER_MOUNT, "--rank", "1", "--world", "4", "--master", "10.0.0.1",
+                       "--port", "20000", "--backend", "nccl", "--bytes", str(16 << 20), "--pair-bytes",
+                       str(4 << 20), "--iters", "5", "--timeout", "120"]  # fmt: skip

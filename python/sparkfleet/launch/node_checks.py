@@ -56,6 +56,23 @@ def canary_argv(spec: LaunchSpec, req: dict, worker: str, python: str) -> list[s
             "--timeout", str(c["timeout"])]  # fmt: skip
 
 
+def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Path, worker: str) -> list[str]:
+    """`docker|podman run --rm` of the canary in the lane's image: the lane's own flags (network, ipc,
+    GPUs, RDMA devices, memlock, env file), the worker bind-mounted read-only, no model binds."""
+    from .manifest import BindMount
+
+    cspec = dataclasses.replace(
+        spec,
+        name=f"{spec.name}-canary",
+        binds=(BindMount(Path(worker), WORKER_MOUNT, True, "canary"),),
+        argv=tuple(canary_argv(spec, req, WORKER_MOUNT, req["canary"].get("python", "python3"))),
+    )
+    argv = container_run_argv(cspec, spec.runtime, env_file)
+    if argv[2] != "-d":
+        raise AssertionError(f"unexpected container argv {argv[:3]}")
+    return [engine, "run", "--rm", *argv[3:]]
+
+
 def canary(req: dict) -> dict:
     """Run this rank's canary in the lane's runtime (its image for docker/podman) and return its JSON."""
     from .agent import spec_from_dict
@@ -64,29 +81,18 @@ def canary(req: dict) -> dict:
     timeout = float(req["canary"]["timeout"]) + 60
     worker = str(Path(canary_worker.__file__).resolve())
     started = time.monotonic()
+    cleanup: list[str] | None = None
+    env: dict[str, str] | None = None
     if spec.runtime == "process":
         argv = canary_argv(spec, req, worker, sys.executable)
         env = {**os.environ, **spec.env}
-        cleanup: list[str] | None = None
     else:
         engine = shutil.which(spec.runtime) or spec.runtime
         env_file = records.lane_dir(Path(spec.state_dir), spec.lane) / f"canary{spec.rank}.env"
         env_file.parent.mkdir(parents=True, exist_ok=True)
         write_bytes(env_file, "".join(f"{k}={v}\n" for k, v in spec.env.items()).encode(), mode=0o600)
-        from .manifest import BindMount
-
-        name = f"{spec.name}-canary"
-        cspec = dataclasses.replace(
-            spec,
-            name=name,
-            binds=(BindMount(Path(worker), WORKER_MOUNT, True, "canary"),),
-            argv=tuple(canary_argv(spec, req, WORKER_MOUNT, req["canary"].get("python", "python3"))),
-        )
-        argv = container_run_argv(cspec, spec.runtime, env_file)
-        assert argv[2] == "-d"
-        argv = [engine, "run", "--rm", *argv[3:]]
-        env = None
-        cleanup = [engine, "rm", "-f", name]
+        argv = container_canary_argv(spec, req, engine, env_file, worker)
+        cleanup = [engine, "rm", "-f", f"{spec.name}-canary"]
     try:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
                             stdin=subprocess.DEVNULL)  # fmt: skip
