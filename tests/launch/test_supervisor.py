@@ -118,3 +118,16 @@ def test_boot_regression_compares_like_with_like():
     assert (
         boot_record("other", warm, 900.0, None, hist, 25)["regression"] is None
     )  # another image/model/shape
+
+
+def test_memory_watchdog_verdict_is_not_restarted():
+    clock = Clock()
+    s = WatchSettings(interval_s=10, latency_s=5, max_restarts=5, backoff_s=1)
+    restarts = []
+    verdict = "dgx2: memory watchdog: MemAvailable 0.4 GiB fell under the floor 0.5 GiB"
+    sup = Supervisor("lane", s, lambda: ProbeResult(False, 1, error="connection refused"), lambda r: "b1",
+                     lambda: restarts.append(1) or True, lambda: None, clock=clock.now, sleep=clock.sleep,
+                     hold=lambda: verdict)  # fmt: skip
+    out = sup.run(max_probes=5)
+    assert out.needs_human and not restarts and out.probes == 1
+    assert out.message.startswith("lane: dgx2: memory watchdog: MemAvailable 0.4 GiB")

@@ -137,7 +137,10 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         on_event: Callable[[str], None] = lambda _m: None,
+        hold: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """`hold()` names a reason a restart must not be tried (the memory watchdog fired), else None."""
+        self.hold = hold
         self.lane, self.s = lane, settings
         self.probe, self.collect, self.restart, self.stop = probe, collect, restart, stop
         self.clock, self.sleep, self.on_event = clock, sleep, on_event
@@ -166,14 +169,15 @@ class Supervisor:
             reason = f"generation probe failed: {res.error}"
             self.on_event(f"{self.lane}: {reason}; collecting an incident bundle")
             bundle = self.collect(reason)
-            if self.budget_left(seen) <= 0:
+            held = self.hold()
+            if held or self.budget_left(seen) <= 0:
                 self.stop()
                 out.incidents.append(Incident(time.time(), reason, bundle, False))
                 out.needs_human = True
-                out.message = (
-                    f"{self.lane}: {len(self.restarts)} restarts in the last {self.s.window_s:g} s did not "
-                    f"keep it healthy; the lane is stopped and needs a human (last bundle: {bundle})"
+                why = held or (
+                    f"{len(self.restarts)} restarts in the last {self.s.window_s:g} s did not keep it healthy"
                 )
+                out.message = f"{self.lane}: {why}; the lane is stopped and needs a human (bundle: {bundle})"
                 self.on_event(out.message)
                 return out
             backoff = self.s.backoff_s * (2 ** len(self.restarts))
@@ -258,7 +262,7 @@ def watch_lane(
 ) -> WatchOutcome:
     """Supervise a running lane: the real probe, bundle collection and relaunch."""
     from ..bench.target import for_lane
-    from .lane import launch, stop
+    from .lane import launch, status, stop
     from .recipe import launch_recipe
 
     target = for_lane(inv, lane_name)
@@ -274,9 +278,15 @@ def watch_lane(
             on_event(f"{lane_name}: relaunch refused: {exc.message}")
             return False
 
+    def hold() -> str | None:
+        """A node's memory watchdog stopped ranks: relaunching into memory pressure locks hosts up."""
+        errs = [e for e in status(inv, lane_name)["errors"] if e["error"].startswith("memory watchdog:")]
+        return "; ".join(f"{e['host']}: {e['error']}" for e in errs) or None
+
     sup = Supervisor(
         lane_name,
         settings,
+        hold=hold,
         probe=lambda: probe_generation(target.url, model, settings, target.api_key()),
         collect=lambda reason: str(collect_incident(inv, lane_name, reason)),
         restart=restart,
