@@ -213,6 +213,15 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
         memstop = json.loads((hosts["dgx2"].root / "state" / "lanes" / "fit" / "memstop.json").read_text())
         assert memstop["mem_available"] == int(0.4 * GIB_KB) * 1024 and memstop["floor"] == 512 * 1024**2
         assert memstop["stopped"][0]["stopped"] is True
+        # the supervisor sees the missing rank and does not relaunch into the same memory pressure
+        settings = watch_settings(inv.lane("fit").raw, interval_s=1.0, latency_s=1.0)
+        out = watch_lane(inv, "fit", settings, max_probes=3)
+        assert out.needs_human and out.restarts == 0 and out.probes == 1
+        assert "1 of 2 ranks running (rank 1 on dgx2" in out.incidents[0].reason
+        assert "dgx2: memory watchdog: MemAvailable 0.4 GiB" in out.message
+        assert lanes.status(inv, "fit")["running"] == 0
+        summary = json.loads((Path(out.incidents[0].bundle) / "summary.json").read_text())
+        assert summary["memstop"]["dgx2"]["floor"] == 512 * 1024**2
     finally:
         set_mem(memdir, "dgx2", 100)
         lanes.stop(inv, "fit", 5)

@@ -278,6 +278,19 @@ def watch_lane(
             on_event(f"{lane_name}: relaunch refused: {exc.message}")
             return False
 
+    def probe() -> ProbeResult:
+        """The known answer in time, and every rank alive (a head can answer while a worker is gone)."""
+        res = probe_generation(target.url, model, settings, target.api_key())
+        if not res.ok:
+            return res
+        st = status(inv, lane_name)
+        if st["running"] < st["expected"]:
+            down = [f"rank {r['rank']} on {r['host']}" for r in st["ranks"] if not r["running"]]
+            why = "; ".join([*down, *(e["error"] for e in st["errors"])])
+            return ProbeResult(False, res.latency_s, res.answer,
+                               f"{st['running']} of {st['expected']} ranks running ({why})")  # fmt: skip
+        return res
+
     def hold() -> str | None:
         """A node's memory watchdog stopped ranks: relaunching into memory pressure locks hosts up."""
         errs = [e for e in status(inv, lane_name)["errors"] if e["error"].startswith("memory watchdog:")]
@@ -287,7 +300,7 @@ def watch_lane(
         lane_name,
         settings,
         hold=hold,
-        probe=lambda: probe_generation(target.url, model, settings, target.api_key()),
+        probe=probe,
         collect=lambda reason: str(collect_incident(inv, lane_name, reason)),
         restart=restart,
         stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s),
