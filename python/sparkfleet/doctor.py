@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from .cli.render import human_bytes
 from .errors import SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
-from .hoststack import STACK_KEYS, collect_fingerprint, drift
+from .hoststack import STACK_KEYS, HostFingerprint, drift
 from .inventory import GIB, Inventory
 from .launch.lane import _facts, call_agent, probe_request
 from .launch.manifest import build_manifest
@@ -196,7 +196,7 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         )
     else:
         out.append(Check(host_name, "GPU", None, "nvidia-smi not present"))
-    out.append(_stack_check(host, runner, req.get("image")))
+    out.append(_stack_check(host, HostFingerprint.from_dict({**ans["fingerprint"], "host": host_name})))
     if recipe and ans.get("memory"):
         mem = MemoryFacts(**ans["memory"])
         problems = admit(host_name, recipe.memory, mem)
@@ -231,9 +231,8 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
     return out
 
 
-def _stack_check(host, runner, image: str | None) -> Check:
-    """The host's kernel/driver/CUDA/NCCL/firmware against the stack fleet.toml declares for it."""
-    fp = collect_fingerprint(runner, image)
+def _stack_check(host, fp: HostFingerprint) -> Check:
+    """The host's kernel/driver/CUDA/NCCL/firmware (read by the agent) against what fleet.toml declares."""
     seen = ", ".join(f"{k} {getattr(fp, k)}" for k in STACK_KEYS if getattr(fp, k) is not None)
     if not host.stack:
         return Check(host.name, "host stack", None, f"{seen or 'nothing readable'} (no stack declared)")

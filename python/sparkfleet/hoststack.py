@@ -197,12 +197,20 @@ def drift(declared: dict[str, str], fp: HostFingerprint) -> list[Drift]:
 
 
 def lane_fingerprints(inv, lane_name: str, image: str | None = None) -> dict[str, dict[str, Any]]:
-    """{host: fingerprint dict} for every host of a lane, read in parallel: what a bench report carries."""
+    """{host: fingerprint dict} for every host of a lane, read on each node by its agent (one ssh call
+    per host, all at once): what a bench report carries. A host that cannot answer gets {"error": ...}."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from .errors import SparkfleetError
     from .hosts import connect
+    from .launch.lane import call_agent
+
+    def one(h: str) -> dict[str, Any]:
+        try:
+            return call_agent(connect(inv.host(h)), "fingerprint", {"host": h, "image": image})["fingerprint"]
+        except SparkfleetError as exc:
+            return {"host": h, "error": exc.message}
 
     hosts = list(inv.lane(lane_name).hosts)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
-        fps = list(pool.map(lambda h: collect_fingerprint(connect(inv.host(h)), image), hosts))
-    return {fp.host: fp.to_dict() for fp in fps}
+        return dict(zip(hosts, pool.map(one, hosts), strict=True))

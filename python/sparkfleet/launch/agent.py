@@ -5,8 +5,9 @@ shell strings: `sparkfleet agent ACTION` (or `python -m sparkfleet.launch.agent 
 Everything that must read the node itself happens here: its sysfs (fabric), its hubs (staged
 and verified state), its receipt roots, its processes and containers, its logs and its ports.
 
-Actions: probe, start, stop, status, watch, logs, doctor, canary, incident. A user error is answered as
-{"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255 stays meaningful.
+Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident. A user
+error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
+stays meaningful.
 """
 
 from __future__ import annotations
@@ -251,7 +252,17 @@ def doctor(req: dict) -> dict:
         out["gpu"] = {"available": False, "apps": []}
     if req.get("state_dir") and req.get("lane"):
         out["ranks"] = status(req)["ranks"]
+    out["fingerprint"] = fingerprint(req)["fingerprint"]
     return out
+
+
+def fingerprint(req: dict) -> dict:
+    """This node's host stack, read here in one call (`sparkfleet.hoststack.collect_fingerprint`)."""
+    from ..hosts import LocalHost
+    from ..hoststack import collect_fingerprint
+
+    fp = collect_fingerprint(LocalHost(req.get("host") or socket.gethostname()), req.get("image"))
+    return {"fingerprint": fp.to_dict()}
 
 
 ACTIONS = {
@@ -263,6 +274,7 @@ ACTIONS = {
     "logs": logs,
     "doctor": doctor,
     "canary": canary,
+    "fingerprint": fingerprint,
     "incident": incident,
 }
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ExitCode, SparkfleetError
 from ..hosts import connect
-from ..hoststack import HostFingerprint, collect_fingerprint, drift
+from ..hoststack import HostFingerprint, drift
 from ..memory import MemoryFacts, admit, summary
 
 if TYPE_CHECKING:
@@ -104,11 +104,16 @@ def ports_for_probe(plan_recipe, rank: int, nnodes: int) -> list[int]:
     return [port, plan_recipe.dist_port] if rank == 0 and nnodes > 1 else [port]
 
 
-def fingerprints(inv: Inventory, plan: LanePlan) -> dict[str, HostFingerprint]:
+def fingerprints(inv: Inventory, plan: LanePlan, call_agent: Callable) -> dict[str, HostFingerprint]:
+    """Every host's stack, each read on the node by the agent (one ssh call per host, all at once)."""
     image = plan.by_rank()[0].image
+
+    def one(h: str) -> HostFingerprint:
+        ans = call_agent(connect(inv.host(h)), "fingerprint", {"host": h, "image": image})
+        return HostFingerprint.from_dict(ans["fingerprint"])
+
     hosts = list(plan.specs)
-    fps = _parallel(lambda h: collect_fingerprint(connect(inv.host(h)), image), hosts)
-    return dict(zip(hosts, fps, strict=True))
+    return dict(zip(hosts, _parallel(one, hosts), strict=True))
 
 
 def check_drift(inv: Inventory, fps: dict[str, HostFingerprint], allow: bool) -> list[str]:
@@ -219,7 +224,7 @@ def preflight(
     report.memory = check_memory(plan)
     on_event("memory admission ok: " + "; ".join(f"{h}: {s}" for h, s in report.memory.items()))
     check_ports(plan)
-    fps = fingerprints(inv, plan)
+    fps = fingerprints(inv, plan, call_agent)
     report.fingerprints = {h: fp.to_dict() for h, fp in fps.items()}
     report.drift = check_drift(inv, fps, allow_drift)
     on_event(
