@@ -291,8 +291,12 @@ def launch(
         if started:
             stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         raise
+    from .generations import record_launch
+
     if not wait:
-        return LaunchReport(lane_name, started, None, preflight=checks, boot_cache=boot_cache)
+        report = LaunchReport(lane_name, started, None, preflight=checks, boot_cache=boot_cache)
+        report.generation = record_launch(inv, plan, report, generations_root or inv.root)
+        return report
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
 
@@ -319,8 +323,6 @@ def launch(
         stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         stopped = True
     report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache)
-    from .generations import record_launch
-
     report.generation = record_launch(inv, plan, report, generations_root or inv.root)
     return report
 
