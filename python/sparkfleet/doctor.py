@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 
 from .errors import ExitCode, SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
+from .hoststack import STACK_KEYS, HostFingerprint, drift
 from .images.load import built_image_id
 from .inventory import GIB, Host, Inventory
 from .launch.lane import call_agent, image_mismatch, image_request, node_facts, probe_request
 from .launch.manifest import build_manifest
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths, state_dir_of
+from .memory import MemoryFacts, admit, summary
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,12 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         )
     else:
         out.append(Check(host_name, "GPU", None, "nvidia-smi not present"))
+    out.append(_stack_check(host, HostFingerprint.from_dict({**ans["fingerprint"], "host": host_name})))
+    if recipe and ans.get("memory"):
+        mem = MemoryFacts(**ans["memory"])
+        problems = admit(host_name, recipe.memory, mem)
+        out.append(Check(host_name, "memory", not problems, "; ".join(problems) or summary(mem),
+                         "free memory or lower [launch.memory] of the lane"))  # fmt: skip
     if recipe:
         try:
             lane = inv.lane(recipe.lane)
@@ -285,6 +293,19 @@ def _built_image_check(
     if why:
         return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
     return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded")
+
+
+def _stack_check(host, fp: HostFingerprint) -> Check:
+    """The host's kernel/driver/CUDA/NCCL/firmware (read by the agent) against what fleet.toml declares."""
+    seen = ", ".join(f"{k} {getattr(fp, k)}" for k in STACK_KEYS if getattr(fp, k) is not None)
+    if not host.stack:
+        return Check(host.name, "host stack", None, f"{seen or 'nothing readable'} (no stack declared)")
+    drifts = drift(host.stack, fp)
+    if drifts:
+        detail = "; ".join(f"{d.key} {d.actual or 'unknown'} (declared {d.declared})" for d in drifts)
+        hint = "restore the declared stack, or update [stack] in hosts/fleet.toml once proven"
+        return Check(host.name, "host stack", False, f"DRIFT: {detail}", hint, refuses=True)
+    return Check(host.name, "host stack", True, f"matches the declared stack: {seen}")
 
 
 def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> list[str]:

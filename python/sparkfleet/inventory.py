@@ -62,6 +62,8 @@ class Host:
     # lower refuses `memlock=-1` (and podman 4.3 adds nofile/nproc = 1048576 to any --ulimit).
     ulimits: tuple[tuple[str, int | str], ...] = (("memlock", "unlimited"), ("stack", 67108864))
 
+    # The known-good host stack (kernel, driver, cuda, nccl, firmware): [defaults.stack] + [hosts.X.stack].
+    stack: dict[str, str] = field(default_factory=dict, compare=False)
 
 # The peers' `--ulimit memlock=-1 --ulimit stack=67108864`, unless a host says otherwise.
 DEFAULT_ULIMITS = Host.ulimits
@@ -342,6 +344,7 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         kind=merged.get("kind"),
         gpu_access=merged.get("gpu_access", "cdi" if merged.get("os") == "nixos" else "gpus"),
         ulimits=tuple(merged["ulimits"].items()) if "ulimits" in merged else DEFAULT_ULIMITS,
+        stack={**defaults.get("stack", {}), **own.get("stack", {})},
     )
 
 

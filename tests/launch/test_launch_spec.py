@@ -175,7 +175,7 @@ def test_docker_argv_exact(tmp_path):
     argv = container_run_argv(s, "docker", Path("/st/rank1.env"))
     cache = str(tmp_path / "dgx2" / "state" / "cache" / "lane")
     binds = []
-    for b in s.binds[:-1]:
+    for b in s.binds[:-2]:
         binds += ["-v", f"{b.source}:{b.target}:ro"]
     assert argv == [
         "docker", "run", "-d", "--name", "sparkfleet-lane-r1",
@@ -185,7 +185,7 @@ def test_docker_argv_exact(tmp_path):
         "--shm-size", "32g", "--log-opt", "max-size=64m", "--log-opt", "max-file=2",
         "--gpus", "all", "--device", "/dev/infiniband",
         "--env-file", "/st/rank1.env",
-        *binds, "-v", f"{cache}:/cache",
+        *binds, "-v", f"{cache}:/cache", "-v", f"{s.boot_cache_dir}:/bootcache",
         "ghcr.io/example/lane@sha256:" + "ab" * 32,
         *s.argv,
     ]  # fmt: skip

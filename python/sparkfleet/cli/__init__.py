@@ -46,6 +46,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("roofline", "roofline"), ("roofline", "measure"),
     ("image", "image"),
     ("bootstrap", "bootstrap"),
+    ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 
 

@@ -163,6 +163,8 @@ def _event(msg: str) -> None:
     is_flag=True,
     help="Print each rank's image, argv, env, binds, devices in start order; touch no host.",
 )
+@click.option("--no-canary", is_flag=True, help="Skip the fabric canary (all-reduce + all-gather).")
+@click.option("--allow-drift", is_flag=True, help="Launch even if a host's stack drifted from fleet.toml.")
 @JSON
 @click.pass_context
 def launch(
@@ -174,13 +176,16 @@ def launch(
     replace: bool,
     stop_on_interrupt: bool,
     dry_run: bool,
+    no_canary: bool,
+    allow_drift: bool,
     as_json: bool,
 ) -> None:
     """Start LANE on its hosts (workers first, head last) and wait until it is ready.
 
-    While it boots: per rank the boot stage reached (the recipe's ready_signatures), elapsed
-    time, weight-load progress and the last log line (a live table on a terminal, one line per
-    stage change otherwise). Ctrl-C names the ranks still running and how to stop them.
+    First the gates: memory admission, ports, host stack drift, fabric canary (each refuses with
+    exit 5). While it boots: per rank the boot stage reached (the recipe's ready_signatures),
+    elapsed time, weight-load progress and the last log line (a live table on a terminal, one line
+    per stage change otherwise). Ctrl-C names the ranks still running and how to stop them.
 
     \b
     Examples:
@@ -208,6 +213,8 @@ def launch(
             replace=replace,
             on_progress=view.update,
             stop_on_interrupt=stop_on_interrupt,
+            canary=not no_canary,
+            allow_drift=allow_drift,
         )
     ok = report.ready is None or report.ready.ok
     if as_json:
@@ -224,6 +231,12 @@ def launch(
             click.secho(f"{lane} ready in {rd.time_to_ready_s:.1f} s{wl}; models: {models}", fg="green")
             for sig, t in rd.stages.items():
                 click.echo(f"  {t:8.2f} s  {sig}")
+            boot = (report.generation or {}).get("boot") or {}
+            if boot:
+                gen = (report.generation or {}).get("id")
+                click.echo(f"  boot: {boot['cache']} cache ({boot['cache_key']}); generation {gen}")
+            if boot.get("regression"):
+                click.secho(f"  boot regression: {boot['regression']}", fg="yellow")
         elif rd is not None:
             click.secho(f"{lane} NOT ready: {rd.reason}", fg="red")
             if rd.missing:

@@ -56,7 +56,9 @@ redirect (every request answered 307 to another port).
 
 Boot: the socket listens at once; /health answers 503 until --boot-delay has passed. Each --signature
 line is printed (flushed) at an even fraction of the delay, then "The server is fired up and ready to
-roll!" unless --omit-ready-line. --exit-during-boot exits with code 1 half-way. The first stdout line
+roll!" unless --omit-ready-line. --exit-during-boot exits with code 1 half-way.
+--hang-generation-after N wedges the engine: generation requests after the first N never answer
+while /health stays green (what `sparkfleet watch` must catch). The first stdout line
 says where the server listens ("listening on http://HOST:PORT"), which matters when --port 0.
 """
 
@@ -177,6 +179,7 @@ class ServerConfig:
     hostile: str | None = None
     hostile_bytes: int = 512 * 1024 * 1024
 
+    hang_generation_after: int | None = None  # a wedged engine: later generations never answer
     @property
     def speculative(self) -> bool:
         return self.tokens_per_chunk > 1 or self.accept_range is not None
@@ -484,6 +487,8 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self._error(cfg.fail_status, f"injected failure (--error-rate){self._echo()}", "server_error")
             return
+        if cfg.hang_generation_after is not None and state.requests_total > cfg.hang_generation_after:
+            threading.Event().wait()  # wedged: /health stays 200, this request never answers
         words = prompt_words(body)
         cached = self._cached_tokens(words)
         chat = path == "/v1/chat/completions"
@@ -844,6 +849,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--spec-history-accept", type=float, default=0.0, help="their mean accept length")
     p.add_argument("--hostile", choices=HOSTILE_MODES, default=None)
     p.add_argument("--hostile-bytes", type=int, default=512 * 1024 * 1024)
+    p.add_argument("--hang-generation-after", type=int, default=None, metavar="N",
+                   help="a wedged engine: generation requests after the first N hang; /health stays 200")
     a = p.parse_args(argv)
     accept_range = None
     if a.accept_range:
@@ -890,6 +897,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         spec_history_accept=a.spec_history_accept,
         hostile=a.hostile,
         hostile_bytes=a.hostile_bytes,
+        hang_generation_after=a.hang_generation_after,
     )
 
 

@@ -5,8 +5,9 @@ shell strings: `sparkfleet agent ACTION` (or `python -m sparkfleet.launch.agent 
 Everything that must read the node itself happens here: its sysfs (fabric), its hubs (staged
 and verified state), its receipt roots, its processes and containers, its logs and its ports.
 
-Actions: probe, start, stop, status, watch, logs, doctor. A user error is answered as
-{"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255 stays meaningful.
+Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident. A user
+error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
+stays meaningful.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
-from . import records
+from . import records, watchdog
+from .bootcache import cache_state
 from .manifest import BindMount, model_state
+from .node_checks import canary, incident, ports_in_use
 from .receipts import clear_receipts
 from .runtimes import runtime_for
 from .spec import LaunchSpec
@@ -91,6 +94,15 @@ def probe(req: dict) -> dict:
         from ..images.node import image_state
 
         out["image_state"] = image_state(req["built_image"])
+    if req.get("memory"):
+        from ..memory import read_memory
+
+        try:
+            out["memory"] = to_jsonable(read_memory(watchdog.meminfo_source(), watchdog.shm_source()))
+        except (OSError, ValueError) as exc:
+            out["memory_error"] = str(exc)
+    if req.get("ports"):
+        out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
     return out
 
 
@@ -106,11 +118,18 @@ def start(req: dict) -> dict:
                 hint=f"sparkfleet stop {spec.lane}",
             )
     cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
+    boot_cache = cache_state(spec) if spec.boot_cache_dir else None
     rec = runtime.start(spec)
     rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
     records.save(state_dir, rec)
     records.last_run_path(state_dir, spec.lane, spec.rank).unlink(missing_ok=True)  # a new run began
-    return {"record": to_jsonable(rec), "receipts": to_jsonable(cleared)}
+    out = {"record": to_jsonable(rec), "receipts": to_jsonable(cleared), "boot_cache": boot_cache}
+    wd = req.get("watchdog")
+    if wd:
+        out["watchdog"] = watchdog.spawn(
+            state_dir, spec.lane, int(wd["floor"]), float(wd["interval"]), spec.stop_timeout_s
+        )
+    return out
 
 
 def _state_json(rec: records.LaunchRecord) -> dict:
@@ -125,7 +144,11 @@ def _state_json(rec: records.LaunchRecord) -> dict:
 
 def status(req: dict) -> dict:
     recs = records.load_all(Path(req["state_dir"]), req["lane"])
-    return {"ranks": [_state_json(r) for r in recs]}
+    out: dict[str, Any] = {"ranks": [_state_json(r) for r in recs]}
+    memstop = watchdog.read_memstop(Path(req["state_dir"]), req["lane"])
+    if memstop:
+        out["memstop"] = memstop
+    return out
 
 
 def stop(req: dict) -> dict:
@@ -135,6 +158,7 @@ def stop(req: dict) -> dict:
     is copied to the rank's log file first, since stopping removes the container.
     """
     state_dir = Path(req["state_dir"])
+    watchdog.stop_watchdog(state_dir, req["lane"])
     out = []
     for rec in records.load_all(state_dir, req["lane"]):
         runtime = runtime_for(rec.runtime)
@@ -252,6 +276,7 @@ def doctor(req: dict) -> dict:
         out["gpu"] = {"available": False, "apps": []}
     if req.get("state_dir") and req.get("lane"):
         out["ranks"] = status(req)["ranks"]
+    out["fingerprint"] = fingerprint(req)["fingerprint"]
     return out
 
 
@@ -278,6 +303,15 @@ def image_commit(req: dict) -> dict:
     return commit(req)
 
 
+def fingerprint(req: dict) -> dict:
+    """This node's host stack, read here in one call (`sparkfleet.hoststack.collect_fingerprint`)."""
+    from ..hosts import LocalHost
+    from ..hoststack import collect_fingerprint
+
+    fp = collect_fingerprint(LocalHost(req.get("host") or socket.gethostname()), req.get("image"))
+    return {"fingerprint": fp.to_dict()}
+
+
 ACTIONS = {
     "occupancy": occupancy,
     "image-state": image_state,
@@ -289,6 +323,9 @@ ACTIONS = {
     "watch": watch,
     "logs": logs,
     "doctor": doctor,
+    "canary": canary,
+    "fingerprint": fingerprint,
+    "incident": incident,
 }
 
 

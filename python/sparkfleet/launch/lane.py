@@ -25,6 +25,7 @@ from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote
 from ..inventory import Host, Inventory
 from ..jsonable import to_jsonable
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
+from .preflight import PreflightReport, ports_for_probe, preflight
 from .readiness import BootWatch, RankExit, RankProgress, ReadyReport, wait_ready
 from .recipe import LaunchRecipe, launch_recipe
 from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems, state_dir_of
@@ -92,6 +93,9 @@ class NodeFacts:
     models: list[ModelState]
     model_errors: list[str] = field(default_factory=list)
     not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
+    memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
+    memory_error: str | None = None
+    ports_in_use: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -122,7 +126,10 @@ class LanePlan:
 
 def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
     lane = inv.lane(recipe.lane)
+    rank = recipe.world.ranks.get(host.name, 0)
     return {
+        "memory": True,
+        "ports": ports_for_probe(recipe, rank, recipe.world.nnodes),
         "fabric": {"needed": recipe.fabric == "roce", "fabric_ip": host.fabric_ip},
         "models": [
             {"repo": m.repo, "revision": m.revision, "include": list(m.include), "exclude": list(m.exclude)}
@@ -155,7 +162,11 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
                 problems=tuple(m.get("problems", ())),
             )
         )
-    return NodeFacts(host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors)
+    return NodeFacts(
+        host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
+        memory=answer.get("memory"), memory_error=answer.get("memory_error"),
+        ports_in_use=list(answer.get("ports_in_use", [])),
+    )  # fmt: skip
 
 
 def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
@@ -372,6 +383,9 @@ class LaunchReport:
     started: list[StartedRank]
     ready: ReadyReport | None
     stopped_after_failure: bool = False
+    preflight: PreflightReport | None = None
+    boot_cache: dict[str, dict] = field(default_factory=dict)  # host -> warm/cold, key, dir
+    generation: dict | None = None  # the lane generation this launch recorded (launch/generations)
 
 
 def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[dict]:
@@ -492,18 +506,33 @@ def launch(
     replace: bool = False,
     on_progress: Callable[[list[RankProgress]], None] = lambda _p: None,
     stop_on_interrupt: bool = False,
+    canary: bool = True,
+    allow_drift: bool = False,
+    generations_root: Path | None = None,
 ) -> LaunchReport:
-    """Prepare, start workers then head, wait for readiness; on failure stop the lane (unless kept).
+    """Prepare, pass the gates (occupancy, memory, ports, drift, canary), start workers then head,
+    wait for readiness, record the lane generation; on failure stop the lane (unless kept).
 
     Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`.
     `on_progress` gets every rank's boot stage, elapsed time, weight-load progress and last log
     line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
     them first with `stop_on_interrupt`)."""
+    gates = Gates(replace, canary, allow_drift, generations_root)
     try:
-        return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, replace, on_progress)
+        return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
     except KeyboardInterrupt:
         recipe = launch_recipe(inv, lane_name)
         raise _interrupted(inv, lane_name, stop_on_interrupt, recipe.timeouts.stop_s) from None
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What a launch checks before it starts a rank, and where it records the generation."""
+
+    replace: bool = False  # stop another lane occupying these hosts instead of refusing
+    canary: bool = True  # run the fabric canary
+    allow_drift: bool = False  # launch on a host whose stack drifted from fleet.toml
+    generations_root: Path | None = None
 
 
 def _launch(
@@ -513,7 +542,7 @@ def _launch(
     keep_on_failure: bool,
     timeout_s: float | None,
     on_event: Callable[[str], None],
-    replace: bool,
+    gates: Gates,
     on_progress: Callable[[list[RankProgress]], None],
 ) -> LaunchReport:
     plan = prepare(inv, lane_name)
@@ -524,11 +553,19 @@ def _launch(
         raise SparkfleetError(
             f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
         )
-    check_occupancy(inv, lane_name, replace, on_event)
+    check_occupancy(inv, lane_name, gates.replace, on_event)
+    checks = preflight(
+        inv, plan, call_agent, canary=gates.canary, allow_drift=gates.allow_drift, on_event=on_event
+    )
     started: list[StartedRank] = []
+    boot_cache: dict[str, dict] = {}
+    watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
-            ans = call_agent(connect(inv.host(spec.host)), "start", {"spec": to_jsonable(spec)})
+            req = {"spec": to_jsonable(spec), "watchdog": watchdog}
+            ans = call_agent(connect(inv.host(spec.host)), "start", req)
+            if ans.get("boot_cache"):
+                boot_cache[spec.host] = ans["boot_cache"]
             rec = ans["record"]
             cleared = [r["path"] for r in ans["receipts"] if r["existed"]]
             started.append(
@@ -547,8 +584,12 @@ def _launch(
         if started:
             stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         raise
+    from .generations import record_launch
+
     if not wait:
-        return LaunchReport(lane_name, started, None)
+        report = LaunchReport(lane_name, started, None, preflight=checks, boot_cache=boot_cache)
+        report.generation = record_launch(inv, plan, report, gates.generations_root or inv.root)
+        return report
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
     boot = BootWatch(
@@ -585,7 +626,9 @@ def _launch(
     if not ready.ok and not keep_on_failure:
         stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         stopped = True
-    return LaunchReport(lane_name, started, ready, stopped)
+    report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache)
+    report.generation = record_launch(inv, plan, report, gates.generations_root or inv.root)
+    return report
 
 
 def status(inv: Inventory, lane_name: str) -> dict:
@@ -604,6 +647,8 @@ def status(inv: Inventory, lane_name: str) -> dict:
         if "error" in ans:
             errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
             continue
+        if ans.get("memstop"):
+            errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"]})
         for r in ans["ranks"]:
             ranks.append({"host": name, "rank": r["record"]["rank"], "name": r["record"]["name"],
                           "running": r["running"], "returncode": r["returncode"], "detail": r["detail"],
@@ -679,3 +724,8 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
     else:
         argv = [rec["runtime"], "logs", "--tail", str(lines), "-f", rec["container_id"]]
     return runner.stream(argv)
+
+
+# Public names for the other controller rooms (watch, generations) that fan out over a lane's hosts.
+parallel = _parallel
+state_request = _state_request

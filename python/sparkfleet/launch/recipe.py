@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InventoryError
-from ..inventory import Inventory, Lane, ModelNeed, Pin
+from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
+from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
 
 SGLANG_READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's loader line; the weight-load time is the number after "elapsed=".
@@ -48,6 +49,38 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
+class CanarySettings:
+    """[launch.canary]: the fabric canary run in the lane's image before any weights load."""
+
+    enabled: bool = True
+    backend: str | None = None  # None: nccl when the lane has GPUs, else gloo
+    size_bytes: int = 16 * MIB  # per all-reduce
+    iterations: int = 5
+    min_busbw_gbps: float = 0.0  # 0: no floor
+    timeout_s: float = 120.0
+    python: str = "python3"  # the interpreter inside the lane's image
+
+
+# JIT/autotune caches the engines write at boot (torch inductor, triton, flashinfer, deep_gemm).
+DEFAULT_BOOT_CACHE_ENV = (
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "FLASHINFER_WORKSPACE_BASE",
+    "SGLANG_DG_CACHE_DIR",
+    "CUDA_CACHE_PATH",
+)
+
+
+@dataclass(frozen=True)
+class BootCacheSettings:
+    """[launch.boot_cache]: node-local JIT/autotune caches keyed by image x model revision x world."""
+
+    env: tuple[str, ...] = DEFAULT_BOOT_CACHE_ENV
+    mount: str = "/bootcache"
+    regression_pct: float = 25.0  # a warm boot this much slower than the last warm boot is flagged
+
+
+@dataclass(frozen=True)
 class LaunchRecipe:
     """How a lane is served: image, runtime, command template, ports, receipts, readiness."""
 
@@ -75,6 +108,9 @@ class LaunchRecipe:
     needs_gib: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
     timeouts: Timeouts = Timeouts()
+    memory: MemoryNeed = MemoryNeed()
+    canary: CanarySettings = CanarySettings()
+    boot_cache: BootCacheSettings = BootCacheSettings()
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -130,6 +166,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             hint="name an oci pin of hosts/fleet.toml, or the flake package the image is built from",
         )
     t = doc.get("timeouts", {})
+    shm_size = doc.get("shm_size", "32g")
     return LaunchRecipe(
         lane=lane.name,
         world=world_of(lane),
@@ -149,7 +186,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         weight_load_regex=doc.get("weight_load_regex", DEFAULT_WEIGHT_LOAD_RE),
         fabric=doc.get("fabric", "roce"),
         gpus=doc.get("gpus", "all"),
-        shm_size=doc.get("shm_size", "32g"),
+        shm_size=shm_size,
         needs_gib=float(doc.get("needs_gib", 0)),
         env=dict(doc.get("env", {})),
         timeouts=Timeouts(
@@ -157,4 +194,37 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             stop_s=float(t.get("stop_s", Timeouts.stop_s)),
             poll_s=float(t.get("poll_s", Timeouts.poll_s)),
         ),
+        memory=memory_need(doc.get("memory", {}), shm_size, runtime),
+        canary=canary_settings(doc.get("canary", {})),
+        boot_cache=BootCacheSettings(
+            env=tuple(doc.get("boot_cache", {}).get("env", DEFAULT_BOOT_CACHE_ENV)),
+            mount=doc.get("boot_cache", {}).get("mount", BootCacheSettings.mount),
+            regression_pct=float(doc.get("boot_cache", {}).get("regression_pct", 25.0)),
+        ),
+    )
+
+
+def memory_need(doc: dict, shm_size: str, runtime: str) -> MemoryNeed:
+    """[launch.memory] in bytes; the shm need is the lane's shm_size when it runs in containers."""
+    swap = doc.get("max_swap_used_gib")
+    return MemoryNeed(
+        weights_per_rank=int(float(doc.get("weights_gib_per_rank", 0)) * GIB),
+        kv_budget=int(float(doc.get("kv_budget_gib", 0)) * GIB),
+        mem_fraction=float(doc["mem_fraction"]) if "mem_fraction" in doc else None,
+        shm=parse_size(shm_size) if runtime in ("docker", "podman") else 0,
+        floor=int(float(doc.get("floor_mib", DEFAULT_FLOOR_BYTES / MIB)) * MIB),
+        max_swap_used=int(float(swap) * GIB) if swap is not None else None,
+        interval_s=float(doc.get("watchdog_interval_s", 2.0)),
+    )
+
+
+def canary_settings(doc: dict) -> CanarySettings:
+    return CanarySettings(
+        enabled=bool(doc.get("enabled", True)),
+        backend=doc.get("backend"),
+        size_bytes=int(float(doc.get("size_mib", 16)) * MIB),
+        iterations=int(doc.get("iterations", 5)),
+        min_busbw_gbps=float(doc.get("min_busbw_gbps", 0)),
+        timeout_s=float(doc.get("timeout_s", 120)),
+        python=doc.get("python", "python3"),
     )

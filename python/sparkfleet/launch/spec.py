@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..errors import SparkfleetError
+from .bootcache import cache_key, env_subdir
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -41,6 +42,8 @@ DERIVED_KEYS = (
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",
 )
+# The engines' flags for the share of memory they claim: SGLang, vLLM. [launch.memory] declares it once.
+MEM_FRACTION_FLAGS = ("--mem-fraction-static", "--gpu-memory-utilization")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _SECRET_KEY = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTHORIZATION|COOKIE|(^|_)KEY$", re.IGNORECASE
@@ -77,6 +80,8 @@ class LaunchSpec:
     stop_timeout_s: float = 30.0
     labels: dict[str, str] = field(default_factory=dict)
     ulimits: tuple[str, ...] = ()  # container --ulimit values, "name=soft:hard" (the host's)
+    boot_cache_dir: str = ""  # node-local JIT/autotune caches for this image x model x world
+    boot_cache_key: str = ""
 
     @property
     def is_head(self) -> bool:
@@ -268,7 +273,14 @@ def _static_values(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> dict
         "served_model_name": recipe.served_model_name or recipe.lane,
         "host_ip": host.fabric_ip or host.address,
         "cache_dir": recipe.cache_mount,
+        **mem_fraction_value(recipe),
     }
+
+
+def mem_fraction_value(recipe: LaunchRecipe) -> dict[str, str]:
+    """{mem_fraction} for the command, from the recipe's [launch.memory] (declared once)."""
+    fraction = recipe.memory.mem_fraction
+    return {} if fraction is None else {"mem_fraction": f"{fraction:g}"}
 
 
 def recipe_problems(inv: Inventory, recipe: LaunchRecipe) -> list[tuple[str, SparkfleetError]]:
@@ -323,6 +335,8 @@ def _world_flags(values: dict[str, str], recipe: LaunchRecipe) -> dict[str, str]
         "--node-rank": values["node_rank"],
         "--dist-init-addr": values["dist_init_addr"],
         "--port": values["rank_port"] if "{rank_port}" in recipe.command else values["port"],
+        # the recipe's [launch.memory] mem_fraction, declared once: a command restating another refuses
+        **{flag: values["mem_fraction"] for flag in MEM_FRACTION_FLAGS if "mem_fraction" in values},
     }
 
 
@@ -412,6 +426,7 @@ def build_spec(
         "host_ip": my_ip or host.address,
         "cache_dir": recipe.cache_mount if in_container else cache_dir,
     }
+    values.update(mem_fraction_value(recipe))
     argv = _substitute(recipe.command, values, where)
     check_flags(argv, _world_flags({**values, "dist_init_addr": dist_init_addr}, recipe), where)
     receipts = receipt_paths(recipe, cache_dir, where)
@@ -430,6 +445,22 @@ def build_spec(
         devices.append("nvidia.com/gpu=all")
     if not in_container:
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
+    boot_key = cache_key(
+        recipe.image.value if recipe.image else None,
+        recipe.model.revision if recipe.model else None,
+        world.tp, world.ep, world.pad, world.nnodes,
+    )  # fmt: skip
+    boot_dir = Path(state_dir) / "bootcache" / lane.name / boot_key
+    if boot_dir.is_relative_to(host.nas_hub.parent):
+        raise ShapeError(
+            f"{where}: boot cache {boot_dir} would be on the NAS ({host.nas_hub.parent})",
+            hint="boot caches are node-local: give the host a state_dir on its own disk",
+        )
+    cache_root = recipe.boot_cache.mount if in_container else str(boot_dir)
+    for name in recipe.boot_cache.env:
+        env.setdefault(name, f"{cache_root}/{env_subdir(name)}")
+    if in_container:
+        binds.append(BindMount(boot_dir, recipe.boot_cache.mount, False, "bootcache"))
     from ..engram.config import launch_wiring  # lazy: the node-side agent imports this module
 
     engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container)
@@ -460,6 +491,8 @@ def build_spec(
         stop_timeout_s=recipe.timeouts.stop_s,
         labels={"sparkfleet.lane": lane.name, "sparkfleet.rank": str(rank), "sparkfleet.host": host_name},
         ulimits=ulimit_args(host.ulimits),
+        boot_cache_dir=str(boot_dir),
+        boot_cache_key=boot_key,
     )
 
 

@@ -1,0 +1,207 @@
+"""`sparkfleet watch|promote|rollback|history`: supervise a lane and move between its generations."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import ExitCode
+from .render import echo_json, load_inventory
+
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+def _event(msg: str) -> None:
+    click.echo(f"· {msg}", err=True)
+
+
+@click.command("watch")
+@click.argument("lane")
+@click.option("--interval", type=float, help="Seconds between generation probes (recipe [watch], 30).")
+@click.option("--latency", type=float, help="A probe's latency bound in seconds (<= interval).")
+@click.option("--max-restarts", type=int, help="Restarts allowed within --window (3).")
+@click.option("--window", type=float, help="Restart budget window in seconds (3600).")
+@click.option("--backoff", type=float, help="First restart delay in seconds; doubles per restart (10).")
+@click.option("--probes", type=int, default=None, help="Stop after this many probes (default: forever).")
+@click.option("--allow-drift", is_flag=True, help="Relaunches may run on a drifted host stack.")
+@JSON
+@click.pass_context
+def watch(
+    ctx: click.Context,
+    lane: str,
+    interval: float | None,
+    latency: float | None,
+    max_restarts: int | None,
+    window: float | None,
+    backoff: float | None,
+    probes: int | None,
+    allow_drift: bool,
+    as_json: bool,
+) -> None:
+    """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
+
+    Exit 0 when --probes ran out, 1 when the restart budget was spent and the lane was stopped (a human
+    is needed; a unit running this should not restart it: RestartPreventExitStatus=1)."""
+    from ..launch.watch import watch_lane, watch_settings
+
+    inv = load_inventory(ctx)
+    settings = watch_settings(
+        inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
+        window_s=window, backoff_s=backoff,
+    )  # fmt: skip
+    out = watch_lane(inv, lane, settings, max_probes=probes, allow_drift=allow_drift, on_event=_event)
+    if as_json:
+        echo_json(out)
+    else:
+        click.echo(f"{lane}: {out.probes} probes, {out.failures} failed, {out.restarts} restarts")
+        for i in out.incidents:
+            click.echo(f"  incident {i.bundle}: {i.reason}" + (" (restarted)" if i.restarted else ""))
+        if out.needs_human:
+            click.secho(out.message, fg="red")
+    if out.needs_human:
+        sys.exit(ExitCode.SHORTFALL)
+
+
+@click.command("promote")
+@click.argument("lane")
+@click.option("--report", "report_ref", help="Bench report to gate on (default: the newest since launch).")
+@click.option(
+    "--first", is_flag=True, help="No baseline yet: accept a passing bench as this lane's first good."
+)
+@JSON
+@click.pass_context
+def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, as_json: bool) -> None:
+    """Mark LANE's running generation good: smoke must pass and the bench must pass the baseline gate."""
+    from ..bench import report as reports
+    from ..bench.client import Endpoint, discover_model
+    from ..bench.probes import run_smoke_case
+    from ..bench.target import for_lane
+    from ..errors import SparkfleetError
+    from ..jsonable import to_jsonable
+    from ..launch.generations import promote as do_promote
+    from ..launch.lane import status
+
+    inv = load_inventory(ctx)
+    target = for_lane(inv, lane)
+    st = status(inv, lane)
+
+    def smoke():
+        endpoint = discover_model(Endpoint(target.url, None, target.api_key(), 120.0))
+        cases = [run_smoke_case(endpoint, c) for c in target.smoke]
+        return all(c.passed for c in cases), [to_jsonable(c) for c in cases]
+
+    def bench_gate(since: float):
+        assert target.reports_dir is not None
+        if report_ref:
+            path = reports.resolve(report_ref, target.reports_dir)
+        else:
+            fresh = [r for r in reports.list_reports(target.reports_dir) if r.path.stat().st_mtime >= since]
+            if not fresh:
+                return (
+                    None,
+                    False,
+                    "no bench report since this generation came up",
+                    [f"run sparkfleet bench {lane}"],
+                )
+            path = fresh[-1].path
+        doc = reports.load_document(path)
+        if doc.get("status") != "ok":
+            return str(path), False, "bench report failed", list(doc.get("failures") or ["failed"])
+        if not target.baseline:
+            if first:
+                return str(path), True, "first good generation (no baseline declared yet)", []
+            return str(path), False, "no [bench] baseline declared", ["set [bench] baseline or pass --first"]
+        try:
+            base = reports.resolve(target.baseline, target.reports_dir)
+        except SparkfleetError as exc:
+            return str(path), False, f"baseline {target.baseline}", [exc.message]
+        cmp = reports.compare(reports.load_document(base), doc, target.thresholds, base.stem, path.stem)
+        return str(path), cmp.ok, f"against baseline {base.stem}", cmp.regressions
+
+    res = do_promote(inv.root, lane, st["running"] == st["expected"] and st["running"] > 0, smoke, bench_gate)
+    if as_json:
+        echo_json(res)
+    else:
+        mark = click.style("promoted", fg="green") if res.promoted else click.style("NOT promoted", fg="red")
+        click.echo(f"{lane} generation {res.generation}: {mark}")
+        click.echo(f"  smoke: {'passed' if res.smoke_ok else 'FAILED'}")
+        click.echo(f"  bench: {res.bench_report or '-'} ({res.gate})")
+        for r in res.regressions:
+            click.echo(f"    {r}")
+    if not res.promoted:
+        sys.exit(ExitCode.SHORTFALL)
+
+
+@click.command("rollback")
+@click.argument("lane")
+@click.option("--no-canary", is_flag=True, help="Skip the fabric canary.")
+@click.option("--allow-drift", is_flag=True, help="Launch even if a host's stack drifted from fleet.toml.")
+@JSON
+@click.pass_context
+def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, as_json: bool) -> None:
+    """Stop LANE and relaunch its last good generation (its recipe, pins and image) on every host."""
+    from ..launch.generations import rollback as do_rollback
+    from ..launch.lane import launch, stop
+
+    inv = load_inventory(ctx)
+    good, report = do_rollback(
+        inv.root,
+        lane,
+        stop=lambda: stop(inv, lane),
+        launch=lambda old: launch(
+            old,
+            lane,
+            canary=not no_canary,
+            allow_drift=allow_drift,
+            generations_root=inv.root,
+            on_event=_event,
+        ),  # fmt: skip
+    )
+    ok = bool(report.ready and report.ready.ok)
+    if as_json:
+        echo_json({"rolled_back_to": good["id"], "ok": ok, "generation": (report.generation or {}).get("id"),
+                   "ready": report.ready})  # fmt: skip
+    else:
+        state = click.style("ready", fg="green") if ok else click.style("NOT ready", fg="red")
+        ref = (good.get("image") or {}).get("ref")
+        click.echo(f"{lane}: relaunched good generation {good['id']} ({ref}): {state}")
+    if not ok:
+        sys.exit(ExitCode.SHORTFALL)
+
+
+@click.command("history")
+@click.argument("lane")
+@JSON
+@click.pass_context
+def history(ctx: click.Context, lane: str, as_json: bool) -> None:
+    """LANE's generations, newest first: status, good, image, boot, drift, and the reports of each."""
+    from ..bench import report as reports
+    from ..bench.target import for_lane
+    from ..launch.generations import history as do_history
+
+    inv = load_inventory(ctx)
+    target = for_lane(inv, lane)
+    found = (
+        reports.list_reports(target.reports_dir) if target.reports_dir and target.reports_dir.is_dir() else []
+    )
+    rows = do_history(inv.root, lane, [(r.path.stat().st_mtime, str(r.path)) for r in found])
+    if as_json:
+        echo_json({"lane": lane, "generations": rows})
+        return
+    if not rows:
+        click.echo(f"{lane}: no generations yet (each launch records one)")
+    for g in rows:
+        good = click.style("good", fg="green") if g["good"] else "    "
+        boot = g["boot"]
+        took = f"{boot['time_to_ready_s']:.1f} s" if boot.get("time_to_ready_s") else "-"
+        click.echo(
+            f"{g['id']}  {good}  {g['status']:7} {boot['cache']:4} boot {took:>8}  "
+            f"{g['image'] or 'no image'}  recipe {g['recipe_sha256']}"
+        )
+        for line in ([boot["regression"]] if boot.get("regression") else []) + g["drift"]:
+            click.echo(f"    ! {line}")
+        if g.get("rolled_back_from"):
+            click.echo(f"    rollback to {g['rolled_back_from']}")
+        for r in g["reports"]:
+            click.echo(f"    report {r}")

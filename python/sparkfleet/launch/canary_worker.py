@@ -1,0 +1,220 @@
+"""The fabric canary's rank side: runs INSIDE the lane's image, with only the stdlib and torch.
+
+Why: NCCL can pass every static check and still hang in the real serve (eugr/spark-vllm-docker
+#252). So before any weights load, every rank runs this in the very image and env the lane will
+serve with: rendezvous on the lane's dist-init address and port, a TCP check of every rank pair
+(which pair cannot talk, over which interface), then a short all-reduce and all-gather through
+torch.distributed (NCCL over RoCE on the fleet, gloo over the namespace network in tests), with
+the results checked and the bus bandwidth measured. One JSON line on stdout says what happened.
+
+It imports nothing from sparkfleet (the image does not have it): the node agent bind-mounts this
+file read-only and runs `python3 /opt/sparkfleet/canary_worker.py --rank ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+SIOCGIFADDR = 0x8915
+
+
+def interfaces() -> dict[str, str]:
+    """IPv4 address -> interface name, for every interface with an IPv4 address."""
+    out = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            out[socket.inet_ntoa(raw[20:24])] = name
+    return out
+
+
+def my_address(master: str) -> tuple[str, str | None]:
+    """(IP, interface) this rank talks on: the socket ifname from env, SGLANG_HOST_IP, else the route."""
+    by_ip = interfaces()
+    by_name = {v: k for k, v in by_ip.items()}
+    for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        name = os.environ.get(key, "").split(",")[0].lstrip("=^")
+        if name in by_name:
+            return by_name[name], name
+    ip = os.environ.get("SGLANG_HOST_IP")
+    if not ip:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, 9))
+            ip = s.getsockname()[0]
+    return ip, by_ip.get(ip)
+
+
+def emit(result: dict) -> None:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def pair_phase(store, rank: int, world: int, ip: str, ifname: str | None, pair_bytes: int, timeout: float):
+    """Every rank dials every other rank's listener and pushes `pair_bytes`: failures and throughput."""
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind((ip, 0))
+    lsock.listen(world)
+    stop = threading.Event()
+
+    def serve() -> None:
+        lsock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except (TimeoutError, OSError):
+                continue
+            with conn:
+                conn.settimeout(timeout)
+                with contextlib.suppress(OSError):
+                    while conn.recv(1 << 20):
+                        pass
+                    continue
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    me = {"rank": rank, "ip": ip, "port": lsock.getsockname()[1], "ifname": ifname}
+    store.set(f"addr/{rank}", json.dumps(me))
+    store.wait([f"addr/{r}" for r in range(world)], datetime.timedelta(seconds=timeout))
+    peers = [json.loads(store.get(f"addr/{r}")) for r in range(world)]
+    results = []
+    payload = b"\0" * min(pair_bytes, 1 << 20)
+    for p in peers:
+        if p["rank"] == rank:
+            continue
+        entry = {"src": rank, "dst": p["rank"], "src_ip": ip, "src_ifname": ifname, "dst_ip": p["ip"],
+                 "dst_port": p["port"], "dst_ifname": p["ifname"]}  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            with socket.create_connection((p["ip"], p["port"]), timeout=min(timeout, 10.0)) as c:
+                sent = 0
+                while sent < pair_bytes:
+                    sent += c.send(payload[: pair_bytes - sent])
+                c.shutdown(socket.SHUT_WR)
+                c.settimeout(timeout)
+                c.recv(1)  # the peer closes after draining: the bytes really arrived
+            secs = time.perf_counter() - t0
+            entry.update(ok=True, gbps=pair_bytes * 8 / secs / 1e9 if secs > 0 else None)
+        except OSError as exc:
+            entry.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+        results.append(entry)
+    store.set(f"pairs/{rank}", json.dumps(results))
+    store.wait([f"pairs/{r}" for r in range(world)], datetime.timedelta(seconds=timeout + 30))
+    every = [e for r in range(world) for e in json.loads(store.get(f"pairs/{r}"))]
+    stop.set()
+    t.join(2)
+    lsock.close()
+    return peers, every
+
+
+def collective_phase(store, rank: int, world: int, backend: str, size: int, iters: int, timeout: float):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        backend, store=dist.PrefixStore("canary", store), rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=timeout),
+    )  # fmt: skip
+    try:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if backend == "nccl" else None
+        n = max(1, size // 4)
+        x = torch.full((n,), float(rank + 1), dtype=torch.float32, device=device)
+        dist.all_reduce(x)  # warm-up: connections are set up here
+        want = world * (world + 1) / 2
+        if float(x[0]) != want or float(x[-1]) != want:
+            return {
+                "ok": False,
+                "stage": "all_reduce",
+                "error": f"all-reduce gave {float(x[0])}, expected {want}",
+            }
+        if device is not None:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        if device is not None:
+            torch.cuda.synchronize()
+        secs = (time.perf_counter() - t0) / iters
+        mine = torch.full((1024,), float(rank), dtype=torch.float32, device=device)
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine)
+        got = [float(g[0]) for g in gathered]
+        if got != [float(r) for r in range(world)]:
+            return {"ok": False, "stage": "all_gather", "error": f"all-gather gave ranks {got}"}
+        algbw = size / secs
+        return {
+            "ok": True,
+            "stage": "done",
+            "all_reduce_s": secs,
+            "busbw_gbps": algbw * 2 * (world - 1) / world * 8 / 1e9 if world > 1 else None,
+            "torch": torch.__version__,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None,
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sparkfleet-canary")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--master", required=True, help="the head's dist-init address")
+    p.add_argument("--port", type=int, required=True, help="the lane's dist-init (rendezvous) port")
+    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    p.add_argument("--bytes", type=int, default=16 << 20)
+    p.add_argument("--pair-bytes", type=int, default=4 << 20)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=60.0)
+    a = p.parse_args(argv)
+    out: dict = {"rank": a.rank, "world": a.world, "backend": a.backend}
+    try:
+        ip, ifname = my_address(a.master)
+    except OSError as exc:
+        emit({**out, "ok": False, "stage": "address", "error": str(exc)})
+        return 1
+    out.update(ip=ip, ifname=ifname)
+    if a.backend == "gloo" and ifname and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname  # gloo would otherwise resolve the hostname
+    try:
+        from torch.distributed import TCPStore
+    except ImportError as exc:
+        emit({**out, "ok": False, "stage": "import", "error": f"torch.distributed is not importable: {exc}"})
+        return 1
+    try:
+        store = TCPStore(a.master, a.port, a.world, a.rank == 0, datetime.timedelta(seconds=a.timeout),
+                         wait_for_workers=True)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError/DistStoreError/OSError
+        emit({**out, "ok": False, "stage": "rendezvous", "error": f"{a.master}:{a.port}: {exc}"})
+        return 1
+    try:
+        peers, pairs = pair_phase(store, a.rank, a.world, ip, ifname, a.pair_bytes, a.timeout)
+    except Exception as exc:  # noqa: BLE001
+        emit({**out, "ok": False, "stage": "pairs", "error": str(exc)})
+        return 1
+    out.update(peers=peers, pairs=pairs)
+    if any(not e["ok"] for e in pairs):
+        emit({**out, "ok": False, "stage": "pairs", "error": "rank pairs cannot connect"})
+        return 1
+    try:
+        res = collective_phase(store, a.rank, a.world, a.backend, a.bytes, a.iters, a.timeout)
+    except Exception as exc:  # noqa: BLE001
+        res = {"ok": False, "stage": "collective", "error": f"{type(exc).__name__}: {exc}"}
+    emit({**out, **res})
+    return 0 if res.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
