@@ -8,6 +8,7 @@ first so before_serve visibly clears it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import sys
@@ -68,7 +69,18 @@ receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready"
 ready_s = 60
 poll_s = 0.25
 stop_s = 10
+
+# The fabric canary (gloo on one machine) needs torch beside sparkfleet; `make demo` installs only
+# the runtime dependencies, so the demo runs it only where torch is importable (`make test`'s venv).
+[launch.canary]
+enabled = {json.dumps(canary_runs_here())}
+python = {json.dumps(sys.executable)}
 """
+
+
+def canary_runs_here() -> bool:
+    """Whether this interpreter can run the fabric canary's ranks (torch importable)."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def run_demo_launch(
