@@ -23,17 +23,9 @@ COMMANDS: list[tuple[str, str]] = [
     ("stage", "stage"),
     ("stage", "verify"),
     ("demo", "demo"),
-    ("launch", "env"),
-    ("launch", "manifest"),
-    ("launch", "launch"),
-    ("launch", "stop"),
-    ("launch", "status"),
-    ("launch", "logs"),
-    ("launch", "doctor"),
-    ("launch", "agent"),
-    ("bench", "smoke"),
-    ("bench", "bench"),
-    ("bench", "report"),
+    ("launch", "env"), ("launch", "manifest"), ("launch", "launch"), ("launch", "stop"),
+    ("launch", "status"), ("launch", "logs"), ("launch", "doctor"), ("launch", "agent"),
+    ("bench", "smoke"), ("bench", "bench"), ("bench", "report"),
     ("engram", "engram"),
 ]
 
@@ -76,3 +68,6 @@ class FleetGroup(click.Group):
 def main(ctx: click.Context, root: Path | None) -> None:
     """Stage, launch and bench DeepSeek-V4.1-Flash lanes on a DGX Spark fleet."""
     ctx.obj = {"root": root}
+
+
+
