@@ -292,3 +292,20 @@ def test_credentials_in_a_recipes_bench_url_are_lifted_too(tmp_path):
     target = for_lane(inventory.load(tmp_path), name)
     assert target.url == "http://10.0.0.9:8000/v1" and "pa55word" not in repr(target)
     assert target.endpoint(None, 5).basic_auth.startswith("Basic ")
+
+
+def test_usage_plausibility_rules():
+    from sparkfleet.bench.client import Chunk, StreamResult, implausible_usage
+
+    def result(texts, completion, prompt=10, cached=None):
+        r = StreamResult(started=0.0, chunks=[Chunk(0.0, t, None) for t in texts])
+        r.usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+        if cached is not None:
+            r.usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return r
+
+    assert implausible_usage(result(["a b", " c"], 3), 64) is None
+    assert "for max_tokens 64" in implausible_usage(result(["a"] * 3, 64000), 64)
+    assert "bytes of text" in implausible_usage(result(["ab"], 40), 64)  # 40 tokens from 2 bytes
+    assert "chunks of text" in implausible_usage(result(["a"] * 20, 3), 64)  # 20 chunks, 3 tokens
+    assert "cached of" in implausible_usage(result(["a"], 1, prompt=10, cached=11), 64)
