@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,21 +197,40 @@ def drift(declared: dict[str, str], fp: HostFingerprint) -> list[Drift]:
     return out
 
 
+def fingerprint_hosts(
+    hosts: Sequence[str], collect_one: Callable[[str], Any], workers: int = 8
+) -> dict[str, dict[str, Any]]:
+    """{host: fingerprint dict} for `hosts`, collected in parallel; never raises for one host.
+
+    A host that cannot be fingerprinted is recorded with its error; `report compare` treats such
+    an entry as unknown, never as "the same". A fingerprint with no fact at all (every tool
+    missing, or the host unreachable: a failed command reads as "no tool") is such an entry too —
+    two unreachable hosts must not compare as two identical stacks.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(host: str) -> dict[str, Any]:
+        try:
+            fp = collect_one(host)
+            facts = fp.to_dict() if hasattr(fp, "to_dict") else dict(fp)
+        except Exception as exc:  # noqa: BLE001 - any failure on one host is recorded, the run goes on
+            return {"host": host, "error": getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"}
+        if all(v is None for k, v in facts.items() if k != "host"):
+            facts = {**facts, "error": "no stack fact could be read (host unreachable, or no tools)"}
+        return facts
+
+    hosts = list(hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+
+
 def lane_fingerprints(inv, lane_name: str, image: str | None = None) -> dict[str, dict[str, Any]]:
     """{host: fingerprint dict} for every host of a lane, read on each node by its agent (one ssh call
     per host, all at once): what a bench report carries. A host that cannot answer gets {"error": ...}."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .errors import SparkfleetError
     from .hosts import connect
     from .launch.lane import call_agent
 
     def one(h: str) -> dict[str, Any]:
-        try:
-            return call_agent(connect(inv.host(h)), "fingerprint", {"host": h, "image": image})["fingerprint"]
-        except SparkfleetError as exc:
-            return {"host": h, "error": exc.message}
+        return call_agent(connect(inv.host(h)), "fingerprint", {"host": h, "image": image})["fingerprint"]
 
-    hosts = list(inv.lane(lane_name).hosts)
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
-        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+    return fingerprint_hosts(inv.lane(lane_name).hosts, one)

@@ -198,7 +198,7 @@ def test_bench_takes_fingerprints_before_and_after_and_records_its_settings(fake
 def test_a_host_that_cannot_be_fingerprinted_is_recorded_and_counts_as_unknown():
     from dataclasses import asdict, dataclass
 
-    from sparkfleet.bench.fingerprints import fingerprint_hosts
+    from sparkfleet.hoststack import fingerprint_hosts
 
     @dataclass(frozen=True)
     class Fingerprint:  # the shape of sparkfleet.hoststack.HostFingerprint

@@ -81,6 +81,19 @@ def writable_reports_dir(folder: Path) -> Path:
     return folder
 
 
+def _lane_fingerprinter(ctx: click.Context, lane: str):
+    """Reads every lane host's stack (kernel, driver, CUDA, NCCL, firmware, clocks, image) on the node."""
+    from ..hoststack import lane_fingerprints
+    from ..launch.recipe import launch_recipe
+
+    inv = load_inventory(ctx)
+    image = None
+    if "launch" in inv.lane(lane).raw:
+        pin = launch_recipe(inv, lane).image
+        image = f"{pin.source}@{pin.value}" if pin is not None else None
+    return lambda: lane_fingerprints(inv, lane, image)
+
+
 def _pick_target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
     if bool(lane) == bool(url):
         raise SparkfleetError(
@@ -373,9 +386,18 @@ def bench(
     tag = tag or ("quick" if quick else "bench")
     counter = LocalTokenizer(tokenizer) if tokenizer else _staged_counter(target)
 
+    fingerprint = _lane_fingerprinter(ctx, target.lane) if target.lane else None
+
     def go(progress: RichBenchProgress | None = None):
         return run_bench(
-            target, settings, tag, model=model, tokenizer=counter, progress=progress, timeout=timeout
+            target,
+            settings,
+            tag,
+            model=model,
+            tokenizer=counter,
+            progress=progress,
+            timeout=timeout,
+            fingerprint=fingerprint,
         )
 
     if wants_bar(as_json):
