@@ -33,7 +33,7 @@ from .fanout import assign_shares, content_key
 from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
 from .transport import PeerSource
-from .verify import VerifyReport, verify_plan
+from .verify import VerifyReport, arrival_mode, verify_plan
 
 
 class StageProgress(Protocol):
@@ -173,14 +173,17 @@ class _Decision:
 
 
 def _decide(
-    scan: SourceScan, plan: StagePlan, mode: str, jobs: int, progress: StageProgress
+    scan: SourceScan, plan: StagePlan, mode: str, jobs: int, progress: StageProgress, fresh=frozenset()
 ) -> list[_Decision]:
+    """Judge what is there. `fresh`: files this host's fan-out wave 1 just placed; they are checked
+    as arrivals (a sha256 blob hashed here), not against the NAS again."""
     dest, source = Path(scan.request.dest_hub), scan.source
 
     def decide(f: PlannedFile) -> _Decision:
         try:
             if f.action == "check":
-                verdict = compare(dest / f.rel, source.abs(f.rel), mode, f.address)
+                how = arrival_mode(mode) if f.rel in fresh else mode
+                verdict = compare(dest / f.rel, source.abs(f.rel), how, f.address)
                 return _Decision(f, "keep" if verdict.same else "repair")
             if f.action == "reuse" and compare(dest / f.reuse_from, source.abs(f.rel), mode, f.address).same:
                 return _Decision(f, "reuse", f.reuse_from)
@@ -215,6 +218,7 @@ def _sources_for(rel: str, shares: dict[str, int], peers: Sequence[PeerSource | 
 
 def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress, fanout) -> None:
     dest, source = Path(scan.request.dest_hub), scan.source
+    mode = arrival_mode(mode)  # everything below checks bytes as they arrive
     shares, peers = fanout
     todo = [d for d in decisions if d.action in ("copy", "repair", "reuse")]
     lock = threading.Lock()
@@ -318,8 +322,11 @@ def execute_plans(
     for scan, _ in scans_and_plans:
         swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
     swept += len(atomic.sweep_temps(dest_hub / SHARED_STORE_DIR))
+    own = list(peers).index(None) if None in peers else None  # wave 2: my wave-1 share
+    fresh = frozenset(rel for rel, i in shares.items() if i == own)
     decided = [
-        (scan, plan, _decide(scan, plan, verify_mode, jobs, progress)) for scan, plan in scans_and_plans
+        (scan, plan, _decide(scan, plan, verify_mode, jobs, progress, fresh))
+        for scan, plan in scans_and_plans
     ]
     _reuse_within_run(decided)
     run.bytes_needed = sum(
