@@ -19,6 +19,7 @@ from ..stage.events import EventsProgress
 from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
 from ..stage.targets import requests_for_host
+from ..stage.transport import DEFAULT_TRANSPORT, TRANSPORTS
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
 
@@ -100,6 +101,15 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option("--peers", "peer_spec", hidden=True, help="Fan-out wave 2: the lane's hosts in share order.")
 @click.option("--require-version", hidden=True, help="Refuse unless this sparkfleet is that version.")
 @click.option(
+    "--peer-transport",
+    type=click.Choice(TRANSPORTS),
+    default=DEFAULT_TRANSPORT,
+    show_default=True,
+    help="Fan-out pulls between hosts: ssh, ssh-fast (AES-GCM), rsyncd (fabric only; SECURITY.md).",
+)
+@click.option("--peer-ports", "ports_spec", hidden=True, help="Fan-out wave 2: the peers' rsyncd ports.")
+@click.option("--serve-peers", is_flag=True, hidden=True, help="Serve the local hub to --peers (rsyncd).")
+@click.option(
     "--ssh-config",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SPARKFLEET_SSH_CONFIG",
@@ -128,6 +138,9 @@ def stage(
     peer_spec,
     require_version,
     ssh_config,
+    peer_transport,
+    ports_spec,
+    serve_peers,
 ) -> None:
     """Stage the repos HOST's lanes need from its NAS hub to its local hub.
 
@@ -149,7 +162,15 @@ def stage(
         if host is None or not remote.is_this_host(inv.host(host)):
             hosts = [host] if host else list(inv.lane(lane).hosts)
             options = remote.StageOptions(
-                lane, verify_mode, jobs, reserve_gib, wait_seconds, include, exclude, ssh_config
+                lane,
+                verify_mode,
+                jobs,
+                reserve_gib,
+                wait_seconds,
+                include,
+                exclude,
+                ssh_config,
+                peer_transport,
             )
             if dry_run:
                 _fleet_dry_run(inv, hosts, options, fanout and host is None, as_json)
@@ -169,9 +190,29 @@ def stage(
         for p in plans:
             click.echo(_plan_line(p.summary()))
         return
+    secret = sys.stdin.readline().strip() if peer_transport == "rsyncd" and peer_spec else None
+    if serve_peers:  # rsyncd fan-out: this host serves its hub until the coordinator closes stdin
+        sink = EventsProgress()
+        try:
+            remote.serve_peers(
+                load_inventory(ctx),
+                host,
+                peer_spec.split(","),
+                secret or "",
+                lambda p: sink.emit("serving", port=p),
+            )
+        except SparkfleetError as exc:
+            sink.error(exc)
+            sys.exit(exc.exit_code)
+        return
     share = _parse_share(share_spec)
+    ports = [int(p) for p in ports_spec.split(",")] if ports_spec else None
     peers = (
-        remote.peer_sources(load_inventory(ctx), peer_spec.split(","), host, ssh_config) if peer_spec else ()
+        remote.peer_sources(
+            load_inventory(ctx), peer_spec.split(","), host, ssh_config, peer_transport, ports, secret
+        )
+        if peer_spec
+        else ()
     )
     run_stage = functools.partial(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,

@@ -29,7 +29,7 @@ from ..digests import Verdict, compare
 from ..errors import SpaceError, SparkfleetError
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from .copy import copy_verified, link_verified, place_verified
-from .fanout import assign_shares, content_key
+from .fanout import assign_shares, content_key, tree_position, tree_sources
 from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
 from .transport import PeerSource
@@ -79,6 +79,7 @@ class StageResult:
     peer_files: int = 0
     peer_bytes: int = 0
     peer_failures: list[str] = field(default_factory=list)
+    peer_bytes_from: dict[str, int] = field(default_factory=dict)  # fan-out: bytes each peer served
     verify: VerifyReport | None = None
 
     def as_dict(self) -> dict:
@@ -210,10 +211,11 @@ def _reuse_within_run(decided: list[tuple[SourceScan, StagePlan, list[_Decision]
 
 
 def _sources_for(rel: str, shares: dict[str, int], peers: Sequence[PeerSource | None]) -> list[PeerSource]:
-    """Peers to try for `rel`: the one whose wave-1 share holds it first, then the others."""
-    first = peers[shares[rel]] if rel in shares else None
-    rest = [p for p in peers if p is not None and p is not first]
-    return ([first] if first is not None else []) + rest
+    """Peers to try for `rel`: up its tree from this host to the seed, then the others (fanout.py)."""
+    me = list(peers).index(None) if None in peers else None
+    if rel not in shares or me is None:
+        return [p for p in peers if p is not None]
+    return [peers[i] for i in tree_sources(me, shares[rel], len(peers)) if peers[i] is not None]
 
 
 def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress, fanout) -> None:
@@ -221,10 +223,16 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
     mode = arrival_mode(mode)  # everything below checks bytes as they arrive
     shares, peers = fanout
     todo = [d for d in decisions if d.action in ("copy", "repair", "reuse")]
+    if peers and None in peers:  # lowest tree position first: parents tend to finish before children ask
+        me = list(peers).index(None)
+        todo.sort(key=lambda d: tree_position(me, shares.get(d.file.rel, me), len(peers)))
     lock = threading.Lock()
 
     def from_peers(f: PlannedFile, final: Path) -> bool:
+        sha256 = f.address is not None and f.address[0] == "sha256"
         for peer in _sources_for(f.rel, shares, peers):
+            if not (sha256 or peer.protects_bytes):
+                continue  # no name to check and a transport that does not protect bytes: NAS copy
             try:
                 fill = lambda tmp, p=peer: p.fill(f.rel, tmp)  # noqa: E731
                 place_verified(final, fill, source.abs(f.rel), mode, f.address)
@@ -235,6 +243,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
             with lock:
                 result.peer_files += 1
                 result.peer_bytes += f.size
+                result.peer_bytes_from[peer.name] = result.peer_bytes_from.get(peer.name, 0) + f.size
             progress.advance(f.size)
             return True
         return False
