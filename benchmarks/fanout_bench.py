@@ -56,6 +56,45 @@ def drop_caches() -> None:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+def transport_mbps(hosts: dict, root: Path, ssh_config: Path, rounds: int = 3) -> dict[str, float]:
+    """Peer-pull throughput of each transport alone: dgx1 pulls dgx2's largest blob, rounds
+    alternating the transports, median MB/s (the rsync client runs in dgx1's namespace)."""
+    from sparkfleet.inventory import load
+    from sparkfleet.stage import remote
+    from sparkfleet.stage.transport import SECRET_ENV, PeerSource
+
+    src, dst = hosts["dgx1"], hosts["dgx2"]
+    hub = dst.nvme / "hub"
+    blob = max(
+        (p for p in hub.rglob("*") if p.is_file() and not p.is_symlink()), key=lambda p: p.stat().st_size
+    )
+    rel, size = str(blob.relative_to(hub)), blob.stat().st_size
+    secret = os.urandom(24).hex()
+    options = remote.StageOptions(peer_transport="rsyncd", ssh_config=ssh_config)
+    times: dict[str, list[float]] = {t: [] for t in TRANSPORTS}
+    with remote.serving(load(root), ["dgx1", "dgx2"], options, secret, lambda h, e: None) as ports:
+        peers = {
+            t: PeerSource("dgx2", hub, ("ssh", "-F", str(ssh_config)), "dgx2", t)
+            for t in TRANSPORTS
+            if t != "rsyncd"
+        }
+        peers["rsyncd"] = PeerSource("dgx2", hub, (), dst.addr, "rsyncd", ports[1], secret)
+        for r in range(rounds):
+            for t in TRANSPORTS[r % len(TRANSPORTS) :] + TRANSPORTS[: r % len(TRANSPORTS)]:
+                tmp = src.nvme / f"transport-probe-{t}"
+                tmp.unlink(missing_ok=True)
+                start = time.perf_counter()
+                subprocess.run(
+                    src.exec_argv(*peers[t].rsync_argv(rel, tmp)),
+                    check=True,
+                    capture_output=True,
+                    env={**os.environ, SECRET_ENV: secret},
+                )
+                times[t].append(time.perf_counter() - start)
+                tmp.unlink()
+    return {t: round(size / 1e6 / sorted(v)[len(v) // 2], 1) for t, v in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=4)
@@ -140,6 +179,7 @@ def main() -> None:
                     "seconds": seconds,
                     "peer_bytes": peer_bytes,
                     "peer_failures": sum(len(r["peer_failures"]) for r in repos),
+                    "peer_misses": sum(r.get("peer_misses", 0) for r in repos),
                     "serving_hosts": sum(1 for v in served.values() if v),
                 }
 
@@ -148,6 +188,8 @@ def main() -> None:
             wave = one["seconds"]
             independent = run(args.hosts, None)
             fanout = {t: run(args.hosts, t) for t in transports}
+            os.environ["SPARKFLEET_REMOTE"] = env["SPARKFLEET_REMOTE"]
+            pull_mbps = transport_mbps(hosts, roots[args.hosts], Path(env["SPARKFLEET_SSH_CONFIG"]))
 
             def summary(r: dict, n: int) -> dict:
                 out = {
@@ -157,8 +199,12 @@ def main() -> None:
                 }
                 if r["peer_bytes"]:
                     out["peer_failures"] = r["peer_failures"]
+                    out["peer_misses"] = r["peer_misses"]
                     out["serving_hosts"] = r["serving_hosts"]
-                    out["wall_vs_independent"] = round(r["seconds"] / independent["seconds"], 3)
+                    # all hosts' peer bytes over the time after one wave: flat in n = CPU-bound here
+                    out["peer_MBps"] = round(r["peer_bytes"] / 1e6 / max(r["seconds"] - wave, 1e-3), 1)
+                    if n == args.hosts:
+                        out["wall_vs_independent"] = round(r["seconds"] / independent["seconds"], 3)
                 return out
 
             scaling = []
@@ -180,6 +226,7 @@ def main() -> None:
                         "independent": summary(independent, args.hosts),
                         "fanout": {t: summary(r, args.hosts) for t, r in fanout.items()},
                         "default_transport": DEFAULT_TRANSPORT,
+                        "peer_pull_MBps": pull_mbps,
                         "nas_bytes_fanout_vs_one_copy": round(default["nas_bytes"] / one_copy, 3),
                         "wall_fanout_vs_independent": round(default["seconds"] / independent["seconds"], 3),
                         "goals": "fanout NAS bytes <= 1.05x one copy; wall <= 0.5x independent; "

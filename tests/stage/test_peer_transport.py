@@ -14,7 +14,7 @@ import pytest
 from sparkfleet.errors import SourceError, SparkfleetError
 from sparkfleet.stage.fanout import tree_position, tree_rounds, tree_sources
 from sparkfleet.stage.peerserve import DaemonSpec, serve
-from sparkfleet.stage.transport import SECRET_ENV, PeerSource
+from sparkfleet.stage.transport import SECRET_ENV, PeerMiss, PeerSource
 
 
 @pytest.mark.parametrize("hosts", [2, 3, 4, 8, 16])
@@ -34,8 +34,9 @@ def test_tree_reaches_every_host_in_log2_rounds(hosts):
         assert max(got_in.values()) == tree_rounds(hosts) == (hosts - 1).bit_length()
 
 
-def test_tree_sources_walk_up_to_the_seed_then_everyone_else():
-    assert tree_sources(7, 0, 8)[:3] == [3, 1, 0]  # position 7 → 3 → 1 → 0
+def test_tree_sources_ask_the_parent_then_the_seed_then_everyone_else():
+    assert tree_sources(7, 0, 8)[:2] == [3, 0]  # position 7: parent 3, then the seed
+    assert tree_sources(2, 0, 8)[:2] == [0, 1]  # parent is the seed: then the ring
     assert tree_sources(3, 3, 8) != []  # the seed itself still has fallbacks (never used)
     for hosts in (4, 16):
         for seed in range(hosts):
@@ -43,7 +44,7 @@ def test_tree_sources_walk_up_to_the_seed_then_everyone_else():
                 order = tree_sources(h, seed, hosts)
                 assert sorted(order) == sorted(set(range(hosts)) - {h})  # every peer once, never me
                 if h != seed:
-                    assert seed in order[: tree_position(h, seed, hosts).bit_count()]
+                    assert seed in order[:2]  # at most one miss before the host that surely has it
 
 
 def test_no_host_serves_more_children_than_the_flat_seed():
@@ -132,8 +133,12 @@ def test_real_daemon_serves_only_with_the_run_secret_and_stops_with_the_block(tm
         peer = PeerSource("me", hub, (), "127.0.0.1", "rsyncd", port, secret)
         peer.fill(f"blobs/{name}", tmp_path / "via-peer")
         assert (tmp_path / "via-peer").read_bytes() == data
-        with pytest.raises(SourceError, match="failed"):
+        with pytest.raises(PeerMiss):  # up, but not holding it (yet): a miss, not a failure
             peer.fill("blobs/" + "0" * 64, tmp_path / "missing")
+        with pytest.raises(SourceError, match="failed"):
+            PeerSource("me", hub, (), "127.0.0.1", "rsyncd", port, "wrong").fill(
+                f"blobs/{name}", tmp_path / "w"
+            )
     with pytest.raises(OSError):  # the daemon is gone with the block: nothing listens any more
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()

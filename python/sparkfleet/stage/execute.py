@@ -32,7 +32,7 @@ from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key, tree_position, tree_sources
 from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
-from .transport import PeerSource
+from .transport import PeerMiss, PeerSource
 from .verify import VerifyReport, arrival_mode, verify_plan
 
 
@@ -79,6 +79,7 @@ class StageResult:
     peer_files: int = 0
     peer_bytes: int = 0
     peer_failures: list[str] = field(default_factory=list)
+    peer_misses: int = 0  # asked a tree parent that had not got the file yet (then the seed)
     peer_bytes_from: dict[str, int] = field(default_factory=dict)  # fan-out: bytes each peer served
     verify: VerifyReport | None = None
 
@@ -236,6 +237,10 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
             try:
                 fill = lambda tmp, p=peer: p.fill(f.rel, tmp)  # noqa: E731
                 place_verified(final, fill, source.abs(f.rel), mode, f.address)
+            except PeerMiss:
+                with lock:
+                    result.peer_misses += 1
+                continue
             except (OSError, SparkfleetError, subprocess.SubprocessError) as exc:
                 with lock:
                     result.peer_failures.append(f"{peer.name}: {f.rel}: {exc}")

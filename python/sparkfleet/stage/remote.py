@@ -311,10 +311,12 @@ def serving(
     root = inv.root.resolve()
     ports = [0] * len(hosts)
     with contextlib.ExitStack() as stack:
-        for i, h in enumerate(hosts):
+        procs = []
+        for h in hosts:  # start every host's server first, then collect the ports: no serial start-up
             runner = _runner(inv, h, options.ssh_config)
             argv = stage_argv(sparkfleet_argv(runner), root, h, options, peers=hosts, serve=True)
-            proc = stack.enter_context(_popen(runner, argv, secret))
+            procs.append(stack.enter_context(_popen(runner, argv, secret)))
+        for i, (h, proc) in enumerate(zip(hosts, procs, strict=True)):
             for line in iter(proc.stdout.readline, ""):  # type: ignore[union-attr]
                 event = parse_event(line)
                 if event and event["event"] == "serving":

@@ -35,6 +35,10 @@ RSYNCD_USER = "sparkfleet-peer"
 SECRET_ENV = "RSYNC_PASSWORD"  # how rsync's client takes the secret: environment, never argv
 
 
+class PeerMiss(SourceError):
+    """The peer is up but does not hold the file (yet): a tree parent still pulling it. Not a fault."""
+
+
 @dataclass(frozen=True)
 class PeerSource:
     """A fleet host to pull files from: its name, its local hub, and how to reach it.
@@ -83,6 +87,8 @@ class PeerSource:
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env()
         )
+        if proc.returncode == 23 and "No such file or directory" in proc.stderr:
+            raise PeerMiss(f"{self.name} does not hold {rel} yet")
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise SourceError(f"pull of {rel} from {self.name} failed (rsync exit {proc.returncode}): {tail}")
