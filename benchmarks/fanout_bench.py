@@ -36,7 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "python"), str(REPO / "tests")]
 
 from sparkfleet.demo.hubfixture import build_nas_hub  # noqa: E402
-from sparkfleet.stage.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
+from sparkfleet.stage.transport import DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport  # noqa: E402
+
+DEFAULT = resolve_transport(DEFAULT_TRANSPORT, fabric_declared=True)  # every bench host has a fabric_ip
 from support.fleetnet import FleetNet, sshfs_mount, write_ssh_config  # noqa: E402
 from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet  # noqa: E402
 
@@ -209,9 +211,9 @@ def main() -> None:
 
             scaling = []
             for n in scale:
-                r = run(n, DEFAULT_TRANSPORT)
+                r = run(n, DEFAULT)
                 scaling.append({"hosts": n, **summary(r, n), "log2_hosts": round(math.log2(n), 2)})
-            default = fanout.get(DEFAULT_TRANSPORT) or next(iter(fanout.values()))
+            default = fanout.get(DEFAULT) or next(iter(fanout.values()))
             print(
                 json.dumps(
                     {
@@ -225,7 +227,7 @@ def main() -> None:
                         "one_host": summary(one, 1),
                         "independent": summary(independent, args.hosts),
                         "fanout": {t: summary(r, args.hosts) for t, r in fanout.items()},
-                        "default_transport": DEFAULT_TRANSPORT,
+                        "default_transport": f"{DEFAULT_TRANSPORT} = {DEFAULT}",
                         "peer_pull_MBps": pull_mbps,
                         "nas_bytes_fanout_vs_one_copy": round(default["nas_bytes"] / one_copy, 3),
                         "wall_fanout_vs_independent": round(default["seconds"] / independent["seconds"], 3),

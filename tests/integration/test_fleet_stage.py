@@ -240,20 +240,25 @@ def fleet8(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
 
 
 def serving_pids(host) -> list[int]:
-    """PIDs in the host's namespace sending a file to a peer right now (rsync --server --sender)."""
-    pids = []
+    """PIDs in the host's namespace sending a file to a peer right now: rsync --server --sender
+    under sshd, or a connection child of its rsync daemon (the daemon itself is the oldest)."""
+    senders, daemons = [], []
     for pid in netns_pids(host.netns):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"--sender" in argv:
-            pids.append(pid)
-    return pids
+            senders.append(pid)
+        elif b"--daemon" in argv:
+            daemons.append(pid)
+    return senders + sorted(daemons)[1:]
 
 
 def test_eight_hosts_peer_dies_mid_wave_and_the_rest_fall_back(fleet8):
-    """dgx2 is killed while it is sending to a peer: the others take its share elsewhere, verified."""
+    """dgx2 is killed while it is sending to a peer: the others take its share elsewhere, verified.
+
+    Default transport: rsyncd here (every host declares a fabric_ip)."""
     nas, hosts = fleet8["nas"], fleet8["hosts"]
     shape_fleet(nas, hosts.values(), NAS_BIT, FABRIC_RATIO)
     shape_egress(hosts["dgx2"], 16_000_000)  # slow, so its pulls are in flight when it dies

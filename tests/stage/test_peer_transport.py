@@ -14,7 +14,7 @@ import pytest
 from sparkfleet.errors import SourceError, SparkfleetError
 from sparkfleet.stage.fanout import tree_position, tree_rounds, tree_sources
 from sparkfleet.stage.peerserve import DaemonSpec, serve
-from sparkfleet.stage.transport import SECRET_ENV, PeerMiss, PeerSource
+from sparkfleet.stage.transport import SECRET_ENV, PeerMiss, PeerSource, resolve_transport
 
 
 @pytest.mark.parametrize("hosts", [2, 3, 4, 8, 16])
@@ -73,6 +73,12 @@ def test_ssh_fast_asks_for_aes_gcm_and_rsyncd_keeps_the_secret_off_argv(tmp_path
     assert peer.env()[SECRET_ENV] == secret and not peer.protects_bytes
     with pytest.raises(ValueError, match="secret"):
         PeerSource("dgx2", Path("/hub"), (), "10.1.2.3", "rsyncd", 8730, None)
+
+
+def test_auto_is_rsyncd_only_on_a_declared_fabric():
+    assert resolve_transport("auto", fabric_declared=True) == "rsyncd"
+    assert resolve_transport("auto", fabric_declared=False) == "ssh-fast"
+    assert resolve_transport("ssh", fabric_declared=True) == "ssh"
 
 
 def test_daemon_config_is_read_only_fenced_and_refuses_odd_values(tmp_path):

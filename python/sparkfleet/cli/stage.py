@@ -19,7 +19,7 @@ from ..stage.events import EventsProgress
 from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
 from ..stage.targets import requests_for_host
-from ..stage.transport import DEFAULT_TRANSPORT, TRANSPORTS
+from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
 
@@ -102,10 +102,11 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option("--require-version", hidden=True, help="Refuse unless this sparkfleet is that version.")
 @click.option(
     "--peer-transport",
-    type=click.Choice(TRANSPORTS),
+    type=click.Choice([AUTO, *TRANSPORTS]),
     default=DEFAULT_TRANSPORT,
     show_default=True,
-    help="Fan-out pulls between hosts: ssh, ssh-fast (AES-GCM), rsyncd (fabric only; SECURITY.md).",
+    help="Fan-out pulls between hosts: ssh, ssh-fast (AES-GCM), rsyncd (fabric only; SECURITY.md); "
+    "auto: rsyncd when every lane host has a fabric_ip, else ssh-fast.",
 )
 @click.option("--peer-ports", "ports_spec", hidden=True, help="Fan-out wave 2: the peers' rsyncd ports.")
 @click.option("--serve-peers", is_flag=True, hidden=True, help="Serve the local hub to --peers (rsyncd).")
@@ -190,6 +191,7 @@ def stage(
         for p in plans:
             click.echo(_plan_line(p.summary()))
         return
+    peer_transport = resolve_transport(peer_transport, bool(ports_spec))  # the coordinator sends concrete
     secret = sys.stdin.readline().strip() if peer_transport == "rsyncd" and peer_spec else None
     if serve_peers:  # rsyncd fan-out: this host serves its hub until the coordinator closes stdin
         sink = EventsProgress()

@@ -11,6 +11,7 @@ its peers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import socket
@@ -27,7 +28,7 @@ from ..errors import SparkfleetError
 from ..hosts import LOCAL_ADDRESSES, LocalHost, SshHost, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
 from .events import parse_event
-from .transport import DEFAULT_TRANSPORT, PeerSource
+from .transport import DEFAULT_TRANSPORT, PeerSource, resolve_transport
 
 THIS_HOST_ENV = "SPARKFLEET_HOST"  # names the inventory host this machine is
 
@@ -119,7 +120,7 @@ def peer_sources(
     names: list[str],
     me: str,
     ssh_config: Path | None,
-    transport: str = DEFAULT_TRANSPORT,
+    transport: str = "ssh-fast",
     ports: list[int] | None = None,
     secret: str | None = None,
 ) -> list[PeerSource | None]:
@@ -267,6 +268,8 @@ def stage_hosts(
 ) -> list[HostStage]:
     """Stage `hosts` in parallel; with `fanout`, NAS share first (wave 1), then from peers (wave 2)."""
     lock = threading.Lock()
+    fabric = all(inv.host(h).fabric_ip for h in hosts)
+    options = dataclasses.replace(options, peer_transport=resolve_transport(options.peer_transport, fabric))
 
     def safe_sink(host: str, event: dict) -> None:
         with lock:

@@ -6,7 +6,8 @@ before they are published: a sha256-named blob by hashing it here, anything else
 NAS's copy (stage/verify.py, `arrival_mode`).
 
 How the bytes travel between hosts (`--peer-transport`, measured in benchmarks/fanout_bench.py;
-the threat model is SECURITY.md's "Peer transport"):
+the threat model is SECURITY.md's "Peer transport"). `auto`, the default, is rsyncd when every
+lane host declares its fabric_ip (the measured fastest, fenced to the fabric), else ssh-fast:
   ssh       rsync over OpenSSH with the operator's own ssh settings (cipher included).
   ssh-fast  the same, asking for AES-GCM first (hardware AES on x86 and on the GB10's Arm cores),
             then chacha20-poly1305; still encrypted and authenticated end to end.
@@ -28,11 +29,19 @@ from pathlib import Path
 from ..errors import SourceError
 
 TRANSPORTS = ("ssh", "ssh-fast", "rsyncd")
-DEFAULT_TRANSPORT = "ssh-fast"
+AUTO = "auto"
+DEFAULT_TRANSPORT = AUTO
 FAST_CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com"
 RSYNCD_MODULE = "hub"
 RSYNCD_USER = "sparkfleet-peer"
 SECRET_ENV = "RSYNC_PASSWORD"  # how rsync's client takes the secret: environment, never argv
+
+
+def resolve_transport(choice: str, fabric_declared: bool) -> str:
+    """The concrete transport for `choice`: `auto` is rsyncd on a declared fabric, else ssh-fast."""
+    if choice != AUTO:
+        return choice
+    return "rsyncd" if fabric_declared else "ssh-fast"
 
 
 class PeerMiss(SourceError):
