@@ -7,11 +7,12 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from sparkfleet.errors import SourceError, SparkfleetError
+from sparkfleet.errors import ExitCode, SourceError, SparkfleetError
 from sparkfleet.stage.fanout import tree_position, tree_rounds, tree_sources
 from sparkfleet.stage.peerserve import DaemonSpec, serve
 from sparkfleet.stage.transport import SECRET_ENV, PeerMiss, PeerSource, resolve_transport
@@ -148,3 +149,21 @@ def test_real_daemon_serves_only_with_the_run_secret_and_stops_with_the_block(tm
     with pytest.raises(OSError):  # the daemon is gone with the block: nothing listens any more
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_rsyncd_without_a_fabric_ip_is_refused_before_any_host_is_touched(tmp_path):
+    from support.stagefleet import write_lane_fleet
+
+    hosts = ["dgx1", "dgx2"]
+    root = write_lane_fleet(
+        tmp_path / "fleet",
+        {h: tmp_path / h / "hub" for h in hosts},
+        {h: tmp_path / "nas" / "hub" for h in hosts},
+        "lane2",
+        {"dgx1": "10.9.9.1"},  # dgx2 declares no fabric
+    )
+    argv = [sys.executable, "-m", "sparkfleet", "--root", str(root), "stage", "--lane", "lane2", "--fanout"]
+    proc = subprocess.run([*argv, "--peer-transport", "rsyncd"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == ExitCode.USAGE
+    assert "dgx2 has no fabric_ip" in proc.stdout + proc.stderr
+    assert not (tmp_path / "dgx1").exists() and not (tmp_path / "dgx2").exists()

@@ -270,6 +270,9 @@ def stage_hosts(
     lock = threading.Lock()
     fabric = all(inv.host(h).fabric_ip for h in hosts)
     options = dataclasses.replace(options, peer_transport=resolve_transport(options.peer_transport, fabric))
+    if fanout and options.peer_transport == "rsyncd":
+        for h in hosts:  # refuse before any host is touched, naming the host without a fabric
+            fabric_address(inv.host(h))
 
     def safe_sink(host: str, event: dict) -> None:
         with lock:
