@@ -20,7 +20,7 @@ import pytest
 
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
 from sparkfleet.hubcache import repo_folder
-from support.fleetnet import netns_pids, qdisc_kinds, shape_egress
+from support.fleetnet import netns_pids, qdisc_kinds, shape_egress, shaped
 from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse, pytest.mark.slow]
@@ -291,3 +291,11 @@ def test_eight_hosts_peer_dies_mid_wave_and_the_rest_fall_back(fleet8):
         assert_complete(fleet8, h)
         failures += [f for r in outcomes[h]["run"]["repos"] for f in r["peer_failures"]]
     assert any(f.startswith("dgx2:") for f in failures), failures
+
+
+def test_shaping_is_removed_even_when_the_body_fails(fleet):
+    nas = fleet["nas"]
+    with pytest.raises(RuntimeError, match="boom"), shaped(nas, NAS_BIT):
+        assert qdisc_kinds(nas) == ["tbf"]
+        raise RuntimeError("boom")
+    assert "tbf" not in qdisc_kinds(nas)
