@@ -67,8 +67,8 @@ def test_files_without_an_address_are_still_sampled_against_the_source(tmp_path)
         compare(final, source, "address", None)
 
 
-def test_default_stage_refuses_a_nas_blob_that_mismatches_its_name(big_nas, local):
-    """Sampled windows would pass a NAS blob corrupted between them; hashing on arrival does not."""
+def test_fanout_stage_refuses_a_nas_blob_that_mismatches_its_name(big_nas, local):
+    """Sampled windows pass a NAS blob corrupted between them; fan-out's hashing on arrival does not."""
     nas = big_nas
     commit = nas.weights.commits["main"]
     link = nas.root / repo_folder(WEIGHTS_REPO) / "snapshots" / commit / "model-00003-of-00004.safetensors"
@@ -79,6 +79,8 @@ def test_default_stage_refuses_a_nas_blob_that_mismatches_its_name(big_nas, loca
         fh.seek(-1, os.SEEK_CUR)
         fh.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(SourceError, match="did not verify"):
-        execute.stage([weights_request(nas, local)])  # default --verify sample
-    staged = local / repo_folder(WEIGHTS_REPO) / "blobs" / blob.name
-    assert not staged.exists()
+        execute.stage([weights_request(nas, local)], share=(0, 1))  # fan-out wave 1, default sample
+    assert not [p for p in local.rglob(blob.name) if p.is_file()]  # nothing under its name
+    execute.stage([weights_request(nas, local)])  # a plain stage samples windows (as before)
+    staged = Path(os.path.realpath(local / link.relative_to(nas.root)))
+    assert staged.name == blob.name and staged.is_file()

@@ -221,7 +221,6 @@ def _sources_for(rel: str, shares: dict[str, int], peers: Sequence[PeerSource | 
 
 def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress, fanout) -> None:
     dest, source = Path(scan.request.dest_hub), scan.source
-    mode = arrival_mode(mode)  # everything below checks bytes as they arrive
     shares, peers = fanout
     todo = [d for d in decisions if d.action in ("copy", "repair", "reuse")]
     if peers and None in peers:  # lowest tree position first: parents tend to finish before children ask
@@ -336,6 +335,9 @@ def execute_plans(
     for scan, _ in scans_and_plans:
         swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
     swept += len(atomic.sweep_temps(dest_hub / SHARED_STORE_DIR))
+    # Fan-out checks sha256 blobs as they arrive by hashing them here (verify.arrival_mode): no NAS
+    # re-reads. A plain stage keeps its sampled windows: hashing every byte would halve its speed.
+    arrival = arrival_mode(verify_mode) if share is not None or peers else verify_mode
     own = list(peers).index(None) if None in peers else None  # wave 2: my wave-1 share
     fresh = frozenset(rel for rel, i in shares.items() if i == own)
     decided = [
@@ -352,7 +354,7 @@ def execute_plans(
         result.excluded_entries, result.excluded_bytes = len(plan.excluded), plan.excluded_bytes
         kept = [d for d in decisions if d.action == "keep"]
         result.kept_files, result.kept_bytes = len(kept), sum(d.file.size for d in kept)
-        _write_files(scan, decisions, verify_mode, jobs, result, progress, (shares, list(peers)))
+        _write_files(scan, decisions, arrival, jobs, result, progress, (shares, list(peers)))
         if share is None:
             _write_metadata(scan, plan, result)
             # Content was verified file by file above; the final pass checks the structure and refs.
