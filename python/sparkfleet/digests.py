@@ -5,6 +5,9 @@ can share a size). `sample` compares size plus fixed windows — head, tail and 
 between — which catches truncation, swaps and most corruption for ~1 MiB of reads per file.
 `full` reads every byte: against the content address where the name is one (sha256 for 64-hex
 repo blobs, git blob sha1 for 40-hex), else against the source's own full digest.
+`address` is for bytes that just arrived (stage/verify.py says when): a file named by its sha256
+is hashed whole here and compared with its name, with no read of the source at all; any other
+file is sampled against the source as in `sample`.
 """
 
 from __future__ import annotations
@@ -75,15 +78,20 @@ class Verdict:
 
 
 def compare(local: Path, source: Path, mode: str, address: tuple[str, str] | None = None) -> Verdict:
-    """Compare `local` with `source` by `mode` ("sample" or "full"); see the module docstring."""
+    """Compare `local` with `source` by `mode` ("sample", "full" or "address"); see the module docstring."""
     try:
         local_size = local.stat().st_size
     except FileNotFoundError:
         return Verdict(False, "missing")
+    if mode == "address" and address is not None and address[0] == "sha256":
+        got = full_digest(local, "sha256")  # the name is the promise: no stat, no read of the source
+        if got != address[1]:
+            return Verdict(False, f"sha256 {got[:16]}… != name {address[1][:16]}…")
+        return Verdict(True)
     source_size = source.stat().st_size
     if local_size != source_size:
         return Verdict(False, f"size {local_size} != source {source_size}")
-    if mode == "sample":
+    if mode in ("sample", "address"):
         if sample_digest(local) != sample_digest(source):
             return Verdict(False, "sampled content differs from the source")
         return Verdict(True)

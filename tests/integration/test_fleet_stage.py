@@ -7,17 +7,21 @@ dir. Bytes leaving the NAS are read from the NAS namespace's interface counters.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
+from sparkfleet.demo.hubfixture import EMBED_FILE, WEIGHTS_REPO, build_nas_hub
 from sparkfleet.hubcache import repo_folder
-from support.stagefleet import nas_tx_bytes, write_lane_fleet
+from support.fleetnet import netns_pids, qdisc_kinds, shape_egress, shaped, tc_skip_reason
+from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse, pytest.mark.slow]
 
@@ -43,6 +47,7 @@ def fleet(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
         {h: hosts[h].nvme / "hub" for h in HOSTS},
         {h: mounts[h] / "hub" for h in HOSTS},
         LANE,
+        {h: hosts[h].addr for h in HOSTS},  # fabric_ip: the namespace address (rsyncd binds there)
     )
     config = ssh_config(hosts)
     monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
@@ -158,3 +163,153 @@ def test_unreachable_host_is_named(fleet):
     proc = cli(fleet["root"], "stage", "dgx3")
     assert proc.returncode != 0
     assert "dgx3" in proc.stdout + proc.stderr
+
+
+# ---- links shaped like the fleet's (tc), peer transports, 8 hosts with a peer dying mid-wave ----
+
+NAS_BIT = 80_000_000  # the NAS's one shared link; hosts get FABRIC_RATIO x that
+FABRIC_RATIO = 20
+
+
+def shape_or_skip(nas, hosts) -> dict:
+    """Shape like the fleet, or skip naming why (a kernel without sch_tbf, no `tc`)."""
+    reason = tc_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    try:
+        return shape_fleet(nas, hosts, NAS_BIT, FABRIC_RATIO)
+    except RuntimeError as exc:
+        if "qdisc kind is unknown" in str(exc):
+            pytest.skip(f"this kernel cannot shape links with tbf: {exc}")
+        raise
+
+
+def listeners(host) -> list[str]:
+    """Local addresses with a TCP listener inside the host's namespace."""
+    out = subprocess.run(host.exec_argv("ss", "-Hltn"), capture_output=True, text=True, check=True).stdout
+    return sorted(line.split()[3] for line in out.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("transport", ["rsyncd", "ssh-fast"])
+def test_shaped_fanout_reads_the_nas_once(fleet, transport):
+    """NAS link shaped (tbf), host links 20x: each blob leaves the NAS once, every byte checked.
+
+    sha256-named blobs are hashed on arrival, so peers' bytes cost no NAS reads; the daemons
+    (rsyncd) listen on the fabric address only, and are gone when the run ends.
+    """
+    nas, hosts = fleet["nas"], fleet["hosts"]
+    record = shape_or_skip(nas, hosts.values())
+    assert qdisc_kinds(nas) == ["tbf"] and all(qdisc_kinds(h) == ["tbf"] for h in hosts.values())
+    assert record["host_bit"] == NAS_BIT * FABRIC_RATIO
+    before = nas_tx_bytes(nas.netns)
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--peer-transport", transport, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nas_bytes = nas_tx_bytes(nas.netns) - before
+    record = json.loads(proc.stdout)
+    assert all(o["ok"] for o in record["hosts"])
+    for h in HOSTS:
+        assert_complete(fleet, h)
+    one_copy = staged_bytes(fleet) - len(
+        fleet["fixture"].weights.files[fleet["fixture"].weights.commits["main"]][EMBED_FILE]
+    )
+    assert nas_bytes <= 1.05 * one_copy + 512 * 1024, (nas_bytes, one_copy)
+    served = {}
+    for o in record["hosts"]:
+        for r in o["run"]["repos"]:
+            for peer, n in r["peer_bytes_from"].items():
+                served[peer] = served.get(peer, 0) + n
+    assert set(served) == set(HOSTS)  # every host served its share
+    for h in hosts.values():
+        assert listeners(h) == [f"{h.addr}:22"], listeners(h)  # no daemon left behind
+    print(f"shaped fan-out ({transport}): NAS {nas_bytes / one_copy:.3f}x one copy")
+
+
+HOSTS8 = [f"dgx{i}" for i in range(1, 9)]
+
+
+@pytest.fixture
+def fleet8(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
+    fixture = build_nas_hub(
+        nas_host.root / "share" / "hub", shard_bytes=2 * 1024 * 1024, absolute_links=False
+    )
+    mounts = {
+        h: sshfs(
+            nas_host, nas_host.root / "share", tmp_path / f"nas-{h}", extra_opts=("no_contain_symlinks",)
+        )
+        for h in HOSTS8
+    }
+    hosts = fleet_hosts(HOSTS8)
+    root = write_lane_fleet(
+        tmp_path / "fleet8",
+        {h: hosts[h].nvme / "hub" for h in HOSTS8},
+        {h: mounts[h] / "hub" for h in HOSTS8},
+        "lane8",
+        {h: hosts[h].addr for h in HOSTS8},
+    )
+    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(ssh_config(hosts)))
+    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+    monkeypatch.delenv("SPARKFLEET_HOST", raising=False)
+    return {"root": root, "hosts": hosts, "nas": nas_host, "fixture": fixture}
+
+
+def serving_pids(host) -> list[int]:
+    """PIDs in the host's namespace sending a file to a peer right now: rsync --server --sender
+    under sshd, or a connection child of its rsync daemon (the daemon itself is the oldest)."""
+    senders, daemons = [], []
+    for pid in netns_pids(host.netns):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--sender" in argv:
+            senders.append(pid)
+        elif b"--daemon" in argv:
+            daemons.append(pid)
+    return senders + sorted(daemons)[1:]
+
+
+def test_eight_hosts_peer_dies_mid_wave_and_the_rest_fall_back(fleet8):
+    """dgx2 is killed while it is sending to a peer: the others take its share elsewhere, verified.
+
+    Default transport: rsyncd here (every host declares a fabric_ip)."""
+    nas, hosts = fleet8["nas"], fleet8["hosts"]
+    shape_or_skip(nas, hosts.values())
+    shape_egress(hosts["dgx2"], 16_000_000)  # slow, so its pulls are in flight when it dies
+    argv = [sys.executable, "-m", "sparkfleet", "--root", str(fleet8["root"]), "stage", "--lane", "lane8"]
+    proc = subprocess.Popen(
+        [*argv, "--fanout", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not serving_pids(hosts["dgx2"]):
+            assert proc.poll() is None and time.monotonic() < deadline, "dgx2 never served a peer"
+            time.sleep(0.05)
+        for pid in netns_pids(hosts["dgx2"].netns):  # the host dies: sshd, its stage, its senders
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0  # dgx2 itself did not finish, and says so
+    record = json.loads(out)
+    outcomes = {o["host"]: o for o in record["hosts"]}
+    assert not outcomes["dgx2"]["ok"]
+    failures = []
+    for h in HOSTS8:
+        if h == "dgx2":
+            continue
+        assert outcomes[h]["ok"], outcomes[h]
+        assert_complete(fleet8, h)
+        failures += [f for r in outcomes[h]["run"]["repos"] for f in r["peer_failures"]]
+    assert any(f.startswith("dgx2:") for f in failures), failures
+
+
+def test_shaping_is_removed_even_when_the_body_fails(fleet):
+    nas = fleet["nas"]
+    shape_or_skip(nas, [])
+    with pytest.raises(RuntimeError, match="boom"), shaped(nas, NAS_BIT):
+        assert qdisc_kinds(nas) == ["tbf"]
+        raise RuntimeError("boom")
+    assert "tbf" not in qdisc_kinds(nas)

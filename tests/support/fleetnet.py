@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import random
 import re
@@ -715,6 +716,61 @@ def tmpfs_mount(
         finally:
             if own_dir is not None and not is_mounted(mp):
                 shutil.rmtree(own_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# link shaping (tc)
+# --------------------------------------------------------------------------------------------
+
+
+def tc_skip_reason() -> str | None:
+    """Why links cannot be shaped here, or None if they can (needs `tc` from iproute2 and sch_tbf)."""
+    if shutil.which("tc") is None:
+        return "`tc` not found on PATH (Debian package iproute2)"
+    return None
+
+
+def tbf_burst_bytes(rate_bit: int) -> int:
+    """A token-bucket depth that lets tbf reach `rate_bit`: >= rate/HZ (HZ up to 1000) and >= 64 KiB."""
+    return max(rate_bit // 8 // 100, 64 * 1024)
+
+
+def shape_egress(host: NetnsHost, rate_bit: int) -> str:
+    """Limit what `host` sends on its eth0 to `rate_bit` bit/s with a token bucket (tbf).
+
+    Egress of the host's own leg is the link as its peers see it: shaping the NAS's eth0 makes one
+    shared NAS link for every client, like a NAS on one 10 GbE port. (netem would add delay, but
+    this kernel has no sch_netem; tbf is what the runs here use.) Returns the tc command, for the
+    benchmark's record. Replaces a root qdisc we set before; `unshape` removes it.
+    """
+    if rate_bit <= 0:
+        raise ValueError("rate_bit must be positive")
+    argv = ["tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "tbf", "rate", f"{int(rate_bit)}bit"]
+    argv += ["burst", str(tbf_burst_bytes(rate_bit)), "latency", "100ms"]
+    unshape(host)
+    _run(host.exec_argv(*argv))
+    return " ".join(argv)
+
+
+def unshape(host: NetnsHost) -> None:
+    """Remove our root qdisc from the host's eth0 (no error when there is none or the host is gone)."""
+    _run(host.exec_argv("tc", "qdisc", "del", "dev", "eth0", "root"), check=False)
+
+
+def qdisc_kinds(host: NetnsHost) -> list[str]:
+    """The qdisc kinds on the host's eth0, root first (e.g. ["tbf"], or ["noqueue"] unshaped)."""
+    out = _run(host.exec_argv("tc", "-j", "qdisc", "show", "dev", "eth0")).stdout
+    return [q["kind"] for q in json.loads(out or "[]")]
+
+
+@contextlib.contextmanager
+def shaped(host: NetnsHost, rate_bit: int) -> Iterator[NetnsHost]:
+    """`shape_egress` for the duration of a with-block; the qdisc is removed even when the body fails."""
+    shape_egress(host, rate_bit)
+    try:
+        yield host
+    finally:
+        unshape(host)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
+from support.fleetnet import NetnsHost, shape_egress
 
 
 def nas_tx_bytes(netns: str) -> int:
@@ -21,17 +22,24 @@ def nas_tx_bytes(netns: str) -> int:
 
 
 def write_lane_fleet(
-    root: Path, local_hubs: Mapping[str, Path], nas_hubs: Mapping[str, Path], lane: str
+    root: Path,
+    local_hubs: Mapping[str, Path],
+    nas_hubs: Mapping[str, Path],
+    lane: str,
+    fabric_ips: Mapping[str, str] | None = None,
 ) -> Path:
     """hosts/fleet.toml + recipes/<lane>/recipe.toml: the fixture's weights (page15 excluded) + drafter.
 
     Host addresses are the host names; the tests' ssh_config maps them to namespace addresses.
+    `fabric_ips`: each host's fabric address (its namespace address), for the rsyncd peer transport.
     """
     hosts = list(local_hubs)
     (root / "hosts").mkdir(parents=True)
     (root / "recipes" / lane).mkdir(parents=True)
+    fabric = fabric_ips or {}
     tables = "".join(
         f'[hosts.{h}]\naddress = "{h}"\nlocal_hub = "{local_hubs[h]}"\nnas_hub = "{nas_hubs[h]}"\n'
+        + (f'fabric_ip = "{fabric[h]}"\n' if h in fabric else "")
         for h in hosts
     )
     (root / "hosts" / "fleet.toml").write_text(
@@ -44,3 +52,20 @@ def write_lane_fleet(
         '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
     )
     return root
+
+
+def shape_fleet(nas: NetnsHost, hosts: Iterable[NetnsHost], nas_bit: int, fabric_ratio: float) -> dict:
+    """Links like the fleet's: the NAS's one shared link at `nas_bit`, each host's at `fabric_ratio`x
+    that (0: host links left unshaped). Returns the record the benchmark prints."""
+    record = {"nas_bit": nas_bit, "nas_qdisc": shape_egress(nas, nas_bit), "fabric_ratio": fabric_ratio}
+    if fabric_ratio > 0:
+        host_bit = int(nas_bit * fabric_ratio)
+        for h in hosts:
+            shape_egress(h, host_bit)
+        record["host_bit"] = host_bit
+    return record
+
+
+def count_temps(hubs: Iterable[Path]) -> int:
+    """Temps being filled right now under the hubs (a pull or copy in flight)."""
+    return sum(1 for hub in hubs if hub.exists() for p in hub.rglob(".*.sf-tmp-*"))

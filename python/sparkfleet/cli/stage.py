@@ -21,6 +21,7 @@ from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
+from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
 
@@ -102,6 +103,16 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option("--peers", "peer_spec", hidden=True, help="Fan-out wave 2: the lane's hosts in share order.")
 @click.option("--require-version", hidden=True, help="Refuse unless this sparkfleet is that version.")
 @click.option(
+    "--peer-transport",
+    type=click.Choice([AUTO, *TRANSPORTS]),
+    default=DEFAULT_TRANSPORT,
+    show_default=True,
+    help="Fan-out pulls between hosts: ssh, ssh-fast (AES-GCM), rsyncd (fabric only; SECURITY.md); "
+    "auto: rsyncd when every lane host has a fabric_ip, else ssh-fast.",
+)
+@click.option("--peer-ports", "ports_spec", hidden=True, help="Fan-out wave 2: the peers' rsyncd ports.")
+@click.option("--serve-peers", is_flag=True, hidden=True, help="Serve the local hub to --peers (rsyncd).")
+@click.option(
     "--ssh-config",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SPARKFLEET_SSH_CONFIG",
@@ -131,6 +142,9 @@ def stage(
     peer_spec,
     require_version,
     ssh_config,
+    peer_transport,
+    ports_spec,
+    serve_peers,
 ) -> None:
     """Stage the repos HOST's lanes need from its NAS hub to its local hub.
 
@@ -159,7 +173,15 @@ def stage(
         if host is None or not remote.is_this_host(inv.host(host)):
             hosts = [host] if host else list(inv.lane(lane).hosts)
             options = remote.StageOptions(
-                lane, verify_mode, jobs, reserve_gib, wait_seconds, include, exclude, ssh_config
+                lane,
+                verify_mode,
+                jobs,
+                reserve_gib,
+                wait_seconds,
+                include,
+                exclude,
+                ssh_config,
+                peer_transport,
             )
             if dry_run:
                 _fleet_dry_run(inv, hosts, options, fanout and host is None, as_json)
@@ -183,15 +205,39 @@ def stage(
         if not space["ok"]:
             sys.exit(ExitCode.SPACE)  # where the real run would stop before byte one
         return
+    peer_transport = resolve_transport(peer_transport, bool(ports_spec))  # the coordinator sends concrete
+    secret = sys.stdin.readline().strip() if peer_transport == "rsyncd" and peer_spec else None
+    if serve_peers:  # rsyncd fan-out: this host serves its hub until the coordinator closes stdin
+        sink = EventsProgress()
+        try:
+            remote.serve_peers(
+                load_inventory(ctx),
+                host,
+                peer_spec.split(","),
+                secret or "",
+                lambda p: sink.emit("serving", port=p),
+            )
+        except SparkfleetError as exc:
+            sink.error(exc)
+            sys.exit(exc.exit_code)
+        return
     share = _parse_share(share_spec)
+    ports = [int(p) for p in ports_spec.split(",")] if ports_spec else None
     peers = (
-        remote.peer_sources(load_inventory(ctx), peer_spec.split(","), host, ssh_config) if peer_spec else ()
+        remote.peer_sources(
+            load_inventory(ctx), peer_spec.split(","), host, ssh_config, peer_transport, ports, secret
+        )
+        if peer_spec
+        else ()
     )
     run_stage = functools.partial(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
         wait_seconds=wait_seconds, share=share, peers=peers,
     )  # fmt: skip
     state_dir = state_dir_of(load_inventory(ctx).host(host)) if host else None
+    # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
+    # once more on every host: the bound is for a plain stage only.
+    bound = (lambda r: with_io_bound(r, requests, state_dir)) if share is None and not peers else dict
     if events:
         sink = EventsProgress()
         try:
@@ -199,12 +245,12 @@ def stage(
         except SparkfleetError as exc:
             sink.error(exc)
             sys.exit(exc.exit_code)
-        sink.result(with_io_bound(run.as_dict(), requests, state_dir))
+        sink.result(bound(run.as_dict()))
         sys.exit(ExitCode.OK if run.ok else ExitCode.SHORTFALL)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = run_stage(progress=bar)
-    summary = with_io_bound(run.as_dict(), requests, state_dir)
+    summary = bound(run.as_dict())
     if as_json:
         echo_json(summary)
     else:

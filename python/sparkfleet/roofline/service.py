@@ -31,6 +31,8 @@ from .section import build_section
 
 REMOTE_TIMEOUT_S = 600.0
 STREAMS = 4  # parallel readers/writers in the probes: staging's default --jobs
+# Staging's own probes, once per host (recorded after): 32 MiB each way, a small cost beside a stage.
+PROBE_BYTES = 32 * 1024 * 1024
 
 
 def measure_here(host: Host, quick: bool = False) -> dict[str, Measurement]:
@@ -137,7 +139,7 @@ def staging_bound(
     """Stage throughput as a % of the slower of source read and destination write on this host.
 
     Uses the host's recorded `nas_read`/`nvme_write` when `measure` or an earlier stage made them,
-    else measures both now (64 MiB each) and records them for next time.
+    else measures both now (PROBE_BYTES each) and records them for next time.
     """
     if seconds <= 0 or copied_bytes <= 0:
         return None
@@ -146,12 +148,12 @@ def staging_bound(
     write = known["nvme_write"].value if "nvme_write" in known else None
     fresh: dict[str, tuple[float, str]] = {}
     if read is None:
-        rate = read_rate(largest_files(source_roots, 8), 64 * 1024 * 1024, "stage source blobs", STREAMS)
+        rate = read_rate(largest_files(source_roots, 8), PROBE_BYTES, "stage source blobs", STREAMS)
         if rate:
             read = rate.value
             fresh["nas_read"] = (rate.value, rate.method)
     if write is None:
-        rate = write_rate(dest_dir, 64 * 1024 * 1024, "stage destination", STREAMS)
+        rate = write_rate(dest_dir, PROBE_BYTES, "stage destination", STREAMS)
         write = rate.value
         fresh["nvme_write"] = (rate.value, rate.method)
     if fresh and state_dir is not None:

@@ -30,11 +30,11 @@ from ..digests import Verdict, compare
 from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from .copy import copy_verified, link_verified, place_verified
-from .fanout import assign_shares, content_key
+from .fanout import assign_shares, content_key, tree_position, tree_sources
 from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
-from .transport import PeerSource
-from .verify import VerifyReport, verify_plan
+from .transport import PeerMiss, PeerSource
+from .verify import VerifyReport, arrival_mode, verify_plan
 
 
 class StageProgress(Protocol):
@@ -80,6 +80,8 @@ class StageResult:
     peer_files: int = 0
     peer_bytes: int = 0
     peer_failures: list[str] = field(default_factory=list)
+    peer_misses: int = 0  # asked a tree parent that had not got the file yet (then the seed)
+    peer_bytes_from: dict[str, int] = field(default_factory=dict)  # fan-out: bytes each peer served
     verify: VerifyReport | None = None
 
     def as_dict(self) -> dict:
@@ -191,14 +193,17 @@ class _Decision:
 
 
 def _decide(
-    scan: SourceScan, plan: StagePlan, mode: str, jobs: int, progress: StageProgress
+    scan: SourceScan, plan: StagePlan, mode: str, jobs: int, progress: StageProgress, fresh=frozenset()
 ) -> list[_Decision]:
+    """Judge what is there. `fresh`: files this host's fan-out wave 1 just placed; they are checked
+    as arrivals (a sha256 blob hashed here), not against the NAS again."""
     dest, source = Path(scan.request.dest_hub), scan.source
 
     def decide(f: PlannedFile) -> _Decision:
         try:
             if f.action == "check":
-                verdict = compare(dest / f.rel, source.abs(f.rel), mode, f.address)
+                how = arrival_mode(mode) if f.rel in fresh else mode
+                verdict = compare(dest / f.rel, source.abs(f.rel), how, f.address)
                 return _Decision(f, "keep" if verdict.same else "repair")
             if f.action == "reuse" and compare(dest / f.reuse_from, source.abs(f.rel), mode, f.address).same:
                 return _Decision(f, "reuse", f.reuse_from)
@@ -225,23 +230,34 @@ def _reuse_within_run(decided: list[tuple[SourceScan, StagePlan, list[_Decision]
 
 
 def _sources_for(rel: str, shares: dict[str, int], peers: Sequence[PeerSource | None]) -> list[PeerSource]:
-    """Peers to try for `rel`: the one whose wave-1 share holds it first, then the others."""
-    first = peers[shares[rel]] if rel in shares else None
-    rest = [p for p in peers if p is not None and p is not first]
-    return ([first] if first is not None else []) + rest
+    """Peers to try for `rel`: up its tree from this host to the seed, then the others (fanout.py)."""
+    me = list(peers).index(None) if None in peers else None
+    if rel not in shares or me is None:
+        return [p for p in peers if p is not None]
+    return [peers[i] for i in tree_sources(me, shares[rel], len(peers)) if peers[i] is not None]
 
 
 def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: StageProgress, fanout) -> None:
     dest, source = Path(scan.request.dest_hub), scan.source
     shares, peers = fanout
     todo = [d for d in decisions if d.action in ("copy", "repair", "reuse")]
+    if peers and None in peers:  # lowest tree position first: parents tend to finish before children ask
+        me = list(peers).index(None)
+        todo.sort(key=lambda d: tree_position(me, shares.get(d.file.rel, me), len(peers)))
     lock = threading.Lock()
 
     def from_peers(f: PlannedFile, final: Path) -> bool:
+        sha256 = f.address is not None and f.address[0] == "sha256"
         for peer in _sources_for(f.rel, shares, peers):
+            if not (sha256 or peer.protects_bytes):
+                continue  # no name to check and a transport that does not protect bytes: NAS copy
             try:
                 fill = lambda tmp, p=peer: p.fill(f.rel, tmp)  # noqa: E731
                 place_verified(final, fill, source.abs(f.rel), mode, f.address)
+            except PeerMiss:
+                with lock:
+                    result.peer_misses += 1
+                continue
             except (OSError, SparkfleetError, subprocess.SubprocessError) as exc:
                 with lock:
                     result.peer_failures.append(f"{peer.name}: {f.rel}: {exc}")
@@ -249,6 +265,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
             with lock:
                 result.peer_files += 1
                 result.peer_bytes += f.size
+                result.peer_bytes_from[peer.name] = result.peer_bytes_from.get(peer.name, 0) + f.size
             progress.advance(f.size)
             return True
         return False
@@ -381,8 +398,14 @@ def execute_plans(
     for scan, _ in scans_and_plans:
         swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
     swept += len(atomic.sweep_temps(dest_hub / SHARED_STORE_DIR))
+    # Fan-out checks sha256 blobs as they arrive by hashing them here (verify.arrival_mode): no NAS
+    # re-reads. A plain stage keeps its sampled windows: hashing every byte would halve its speed.
+    arrival = arrival_mode(verify_mode) if share is not None or peers else verify_mode
+    own = list(peers).index(None) if None in peers else None  # wave 2: my wave-1 share
+    fresh = frozenset(rel for rel, i in shares.items() if i == own)
     decided = [
-        (scan, plan, _decide(scan, plan, verify_mode, jobs, progress)) for scan, plan in scans_and_plans
+        (scan, plan, _decide(scan, plan, verify_mode, jobs, progress, fresh))
+        for scan, plan in scans_and_plans
     ]
     _reuse_within_run(decided)
     run.bytes_needed = sum(
@@ -397,7 +420,7 @@ def execute_plans(
         result.excluded_entries, result.excluded_bytes = len(plan.excluded), plan.excluded_bytes
         kept = [d for d in decisions if d.action == "keep"]
         result.kept_files, result.kept_bytes = len(kept), sum(d.file.size for d in kept)
-        _write_files(scan, decisions, verify_mode, jobs, result, progress, (shares, list(peers)))
+        _write_files(scan, decisions, arrival, jobs, result, progress, (shares, list(peers)))
         if share is None:
             _write_metadata(scan, plan, result)
             # Content was verified file by file above; the final pass checks the structure and refs.

@@ -5,6 +5,13 @@ bytes with a deterministic greedy rule, so each host computes the same split fro
 without talking to the others. Wave 1: host i stages share i from the NAS. Wave 2: every host
 stages the rest, pulling share j from host j over the fabric (then from any other peer, then the
 NAS if peers fail), verifying what arrives exactly as it would a NAS copy.
+
+Wave 2 is a tree per file, not one wave out of the seed: with the hosts rotated so the file's
+seed is position 0, the host at position p asks its binomial-tree parent first (p with its highest
+bit cleared), then the seed (which has had the file since wave 1), then everyone else. Each host
+pulls its files lowest position first, so parents usually finish a file before their children ask
+for it; a parent that has not got it yet costs one quick miss, a dead one a refused connection.
+Hosts that finished a file serve it to the rest: the seed serves log2(n) children directly, not n-1.
 """
 
 from __future__ import annotations
@@ -66,3 +73,35 @@ def fanout_plan(
         if hosts[share] != host
     ]
     return wave1, pulls
+
+
+def tree_position(host: int, seed: int, hosts: int) -> int:
+    """Where `host` sits in the file's tree when the file's seed is position 0."""
+    return (host - seed) % hosts
+
+
+def tree_parent(host: int, seed: int, hosts: int) -> int:
+    """The host's binomial-tree parent for a file seeded at `seed` (the seed's parent is itself)."""
+    p = tree_position(host, seed, hosts)
+    if p:
+        p -= 1 << (p.bit_length() - 1)  # clear the highest bit
+    return (seed + p) % hosts
+
+
+def tree_sources(host: int, seed: int, hosts: int) -> list[int]:
+    """Share indexes to ask for a file, in order: tree parent, the seed, then the rest of the ring.
+
+    Pure and the same on every host, so the fleet forms one tree per file without talking. At
+    most one miss per file (a parent still pulling): the seed has held the file since wave 1.
+    """
+    if hosts < 1 or not (0 <= host < hosts and 0 <= seed < hosts):
+        raise ValueError(f"host {host} / seed {seed} out of range for {hosts} hosts")
+    first = [tree_parent(host, seed, hosts), seed]
+    ring = [(seed + q) % hosts for q in range(hosts)]
+    order = list(dict.fromkeys(first + ring))
+    return [i for i in order if i != host]
+
+
+def tree_rounds(hosts: int) -> int:
+    """Rounds a binomial tree needs to reach every host from one seed: ceil(log2(hosts))."""
+    return max(hosts - 1, 0).bit_length()

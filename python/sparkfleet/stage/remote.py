@@ -10,22 +10,34 @@ its peers.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import secrets
 import socket
+import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
 from ..deployed import not_deployed, remote_root
-from ..errors import ExitCode
-from ..hosts import LOCAL_ADDRESSES, SSH_CONNECT_FAILED, LocalHost, SshHost, connect, remote_sparkfleet
+from ..errors import ExitCode, SparkfleetError
+from ..hosts import (
+    LOCAL_ADDRESSES,
+    SSH_CONNECT_FAILED,
+    LocalHost,
+    SshHost,
+    StreamLines,
+    connect,
+    remote_sparkfleet,
+)
 from ..inventory import Host, Inventory
 from .events import parse_event
-from .transport import PeerSource
+from .transport import DEFAULT_TRANSPORT, PeerSource, resolve_transport
 
 THIS_HOST_ENV = "SPARKFLEET_HOST"  # names the inventory host this machine is
 
@@ -56,9 +68,11 @@ class StageOptions:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     ssh_config: Path | None = None
+    peer_transport: str = DEFAULT_TRANSPORT
 
     def argv(self) -> list[str]:
         out = ["--verify", self.verify_mode, "--jobs", str(self.jobs), "--wait", str(self.wait_seconds)]
+        out += ["--peer-transport", self.peer_transport]
         if self.lane:
             out += ["--lane", self.lane]
         if self.reserve_gib is not None:
@@ -79,34 +93,79 @@ def stage_argv(
     options: StageOptions,
     share: tuple[int, int] | None = None,
     peers: list[str] | None = None,
+    ports: list[int] | None = None,
+    serve: bool = False,
 ) -> list[str]:
-    """The argv that stages `host` on `host` and reports JSON-lines events (pure; tested)."""
+    """The argv that stages `host` on `host` and reports JSON-lines events (pure; tested).
+
+    `serve`: instead of staging, serve the local hub to `peers` (rsyncd) until stdin closes.
+    `ports`: the peers' rsync daemon ports in share order (0 in this host's own slot).
+    """
     argv = [*prefix, "--root", str(root), "stage", host, "--here", "--events", *options.argv()]
     argv += ["--require-version", __version__]  # the same tool on every host, or a clear refusal
     if share is not None:
         argv += ["--share", f"{share[0]}/{share[1]}"]
     if peers:
         argv += ["--peers", ",".join(peers)]
+    if ports:
+        argv += ["--peer-ports", ",".join(str(p) for p in ports)]
+    if serve:
+        argv += ["--serve-peers"]
     return argv
 
 
+def fabric_address(host: Host) -> str:
+    """The address a peer's plain-TCP daemon binds to and is dialled on: the host's fabric_ip only."""
+    if not host.fabric_ip:
+        raise SparkfleetError(
+            f"host {host.name} has no fabric_ip: the rsyncd peer transport binds to the fabric only",
+            hint="set fabric_ip for every lane host in hosts/fleet.toml, or use --peer-transport ssh-fast",
+        )
+    return host.fabric_ip
+
+
 def peer_sources(
-    inv: Inventory, names: list[str], me: str, ssh_config: Path | None
+    inv: Inventory,
+    names: list[str],
+    me: str,
+    ssh_config: Path | None,
+    transport: str = "ssh-fast",
+    ports: list[int] | None = None,
+    secret: str | None = None,
 ) -> list[PeerSource | None]:
     """One PeerSource per lane host in share order; None in this host's own slot."""
     sources: list[PeerSource | None] = []
-    for name in names:
+    for i, name in enumerate(names):
         if name == me:
             sources.append(None)
             continue
         host = inv.host(name)
+        if transport == "rsyncd":
+            if not ports or len(ports) != len(names):
+                raise SparkfleetError("rsyncd peers need one daemon port per lane host (--peer-ports)")
+            address = fabric_address(host)
+            sources.append(PeerSource(name, host.local_hub, (), address, transport, ports[i], secret))
+            continue
         runner = connect(host, ssh_config)
         if isinstance(runner, LocalHost):
             raise ValueError(f"peer {name} has a local address; fan-out peers must be reachable over ssh")
         full = runner.ssh_argv(["true"])
         ssh_opts = tuple(full[: full.index(runner.address)])
-        sources.append(PeerSource(name=name, hub=host.local_hub, ssh=ssh_opts, address=runner.address))
+        sources.append(PeerSource(name, host.local_hub, ssh_opts, runner.address, transport))
     return sources
+
+
+def serve_peers(
+    inv: Inventory, me: str, names: list[str], secret: str, announce: Callable[[int], None]
+) -> None:
+    """This host's side of rsyncd fan-out: serve the local hub to the lane's fabric until stdin closes."""
+    from .peerserve import DaemonSpec, serve  # the daemon is only needed on hosts that serve
+
+    host = inv.host(me)
+    allow = tuple(fabric_address(inv.host(n)) for n in names if n != me)
+    with serve(DaemonSpec(host.local_hub, fabric_address(host), allow), secret) as (port, _pid):
+        announce(port)
+        sys.stdin.read()  # EOF: the coordinator is done (or gone); the daemon stops with us
 
 
 @dataclass
@@ -129,19 +188,68 @@ class HostStage:
 EventSink = Callable[[str, dict], None]
 
 
+def _runner(inv: Inventory, host_name: str, ssh_config: Path | None) -> LocalHost | SshHost:
+    host = inv.host(host_name)
+    return LocalHost(host.name) if is_this_host(host) else connect(host, ssh_config)
+
+
+@contextlib.contextmanager
+def _popen(
+    runner: LocalHost | SshHost, argv: list[str], first_line: str | None
+) -> Iterator[subprocess.Popen]:
+    """Start argv on the runner's host with a stdin pipe that first carries `first_line` (a secret:
+    stdin, never argv). The caller closes stdin when the far side should stop; stopped by PID."""
+    full = argv if isinstance(runner, LocalHost) else runner.ssh_argv(argv)
+    proc = subprocess.Popen(
+        full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        if first_line is not None:
+            proc.stdin.write(first_line + "\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        yield proc
+    finally:
+        if proc.stdin and not proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@contextlib.contextmanager
+def _lines(runner: LocalHost | SshHost, argv: list[str], secret: str | None) -> Iterator[StreamLines]:
+    """The run's output lines (and its exit code once they ran out); a secret goes in on stdin."""
+    if secret is None:
+        with runner.stream(argv) as lines:
+            yield lines
+        return
+    with _popen(runner, argv, secret) as proc:
+        proc.stdin.close()  # type: ignore[union-attr]
+        yield StreamLines(proc)
+
+
 def run_host_stage(
     inv: Inventory,
     host_name: str,
     argv_for: Callable[[list[str]], list[str]],
     sink: EventSink,
     ssh_config: Path | None = None,
+    secret: str | None = None,
 ) -> HostStage:
     """Run the stage argv on `host_name` (subprocess or ssh), feeding events to `sink`."""
-    host = inv.host(host_name)
-    runner: LocalHost | SshHost = LocalHost(host.name) if is_this_host(host) else connect(host, ssh_config)
+    runner = _runner(inv, host_name, ssh_config)
     argv = argv_for(sparkfleet_argv(runner))
     outcome = HostStage(host_name)
-    with runner.stream(argv) as lines:
+    with _lines(runner, argv, secret) as lines:
         for line in lines:
             event = parse_event(line)
             if event is None:
@@ -183,15 +291,22 @@ def stage_hosts(
 ) -> list[HostStage]:
     """Stage `hosts` in parallel; with `fanout`, NAS share first (wave 1), then from peers (wave 2)."""
     lock = threading.Lock()
+    fabric = all(inv.host(h).fabric_ip for h in hosts)
+    options = dataclasses.replace(options, peer_transport=resolve_transport(options.peer_transport, fabric))
+    if fanout and options.peer_transport == "rsyncd":
+        for h in hosts:  # refuse before any host is touched, naming the host without a fabric
+            fabric_address(inv.host(h))
 
     def safe_sink(host: str, event: dict) -> None:
         with lock:
             sink(host, event)
 
-    def wave(make_argv: Callable[[int, str], Callable[[list[str]], list[str]]]) -> list[HostStage]:
+    def wave(
+        make_argv: Callable[[int, str], Callable[[list[str]], list[str]]], secret: str | None = None
+    ) -> list[HostStage]:
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             futures = [
-                pool.submit(run_host_stage, inv, h, make_argv(i, h), safe_sink, options.ssh_config)
+                pool.submit(run_host_stage, inv, h, make_argv(i, h), safe_sink, options.ssh_config, secret)
                 for i, h in enumerate(hosts)
             ]
             return [f.result() for f in futures]
@@ -208,5 +323,44 @@ def stage_hosts(
     for outcome in first:
         if outcome.error:
             sink(outcome.host, {"event": "log", "line": f"wave 1 failed on {outcome.host}: {outcome.error}"})
-    second = wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
-    return second
+    if options.peer_transport != "rsyncd":
+        return wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
+    secret = secrets.token_urlsafe(32)  # this run only; on stdin, never argv, never logged
+    with serving(inv, hosts, options, secret, safe_sink, root) as ports:
+        return wave(
+            lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts, ports=ports),
+            secret,
+        )
+
+
+@contextlib.contextmanager
+def serving(
+    inv: Inventory,
+    hosts: list[str],
+    options: StageOptions,
+    secret: str,
+    sink: EventSink,
+    root: Callable[[str], Path],
+) -> Iterator[list[int]]:
+    """Every lane host serves its hub over rsyncd for the block; yields the ports in share order.
+
+    A host whose daemon does not come up serves nothing (port 0): its peers fall back to other
+    peers and the NAS, as for a dead peer. Closing each serve session's stdin stops its daemon.
+    """
+    ports = [0] * len(hosts)
+    with contextlib.ExitStack() as stack:
+        procs = []
+        for h in hosts:  # start every host's server first, then collect the ports: no serial start-up
+            runner = _runner(inv, h, options.ssh_config)
+            argv = stage_argv(sparkfleet_argv(runner), root(h), h, options, peers=hosts, serve=True)
+            procs.append(stack.enter_context(_popen(runner, argv, secret)))
+        for i, (h, proc) in enumerate(zip(hosts, procs, strict=True)):
+            for line in iter(proc.stdout.readline, ""):  # type: ignore[union-attr]
+                event = parse_event(line)
+                if event and event["event"] == "serving":
+                    ports[i] = int(event["port"])
+                    break
+                if event and event["event"] == "error":
+                    sink(h, {"event": "log", "line": f"{h}: not serving peers: {event['message']}"})
+                    break
+        yield ports

@@ -1,0 +1,142 @@
+"""Serving this host's hub to its lane peers for one fan-out run: rsync's daemon, fenced in.
+
+The `rsyncd` peer transport (transport.py) skips ssh's per-byte crypto on the private fabric.
+What keeps that safe enough (SECURITY.md, "Peer transport"):
+  - bound to this host's fabric address only, never 0.0.0.0; `hosts allow` = the lane's fabric
+    addresses, everything else denied;
+  - one module, read-only, no listing, `.locks/` and `*.incomplete` excluded, no chroot needed
+    because nothing is writable and the daemon runs as the staging user;
+  - one secret per run, made by the coordinator and handed over on stdin; it lives in a 0600 file
+    in a private 0700 directory for the daemon's lifetime and is removed with it;
+  - the daemon lives exactly as long as the coordinator's connection: stdin closing stops it
+    (by PID), so a dead coordinator leaves no listener behind;
+  - whatever a peer sends is still checked against the blob's sha256 name before it is published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SparkfleetError
+from .transport import RSYNCD_MODULE, RSYNCD_USER
+
+
+@dataclass(frozen=True)
+class DaemonSpec:
+    """Where and what to serve: the hub, the fabric address to bind, the peers allowed in."""
+
+    hub: Path
+    address: str
+    allow: tuple[str, ...]
+
+    def config(self, secrets_file: Path, port: int) -> str:
+        """rsyncd.conf for this run (pure; tested). Every value is ours or an inventory address."""
+        for value in (str(self.hub), self.address, *self.allow):
+            if any(c in value for c in "\n\r#;") or value != value.strip():
+                raise SparkfleetError(f"refusing to write {value!r} into an rsyncd config")
+        allow = " ".join(self.allow)
+        return (
+            f"address = {self.address}\n"
+            f"port = {port}\n"
+            "use chroot = no\n"
+            "max connections = 64\n"
+            "reverse lookup = no\n"
+            "timeout = 120\n"
+            f"uid = {os.getuid()}\n"  # run as the staging user (as root rsyncd would switch to nobody)
+            f"gid = {os.getgid()}\n"
+            f"[{RSYNCD_MODULE}]\n"
+            f"    path = {self.hub}\n"
+            "    read only = yes\n"
+            "    write only = no\n"
+            "    list = no\n"
+            f"    auth users = {RSYNCD_USER}:ro\n"
+            f"    secrets file = {secrets_file}\n"
+            "    strict modes = yes\n"
+            f"    hosts allow = {allow}\n"
+            "    hosts deny = *\n"
+            "    exclude = .locks/ *.incomplete *.sf-tmp-*\n"
+            "    refuse options = delete remove-source-files\n"
+        )
+
+
+def _free_port(address: str) -> int:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(address: str, port: int, proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=0.5):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@contextlib.contextmanager
+def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tuple[int, int]]:
+    """Run `rsync --daemon --no-detach` for the duration of the block; yields (port, pid).
+
+    Stopped by its PID (SIGTERM, then SIGKILL) and its private directory removed, even on error.
+    """
+    if not secret or "\n" in secret:
+        raise SparkfleetError("rsyncd needs a one-line secret")
+    if shutil.which("rsync") is None:
+        raise SparkfleetError("rsync is not installed on this host", hint="install rsync (Debian: rsync)")
+    private = Path(tempfile.mkdtemp(prefix="sparkfleet-rsyncd-"))  # 0700 by mkdtemp
+    proc: subprocess.Popen | None = None
+    try:
+        secrets_file = private / "secrets"
+        fd = os.open(secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{RSYNCD_USER}:{secret}\n")
+        for _attempt in range(5):  # the port may be taken between probing and binding: try another
+            port = _free_port(spec.address)
+            conf = private / "rsyncd.conf"
+            conf.write_text(spec.config(secrets_file, port))
+            proc = subprocess.Popen(
+                ["rsync", "--daemon", "--no-detach", f"--config={conf}", f"--log-file={private / 'log'}"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            if _wait_listening(spec.address, port, proc, timeout):
+                break
+            _stop(proc)
+            proc = None
+        if proc is None:
+            log = (private / "log").read_text(errors="replace") if (private / "log").exists() else ""
+            raise SparkfleetError(
+                f"rsync daemon did not start on {spec.address}", hint=log.strip()[-300:] or None
+            )
+        yield port, proc.pid
+    finally:
+        _stop(proc)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr:
+        proc.stderr.close()
