@@ -13,7 +13,7 @@ import os
 import shlex
 import subprocess
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -112,15 +112,25 @@ def _stream(argv: list[str]) -> Iterator[StreamLines]:
     try:
         yield StreamLines(proc)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 0.0) -> None:
+    """End a process we started (by its PID, never by name): wait `grace_s` for it to finish on its
+    own, then SIGTERM, then SIGKILL after 5 s; close its pipes."""
+    if grace_s:
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe:
+            pipe.close()
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SparkfleetError
+from ..hosts import stop_process
 from .transport import RSYNCD_MODULE, RSYNCD_USER
 
 
@@ -129,14 +130,5 @@ def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tupl
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
-    if proc is None:
-        return
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stderr:
-        proc.stderr.close()
+    if proc is not None:
+        stop_process(proc)

@@ -34,6 +34,7 @@ from ..hosts import (
     StreamLines,
     connect,
     remote_sparkfleet,
+    stop_process,
 )
 from ..inventory import Host, Inventory
 from .events import parse_event
@@ -212,17 +213,7 @@ def _popen(
         if proc.stdin and not proc.stdin.closed:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
+        stop_process(proc, grace_s=10)  # closing stdin asks the far side to stop
 
 
 @contextlib.contextmanager
