@@ -49,6 +49,7 @@ from sparkfleet.bench.probes import (
 from sparkfleet.bench.prompts import make_prompt
 from sparkfleet.bench.spec import SpecSampler, read_metrics
 from sparkfleet.demo.openai_server import VOCAB
+from sparkfleet.hosts import stop_process
 
 PROMPT_TOKENS, TG = 487, 128
 BOOK_WORDS = (
@@ -107,12 +108,7 @@ def start_fake_lane(*flags: str) -> tuple[subprocess.Popen, str]:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
 
 
 def make_tokenizer(folder: Path, words: set[str]) -> None:

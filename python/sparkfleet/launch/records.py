@@ -69,8 +69,12 @@ def from_dict(d: dict) -> LaunchRecord:
 
 def load_all(state_dir: Path, lane: str) -> list[LaunchRecord]:
     """Every record of `lane` on this node, by rank."""
+    return _load_dir(lane_dir(state_dir, lane))
+
+
+def _load_dir(d: Path) -> list[LaunchRecord]:
+    """The rank records in folder `d`, by rank (an unreadable one is skipped, never a crash)."""
     out = []
-    d = lane_dir(state_dir, lane)
     for p in sorted(d.glob("rank*.json")) if d.is_dir() else []:
         try:
             out.append(from_dict(json.loads(p.read_text())))
@@ -97,14 +101,7 @@ def retire(state_dir: Path, record: LaunchRecord) -> None:
 
 def load_last(state_dir: Path, lane: str) -> list[LaunchRecord]:
     """The records of the lane's last stopped run on this node, by rank."""
-    out = []
-    d = lane_dir(state_dir, lane) / "last"
-    for p in sorted(d.glob("rank*.json")) if d.is_dir() else []:
-        try:
-            out.append(from_dict(json.loads(p.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue
-    return sorted(out, key=lambda r: r.rank)
+    return _load_dir(lane_dir(state_dir, lane) / "last")
 
 
 # ---- process identity --------------------------------------------------------------------------
