@@ -239,6 +239,13 @@ def test_fabric_canary_passes_then_names_the_broken_pair(gates):
         assert rep.busbw_gbps > 0.001  # the recipe's floor; a floor not met is test_supervisor's
         recorded = report.generation["canary"]
         assert recorded["ok"] and recorded["busbw_gbps"] == rep.busbw_gbps
+        # what it measured is kept on each node for the roofline's fabric term
+        from sparkfleet.roofline.machine import load_measurements
+
+        for name in ("dgx1", "dgx2", "dgx3"):
+            measured = load_measurements(hosts[name].root / "state")
+            assert measured["fabric_link"].value > 0 and "canary" in measured["fabric_link"].method
+            assert 0 < measured["fabric_latency"].value < 5.0
     finally:
         lanes.stop(inv, "canary3", 5)
     assert nothing_runs(hosts)  # the canary left nothing behind

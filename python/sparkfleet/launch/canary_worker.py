@@ -148,6 +148,18 @@ def collective_phase(store, rank: int, world: int, backend: str, size: int, iter
         if device is not None:
             torch.cuda.synchronize()
         secs = (time.perf_counter() - t0) / iters
+        # A decode step's all-reduce is small (one token's activations): its time is latency, the
+        # per-collective cost the roofline's fabric term needs.
+        small = torch.ones(4096, dtype=torch.float32, device=device)  # 16 KiB
+        dist.all_reduce(small)
+        if device is not None:
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(small)
+        if device is not None:
+            torch.cuda.synchronize()
+        small_secs = (time.perf_counter() - t1) / iters
         mine = torch.full((1024,), float(rank), dtype=torch.float32, device=device)
         gathered = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(gathered, mine)
@@ -159,6 +171,7 @@ def collective_phase(store, rank: int, world: int, backend: str, size: int, iter
             "ok": True,
             "stage": "done",
             "all_reduce_s": secs,
+            "small_all_reduce_s": small_secs,
             "busbw_gbps": algbw * 2 * (world - 1) / world * 8 / 1e9 if world > 1 else None,
             "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None,

@@ -109,7 +109,23 @@ def canary(req: dict) -> dict:
         "error": (err.strip().splitlines() or [f"exit {code}, no output"])[-1],
     }
     result["seconds"] = time.monotonic() - started
+    if result.get("ok"):
+        _record_fabric(Path(spec.state_dir), req["canary"].get("backend"), result)
     return {"result": result}
+
+
+def _record_fabric(state_dir: Path, backend: str | None, result: dict) -> None:
+    """What the canary measured, kept for the roofline (roofline/machine.py measurements.json)."""
+    from ..roofline.machine import record_measurements
+
+    found = {}
+    how = f"fabric canary ({backend})"
+    if result.get("busbw_gbps"):
+        found["fabric_link"] = (result["busbw_gbps"] * 1e9 / 8, f"{how}: all-reduce bus bandwidth")
+    if result.get("small_all_reduce_s"):
+        found["fabric_latency"] = (result["small_all_reduce_s"], f"{how}: one 16 KiB all-reduce")
+    if found:
+        record_measurements(state_dir, found)
 
 
 # ---- incident bundles ---------------------------------------------------------------------------
