@@ -18,12 +18,34 @@ def _event(msg: str) -> None:
 
 @click.command("watch")
 @click.argument("lane")
-@click.option("--interval", type=float, help="Seconds between generation probes (recipe [watch], 30).")
-@click.option("--latency", type=float, help="A probe's latency bound in seconds (<= interval).")
-@click.option("--max-restarts", type=int, help="Restarts allowed within --window (3).")
-@click.option("--window", type=float, help="Restart budget window in seconds (3600).")
-@click.option("--backoff", type=float, help="First restart delay in seconds; doubles per restart (10).")
-@click.option("--probes", type=int, default=None, help="Stop after this many probes (default: forever).")
+@click.option(
+    "--interval",
+    type=float,
+    show_default="recipe [watch], else 30",
+    help="Seconds between generation probes.",
+)
+@click.option(
+    "--latency", type=float, show_default="recipe [watch], else 20", help="A probe's latency bound in seconds (<= interval)."
+)
+@click.option(
+    "--max-restarts",
+    type=int,
+    show_default="recipe [watch], else 3",
+    help="Restarts allowed within --window.",
+)
+@click.option(
+    "--window",
+    type=float,
+    show_default="recipe [watch], else 3600",
+    help="Restart budget window in seconds.",
+)
+@click.option(
+    "--backoff",
+    type=float,
+    show_default="recipe [watch], else 10",
+    help="First restart delay in seconds; doubles per restart.",
+)
+@click.option("--probes", type=int, default=None, show_default="forever", help="Stop after this many probes.")
 @click.option("--allow-drift", is_flag=True, help="Relaunches may run on a drifted host stack.")
 @JSON
 @click.pass_context
@@ -42,7 +64,13 @@ def watch(
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
 
     Exit 0 when --probes ran out, 1 when the restart budget was spent and the lane was stopped (a human
-    is needed; a unit running this should not restart it: RestartPreventExitStatus=1)."""
+    is needed; a unit running this should not restart it: RestartPreventExitStatus=1).
+
+    \b
+    Examples:
+      sparkfleet watch dsv41-flash-4x-mia
+      sparkfleet watch dsv41-flash-4x-mia --interval 10 --probes 3 --json
+    """
     from ..launch.watch import watch_lane, watch_settings
 
     inv = load_inventory(ctx)
@@ -65,14 +93,22 @@ def watch(
 
 @click.command("promote")
 @click.argument("lane")
-@click.option("--report", "report_ref", help="Bench report to gate on (default: the newest since launch).")
+@click.option(
+    "--report", "report_ref", show_default="the newest since launch", help="Bench report to gate on."
+)
 @click.option(
     "--first", is_flag=True, help="No baseline yet: accept a passing bench as this lane's first good."
 )
 @JSON
 @click.pass_context
 def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, as_json: bool) -> None:
-    """Mark LANE's running generation good: smoke must pass and the bench must pass the baseline gate."""
+    """Mark LANE's running generation good: smoke must pass and the bench must pass the baseline gate.
+
+    \b
+    Examples:
+      sparkfleet promote dsv41-flash-4x-mia
+      sparkfleet promote dsv41-flash-4x-mia --first
+    """
     from ..bench import report as reports
     from ..bench.client import Endpoint, discover_model
     from ..bench.probes import run_smoke_case
@@ -140,7 +176,12 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
 @JSON
 @click.pass_context
 def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, as_json: bool) -> None:
-    """Stop LANE and relaunch its last good generation (its recipe, pins and image) on every host."""
+    """Stop LANE and relaunch its last good generation (its recipe, pins and image) on every host.
+
+    \b
+    Examples:
+      sparkfleet rollback dsv41-flash-4x-mia
+    """
     from ..launch.generations import rollback as do_rollback
     from ..launch.lane import launch, stop
 
@@ -175,7 +216,13 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
 @JSON
 @click.pass_context
 def history(ctx: click.Context, lane: str, as_json: bool) -> None:
-    """LANE's generations, newest first: status, good, image, boot, drift, and the reports of each."""
+    """LANE's generations, newest first: status, good, image, boot, drift, and the reports of each.
+
+    \b
+    Examples:
+      sparkfleet history dsv41-flash-4x-mia
+      sparkfleet history dsv41-flash-4x-mia --json
+    """
     from ..bench import report as reports
     from ..bench.target import for_lane
     from ..launch.generations import history as do_history

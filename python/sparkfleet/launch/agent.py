@@ -211,7 +211,7 @@ def logs(req: dict) -> dict:
         if live and rec.runtime != "process":
             data, _ = runtime_for(rec.runtime).read_log(rec, 0, 1 << 30)
         else:
-            data = _tail_bytes(rec.log_path)
+            data = tail_bytes(rec.log_path)
         out[str(rec.rank)] = "\n".join(
             data.decode("utf-8", errors="replace").splitlines()[-int(req.get("lines", 50)) :]
         )
@@ -219,7 +219,7 @@ def logs(req: dict) -> dict:
     return {"logs": out, "stopped": stopped, "log_paths": paths}
 
 
-def _tail_bytes(path: str, limit: int = 1 << 20) -> bytes:
+def tail_bytes(path: str, limit: int = 1 << 20) -> bytes:
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)

@@ -170,7 +170,7 @@ def boot_stage(log_text: str, signatures: list[str]) -> str | None:
 
 def incident(req: dict) -> dict:
     """Everything a human needs about this node's ranks of the lane, at the moment of failure."""
-    from .agent import _tail_bytes
+    from .agent import tail_bytes
     from .runtimes import runtime_for
 
     state_dir = Path(req["state_dir"])
@@ -179,7 +179,7 @@ def incident(req: dict) -> dict:
     for rec in records.load_all(state_dir, req["lane"]):
         runtime = runtime_for(rec.runtime)
         if rec.runtime == "process":
-            data = _tail_bytes(rec.log_path)
+            data = tail_bytes(rec.log_path)
         else:
             data, _ = runtime.read_log(rec, 0, 1 << 30)
         text = data.decode("utf-8", errors="replace")
