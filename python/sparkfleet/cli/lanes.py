@@ -25,7 +25,10 @@ def _event(msg: str) -> None:
     help="Seconds between generation probes.",
 )
 @click.option(
-    "--latency", type=float, show_default="recipe [watch], else 20", help="A probe's latency bound in seconds (<= interval)."
+    "--latency",
+    type=float,
+    show_default="recipe [watch], else 20",
+    help="A probe's latency bound in seconds (<= interval).",
 )
 @click.option(
     "--max-restarts",
