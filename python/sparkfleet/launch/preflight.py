@@ -231,7 +231,7 @@ def preflight(
         "host stack: " + ("matches the declared stack" if not report.drift else "DRIFT allowed: "
                           + "; ".join(report.drift))
     )  # fmt: skip
-    if canary and plan.recipe.canary.enabled:
+    if canary and plan.recipe.canary.enabled and len(plan.specs) > 1:  # one rank: no fabric to test
         report.canary = run_canary(inv, plan, call_agent)
         bw = f", bus bandwidth {report.canary.busbw_gbps:.2f} Gbit/s" if report.canary.busbw_gbps else ""
         on_event(f"fabric canary ok ({report.canary.backend}, {len(report.canary.ranks)} ranks{bw})")
