@@ -56,7 +56,9 @@ def test_the_section_reads_the_run_and_names_what_binds(inputs: dict) -> None:
     assert (pp["test"], pp["depth"], pp["tokens"]) == ("pp512", 4096, 512)
     assert section["machine"]["figures"]["memory_bandwidth"]["source"] == "sheet"
     md = "\n".join(markdown_lines(section))
-    assert f"{decode['pct_of_bound']:.0f} % of the" in md and "| pp512 | 4096 |" in md
+    pct = decode["pct_of_bound"]
+    shown = f"{pct:.0f} %" if pct >= 10 else f"{pct:.2g} %"  # small ones keep 2 significant digits
+    assert f"= {shown} of the" in md and "| pp512 | 4096 |" in md
 
 
 def test_a_failed_probe_gives_no_figure_and_says_why(inputs: dict) -> None:

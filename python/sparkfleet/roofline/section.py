@@ -100,6 +100,11 @@ def build_section(
     return section
 
 
+def _pct(value: float) -> str:
+    """A percentage a reader can tell from zero: 2 significant digits below 10 %."""
+    return f"{value:.0f} %" if value >= 10 else f"{value:.2g} %"
+
+
 def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f} ms"
 
@@ -119,7 +124,7 @@ def markdown_lines(section: dict[str, Any]) -> list[str]:
     decode = section.get("decode")
     if decode:
         out += [
-            f"Decode: **{decode['measured_tps']:.1f} tok/s measured = {decode['pct_of_bound']:.0f} % of the "
+            f"Decode: **{decode['measured_tps']:.1f} tok/s measured = {_pct(decode['pct_of_bound'])} of the "
             f"{decode['bound_tps']:.1f} tok/s bound**; binding: **{decode['binding']}**.",
             "",
             "| term (one step) | value |",
@@ -134,7 +139,7 @@ def markdown_lines(section: dict[str, Any]) -> list[str]:
             f"{_ms(decode['measured_step_ms'])} |",
             f"| unexplained overhead | {_ms(decode['overhead_ms_per_step'])} per step |",
             f"| tokens per step | {decode['tokens_per_step']:.2f} (verifies {decode['verify_tokens']}) |",
-            f"| step efficiency | {decode['step_efficiency_pct']:.0f} % |",
+            f"| step efficiency | {_pct(decode['step_efficiency_pct'])} |",
         ]
         if decode.get("draft_yield_pct") is not None:
             out.append(f"| draft yield (accept / verified) | {decode['draft_yield_pct']:.0f} % |")
@@ -144,7 +149,7 @@ def markdown_lines(section: dict[str, Any]) -> list[str]:
         for p in section["prefill"]:
             out.append(
                 f"| {p['test']} | {p['depth']} | {p['measured_tps']:.0f} t/s | {p['bound_tps']:.0f} t/s | "
-                f"{p['pct_of_bound']:.0f} % | {p['binding']} |"
+                f"{_pct(p['pct_of_bound'])} | {p['binding']} |"
             )
         out.append("")
     figures = section.get("machine", {}).get("figures", {})
