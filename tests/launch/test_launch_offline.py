@@ -98,7 +98,10 @@ def test_launch_dry_run_per_rank_in_start_order(root, tmp_path, no_ssh):
     assert argv[argv.index(r["image"]) + 1 :][:3] == ["python3", "-m", "sglang.launch_server"]
     assert argv[argv.index("--node-rank") + 1] == "0" and argv[argv.index("--tp") + 1] == "4"
     assert argv[argv.index("--model-path") + 1] == "<MODEL_PATH unknown>"  # never a guess
-    assert r["binds"] == [f"{tmp_path}/dgx1/state/cache/lane:/cache"]
+    assert r["binds"] == [
+        f"{tmp_path}/dgx1/state/cache/lane:/cache",
+        f"{tmp_path}/dgx1/state/bootcache/lane/{'ab' * 8}-main-tp4ep1pad0n4:/bootcache",  # node-local
+    ]
     assert r["devices"] == ["/dev/infiniband"]
     assert r["env"]["HF_TOKEN"] == "<redacted>" and r["env"]["DIST_INIT_ADDR"] == "10.0.0.1:20000"
     assert set(r["unknown"]) >= {"NCCL_IB_HCA", "MODEL_PATH", "model binds"}

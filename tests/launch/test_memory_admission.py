@@ -103,7 +103,11 @@ def _tp4_spec(inv, host="dgx2"):
     fabrics = {h: FabricFacts(f"10.0.0.{i}", ("rocep1s0f0",), 3, "enp1s0f0np0")
                for i, h in enumerate(inv.lane("dsv41-flash-4x-mia").hosts, start=1)}  # fmt: skip
     h = inv.host(host)
-    return build_spec(inv, recipe, host, build_manifest(host, h.local_hub, h.nas_hub, [], "/hub"), fabrics)
+    manifest = build_manifest(host, h.local_hub, h.nas_hub, [], "/hub")
+    return build_spec(inv, recipe, host, manifest, fabrics, BUILT)  # the lane runs its Nix-built image
+
+
+BUILT = "sha256:" + "ab" * 32  # the image ID `sparkfleet image load` recorded for the TP4 build
 
 
 def test_mem_fraction_declared_once_fills_the_command(tmp_path):
@@ -112,7 +116,7 @@ def test_mem_fraction_declared_once_fills_the_command(tmp_path):
     spec = _tp4_spec(_repo_copy(tmp_path / "a"))
     assert flag_values(spec.argv, "--mem-fraction-static") == ["0.8"]
     # boot caches: node-local, keyed by image digest x model revision x world shape, bound into the image
-    assert spec.boot_cache_key == "3dbc313030a6ef2c-fb2764a5-tp4ep1pad0n4"
+    assert spec.boot_cache_key == "abababababababab-fb2764a5-tp4ep1pad0n4"
     assert spec.env["TRITON_CACHE_DIR"] == "/bootcache/triton"
     assert any(b.target == "/bootcache" and not b.read_only and b.origin == "bootcache" for b in spec.binds)
     with pytest.raises(ShapeError, match="--mem-fraction-static 0.9 but the world shape says 0.8"):

@@ -146,6 +146,8 @@ def _local_fleet(root: Path, nas_hub: Path, tmp: Path, port: int) -> Path:
         ready_s = 30
         poll_s = 0.2
         stop_s = 5
+        [launch.canary]
+        enabled = false  # this test is about the unit's argv; the canary is test_gates_fleet's
 
         [[models]]
         pin = "weights"

@@ -43,7 +43,7 @@ def free_port_pair() -> int:
     raise OSError("no two adjacent free ports on 127.0.0.1")
 
 
-def demo_launch_tables(port: int | None = None, boot_delay: float = 2.0) -> str:
+def demo_launch_tables(port: int | None = None, boot_delay: float = 2.0, canary: bool | None = None) -> str:
     """`[world]` + `[launch]` TOML for the demo lane (two ranks on one machine, process runtime)."""
     port = port or free_port_pair()
     args = ["-m", "sparkfleet.demo.openai_server", "--host", "127.0.0.1", "--port", "{rank_port}",
@@ -73,7 +73,7 @@ stop_s = 10
 # The fabric canary (gloo on one machine) needs torch beside sparkfleet; `make demo` installs only
 # the runtime dependencies, so the demo runs it only where torch is importable (`make test`'s venv).
 [launch.canary]
-enabled = {json.dumps(canary_runs_here())}
+enabled = {json.dumps(canary_runs_here() if canary is None else canary)}
 python = {json.dumps(sys.executable)}
 """
 

@@ -445,8 +445,8 @@ def build_spec(
         devices.append("nvidia.com/gpu=all")
     if not in_container:
         env["SPARKFLEET_CACHE_DIR"] = cache_dir
-    boot_key = cache_key(
-        recipe.image.value if recipe.image else None,
+    boot_key = cache_key(  # the image the rank runs: a registry pin's digest, or the Nix build's ID
+        recipe.image.value if recipe.image else built_image,
         recipe.model.revision if recipe.model else None,
         world.tp, world.ep, world.pad, world.nnodes,
     )  # fmt: skip
