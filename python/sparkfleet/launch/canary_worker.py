@@ -140,26 +140,23 @@ def collective_phase(store, rank: int, world: int, backend: str, size: int, iter
                 "stage": "all_reduce",
                 "error": f"all-reduce gave {float(x[0])}, expected {want}",
             }
-        if device is not None:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(x)
-        if device is not None:
-            torch.cuda.synchronize()
-        secs = (time.perf_counter() - t0) / iters
+        def timed(t) -> float:
+            """Seconds per all-reduce of `t`, averaged over `iters` (device work finished)."""
+            if device is not None:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            if device is not None:
+                torch.cuda.synchronize()
+            return (time.perf_counter() - start) / iters
+
+        secs = timed(x)
         # A decode step's all-reduce is small (one token's activations): its time is latency, the
         # per-collective cost the roofline's fabric term needs.
         small = torch.ones(4096, dtype=torch.float32, device=device)  # 16 KiB
-        dist.all_reduce(small)
-        if device is not None:
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(small)
-        if device is not None:
-            torch.cuda.synchronize()
-        small_secs = (time.perf_counter() - t1) / iters
+        dist.all_reduce(small)  # warm-up of the small size
+        small_secs = timed(small)
         mine = torch.full((1024,), float(rank), dtype=torch.float32, device=device)
         gathered = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(gathered, mine)
