@@ -19,9 +19,12 @@ import datetime
 import fcntl
 import json
 import os
+import re
+import shutil
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
 
@@ -55,6 +58,92 @@ def my_address(master: str) -> tuple[str, str | None]:
             s.connect((master, 9))
             ip = s.getsockname()[0]
     return ip, by_ip.get(ip)
+
+
+def ifname_matches(spec: str, names: list[str]) -> list[str]:
+    """The interfaces an NCCL/gloo socket-ifname value selects, by NCCL's own rules: a comma list of
+    prefixes, `=` for exact names, `^` to exclude (an exclusion list selects whatever it leaves)."""
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^")
+    exact = spec.startswith("=")
+    wanted = [w for w in spec.lstrip("=").split(",") if w]
+
+    def hit(name: str) -> bool:
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    return [n for n in names if hit(n) != exclude]
+
+
+def env_problems(environ: dict[str, str], names: list[str], backend: str, gpus: int | None) -> list[str]:
+    """Pure: what in this rank's env cannot work on this host, said before any collective hangs on
+    it. `names` are the host's interfaces; `gpus` the CUDA devices torch sees (None: not asked)."""
+    problems = []
+    keys = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if backend == "nccl" else ("GLOO_SOCKET_IFNAME",)
+    for key in keys:
+        value = environ.get(key)
+        if value and not ifname_matches(value, names):
+            problems.append(f"{key}={value} selects no interface on this host (it has {', '.join(names)})")
+    if backend == "nccl" and gpus is not None:
+        local = int(environ.get("LOCAL_RANK", "0") or 0)
+        cvd = environ.get("CUDA_VISIBLE_DEVICES")
+        shown = f"CUDA_VISIBLE_DEVICES={cvd}" if cvd is not None else "CUDA_VISIBLE_DEVICES unset"
+        if gpus == 0:
+            problems.append(f"no GPU visible to this rank ({shown})")
+        elif local >= gpus:
+            problems.append(f"LOCAL_RANK={local} but only {gpus} GPU(s) visible ({shown})")
+    return problems
+
+
+# NCCL's own log (NCCL_DEBUG=INFO into NCCL_DEBUG_FILE): what it decided, read back after the run.
+_NET = re.compile(r"Using network (\w+)")
+_SET = re.compile(r"(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S+?)\.?$")
+_VIA = re.compile(r"via (P2P|SHM|NET|COLLNET)(?:/(\w+))?")
+
+
+def summarize_nccl_log(text: str) -> dict:
+    """Pure: NCCL's INFO/WARN lines → the network it chose, the settings it saw from the environment,
+    the transports its channels use, and its own warnings, kept verbatim (the cause of a failure)."""
+    networks, transports, settings, warnings = [], set(), {}, []
+    for line in text.splitlines():
+        if " NCCL WARN " in line:
+            warnings.append(line.split(" NCCL WARN ", 1)[1].strip())
+            continue
+        if (m := _NET.search(line)) and m.group(1) not in networks:
+            networks.append(m.group(1))
+        if m := _SET.search(line):
+            settings[m.group(1)] = m.group(2)
+        if m := _VIA.search(line):
+            transports.add("/".join(x for x in m.groups() if x))
+        if "NET/IB : No device found" in line:
+            settings.setdefault("_ib", "no device found")
+    return {
+        "network": networks[0] if networks else None,
+        "env": settings,
+        "transports": sorted(transports),
+        "warnings": warnings[:20],
+    }
+
+
+def nccl_fallback(environ: dict[str, str], summary: dict) -> str | None:
+    """The lane names an IB/RoCE HCA but NCCL's channels run over sockets: say so (a silent fall to
+    TCP is the slow night the canary exists to catch)."""
+    hca = environ.get("NCCL_IB_HCA")
+    if hca and summary.get("network") == "Socket":
+        why = "; NET/IB found no device" if summary["env"].get("_ib") else ""
+        return f"NCCL_IB_HCA={hca} but NCCL fell back to sockets (network Socket{why})"
+    return None
+
+
+def _read_nccl_logs(logdir: str | None) -> str:
+    if not logdir:
+        return ""
+    chunks = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(logdir)):
+            with open(os.path.join(logdir, name), errors="replace") as f:
+                chunks.append(f.read(1 << 20))
+    return "\n".join(chunks)
 
 
 def emit(result: dict) -> None:
@@ -196,6 +285,25 @@ def main(argv: list[str] | None = None) -> int:
         emit({**out, "ok": False, "stage": "address", "error": str(exc)})
         return 1
     out.update(ip=ip, ifname=ifname)
+    gpus = None
+    if a.backend == "nccl":
+        try:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        except ImportError:
+            pass  # said at the import stage below
+    problems = env_problems(dict(os.environ), sorted(set(interfaces().values())), a.backend, gpus)
+    if problems:
+        emit({**out, "ok": False, "stage": "env", "error": "; ".join(problems)})
+        return 1
+    logdir = None
+    if a.backend == "nccl":
+        # NCCL's own account of the run, whatever the lane's NCCL_DEBUG: kept in the record.
+        logdir = tempfile.mkdtemp(prefix="sparkfleet-canary-nccl-")
+        out["nccl_debug_lane"] = os.environ.get("NCCL_DEBUG")
+        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=os.path.join(logdir, "nccl.%h.%p.log"))
+        os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET")
     if a.backend == "gloo" and ifname and not os.environ.get("GLOO_SOCKET_IFNAME"):
         os.environ["GLOO_SOCKET_IFNAME"] = ifname  # gloo would otherwise resolve the hostname
     try:
@@ -222,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
         res = collective_phase(store, a.rank, a.world, a.backend, a.bytes, a.iters, a.timeout)
     except Exception as exc:  # noqa: BLE001
         res = {"ok": False, "stage": "collective", "error": f"{type(exc).__name__}: {exc}"}
+    if logdir:
+        summary = summarize_nccl_log(_read_nccl_logs(logdir))
+        shutil.rmtree(logdir, ignore_errors=True)
+        res["nccl_log"] = summary
+        if not res.get("ok") and summary["warnings"]:
+            res["error"] = f"{res.get('error')}; NCCL: {summary['warnings'][0]}"
+        fallback = nccl_fallback(dict(os.environ), summary)
+        if fallback and res.get("ok"):
+            res.update(ok=False, stage="transport", error=fallback)
     emit({**out, **res})
     return 0 if res.get("ok") else 1
 

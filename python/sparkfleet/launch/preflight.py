@@ -183,10 +183,18 @@ def judge_canary(results: list[dict], hosts: dict[int, str], backend: str, floor
                 f"{_who(dst, hosts, p['dst_ip'], p['dst_ifname'])} port {p['dst_port']}: {p['error']}"
             )
     if not pairs:
-        for r in results:
+        # A rank that refused its own env (no such interface, no GPU) is the cause; the ranks left
+        # waiting for it at the rendezvous are the effect: cause first, naming who waited on whom.
+        causes = [r for r in results if not r.get("ok") and r.get("stage") in ("env", "address", "import")]
+        for r in sorted(results, key=lambda r: r not in causes):
             if not r.get("ok"):
+                waited = (
+                    f" (waiting for rank {', '.join(str(c.get('rank')) for c in causes)})"
+                    if causes and r not in causes
+                    else ""
+                )
                 problems.append(
-                    f"rank {r.get('rank')} on {r.get('host')}: {r.get('stage')}: {r.get('error')}"
+                    f"rank {r.get('rank')} on {r.get('host')}: {r.get('stage')}: {r.get('error')}{waited}"
                 )
     elif not problems:
         for r in results:
