@@ -154,7 +154,7 @@ IMAGE_OK = f"ghcr.io/kit-org/runtime@{DIGEST}"
         (lock(runtime=7), "runtime"),
         (lock(runtime={"image": IMAGE_OK, "files": ["kernel-cache.tar"]}), "runtime.files"),
         (lock(runtime={"image": IMAGE_OK, "files": "kernel-cache.tar"}), "runtime.files"),
-        (lock(runtime={"image": IMAGE_OK, "files": {"kernel-cache.tar": 5}}), "runtime.files.kernel-cache.tar"),
+        (lock(runtime={"image": IMAGE_OK, "files": {"kc.tar": 5}}), "runtime.files.kc.tar"),
         (lock(runtime={"image": IMAGE_OK, "files": {"k": {"bytes": "big", "sha256": "7" * 64}}}),
          "runtime.files.k.bytes"),
         (lock(runtime={"image": IMAGE_OK, "files": {"k": {"bytes": 1, "sha256": ["7"]}}}),
