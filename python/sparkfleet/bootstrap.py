@@ -346,14 +346,22 @@ def plan(f: HostFacts) -> list[Change]:
 # ---- action ---------------------------------------------------------------------------------------
 
 
-# Constant scripts (arguments positional): temp beside the target, validate, fsync, rename.
+# Constant scripts (arguments positional). The temp beside the target gets a unique name made
+# by mktemp (open O_CREAT|O_EXCL: a link planted under any name is never followed, and a fixed
+# name cannot be planted in advance), is written through dd's O_NOFOLLOW, validated, synced and
+# renamed over the final name — which is refused if it is itself a link (a rename would replace
+# the link, but a planted link there means somebody else is at work: say so, change nothing).
+# Temp names start with "." and carry TEMP_TAG: sudo skips them in sudoers.d.
+TEMP_TAG = ".sparkfleet-tmp."
 _WRITE = r"""
 set -e
-final=$1; tmp=$2; mode=$3; shift 3
+final=$1; mode=$2; shift 2
 dir=$(dirname "$final")
 mkdir -p "$dir"
+if [ -L "$final" ]; then echo "refusing: $final is a symbolic link, not a file of ours" >&2; exit 3; fi
+tmp=$(mktemp "$dir/.$(basename "$final").sparkfleet-tmp.XXXXXXXXXX")
 trap 'rm -f "$tmp"' EXIT
-cat > "$tmp"
+dd of="$tmp" oflag=nofollow conv=notrunc status=none
 chmod "$mode" "$tmp"
 if [ $# -gt 0 ]; then "$@" "$tmp" 1>&2; fi
 sync "$tmp"
@@ -363,9 +371,12 @@ sync "$dir"
 """
 _LINK = r"""
 set -e
-mkdir -p "$(dirname "$1")"
-ln -sfn "$2" "$3"
-mv -fT "$3" "$1"
+final=$1; target=$2
+dir=$(dirname "$final")
+mkdir -p "$dir"
+tmp=$(mktemp -u "$dir/.$(basename "$final").sparkfleet-tmp.XXXXXXXXXX")
+ln -sn "$target" "$tmp"
+mv -fT "$tmp" "$final"
 """
 
 
@@ -376,23 +387,17 @@ def _must(runner: HostRunner, argv: list[str], what: str, input: str | None = No
         raise BootstrapError(f"{runner.name}: {what} failed: {err}")
 
 
-def _temp_of(path: str) -> str:
-    d, name = posixpath.split(path)
-    return posixpath.join(d, f".{name}.sparkfleet-tmp")  # a "." in the name: sudo ignores it
-
-
 def apply_change(runner: HostRunner, sudo: list[str], change: Change) -> None:
     """Make one change with one ssh command."""
     if change.link_target is not None:
         assert change.path is not None
-        argv = [*sudo, "sh", "-c", _LINK, "sh", change.path, change.link_target, _temp_of(change.path)]
+        argv = [*sudo, "sh", "-c", _LINK, "sh", change.path, change.link_target]
         _must(runner, argv, f"link {change.path}")
     elif change.after is not None:
         assert change.path is not None
         name = posixpath.basename(change.path)
         what = f"{change.validate[0]} check of the new {name}" if change.validate else f"write {change.path}"
-        argv = [*sudo, "sh", "-c", _WRITE, "sh", change.path, _temp_of(change.path), change.mode or "0644",
-                *change.validate]  # fmt: skip
+        argv = [*sudo, "sh", "-c", _WRITE, "sh", change.path, change.mode or "0644", *change.validate]
         _must(runner, argv, what, input=change.after)
     elif change.command:
         _must(runner, [*sudo, *change.command], change.summary)

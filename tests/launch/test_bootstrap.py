@@ -192,3 +192,65 @@ def test_a_host_without_sparkfleet_is_told_to_bootstrap_and_deploy(dgx_os_host, 
     staged = _cli(dgx_os_host, "stage", "dgxos", "--json")
     assert staged.exit_code != 0
     assert "sparkfleet is not installed there" in staged.output, staged.output
+
+
+def _sudoers_change(target: Path) -> bs.Change:
+    return bs.Change("sudo-path", "sudoers", str(target), None, bs.sudoers_text(), "0440",
+                     validate=("visudo", "-c", "-f"))  # fmt: skip
+
+
+@pytest.mark.parametrize("planted", ["link-to-file", "link-to-missing", "link-to-dir"])
+def test_a_link_planted_at_the_old_fixed_temp_name_is_never_followed(tmp_path, planted):
+    """Issue 20 item 16: a link at `.sparkfleet-nix.sparkfleet-tmp` got the sudoers text and chmod 0440,
+    then itself became /etc/sudoers.d/sparkfleet-nix, while bootstrap reported ✓."""
+    if shutil.which("visudo") is None:
+        pytest.skip("visudo not found (Debian package sudo)")
+    target = tmp_path / "etc/sudoers.d/sparkfleet-nix"
+    target.parent.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("the victim's own bytes\n")
+    victim.chmod(0o600)
+    (tmp_path / "victim-dir").mkdir()
+    to = {
+        "link-to-file": victim,
+        "link-to-missing": tmp_path / "nothing",
+        "link-to-dir": tmp_path / "victim-dir",
+    }
+    old_temp = target.parent / ".sparkfleet-nix.sparkfleet-tmp"
+    old_temp.symlink_to(to[planted])
+    bs.apply_change(LocalHost("local"), [], _sudoers_change(target))
+    assert victim.read_text() == "the victim's own bytes\n" and victim.stat().st_mode & 0o777 == 0o600
+    assert not (tmp_path / "nothing").exists() and not list((tmp_path / "victim-dir").iterdir())
+    assert not target.is_symlink() and target.read_text() == bs.sudoers_text()
+    assert target.stat().st_mode & 0o777 == 0o440
+    assert os.readlink(old_temp) == str(to[planted])  # left alone: not ours
+    # no temp of ours is left behind
+    assert sorted(p.name for p in target.parent.iterdir()) == [old_temp.name, "sparkfleet-nix"]
+
+
+def test_a_final_path_that_is_a_link_is_refused(tmp_path):
+    target = tmp_path / "etc/nix/nix.conf"
+    target.parent.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("x = 1\n")
+    target.symlink_to(victim)
+    change = bs.Change("trusted-users", "conf", str(target), None, "trusted-users = root u\n", "0644")
+    with pytest.raises(bs.BootstrapError, match="is a symbolic link"):
+        bs.apply_change(LocalHost("local"), [], change)
+    assert victim.read_text() == "x = 1\n" and os.readlink(target) == str(victim)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["nix.conf"]
+
+
+def test_a_link_planted_at_the_old_fixed_temp_name_of_a_nix_link_is_not_followed(tmp_path):
+    link = tmp_path / "usr/local/bin/nix-store"
+    link.parent.mkdir(parents=True)
+    (tmp_path / "victim-dir").mkdir()
+    old_temp = link.parent / ".nix-store.sparkfleet-tmp"
+    old_temp.symlink_to(tmp_path / "victim-dir")
+    change = bs.Change(
+        "nix-path", "link", str(link), link_target="/nix/var/nix/profiles/default/bin/nix-store"
+    )
+    bs.apply_change(LocalHost("local"), [], change)
+    assert os.readlink(link) == "/nix/var/nix/profiles/default/bin/nix-store"
+    assert not list((tmp_path / "victim-dir").iterdir())
+    assert sorted(p.name for p in link.parent.iterdir()) == [old_temp.name, "nix-store"]
