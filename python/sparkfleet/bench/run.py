@@ -20,7 +20,6 @@ from ..errors import SparkfleetError
 from .client import Endpoint, chat_request, discover_model, stream_chat
 from .metrics import measure
 from .probes import (
-    LANE_BUDGET_HINT,
     DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
@@ -200,8 +199,7 @@ def run_bench(
             return run
         if settings.smoke:
             for case in target.smoke:
-                hint = LANE_BUDGET_HINT if target.lane else "run `sparkfleet smoke --url ... --max-tokens N`"
-                outcome = run_smoke_case(endpoint, case, hint)
+                outcome = run_smoke_case(endpoint, case)
                 run.smoke.append(outcome)
                 progress.step("smoke")
                 if not outcome.passed:
