@@ -65,9 +65,7 @@ def known_bad(tp, ep, env, flags, cache_dir, roots, regex) -> list[str]:
             why.append(f"--ep-size {{tp}} against ep {ep}")
         elif flag == "--port" and value == "1":
             why.append("--port 1 against the lane's port")
-    if cache_dir is not None and (
-        not cache_dir.startswith("{state_dir}/") or ".." in cache_dir.split("/")
-    ):
+    if cache_dir is not None and (not cache_dir.startswith("{state_dir}/") or ".." in cache_dir.split("/")):
         why.append(f"cache_dir {cache_dir}")
     why += [
         f"receipt root {r}"
