@@ -203,3 +203,24 @@ def test_a_well_formed_archive_with_dot_slash_names_still_reads(tmp_path):
     )
     build = inspect_build(archive)
     assert build.image_id == "sha256:" + CONFIG_NAME.removesuffix(".json") and build.repo_tags == ()
+
+
+@pytest.mark.parametrize(
+    "doc,key",
+    [({"build": ["sha256:x"]}, "build"), ({"build": {"image_id": 5}}, "build.image_id"),
+     ({"hosts": [["dgx1", {}]]}, "hosts"), ({"previous_build": "x"}, "previous_build")],
+)  # fmt: skip
+def test_a_tampered_operator_record_is_an_error_naming_the_key(tmp_path, monkeypatch, doc, key):
+    from sparkfleet.errors import SparkfleetError
+    from sparkfleet.images.load import built_image_id, operator_record_path
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")
+    path = operator_record_path(recipe.lane)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SparkfleetError, match=f"{key}: expected"):
+        built_image_id(recipe)
+    path.write_text("[" * 100_000)
+    with pytest.raises(SparkfleetError, match="nested too deeply"):
+        built_image_id(recipe)
