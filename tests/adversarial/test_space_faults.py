@@ -118,6 +118,9 @@ def test_inode_limits(nas, reference, tmpfs, figures, nr_inodes):
         assert exc.exit_code == ExitCode.SPACE, exc
         count(figures, "space", "faults_refused")
         _check_no_partials(local, reference, figures)
+        # the fault gone (more inodes on the same mount), the rerun must converge: nothing lost
+        subprocess.run(["mount", "-o", "remount,nr_inodes=100000", str(mount)], check=True)
+        _rerun_converges(nas, local, reference, figures)
 
 
 def test_inodes_running_out_mid_run(nas, reference, tmpfs, monkeypatch, figures):
