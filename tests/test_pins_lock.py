@@ -140,3 +140,46 @@ def test_cli_import_lock(root: Path, tmp_path: Path) -> None:
     bad = CliRunner().invoke(main, ["--root", str(root), "pins", "import-lock", str(tmp_path / "nope.json"),
                                     "--from", "kit"])  # fmt: skip
     assert bad.exit_code != 0 and "nope.json: no such file" in bad.output
+
+
+FILES_OK = {"kernel-cache.tar": {"bytes": 683673600, "sha256": "7" * 64}}
+IMAGE_OK = f"ghcr.io/kit-org/runtime@{DIGEST}"
+
+
+@pytest.mark.parametrize(
+    "doc,key",
+    [
+        (lock(runtime="ghcr.io/kit-org/runtime"), "runtime"),
+        (lock(runtime=["image"]), "runtime"),
+        (lock(runtime=7), "runtime"),
+        (lock(runtime={"image": IMAGE_OK, "files": ["kernel-cache.tar"]}), "runtime.files"),
+        (lock(runtime={"image": IMAGE_OK, "files": "kernel-cache.tar"}), "runtime.files"),
+        (lock(runtime={"image": IMAGE_OK, "files": {"kc.tar": 5}}), "runtime.files.kc.tar"),
+        (lock(runtime={"image": IMAGE_OK, "files": {"k": {"bytes": "big", "sha256": "7" * 64}}}),
+         "runtime.files.k.bytes"),
+        (lock(runtime={"image": IMAGE_OK, "files": {"k": {"bytes": 1, "sha256": ["7"]}}}),
+         "runtime.files.k.sha256"),
+        (lock(runtime={"image": IMAGE_OK, "files": {"k": {"bytes": True, "sha256": "7" * 64}}}),
+         "runtime.files.k.bytes"),
+        (lock(runtime={"image": 12}), "runtime.image"),
+        (lock(model={"repo": ["kit-org/Model-EXL3-3bpw"], "revision": MODEL}), "model.repo"),
+    ],
+)  # fmt: skip
+def test_a_lock_with_wrong_json_types_is_a_pin_error_naming_the_key(root, tmp_path, doc, key):
+    """Issue 20 item 15: `runtime` or `files` of the wrong JSON type gave tracebacks."""
+    fleet = root / "hosts" / "fleet.toml"
+    before = fleet.read_text()
+    path = write_lock(tmp_path / "lock.json", doc)
+    with pytest.raises(pins.PinError, match=f": {key}: expected"):
+        pins.import_lock(inventory.load(root), path, from_pin="kit", at=KIT)
+    res = CliRunner().invoke(main, ["--root", str(root), "pins", "import-lock", str(path), "--from", "kit"])
+    assert res.exit_code != 0 and f"{key}: expected" in res.output and "Traceback" not in res.output
+    assert not isinstance(res.exception, TypeError | AttributeError | KeyError)
+    assert fleet.read_text() == before
+
+
+def test_a_deeply_nested_lock_is_a_pin_error(root, tmp_path):
+    path = tmp_path / "lock.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(pins.PinError, match="not valid JSON"):
+        pins.import_lock(inventory.load(root), path, from_pin="kit", at=KIT)

@@ -9,6 +9,11 @@ and Nix's own behaviour:
   profile's bin/ — the profile path, not a store path, so a Nix upgrade is followed.
 * trusted-users: the deploy user must be trusted by the daemon to import unsigned paths
   (deploy-rs#293). Fix: add it to `trusted-users` in /etc/nix/nix.conf, then restart nix-daemon.
+* nix-daemon trusts the user: nix.conf saying so is not enough — the daemon reads it when it
+  starts, so a restart that failed leaves a daemon that does not. Checked against the live
+  daemon: the user connects to its socket (`nix store ping`, which newer Nix answers with
+  `Trusted: 0/1` — then that verdict is taken), and the running daemon must have started after
+  nix.conf's last change (its age from /proc against the file's). Fix: restart nix-daemon.
 * sudo-path: deploy-rs's activate-rs calls `nix-env` by name under sudo, and Ubuntu's
   secure_path lacks the Nix profile. Fix: /etc/sudoers.d/sparkfleet-nix setting secure_path,
   checked with `visudo -c` before it is moved into place.
@@ -36,6 +41,8 @@ from .hosts import HostRunner, RunResult, check_reachable
 PROFILE_BIN = "/nix/var/nix/profiles/default/bin"
 LINK_DIR = "/usr/local/bin"
 NIX_CONF = "/etc/nix/nix.conf"
+DAEMON_SOCKET = "/nix/var/nix/daemon-socket/socket"
+DAEMON_UNIT = "nix-daemon.service"
 SUDOERS_DROPIN = "/etc/sudoers.d/sparkfleet-nix"  # no "." in the name: sudo skips such files
 # Ubuntu's default secure_path with the Nix default profile in front.
 UBUNTU_SECURE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
@@ -62,6 +69,18 @@ class HostFacts:
     nix_conf: str | None
     sudoers: str | None
     machine: str
+    daemon: DaemonFacts | None = None
+
+
+@dataclass(frozen=True)
+class DaemonFacts:
+    """The live nix-daemon as the user sees it through its socket, and how old it is."""
+
+    answered: bool  # `nix store ping` through the daemon's socket succeeded
+    detail: str  # its last output line, or why it failed
+    trusted: bool | None  # the daemon's own verdict, where the Nix version reports one
+    age_s: float | None  # how long the running daemon has run (None: none running, or unknown)
+    conf_age_s: float | None  # how long ago nix.conf last changed
 
 
 @dataclass(frozen=True)
@@ -159,6 +178,18 @@ section sudoers
 if [ "$(id -u)" = 0 ]; then s=""; else s="sudo -n"; fi
 if $s test -e "$4"; then $s base64 -w0 "$4"; echo; echo present; fi
 section machine; uname -m
+section ping
+if [ -x "$1/nix" ]; then
+  "$1/nix" --extra-experimental-features nix-command store ping --store "unix://$5" 2>&1; echo "exit=$?"
+else echo "no $1/nix"; echo "exit=127"; fi
+section daemon
+pid=$($s systemctl show -p MainPID --value nix-daemon.service 2>/dev/null)
+if [ -n "$pid" ] && [ "$pid" != 0 ] && [ -r "/proc/$pid/stat" ]; then
+  echo "uptime=$(cut -d' ' -f1 /proc/uptime)"
+  echo "start=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)"
+  echo "ticks=$(getconf CLK_TCK)"
+fi
+if [ -e "$3" ]; then echo "now=$(date +%s.%N)"; echo "conf=$(date -r "$3" +%s.%N)"; fi
 """
 
 
@@ -183,7 +214,7 @@ def _file(lines: list[str]) -> str | None:
 
 def gather(runner: HostRunner, user: str, prefix: str = "") -> HostFacts:
     """Read every fact the plan needs (one ssh command; nothing is changed)."""
-    paths = [host_path(prefix, p) for p in (PROFILE_BIN, LINK_DIR, NIX_CONF, SUDOERS_DROPIN)]
+    paths = [host_path(prefix, p) for p in (PROFILE_BIN, LINK_DIR, NIX_CONF, SUDOERS_DROPIN, DAEMON_SOCKET)]
     res = _run(runner, ["sh", "-c", _GATHER, "sh", *paths])
     s = _sections(res.stdout)
     if "machine" not in s:
@@ -210,7 +241,47 @@ def gather(runner: HostRunner, user: str, prefix: str = "") -> HostFacts:
         nix_conf=_file(s.get("conf", [])),
         sudoers=_file(s.get("sudoers", [])),
         machine=(s.get("machine") or ["unknown"])[0],
+        daemon=_daemon_facts(s.get("ping", []), s.get("daemon", [])),
     )
+
+
+def _daemon_facts(ping: list[str], daemon: list[str]) -> DaemonFacts:
+    answered = bool(ping) and ping[-1] == "exit=0"
+    lines = [line for line in ping[:-1] if line.strip()]
+    trusted = None
+    for line in lines:  # Nix >= 2.15: "Trusted: 1"
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "trusted" and value.strip() in ("0", "1"):
+            trusted = value.strip() == "1"
+    kv = dict(line.partition("=")[::2] for line in daemon)
+    try:
+        age = float(kv["uptime"]) - int(kv["start"]) / int(kv["ticks"])
+    except (KeyError, ValueError, ZeroDivisionError):
+        age = None
+    try:
+        conf_age = float(kv["now"]) - float(kv["conf"])
+    except (KeyError, ValueError):
+        conf_age = None
+    return DaemonFacts(answered, (lines or ["no answer"])[-1][-200:], trusted, age, conf_age)
+
+
+def daemon_trusts(f: HostFacts) -> tuple[bool, str]:
+    """Whether the running nix-daemon trusts the user — the daemon, not just its config file."""
+    d = f.daemon
+    if d is None or not d.answered:
+        return False, f"nix-daemon did not answer {f.user} on its socket: {d.detail if d else 'not asked'}"
+    if d.trusted is not None:
+        return d.trusted, f"nix-daemon says {f.user} is {'' if d.trusted else 'NOT '}trusted"
+    if not is_trusted(f.user, f.nix_conf):
+        return False, f"nix-daemon runs with a {NIX_CONF} that does not trust {f.user}"
+    if d.age_s is not None and d.conf_age_s is not None and d.age_s > d.conf_age_s:
+        return False, (
+            f"nix-daemon has run {d.age_s:.0f} s, but {NIX_CONF} changed {d.conf_age_s:.0f} s ago: "
+            "it has not read the trusted-users that name " + f.user
+        )
+    if d.age_s is None:
+        return True, f"no nix-daemon running; the next connection starts one that reads {NIX_CONF}"
+    return True, f"nix-daemon answers, started after {NIX_CONF} last changed"
 
 
 # ---- pure: what is missing and what would fix it -----------------------------------------------
@@ -266,6 +337,7 @@ def prereqs(f: HostFacts) -> list[Prereq]:
     """Every prerequisite with what was found and the fix (doctor prints these)."""
     fix = f"sparkfleet bootstrap {f.host}"
     trusted = is_trusted(f.user, f.nix_conf)
+    live_ok, live_detail = daemon_trusts(f)
     sudo_path = f.sudoers == sudoers_text(f.prefix)
     if sudo_path:
         sudo_detail = "sets secure_path with the Nix profile"
@@ -284,6 +356,12 @@ def prereqs(f: HostFacts) -> list[Prereq]:
             f"{f.user} {'is' if trusted else 'is NOT'} in trusted-users "
             f"({' '.join(trusted_users(f.nix_conf))}) of {NIX_CONF}",
             None if trusted else f"{fix} (adds {f.user}, restarts nix-daemon)",
+        ),
+        Prereq(
+            "nix-daemon trusts user",
+            live_ok,
+            live_detail,
+            None if live_ok else f"{fix} (restarts nix-daemon)",
         ),
         Prereq(
             "sudo secure_path",
@@ -326,14 +404,20 @@ def plan(f: HostFacts) -> list[Change]:
                 )
             link = posixpath.join(link_dir, name)
             changes.append(Change("nix-path", f"link {link} -> {target}", path=link, link_target=target))
+    restart = Change(
+        "nix-daemon", "restart nix-daemon so it reads the new trusted-users",
+        command=("systemctl", "restart", DAEMON_UNIT),
+    )  # fmt: skip
     if not is_trusted(f.user, f.nix_conf):
         path = host_path(f.prefix, NIX_CONF)
         after = with_trusted_user(f.nix_conf, f.user)
         summary = f"add {f.user} to trusted-users in {path}"
         changes.append(Change("trusted-users", summary, path, f.nix_conf, after, "0644"))
-        restart = ("systemctl", "restart", "nix-daemon.service")
-        summary = "restart nix-daemon so it reads the new trusted-users"
-        changes.append(Change("nix-daemon", summary, command=restart))
+        changes.append(restart)
+    elif not daemon_trusts(f)[0]:
+        # nix.conf already says so (an earlier run wrote it) but the live daemon does not
+        why = daemon_trusts(f)[1]
+        changes.append(dataclasses.replace(restart, summary=f"restart nix-daemon: {why}"))
     want = sudoers_text(f.prefix)
     if f.sudoers != want:
         path = host_path(f.prefix, SUDOERS_DROPIN)
@@ -346,14 +430,22 @@ def plan(f: HostFacts) -> list[Change]:
 # ---- action ---------------------------------------------------------------------------------------
 
 
-# Constant scripts (arguments positional): temp beside the target, validate, fsync, rename.
+# Constant scripts (arguments positional). The temp beside the target gets a unique name made
+# by mktemp (open O_CREAT|O_EXCL: a link planted under any name is never followed, and a fixed
+# name cannot be planted in advance), is written through dd's O_NOFOLLOW, validated, synced and
+# renamed over the final name — which is refused if it is itself a link (a rename would replace
+# the link, but a planted link there means somebody else is at work: say so, change nothing).
+# Temp names start with "." and carry TEMP_TAG: sudo skips them in sudoers.d.
+TEMP_TAG = ".sparkfleet-tmp."
 _WRITE = r"""
 set -e
-final=$1; tmp=$2; mode=$3; shift 3
+final=$1; mode=$2; shift 2
 dir=$(dirname "$final")
 mkdir -p "$dir"
+if [ -L "$final" ]; then echo "refusing: $final is a symbolic link, not a file of ours" >&2; exit 3; fi
+tmp=$(mktemp "$dir/.$(basename "$final").sparkfleet-tmp.XXXXXXXXXX")
 trap 'rm -f "$tmp"' EXIT
-cat > "$tmp"
+dd of="$tmp" oflag=nofollow conv=notrunc status=none
 chmod "$mode" "$tmp"
 if [ $# -gt 0 ]; then "$@" "$tmp" 1>&2; fi
 sync "$tmp"
@@ -363,9 +455,12 @@ sync "$dir"
 """
 _LINK = r"""
 set -e
-mkdir -p "$(dirname "$1")"
-ln -sfn "$2" "$3"
-mv -fT "$3" "$1"
+final=$1; target=$2
+dir=$(dirname "$final")
+mkdir -p "$dir"
+tmp=$(mktemp -u "$dir/.$(basename "$final").sparkfleet-tmp.XXXXXXXXXX")
+ln -sn "$target" "$tmp"
+mv -fT "$tmp" "$final"
 """
 
 
@@ -376,23 +471,17 @@ def _must(runner: HostRunner, argv: list[str], what: str, input: str | None = No
         raise BootstrapError(f"{runner.name}: {what} failed: {err}")
 
 
-def _temp_of(path: str) -> str:
-    d, name = posixpath.split(path)
-    return posixpath.join(d, f".{name}.sparkfleet-tmp")  # a "." in the name: sudo ignores it
-
-
 def apply_change(runner: HostRunner, sudo: list[str], change: Change) -> None:
     """Make one change with one ssh command."""
     if change.link_target is not None:
         assert change.path is not None
-        argv = [*sudo, "sh", "-c", _LINK, "sh", change.path, change.link_target, _temp_of(change.path)]
+        argv = [*sudo, "sh", "-c", _LINK, "sh", change.path, change.link_target]
         _must(runner, argv, f"link {change.path}")
     elif change.after is not None:
         assert change.path is not None
         name = posixpath.basename(change.path)
         what = f"{change.validate[0]} check of the new {name}" if change.validate else f"write {change.path}"
-        argv = [*sudo, "sh", "-c", _WRITE, "sh", change.path, _temp_of(change.path), change.mode or "0644",
-                *change.validate]  # fmt: skip
+        argv = [*sudo, "sh", "-c", _WRITE, "sh", change.path, change.mode or "0644", *change.validate]
         _must(runner, argv, what, input=change.after)
     elif change.command:
         _must(runner, [*sudo, *change.command], change.summary)

@@ -1,9 +1,11 @@
 """The adversarial suite's shared parts: hypothesis settings and the figures it produces.
 
-Every test here counts what it tried (`bad_inputs`), what it broke on purpose (`faults`), and
-what was lost (`lost_bytes`, `partial_files`: must stay 0). With $SPARKFLEET_FIGURES set, the
-totals are written there at the end of the session; `tests/adversarial/figures.py` runs the suite
-that way and prints them (SECURITY.md quotes its output).
+Every test here counts, per surface, what it tried (`bad_inputs`), what it broke on purpose
+(`faults`), and what was lost (`lost_bytes`, with `lost_bytes_checks` saying how often it was
+measured) — see tally.py for the rules that keep these figures able to fail. With
+$SPARKFLEET_FIGURES set, the counts are written there at the end of the session;
+`tests/adversarial/figures.py` runs the suite that way and prints them per surface (SECURITY.md
+quotes its output).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ from sparkfleet.errors import InventoryError
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.spec import DERIVED_KEYS, recipe_problems
 
+from .tally import bad_input, count
+
 REPO = Path(__file__).resolve().parents[2]
 MIA = "recipes/dsv41-flash-4x-mia/recipe.toml"
 EXL3 = "recipes/dsv41-flash-exl3-2x/recipe.toml"
@@ -142,11 +144,10 @@ def test_unsafe_values_are_always_refused_with_their_key_path(
                 except InventoryError as exc:
                     found = [("launch", exc)]
                 problems += [f"{k}: {e.message}" for k, e in found]
-    figures["inventory_values_tried"] += 1
-    if not safe(value):
-        figures["bad_inputs_tried"] += 1
+    count(figures, "inventory-values", "values_tried")
+    if not safe(value):  # the oracle above, not inventory check, says it is bad
+        bad_input(figures, "inventory-values", refused=bool(problems))
         assert problems, f"unsafe {path}={value!r} passed inventory check"
-        figures["bad_inputs_refused"] += 1
         if checked.problems:
             with pytest.raises(InventoryError):
                 inventory.load(root)
@@ -176,10 +177,9 @@ def test_shapes_that_cannot_run_fail_inventory_check_not_launch(
         problems += recipe_problems(
             checked.inventory, launch_recipe(checked.inventory, "dsv41-flash-exl3-2x")
         )
-    figures["inventory_values_tried"] += 1
+    count(figures, "world-shapes", "values_tried")
     if not runs:
-        figures["bad_inputs_tried"] += 1
+        bad_input(figures, "world-shapes", refused=bool(problems))
         assert problems, (tp, hosts, ep, launcher)
-        figures["bad_inputs_refused"] += 1
     else:
         assert not problems, problems

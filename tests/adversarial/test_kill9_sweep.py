@@ -5,7 +5,9 @@ Then, for each point k and each side of the rename, a forked child stages with a
 SIGKILLs its own process at the k-th call — no finally blocks, no atexit, like a power cut of the
 process. After each kill: no final name holds a partial or foreign file, and a rerun converges to
 exactly the clean run's tree (same paths, same bytes, same link texts). Bytes lost = bytes of the
-clean tree missing or different after the rerun; it must be 0.
+clean tree missing or different after the rerun, measured (tally.lost_bytes) after every kill
+before anything is asserted; partial bytes = bytes under a final name right after the kill that
+differ from the clean run's. Both must be 0.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from sparkfleet import atomic
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
+
+from .tally import count, lost_bytes, partial_bytes
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -43,6 +47,10 @@ def tree(root: Path) -> dict[str, bytes | str]:
                 ("-> " + os.readlink(p)) if p.is_symlink() else (p.read_bytes() if p.is_file() else "dir")
             )
     return out
+
+
+def packs(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.glob("*.bin")}
 
 
 def staged_with_kill(nas: Path, local: Path, point: int, after_rename: bool) -> int:
@@ -84,27 +92,21 @@ def test_kill_9_at_every_publish_point_converges(tmp_path, figures):
     reference = tree(clean)
     points = len(counted)
     assert points >= 20, points  # files, links, listings, manifests and refs
-    lost = 0
     for point in range(1, points + 1):
         for after in (False, True):
             local = tmp_path / f"k{point}{'a' if after else 'b'}"
             status = staged_with_kill(nas.root, local, point, after)
             assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
-            figures["faults_injected"] += 1
-            figures["kill9_points"] += 1
-            for rel, content in tree(local).items():  # what a reader sees right after the kill
-                assert ".sf-tmp-" in rel or reference.get(rel) == content, (
-                    f"kill at {point}: {rel} is partial"
-                )
-            assert execute.stage(requests(nas.root, local), jobs=1).ok
+            count(figures, "stage-kill9", "faults_injected")  # the child was killed: a real fault
+            # what a reader sees right after the kill: every final file against its source
+            partial = partial_bytes(figures, "stage-kill9", reference, tree(local))
+            rerun = execute.stage(requests(nas.root, local), jobs=1)
             after_rerun = tree(local)
-            lost += sum(
-                len(v) for k, v in reference.items() if isinstance(v, bytes) and after_rerun.get(k) != v
-            )
+            lost = lost_bytes(figures, "stage-kill9", reference, after_rerun)
+            assert partial == 0, f"kill at {point}: partial bytes under a final name"
+            assert rerun.ok and lost == 0, f"kill at {point}: {lost} bytes lost after the rerun"
             assert after_rerun == reference, f"kill at {point} ({'after' if after else 'before'} rename)"
-            figures["reruns_converged"] += 1
-    figures["lost_bytes"] += lost
-    assert lost == 0
+            count(figures, "stage-kill9", "reruns_converged")
 
 
 def test_kill_9_at_every_publish_point_of_an_engram_pack_converges(tmp_path, figures):
@@ -124,7 +126,7 @@ def test_kill_9_at_every_publish_point_of_an_engram_pack_converges(tmp_path, fig
         engram_pack.pack(inv, DEMO_LANE, "dgx1")
     finally:
         atomic.publish = real_publish
-    clean = {p.name: p.read_bytes() for p in out.glob("*.bin")}
+    clean = packs(out)
     assert clean and len(counted) >= 4, counted
     for point in range(1, len(counted) + 1):
         for after in (False, True):
@@ -152,11 +154,12 @@ def test_kill_9_at_every_publish_point_of_an_engram_pack_converges(tmp_path, fig
                     os._exit(0)
             _, status = os.waitpid(pid, 0)
             assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
-            figures["faults_injected"] += 1
-            figures["kill9_points"] += 1
-            for p in out.glob("*.bin"):  # a final pack name is complete or absent
-                assert p.read_bytes() == clean[p.name], f"kill at {point}: {p.name} is partial"
+            count(figures, "engram-kill9", "faults_injected")
+            # a final pack name is complete or absent: every pack against the clean run's
+            partial = partial_bytes(figures, "engram-kill9", clean, packs(out))
             engram_pack.pack(inv, DEMO_LANE, "dgx1")
-            assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == clean
+            lost = lost_bytes(figures, "engram-kill9", clean, packs(out))
+            assert partial == 0, f"kill at {point}: a pack under its final name is partial"
+            assert lost == 0 and packs(out) == clean, f"kill at {point}: {lost} bytes lost"
             assert verify(inv, DEMO_LANE, "dgx1", full=True).ok
-            figures["reruns_converged"] += 1
+            count(figures, "engram-kill9", "reruns_converged")

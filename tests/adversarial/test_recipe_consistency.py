@@ -1,5 +1,9 @@
 """Property (issue 12): whatever `inventory check` accepts, launch accepts too — no late surprises.
 
+An oracle written here (`known_bad`), independent of the checker, says which generated recipes are
+bad; only those count as bad inputs (issue 20: the figure used to count whatever the checker
+itself reported, so it could never find a bad recipe the checker accepts).
+
 Hypothesis edits the TP4 recipe's world shape, env, command flags, cache dir, receipt roots and
 weight-load regex. When `inventory check` (schema + cross-file + every pre-node check launch runs)
 finds nothing, launch's own gate (`lane.check_shape`) and the per-rank spec (`build_spec`, with
@@ -8,6 +12,8 @@ every node's fabric facts) must succeed for every host; when it finds something,
 
 from __future__ import annotations
 
+import posixpath
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -22,8 +28,9 @@ from sparkfleet.fabric import FabricFacts
 from sparkfleet.launch.lane import check_shape
 from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
 from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import build_spec, recipe_problems
+from sparkfleet.launch.spec import DERIVED_KEYS, build_spec, recipe_problems
 
+from .tally import bad_input, count
 from .test_inventory_fuzz import REPO, write
 
 MIA = "recipes/dsv41-flash-4x-mia/recipe.toml"
@@ -37,6 +44,40 @@ FLAGS = st.sampled_from(
     [("--tp", "{tp}"), ("--nnodes", "{nnodes}"), ("--node-rank", "{node_rank}"), ("--ep", "{ep}"),
      ("--tp", "4"), ("--port", "1"), ("--nnodes", "{nope}"), ("--ep-size", "{tp}")]
 )  # fmt: skip
+
+
+HOSTS = 4  # the mia lane's hosts
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def known_bad(tp, ep, env, flags, cache_dir, roots, regex) -> list[str]:
+    """Why this recipe cannot run, decided from the generated values alone (never from the checker)."""
+    why = []
+    if tp % HOSTS or tp % ep:
+        why.append(f"tp {tp} does not split over {HOSTS} hosts and ep {ep}")
+    why += [f"env key {k!r}" for k in env if not ENV_NAME.fullmatch(k) or k.upper() in DERIVED_KEYS]
+    for flag, value in flags:
+        if value == "{nope}":
+            why.append(f"{flag} {value}: no such placeholder")
+        elif flag == "--tp" and value == "4" and tp != 4:
+            why.append(f"--tp 4 against tp {tp}")
+        elif flag == "--ep-size" and value == "{tp}" and ep != tp:
+            why.append(f"--ep-size {{tp}} against ep {ep}")
+        elif flag == "--port" and value == "1":
+            why.append("--port 1 against the lane's port")
+    if cache_dir is not None and (not cache_dir.startswith("{state_dir}/") or ".." in cache_dir.split("/")):
+        why.append(f"cache_dir {cache_dir}")
+    why += [
+        f"receipt root {r}"
+        for r in roots
+        if not r.startswith("/cache/") or ".." in r.split("/") or r != posixpath.normpath(r)
+    ]
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error:
+            why.append(f"regex {regex!r}")
+    return why
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +119,8 @@ def test_what_inventory_check_accepts_launch_accepts(
         if value is not None:
             doc["launch"][key] = value
     write(root / MIA, doc)
-    figures["recipes_tried"] += 1
+    count(figures, "recipes", "recipes_tried")
+    bad = known_bad(tp, ep, env, flags, cache_dir, roots, regex)
 
     checked = inventory.check(root)
     problems = list(checked.problems)
@@ -86,12 +128,16 @@ def test_what_inventory_check_accepts_launch_accepts(
     if inv is not None and LANE in inv.lanes:
         recipe = launch_recipe(inv, LANE)
         problems += recipe_problems(inv, recipe)
+    if bad:
+        bad_input(figures, "recipes", refused=bool(problems))
+        assert problems, f"inventory check accepted a recipe that cannot run: {bad}"
+    elif problems:
+        # refused, though the oracle knows no reason: counted apart, never as a bad input refused
+        count(figures, "recipes", "refused_without_a_known_reason")
     if problems:
-        figures["bad_inputs_tried"] += 1
         with pytest.raises(SparkfleetError):
             loaded = inventory.load(root)
             check_shape(loaded, launch_recipe(loaded, LANE))
-        figures["bad_inputs_refused"] += 1
         return
     check_shape(inv, recipe)  # launch's gate before any ssh
     fabrics = {
@@ -107,4 +153,4 @@ def test_what_inventory_check_accepts_launch_accepts(
         build_spec(
             inv, recipe, h, build_manifest(h, host.local_hub, host.nas_hub, models, recipe.hub_mount), fabrics
         )
-    figures["recipes_accepted_and_launchable"] += 1
+    count(figures, "recipes", "recipes_accepted_and_launchable")

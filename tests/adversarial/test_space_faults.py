@@ -4,6 +4,10 @@ For a sweep of free-space levels (the tmpfs filled up to leave N bytes, before o
 preflight) and inode limits, staging either succeeds or refuses with the right exit code; never a
 traceback, never a partial file under a final name; once the fault is gone the rerun converges to
 the clean tree. A read-only destination is refused with exit 2 before anything is written.
+
+A fault is counted only when the run actually failed (a level the run fits is counted apart), and
+after every fault every final file is compared with its source: right after it (partial bytes)
+and after the rerun (lost bytes) — see tally.py.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
 
+from .tally import count, lost_bytes, partial_bytes
 from .test_kill9_sweep import tree
 
 pytestmark = pytest.mark.timeout(600)
@@ -52,11 +57,19 @@ def reference(nas, tmp_path_factory) -> dict:
     return tree(local)
 
 
-def _check_no_partials(local: Path, reference: dict) -> None:
-    if local.exists():
-        for rel, content in tree(local).items():
-            assert ".sf-tmp-" not in rel, rel
-            assert reference.get(rel) in (content, None) or content == "dir", f"{rel} is partial"
+def _check_no_partials(local: Path, reference: dict, figures) -> None:
+    final = tree(local) if local.exists() else {}
+    partial = partial_bytes(figures, "space", reference, final)
+    assert not [rel for rel in final if ".sf-tmp-" in rel], "a temp was left behind"
+    assert partial == 0, f"{partial} bytes under final names differ from the source"
+
+
+def _rerun_converges(nas: Path, local: Path, reference: dict, figures) -> None:
+    run = execute.stage(request(nas, local))
+    final = tree(local)
+    lost = lost_bytes(figures, "space", reference, final)
+    assert run.ok and lost == 0 and final == reference, f"{lost} bytes lost after the rerun"
+    count(figures, "space", "reruns_converged")
 
 
 @pytest.mark.parametrize("when", ["before-preflight", "after-preflight"])
@@ -77,34 +90,37 @@ def test_disk_full_at_every_level(nas, reference, tmpfs, monkeypatch, figures, w
             return free
 
         monkeypatch.setattr(execute, "preflight", late)
-    figures["faults_injected"] += 1
     try:
         execute.stage(request(nas, local), jobs=1)
-        figures["space_runs_fit"] += 1
+        count(figures, "space", "runs_that_fit")  # nothing failed: not a fault
+        assert tree(local) == reference
     except SparkfleetError as exc:
+        count(figures, "space", "faults_injected")
         assert exc.exit_code == ExitCode.SPACE, exc
-        figures["space_faults_refused"] += 1
-    _check_no_partials(local, reference)
+        count(figures, "space", "faults_refused")
+        _check_no_partials(local, reference, figures)
     monkeypatch.undo()
     if filler is not None:
         filler.unlink(missing_ok=True)
-    assert execute.stage(request(nas, local)).ok
-    assert tree(local) == reference
-    figures["reruns_converged"] += 1
+    _rerun_converges(nas, local, reference, figures)
 
 
 @pytest.mark.parametrize("nr_inodes", [4, 12, 20, 28, 36, 200])
 def test_inode_limits(nas, reference, tmpfs, figures, nr_inodes):
     mount = tmpfs(32 * MIB, options=f"nr_inodes={nr_inodes}")
     local = mount / "hub"
-    figures["faults_injected"] += 1
     try:
         execute.stage(request(nas, local), jobs=1)
+        count(figures, "space", "runs_that_fit")  # enough inodes: not a fault
         assert tree(local) == reference
     except SparkfleetError as exc:
+        count(figures, "space", "faults_injected")
         assert exc.exit_code == ExitCode.SPACE, exc
-        figures["space_faults_refused"] += 1
-        _check_no_partials(local, reference)
+        count(figures, "space", "faults_refused")
+        _check_no_partials(local, reference, figures)
+        # the fault gone (more inodes on the same mount), the rerun must converge: nothing lost
+        subprocess.run(["mount", "-o", "remount,nr_inodes=100000", str(mount)], check=True)
+        _rerun_converges(nas, local, reference, figures)
 
 
 def test_inodes_running_out_mid_run(nas, reference, tmpfs, monkeypatch, figures):
@@ -122,15 +138,15 @@ def test_inodes_running_out_mid_run(nas, reference, tmpfs, monkeypatch, figures)
         return free
 
     monkeypatch.setattr(execute, "preflight", late)
-    figures["faults_injected"] += 1
     with pytest.raises(SparkfleetError) as exc:
         execute.stage(request(nas, local), jobs=1)
+    count(figures, "space", "faults_injected")
     assert exc.value.exit_code == ExitCode.SPACE
-    _check_no_partials(local, reference)
+    count(figures, "space", "faults_refused")
+    _check_no_partials(local, reference, figures)
     monkeypatch.undo()
     subprocess.run(["rm", "-rf", str(hogs)], check=True)
-    assert execute.stage(request(nas, local)).ok and tree(local) == reference
-    figures["reruns_converged"] += 1
+    _rerun_converges(nas, local, reference, figures)
 
 
 @pytest.mark.parametrize("staged_first", [False, True])
@@ -142,9 +158,11 @@ def test_read_only_destination(nas, reference, tmpfs, figures, staged_first):
         (local / "models--demo-org--DeepSeek-V4.1-Flash-EXL3-3bpw" / "refs" / "main").unlink()
     before = tree(local) if local.exists() else {}
     subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-    figures["faults_injected"] += 1
     with pytest.raises(SparkfleetError, match="read-only") as exc:
         execute.stage(request(nas, local))
+    count(figures, "space", "faults_injected")
     assert exc.value.exit_code == ExitCode.USAGE
-    assert (tree(local) if local.exists() else {}) == before
-    figures["space_faults_refused"] += 1
+    count(figures, "space", "faults_refused")
+    after = tree(local) if local.exists() else {}
+    # nothing that was there before the refusal may be lost or changed
+    assert lost_bytes(figures, "space", before, after) == 0 and after == before

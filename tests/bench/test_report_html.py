@@ -309,3 +309,33 @@ def test_runs_in_the_same_minute_are_told_apart_on_the_axis(tmp_path):
         (folder / f"{name}.json").write_text(json.dumps(_report(when, 35.0)))
     text = write_page("lane-x", folder, None, tmp_path / "page.html").path.read_text()
     assert ">09-27 05:30:09<" in text and ">09-27 05:30:41<" in text
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [float("nan"), float("inf"), float("-inf"), "fast", {"mean": float("nan"), "ci95": 1.0},
+     {"mean": 30.0, "ci95": float("inf")}, 1e308, True],
+)  # fmt: skip
+def test_a_non_finite_decode_figure_shows_a_dash_and_the_page_still_renders(tmp_path, bad):
+    """Issue 20 item 13: one report with decode_tps NaN/Infinity killed the whole page."""
+    folder = tmp_path / "recipes" / "lane-x" / "reports"
+    folder.mkdir(parents=True)
+    good, odd = "2026-09-27_053009_bench", "2026-09-28_053009_bench"
+    (folder / f"{good}.json").write_text(json.dumps(_report("27T05:30:09", 35.0)))
+    # json.dumps writes NaN/Infinity as the bare tokens Python's json.loads accepts back
+    (folder / f"{odd}.json").write_text(json.dumps(_report("28T05:30:09", bad)))
+    page = write_page("lane-x", folder, None, tmp_path / "site" / "lane-x.html")
+    text = page.path.read_text()
+    assert page.reports == 2
+    row = text[text.index(f'" data-run="{odd}"><td') :]  # the table row, not a chart point
+    row = row[: row.index("</tr>")]
+    cells = row.split("<td")
+    decode_cell = cells[4]  # when, report, status, decode
+    if bad == 1e308:
+        assert "—" not in decode_cell  # a finite figure is still a figure, however absurd
+    elif isinstance(bad, dict) and bad["mean"] == 30.0:
+        assert decode_cell == ">30</td>"  # the mean stays; the infinite ± is dropped
+    else:
+        assert ">—<" in decode_cell, decode_cell
+    assert "nan" not in text.lower().replace("nanos", "") and "inf<" not in text.lower()
+    assert f'data-run="{good}" data-value="35" cx=' in text  # the good run is still plotted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tarfile
@@ -130,3 +131,96 @@ def test_the_tp4_lane_needs_a_loaded_build_and_every_host_holding_it(tmp_path, m
     assert err.value.exit_code == ExitCode.REFUSED and "dgx1" not in msg
     assert f"dgx2: holds {other}" in msg and "dgx3: recorded" in msg
     assert "dgx4: holds no recorded image" in msg
+
+
+# ---- issue 20 item 14: hostile archives -------------------------------------------------------------
+
+CONFIG = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers"}}).encode()
+CONFIG_NAME = hashlib.sha256(CONFIG).hexdigest() + ".json"
+
+
+def _manifest(**entry) -> bytes:
+    return json.dumps([{"Config": CONFIG_NAME, "RepoTags": ["x:1"], "Layers": [], **entry}]).encode()
+
+
+def hostile_archive(out: Path, members: list[tuple[str, bytes]]) -> Path:
+    """A tar with exactly these members, in this order (names as given: `..`, `/`, `./`)."""
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+HOSTILE_ARCHIVES = {
+    "tags-a-string": ([(CONFIG_NAME, CONFIG), ("manifest.json", _manifest(RepoTags="evil"))], "RepoTags"),
+    "tags-not-strings": ([(CONFIG_NAME, CONFIG), ("manifest.json", _manifest(RepoTags=[1]))], "RepoTags"),
+    "traversal-config": (
+        [("../../cfg.json", CONFIG), ("manifest.json", _manifest(Config="cfg.json"))],
+        "'../../cfg.json': a path outside the archive",
+    ),
+    "traversal-named": (
+        [(CONFIG_NAME, CONFIG), ("manifest.json", _manifest(Config="../" + CONFIG_NAME))],
+        "a path outside the archive",
+    ),
+    "absolute-member": ([("/etc/cfg.json", CONFIG), ("manifest.json", _manifest())], "outside the archive"),
+    "manifest-a-number": ([("manifest.json", b"42")], "manifest.json: expected a list"),
+    "manifest-an-object": ([("manifest.json", b"{}")], "manifest.json: expected a list"),
+    "manifest-empty": ([("manifest.json", b"[]")], "manifest.json: expected a list"),
+    "entry-a-list": ([("manifest.json", b'[["Config"]]')], "manifest.json: expected a list"),
+    "config-a-number": ([("manifest.json", _manifest(Config=5))], r"\[0\].Config: expected a member name"),
+    "config-a-list": ([("manifest.json", _manifest(Config=["a"]))], r"\[0\].Config"),
+    "config-missing": ([("manifest.json", _manifest())], "names config .* which is not a JSON member"),
+    "deeply-nested": ([("manifest.json", b"[" * 100_000 + b"]" * 100_000)], "nested too deeply"),
+    "not-utf8": ([("manifest.json", b"\xff\xfe[]")], "manifest.json: not valid JSON"),
+    "manifest-twice": (
+        [(CONFIG_NAME, CONFIG), ("manifest.json", _manifest()), ("./manifest.json", _manifest(Layers=[]))],
+        "manifest.json appears twice",
+    ),
+    # five 4 MiB JSON members: each under the per-member cap, together over the total cap
+    "json-flood": (
+        [(f"pad{i}.json", b" " * (4 * 1024 * 1024)) for i in range(5)] + [("manifest.json", _manifest())],
+        "pad4.json: the JSON members add up to more than 16 MiB",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_ARCHIVES))
+def test_a_hostile_archive_is_a_clean_archive_error_naming_the_member(tmp_path, case):
+    members, message = HOSTILE_ARCHIVES[case]
+    archive = hostile_archive(tmp_path / "image.tar", members)
+    with pytest.raises(ArchiveError, match=message):
+        inspect_build(archive)
+    # the same through a stream script (`nix build`'s ./result): the reader stops early, cleanly
+    with pytest.raises(ArchiveError, match=message):
+        inspect_build(stream_script(archive, tmp_path / "result"))
+
+
+def test_a_well_formed_archive_with_dot_slash_names_still_reads(tmp_path):
+    archive = hostile_archive(
+        tmp_path / "image.tar", [("./" + CONFIG_NAME, CONFIG), ("./manifest.json", _manifest(RepoTags=None))]
+    )
+    build = inspect_build(archive)
+    assert build.image_id == "sha256:" + CONFIG_NAME.removesuffix(".json") and build.repo_tags == ()
+
+
+@pytest.mark.parametrize(
+    "doc,key",
+    [({"build": ["sha256:x"]}, "build"), ({"build": {"image_id": 5}}, "build.image_id"),
+     ({"hosts": [["dgx1", {}]]}, "hosts"), ({"previous_build": "x"}, "previous_build")],
+)  # fmt: skip
+def test_a_tampered_operator_record_is_an_error_naming_the_key(tmp_path, monkeypatch, doc, key):
+    from sparkfleet.errors import SparkfleetError
+    from sparkfleet.images.load import built_image_id, operator_record_path
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")
+    path = operator_record_path(recipe.lane)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SparkfleetError, match=f"{key}: expected"):
+        built_image_id(recipe)
+    path.write_text("[" * 100_000)
+    with pytest.raises(SparkfleetError, match="nested too deeply"):
+        built_image_id(recipe)

@@ -11,17 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import subprocess
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ..errors import SparkfleetError
 
 _SMALL = 4 * 1024 * 1024  # configs and manifest.json are a few KiB; layers are never kept
+# All JSON members kept together: an archive of many near-cap JSON members must not fill memory.
+_SMALL_TOTAL = 16 * 1024 * 1024
 
 
 class ArchiveError(SparkfleetError):
@@ -88,33 +91,91 @@ def open_stream(path: Path, kind: str) -> Iterator[IO[bytes]]:
             )
 
 
-def inspect_build(path: Path) -> BuildImage:
-    """Read the archive once and return its image ID and tags (the build's identity)."""
-    kind = source_kind(path)
+def member_name(name: str) -> str:
+    """A member's name inside the archive ("./a/b.json" -> "a/b.json"); refuses one that leaves it.
+
+    `str.lstrip("./")` read `../../cfg.json` as `cfg.json`; an absolute name or a `..` component
+    is refused instead, as `docker load` itself would.
+    """
+    norm = posixpath.normpath(name) if name else ""
+    if not name or name.startswith("/") or norm == ".." or norm.startswith("../") or "\0" in name:
+        raise ArchiveError(f"archive member {name!r:.200}: a path outside the archive")
+    return norm
+
+
+def _keep_small(path: Path, tar: tarfile.TarFile) -> dict[str, bytes]:
+    """Every small JSON member's bytes by its normalised name (each and all together capped)."""
     small: dict[str, bytes] = {}
+    total = 0
+    for member in tar:
+        name = member_name(member.name)
+        if not (member.isfile() and name.endswith(".json") and member.size <= _SMALL):
+            continue
+        if name in small:
+            raise ArchiveError(f"{path}: archive member {name} appears twice: which one is meant?")
+        total += member.size
+        if total > _SMALL_TOTAL:
+            raise ArchiveError(
+                f"{path}: archive member {name}: the JSON members add up to more than "
+                f"{_SMALL_TOTAL >> 20} MiB (a docker-archive's are a few KiB)"
+            )
+        fh = tar.extractfile(member)
+        if fh is not None:
+            small[name] = fh.read()
+    return small
+
+
+def _json(path: Path, name: str, data: bytes) -> Any:
     try:
-        with open_stream(path, kind) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
-            for member in tar:
-                if member.isfile() and member.name.endswith(".json") and member.size <= _SMALL:
-                    fh = tar.extractfile(member)
-                    if fh is not None:
-                        small[member.name.lstrip("./")] = fh.read()
-    except tarfile.TarError as exc:
-        raise ArchiveError(f"{path}: not a readable tar stream: {exc}") from None
-    try:
-        manifest = json.loads(small["manifest.json"])
-        entry = manifest[0]
-        config = small[entry["Config"].lstrip("./")]
-    except (KeyError, IndexError, ValueError, TypeError):
+        return json.loads(data)
+    except RecursionError:
+        raise ArchiveError(f"{path}: archive member {name}: JSON nested too deeply") from None
+    except ValueError as exc:
+        raise ArchiveError(f"{path}: archive member {name}: not valid JSON ({exc})") from None
+
+
+def _manifest_entry(path: Path, small: dict[str, bytes]) -> tuple[str, tuple[str, ...]]:
+    """The first image of manifest.json: its config member's name and its tags, type-checked."""
+    if "manifest.json" not in small:
         raise ArchiveError(
             f"{path}: no manifest.json naming a config blob: not a docker-archive",
             hint="an OCI layout is not a docker-archive; use `docker save` or the Nix stream script",
-        ) from None
+        )
+    manifest = _json(path, "manifest.json", small["manifest.json"])
+    where = f"{path}: archive member manifest.json"
+    if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
+        raise ArchiveError(f"{where}: expected a list of image objects, got {manifest!r:.80}")
+    entry = manifest[0]
+    config = entry.get("Config")
+    if not isinstance(config, str) or not config:
+        raise ArchiveError(f"{where}: [0].Config: expected a member name, got {config!r:.80}")
+    tags = entry.get("RepoTags")
+    if tags is None:
+        tags = []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ArchiveError(f"{where}: [0].RepoTags: expected a list of strings, got {tags!r:.80}")
+    return member_name(config), tuple(tags)
+
+
+def inspect_build(path: Path) -> BuildImage:
+    """Read the archive once and return its image ID and tags (the build's identity)."""
+    kind = source_kind(path)
+    try:
+        with open_stream(path, kind) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+            small = _keep_small(path, tar)
+    except tarfile.TarError as exc:
+        raise ArchiveError(f"{path}: not a readable tar stream: {exc}") from None
+    config_name, tags = _manifest_entry(path, small)
+    config = small.get(config_name)
+    if config is None:
+        raise ArchiveError(
+            f"{path}: manifest.json names config {config_name}, which is not a JSON member of the archive"
+        )
     return BuildImage(
         source=str(path),
         kind=kind,
         image_id="sha256:" + hashlib.sha256(config).hexdigest(),
-        repo_tags=tuple(entry.get("RepoTags") or ()),
+        repo_tags=tags,
     )
 
 

@@ -55,11 +55,26 @@ def read_operator_record(lane: str) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise SparkfleetError(
-            f"{path}: not valid JSON ({exc})", hint="remove it and rerun image load"
+            f"{path}: not valid JSON ({why})", hint="remove it and rerun image load"
         ) from None
-    return doc if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    # every part a reader takes apart is type-checked here, once, naming the key
+    for key in ("build", "previous_build", "hosts"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise SparkfleetError(
+                f"{path}: {key}: expected an object, got {type(doc[key]).__name__}",
+                hint="remove it and rerun image load",
+            )
+    image_id = (doc.get("build") or {}).get("image_id")
+    if image_id is not None and not isinstance(image_id, str):
+        raise SparkfleetError(
+            f"{path}: build.image_id: expected a string", hint="remove it and rerun image load"
+        )
+    return doc
 
 
 def built_image_id(recipe: LaunchRecipe) -> str:

@@ -56,36 +56,60 @@ def _err(path: Path, key: str, why: str) -> PinError:
     return PinError(f"{path}: {key}: {why}", hint="is this the kit's recipe-lock.json?")
 
 
+def _object(path: Path, key: str, value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object; absent (null) reads as empty; anything else is refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(path, key, f"expected an object, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _typed(path: Path, key: str, value: Any, kind: type, what: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise _err(path, key, f"expected {what}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
 def parse_lock(path: Path) -> tuple[list[LockEntry], list[str]]:
-    """Entries the lock pins, and the facts it holds that no pin kind can carry."""
+    """Entries the lock pins, and the facts it holds that no pin kind can carry.
+
+    Every value is type-checked before use: a lock of the wrong shape is a PinError naming its
+    key, never a traceback (the lock comes from a kit we do not control).
+    """
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise PinError(f"{path}: no such file") from None
-    except ValueError as exc:
-        raise PinError(f"{path}: not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise PinError(f"{path}: not valid JSON: {why}") from None
     if not isinstance(doc, dict):
         raise _err(path, "(top level)", "expected an object")
     if doc.get("format") not in LOCK_FORMATS:
-        raise _err(path, "format", f"{doc.get('format')!r} is not one of {', '.join(LOCK_FORMATS)}")
+        raise _err(path, "format", f"{doc.get('format')!r:.60} is not one of {', '.join(LOCK_FORMATS)}")
     entries: list[LockEntry] = []
     for key, value in sorted(doc.items()):
         if isinstance(value, dict) and "repo" in value:
+            repo = _typed(path, f"{key}.repo", value["repo"], str, "a repo name (a string)")
             rev = value.get("revision")
             if not isinstance(rev, str) or not _HEX40.fullmatch(rev):
-                raise _err(path, f"{key}.revision", f"expected a full 40-hex commit, got {rev!r}")
-            entries.append(LockEntry(key, "hf", str(value["repo"]), rev))
-    runtime: dict[str, Any] = doc.get("runtime") or {}
+                raise _err(path, f"{key}.revision", f"expected a full 40-hex commit, got {rev!r:.60}")
+            entries.append(LockEntry(key, "hf", repo, rev))
+    runtime = _object(path, "runtime", doc.get("runtime"))
     facts: list[str] = []
     if "image" in runtime:
-        m = _IMAGE.fullmatch(str(runtime["image"]))
+        image = runtime["image"]
+        m = _IMAGE.fullmatch(image) if isinstance(image, str) else None
         if m is None:
-            raise _err(path, "runtime.image", f"expected image@sha256:<64 hex>, got {runtime['image']!r}")
+            raise _err(path, "runtime.image", f"expected image@sha256:<64 hex>, got {image!r:.80}")
         entries.append(LockEntry("runtime.image", "oci", m.group("image"), m.group("digest")))
-    for name, f in sorted((runtime.get("files") or {}).items()):
-        facts.append(
-            f"runtime.files.{name}: sha256 {f.get('sha256')} ({f.get('bytes')} bytes), no URL in the lock"
-        )
+    for name, f in sorted(_object(path, "runtime.files", runtime.get("files")).items()):
+        key = f"runtime.files.{name}"
+        f = _typed(path, key, f, dict, "an object {sha256, bytes}")
+        sha = _typed(path, f"{key}.sha256", f.get("sha256"), str, "a sha256 (a string)")
+        size = _typed(path, f"{key}.bytes", f.get("bytes"), int, "a size in bytes (an integer)")
+        facts.append(f"{key}: sha256 {sha} ({size} bytes), no URL in the lock")
     return entries, facts
 
 

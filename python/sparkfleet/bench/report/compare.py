@@ -9,6 +9,7 @@ run always counts as a regression — it has no numbers to compare.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +17,16 @@ from .comparability import Mismatch, affects, metric_family, mismatches
 
 
 def number(value: Any) -> float | None:
-    """A figure as one number: a plain value, or the mean of a repeated one ({"mean", "ci95", ...})."""
+    """A figure as one number: a plain value, or the mean of a repeated one ({"mean", "ci95", ...}).
+
+    NaN and ±Infinity (which Python's JSON reader accepts) are not figures: they read as absent,
+    like a string or a bool, so one odd report cannot break a comparison or a page.
+    """
     if isinstance(value, dict):
         value = value.get("mean")
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    return None
 
 
 def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:

@@ -59,8 +59,8 @@ def _figure(value: Any, scale: float = 1.0) -> Figure | None:
     mean = number(value)
     if mean is None:
         return None
-    ci = value.get("ci95") if isinstance(value, dict) else None
-    return Figure(mean * scale, ci * scale if isinstance(ci, int | float) else None)
+    ci = number(value.get("ci95")) if isinstance(value, dict) else None
+    return Figure(mean * scale, ci * scale if ci is not None else None)
 
 
 def _quantile(dist: Any, q: str) -> Figure | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,12 +64,14 @@ def _e(text: object) -> str:
 
 
 def _nice_max(value: float) -> float:
+    if not math.isfinite(value):  # finite figures whose sum overflows (1e308 + its ci95)
+        value = sys.float_info.max
     if value <= 0:
         return 1.0
-    exp = 10 ** math.floor(math.log10(value))
+    exp = 10.0 ** math.floor(math.log10(value))  # a float: 2 * 10**308 as an int overflows later
     for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
         if step * exp >= value:
-            return step * exp
+            return step * exp if math.isfinite(step * exp) else value
     return 10 * exp
 
 
@@ -103,7 +106,7 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
         f'role="img" aria-label="{_e(chart.title)}">'
     ]
     for k in range(6):  # value axis from zero, five steps
-        v = y_max * k / 5
+        v = y_max * (k / 5)  # not y_max * k: that overflows for a (finite) 1e308
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" class="tick" text-anchor="end">{_fmt(v)}</text>')
     mid = TOP + plot_h / 2
