@@ -16,10 +16,10 @@ wires them to the real lane.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
-import urllib.error
-import urllib.request
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,29 +70,47 @@ class ProbeResult:
     error: str | None = None
 
 
+MAX_PROBE_BYTES = 1 << 20  # a known-answer completion is a few hundred bytes
+
+
 def probe_generation(url: str, model: str, s: WatchSettings, api_key: str | None = None) -> ProbeResult:
-    """POST one chat completion (temperature 0) and check the known answer within the latency bound."""
+    """POST one chat completion (temperature 0) and check the known answer within the latency bound.
+
+    Never raises for what a server sends: one total deadline (the latency bound) covers connect to
+    last byte, the body is capped at MAX_PROBE_BYTES, and an answer of the wrong JSON shape or
+    type is a failed probe naming what was wrong (the bench client's request() and its deadline).
+    """
+    from ..bench.client import Endpoint, ResponseTooLarge, request
     from ..bench.probes import answer_matches
 
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": s.prompt}],
-                       "temperature": 0, "max_tokens": s.max_tokens, "stream": False}).encode()  # fmt: skip
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url.rstrip("/") + "/chat/completions", body, headers)
+    body = {"model": model, "messages": [{"role": "user", "content": s.prompt}],
+            "temperature": 0, "max_tokens": s.max_tokens, "stream": False}  # fmt: skip
     t0 = time.monotonic()
+    endpoint = None
     try:
-        with urllib.request.urlopen(req, timeout=s.latency_s) as resp:
-            doc = json.loads(resp.read())
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+        endpoint = Endpoint(url, model, api_key, s.latency_s)
+        status, raw = request(endpoint, "POST", "/chat/completions", body, cap=MAX_PROBE_BYTES)
+    except TimeoutError:
         took = time.monotonic() - t0
-        what = "no answer within the latency bound" if took >= s.latency_s * 0.95 else str(exc)
-        return ProbeResult(False, took, None, f"{what} ({type(exc).__name__})")
+        return ProbeResult(False, took, None, "no answer within the latency bound (TimeoutError)")
+    except ResponseTooLarge:
+        return ProbeResult(False, time.monotonic() - t0, None,
+                           f"answer larger than {MAX_PROBE_BYTES >> 20} MiB (stopped reading)")  # fmt: skip
+    except (OSError, http.client.HTTPException, SparkfleetError) as exc:
+        what = endpoint.secrets.safe(str(exc)) if endpoint else str(exc)
+        return ProbeResult(False, time.monotonic() - t0, None, f"{what} ({type(exc).__name__})")
     took = time.monotonic() - t0
+    if status != 200:
+        return ProbeResult(False, took, None, f"HTTP {status}")
     try:
-        answer = doc["choices"][0]["message"].get("content") or ""
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return ProbeResult(False, took, None, "malformed completion")
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        kind = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
+        return ProbeResult(False, took, None, f"malformed completion: {kind}")
+    answer, problem = completion_text(doc)
+    if answer is None:
+        return ProbeResult(False, took, None, f"malformed completion: {problem}")
+    answer = endpoint.secrets.safe(answer)
     if took > s.latency_s:
         return ProbeResult(False, took, answer, f"answered in {took:.1f} s, bound {s.latency_s:g} s")
     if not answer_matches(answer, s.expect):
@@ -100,6 +118,22 @@ def probe_generation(url: str, model: str, s: WatchSettings, api_key: str | None
             False, took, answer, f"wrong answer {answer.strip()[:60]!r}, expected {s.expect!r}"
         )
     return ProbeResult(True, took, answer)
+
+
+def completion_text(doc: Any) -> tuple[str | None, str]:
+    """choices[0].message.content of a chat completion, or (None, what is of the wrong type)."""
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return None, "no choices list"
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        return None, "choices[0].message is not an object"
+    content = message.get("content")
+    if content is None:
+        return "", ""
+    if not isinstance(content, str):
+        return None, f"content is a JSON {type(content).__name__}, not text"
+    return content, ""
 
 
 @dataclass
@@ -146,6 +180,16 @@ class Supervisor:
         self.clock, self.sleep, self.on_event = clock, sleep, on_event
         self.restarts: deque[float] = deque()
 
+    def _guard(self, what: str, fn: Callable[[], Any], fallback: Any) -> Any:
+        """fn(), or `fallback` when it raised: whatever a lane, a host or a file does to one step,
+        the loop keeps watching (a supervisor that dies leaves a wrong lane with nobody watching).
+        The exception is reported as an event, with the line it came from."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - deliberately everything: see the docstring
+            self.on_event(f"{self.lane}: {what} raised {crash_text(exc)}")
+            return fallback(exc) if callable(fallback) else fallback
+
     def budget_left(self, now: float) -> int:
         while self.restarts and now - self.restarts[0] > self.s.window_s:
             self.restarts.popleft()
@@ -156,7 +200,9 @@ class Supervisor:
         last_ok_end: float | None = None
         while max_probes is None or out.probes < max_probes:
             start = self.clock()
-            res = self.probe()
+            res = self._guard("the probe", self.probe,
+                              lambda exc, t0=start: ProbeResult(False, self.clock() - t0, None,
+                                                      f"the probe raised {crash_text(exc)}"))  # fmt: skip
             out.probes += 1
             if res.ok:
                 last_ok_end = self.clock()
@@ -168,10 +214,10 @@ class Supervisor:
                 out.detect_s.append(seen - last_ok_end)
             reason = f"generation probe failed: {res.error}"
             self.on_event(f"{self.lane}: {reason}; collecting an incident bundle")
-            bundle = self.collect(reason)
-            held = self.hold()
+            bundle = self._guard("collecting the incident bundle", lambda why=reason: self.collect(why), None)
+            held = self._guard("the memory watchdog check", self.hold, None)
             if held or self.budget_left(seen) <= 0:
-                self.stop()
+                self._guard("stopping the lane", self.stop, None)
                 out.incidents.append(Incident(time.time(), reason, bundle, False))
                 out.needs_human = True
                 why = held or (
@@ -186,12 +232,19 @@ class Supervisor:
             )
             self.sleep(backoff)
             self.restarts.append(self.clock())
-            ok = self.restart()
+            ok = bool(self._guard("the restart", self.restart, False))
             out.restarts += 1
             out.incidents.append(Incident(time.time(), reason, bundle, True, ok))
             last_ok_end = None
             self.on_event(f"{self.lane}: restart {'came up' if ok else 'FAILED'}")
         return out
+
+
+def crash_text(exc: BaseException) -> str:
+    """`TypeError: ... (at watch.py:123)`: what an event or an incident says about an exception."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:300]}{where}"
 
 
 def incident_dir(root: Path, lane: str, t: float | None = None) -> Path:
