@@ -199,13 +199,14 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
       sparkfleet rollback dsv41-flash-4x-mia
     """
     from ..launch.generations import rollback as do_rollback
-    from ..launch.lane import launch, stop
+    from ..launch.lane import dry_run, launch, stop
 
     inv = load_inventory(ctx)
     good, report = do_rollback(
         inv.root,
         lane,
         stop=lambda: stop(inv, lane),
+        plan=lambda old: dry_run(old, lane),  # every launch check, before the running lane is stopped
         launch=lambda old: launch(
             old,
             lane,
@@ -242,6 +243,7 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
     from ..bench import report as reports
     from ..bench.target import for_lane
     from ..launch.generations import history as do_history
+    from ..launch.generations import scan
 
     inv = load_inventory(ctx)
     target = for_lane(inv, lane)
@@ -249,9 +251,12 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
         reports.list_reports(target.reports_dir) if target.reports_dir and target.reports_dir.is_dir() else []
     )
     rows = do_history(inv.root, lane, [(r.path.stat().st_mtime, str(r.path)) for r in found])
+    skipped = [str(s) for s in scan(inv.root, lane)[1]]
     if as_json:
-        echo_json({"lane": lane, "generations": rows})
+        echo_json({"lane": lane, "generations": rows, "skipped": skipped})
         return
+    for line in skipped:
+        click.secho(f"skipped (not a valid generation): {line}", fg="yellow", err=True)
     if not rows:
         click.echo(f"{lane}: no generations yet (each launch records one)")
     for g in rows:

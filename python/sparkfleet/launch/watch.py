@@ -285,7 +285,7 @@ def write_bundle(root: Path, lane: str, reason: str, per_host: dict[str, dict], 
 def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None) -> Path:
     """Ask every host of the lane for its bundle (in parallel) and write them under incidents/."""
     from ..hosts import connect
-    from .generations import current
+    from .generations import current, scan
     from .lane import call_agent, parallel, state_request
     from .recipe import launch_recipe
 
@@ -301,7 +301,8 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
 
     per_host = dict(zip(lane.hosts, parallel(one, list(lane.hosts)), strict=True))
     gen = current(root or inv.root, lane_name)
-    extra = {"generation": gen["id"] if gen else None}
+    skipped = [str(s) for s in scan(root or inv.root, lane_name)[1]]
+    extra = {"generation": gen["id"] if gen else None, "skipped_generations": skipped}
     return write_bundle(root or inv.root, lane_name, reason, per_host, extra)
 
 
