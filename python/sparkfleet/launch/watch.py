@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_bytes
+from ..atomic import ensure_dir, write_bytes
+from ..bench.sanitize import Secrets
 from ..errors import SparkfleetError
 from ..inventory import RECIPES_DIR
 
@@ -252,31 +254,77 @@ def incident_dir(root: Path, lane: str, t: float | None = None) -> Path:
     return root / RECIPES_DIR / lane / "incidents" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t))
 
 
-def write_bundle(root: Path, lane: str, reason: str, per_host: dict[str, dict], extra: dict) -> Path:
-    """recipes/<lane>/incidents/<UTC>/: summary.json + per host and rank the pieces as plain files."""
+BUNDLE_DIR_MODE, BUNDLE_FILE_MODE = 0o700, 0o600  # a bundle holds logs and envs: its owner's alone
+
+
+def write_bundle(
+    root: Path, lane: str, reason: str, per_host: dict[str, dict], extra: dict, secrets: Iterable[str] = ()
+) -> Path:
+    """recipes/<lane>/incidents/<UTC>/: summary.json + per host and rank the pieces as plain files.
+
+    Every value in `secrets` is cut out of every file (the node already scrubbed what it knew;
+    this is what the operator knows: the recipe's env, the lane's API key). Directories 0700,
+    files 0600, and incidents/ carries a `.gitignore` of `*`: a bundle never lands in the fleet
+    checkout's history, wherever that checkout is.
+    """
+    scrub = Secrets(tuple(sorted({v for v in secrets if v}, key=len, reverse=True)))
+    per_host = scrub.safe_all(per_host)
+    reason = scrub.safe(reason)
+    top = incident_dir(root, lane).parent
+    ensure_dir(top, BUNDLE_DIR_MODE)
+    os.chmod(top, BUNDLE_DIR_MODE)  # one written by an older sparkfleet was 0755
+    write_bytes(top / ".gitignore", b"# incident bundles hold logs and envs: never commit them\n*\n")
     d = incident_dir(root, lane)
     n = 1
-    while d.exists():
-        d = d.with_name(d.name.split("-")[0] + f"-{n}")
-        n += 1
-    d.mkdir(parents=True)
+    while True:
+        try:
+            os.mkdir(d, BUNDLE_DIR_MODE)
+            break
+        except FileExistsError:
+            d = d.with_name(d.name.split("-")[0] + f"-{n}")
+            n += 1
+    os.chmod(d, BUNDLE_DIR_MODE)
+
+    def put(name: str, text: str) -> None:
+        write_bytes(d / name, text.encode(), mode=BUNDLE_FILE_MODE)
+
     summary = {"lane": lane, "reason": reason, "at": time.time(), "hosts": sorted(per_host), **extra}
     for host, b in per_host.items():
         if "error" in b:
-            write_bytes(d / f"{host}.error.txt", str(b["error"]).encode())
+            put(f"{host}.error.txt", str(b["error"]))
             continue
-        write_bytes(d / f"{host}.dmesg.txt", str(b.get("dmesg", "")).encode())
-        write_bytes(d / f"{host}.nvidia-smi-q.txt", str(b.get("nvidia_smi_q", "")).encode())
-        write_bytes(d / f"{host}.meminfo.txt", str(b.get("meminfo", "")).encode())
+        put(f"{host}.dmesg.txt", str(b.get("dmesg", "")))
+        put(f"{host}.nvidia-smi-q.txt", str(b.get("nvidia_smi_q", "")))
+        put(f"{host}.meminfo.txt", str(b.get("meminfo", "")))
         for r in b.get("ranks", []):
             stem = f"{host}.rank{r['rank']}"
-            write_bytes(d / f"{stem}.log", str(r.get("log_tail", "")).encode())
+            put(f"{stem}.log", str(r.get("log_tail", "")))
             meta = {k: r.get(k) for k in ("rank", "running", "returncode", "boot_stage", "record", "env")}
-            write_bytes(d / f"{stem}.json", json.dumps(meta, indent=1).encode(), mode=0o600)
+            put(f"{stem}.json", json.dumps(meta, indent=1))
         if b.get("memstop"):
             summary.setdefault("memstop", {})[host] = b["memstop"]
-    write_bytes(d / "summary.json", json.dumps(summary, indent=1).encode())
+    put("summary.json", json.dumps(scrub.safe_all(summary), indent=1))
     return d
+
+
+def lane_secrets(inv, lane_name: str) -> set[str]:
+    """The secret values the operator knows for a lane: its ranks' env (recipe [launch.env] and
+    what is derived from it) by the rule of spec.secret_values, and the lane's API key."""
+    from ..bench.target import for_lane
+    from .lane import dry_run
+    from .spec import secret_values
+
+    found: set[str] = set()
+    try:
+        for spec in dry_run(inv, lane_name).by_rank():
+            found |= secret_values(spec.env)
+    except SparkfleetError:  # a lane that no longer plans: its recipe's own env, as written
+        env = (inv.lane(lane_name).raw.get("launch") or {}).get("env") or {}
+        found |= secret_values({str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {})
+    key = for_lane(inv, lane_name).api_key()
+    if key:
+        found.add(key)
+    return found
 
 
 # ---- wiring to a real lane ----------------------------------------------------------------------
@@ -291,9 +339,11 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
 
     lane = inv.lane(lane_name)
     recipe = launch_recipe(inv, lane_name)
+    secrets = lane_secrets(inv, lane_name)
 
     def one(host: str) -> dict:
         req = state_request(inv, lane_name, host, lines=200, signatures=list(recipe.ready_signatures))
+        req["secrets"] = sorted(secrets)  # over ssh stdin, like the launch request's env
         try:
             return call_agent(connect(inv.host(host)), "incident", req, timeout=180)
         except SparkfleetError as exc:
@@ -303,7 +353,7 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
     gen = current(root or inv.root, lane_name)
     skipped = [str(s) for s in scan(root or inv.root, lane_name)[1]]
     extra = {"generation": gen["id"] if gen else None, "skipped_generations": skipped}
-    return write_bundle(root or inv.root, lane_name, reason, per_host, extra)
+    return write_bundle(root or inv.root, lane_name, reason, per_host, extra, secrets)
 
 
 def watch_lane(
