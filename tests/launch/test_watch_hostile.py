@@ -63,12 +63,26 @@ def test_a_trickled_body_ends_at_the_latency_bound():
     assert took < S.latency_s + 1.5, took
 
 
+PROBE_RSS = """
+import resource, sys
+from sparkfleet.launch.watch import WatchSettings, probe_generation
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+res = probe_generation(sys.argv[1], "m", WatchSettings(interval_s=60, latency_s=60))
+print(res.error)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
 def test_the_read_is_capped_at_one_mib():
-    with hostile_server(huge(64 << 20)) as url:
+    """The issue's 600 MB body took watch to 1.2 GiB RSS and was blamed on a JSON decode."""
+    with hostile_server(huge(600 << 20)) as url:
         started = time.monotonic()
-        res = probe_generation(url, "m", WatchSettings(interval_s=30, latency_s=30))
-    assert not res.ok and res.error == "answer larger than 1 MiB (stopped reading)"
-    assert time.monotonic() - started < 10
+        done = subprocess.run([sys.executable, "-c", PROBE_RSS, url], capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        took = time.monotonic() - started
+    error, grew_mib = done.stdout.splitlines()
+    assert error == "answer larger than 1 MiB (stopped reading)", done.stdout + done.stderr
+    assert int(grew_mib) < 32 and took < 30, (grew_mib, took)
 
 
 def test_a_good_answer_still_passes():
