@@ -101,13 +101,17 @@ def _wait_listening(address: str, port: int, proc: subprocess.Popen, timeout: fl
     return False
 
 
-def die_with_parent() -> Callable[[], None]:
+def die_with_parent() -> Callable[[], None] | None:
     """A preexec_fn: the child gets SIGKILL the moment the process that started it dies.
 
     prctl is looked up here, in the parent, so the child between fork and exec only makes the
-    one call; a parent that died before the call is caught by the getppid check.
+    one call; a parent that died before the call is caught by the getppid check. None where there
+    is no prctl (not Linux: the hosts this serves from always are).
     """
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
     parent = os.getpid()
 
     def preexec() -> None:
