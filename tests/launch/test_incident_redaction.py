@@ -91,7 +91,12 @@ def test_bundles_stay_out_of_the_fleet_checkout(secret_lane):
     inv = secret_lane
     git = ["git", "-C", str(inv.root), "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run([*git, "init", "-q"], check=True)
+    bad = inv.root / "recipes" / "demo" / "generations" / "20260101T000000000Z.json"
+    bad.write_text("[1, 2]")  # the KeyError: 'status' at the first incident
     bundle = collect_incident(inv, "demo", "generation probe failed: test")
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["skipped_generations"] == [f"{bad}: a JSON list, not a generation object"]
+    assert summary["generation"] is not None  # the launch's own record, still found
     subprocess.run([*git, "add", "-A"], check=True)
     tracked = subprocess.run([*git, "ls-files"], capture_output=True, text=True, check=True).stdout
     assert "recipes/demo/recipe.toml" in tracked
