@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     SPACE = 3  # not enough disk space or inodes at the destination
     UNREACHABLE = 4  # a host could not be reached or logged into over ssh
     REFUSED = 5  # a safety gate refused to act (admission, drift, image mismatch, occupied host)
+    CRASHED = 70  # sparkfleet itself failed (a bug, EX_SOFTWARE): `watch` exits so, and its unit restarts it
     BUSY = 75  # another run holds the lock (EX_TEMPFAIL)
     INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT
 

@@ -439,6 +439,7 @@ class InventoryCheck:
 
 
 _LANE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+LANE_NAME = _LANE_NAME  # what a lane (and so a recipes/<lane>/ folder) may be called
 
 
 def check(root: Path | None = None) -> InventoryCheck:

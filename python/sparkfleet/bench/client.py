@@ -212,11 +212,16 @@ def _error_text(body: bytes) -> str:
         return clean(body.decode(errors="replace")[:300])
 
 
-def _read_capped(resp: http.client.HTTPResponse, cap: int) -> bytes:
+def _read_capped(resp: http.client.HTTPResponse, cap: int, watchdog: _Watchdog | None = None) -> bytes:
+    """The body, at most `cap` bytes; stops at the deadline even while bytes keep coming.
+
+    Why check the watchdog here too: on Linux a socket shut down for reading still hands over
+    data that keeps arriving, so a server streaming without pause is not stopped by the shutdown.
+    """
     parts, total = [], 0
     while True:
         data = resp.read1(65536)
-        if not data:
+        if not data or (watchdog is not None and watchdog.expired):
             return b"".join(parts)
         total += len(data)
         if total > cap:
@@ -232,14 +237,37 @@ def get(
     The whole request must finish within `timeout` (default: the endpoint's) and the body stays
     under MAX_BODY_BYTES; otherwise OSError / ResponseTooLarge.
     """
+    return request(endpoint, "GET", path, root=root, timeout=timeout)
+
+
+def request(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    payload: Any = None,
+    *,
+    root: bool = False,
+    timeout: float | None = None,
+    cap: int = MAX_BODY_BYTES,
+) -> tuple[int, bytes]:
+    """One plain (not streamed) request: `payload` sent as JSON; (status, body). Network errors raise.
+
+    One total deadline (`timeout`, default the endpoint's) covers connect, headers and every byte
+    of the body: a server trickling a byte a second gets no longer than that. The body stays
+    under `cap` bytes (ResponseTooLarge), the deadline raises TimeoutError.
+    """
     seconds = min(timeout, endpoint.timeout) if timeout is not None else endpoint.timeout
     base = endpoint.server_root if root else endpoint.base_url.rstrip("/")
     conn, full = _connection(base + path, seconds)
     watchdog = _Watchdog(conn, seconds)
     try:
-        conn.request("GET", full, headers=_headers(endpoint))
+        if payload is None:
+            conn.request(method, full, headers=_headers(endpoint))
+        else:
+            extra = {"Content-Type": "application/json"}
+            conn.request(method, full, body=json.dumps(payload).encode(), headers=_headers(endpoint, extra))
         resp = conn.getresponse()
-        body = _read_capped(resp, MAX_BODY_BYTES)
+        body = _read_capped(resp, cap, watchdog)
         if watchdog.expired:
             raise TimeoutError(f"no complete answer within {seconds:g} s")
         return resp.status, body
@@ -375,11 +403,11 @@ def stream_chat(endpoint: Endpoint, body: dict[str, Any]) -> StreamResult:
         resp = conn.getresponse()
         result.status = resp.status
         if resp.status != 200:
-            result.error = f"HTTP {resp.status}: {_error_text(_read_capped(resp, MAX_BODY_BYTES))}"
+            result.error = f"HTTP {resp.status}: {_error_text(_read_capped(resp, MAX_BODY_BYTES, watchdog))}"
             if 300 <= resp.status < 400:
                 result.error = f"HTTP {resp.status} redirect (not followed): point --url at the server itself"
         else:
-            _read_events(resp, result, max_tokens if isinstance(max_tokens, int) else None)
+            _read_events(resp, result, max_tokens if isinstance(max_tokens, int) else None, watchdog)
     except http.client.IncompleteRead:
         pass  # the connection closed mid-stream: reported below as "ended without [DONE]"
     except TimeoutError:
@@ -486,8 +514,11 @@ class _Dechunk:
         return b"".join(out)
 
 
-def _read_events(resp: http.client.HTTPResponse, result: StreamResult, max_tokens: int | None) -> None:
-    """Split the body into SSE lines (capped) and fold each event into `result`."""
+def _read_events(
+    resp: http.client.HTTPResponse, result: StreamResult, max_tokens: int | None, watchdog: _Watchdog
+) -> None:
+    """Split the body into SSE lines (capped) and fold each event into `result`, until the deadline
+    (checked per read: a socket shut for reading still delivers bytes that keep arriving)."""
     all_continuous = True
     chunk_limit = None if max_tokens is None else 2 * max_tokens + 16
     usage_limit = None if max_tokens is None else max_tokens + usage_slack(max_tokens)
@@ -497,7 +528,7 @@ def _read_events(resp: http.client.HTTPResponse, result: StreamResult, max_token
     chunks = result.chunks
     while fp is not None:
         data = fp.read1(65536)
-        if not data:
+        if not data or watchdog.expired:
             break
         now = time.perf_counter()
         total += len(data)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+import traceback
 
 import click
 
-from ..errors import ExitCode
+from ..errors import ExitCode, SparkfleetError
 from .render import echo_json, load_inventory
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -67,7 +68,9 @@ def watch(
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
 
     Exit 0 when --probes ran out, 1 when the restart budget was spent and the lane was stopped (a human
-    is needed; a unit running this should not restart it: RestartPreventExitStatus=1).
+    is needed; a unit running this should not restart it: RestartPreventExitStatus=1), 70 when watch
+    itself crashed (a bug; Restart=on-failure restarts it). A probe that fails in any way, however
+    malformed the answer, is an incident, never a crash.
 
     \b
     Examples:
@@ -81,7 +84,17 @@ def watch(
         inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
         window_s=window, backoff_s=backoff,
     )  # fmt: skip
-    out = watch_lane(inv, lane, settings, max_probes=probes, allow_drift=allow_drift, on_event=_event)
+    try:
+        out = watch_lane(inv, lane, settings, max_probes=probes, allow_drift=allow_drift, on_event=_event)
+    except (SparkfleetError, KeyboardInterrupt):
+        raise
+    except Exception:  # noqa: BLE001 - a bug in the supervisor: its own code, so the unit restarts it
+        traceback.print_exc()  # the journal keeps the traceback for the bug report
+        raise SparkfleetError(
+            f"sparkfleet watch {lane} crashed (a bug; the traceback is above)",
+            hint=f"exit {int(ExitCode.CRASHED)}: a unit with Restart=on-failure restarts it",
+            exit_code=ExitCode.CRASHED,
+        ) from None
     if as_json:
         echo_json(out)
     else:
@@ -186,13 +199,14 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
       sparkfleet rollback dsv41-flash-4x-mia
     """
     from ..launch.generations import rollback as do_rollback
-    from ..launch.lane import launch, stop
+    from ..launch.lane import dry_run, launch, stop
 
     inv = load_inventory(ctx)
     good, report = do_rollback(
         inv.root,
         lane,
         stop=lambda: stop(inv, lane),
+        plan=lambda old: dry_run(old, lane),  # every launch check, before the running lane is stopped
         launch=lambda old: launch(
             old,
             lane,
@@ -229,6 +243,7 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
     from ..bench import report as reports
     from ..bench.target import for_lane
     from ..launch.generations import history as do_history
+    from ..launch.generations import scan
 
     inv = load_inventory(ctx)
     target = for_lane(inv, lane)
@@ -236,9 +251,12 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
         reports.list_reports(target.reports_dir) if target.reports_dir and target.reports_dir.is_dir() else []
     )
     rows = do_history(inv.root, lane, [(r.path.stat().st_mtime, str(r.path)) for r in found])
+    skipped = [str(s) for s in scan(inv.root, lane)[1]]
     if as_json:
-        echo_json({"lane": lane, "generations": rows})
+        echo_json({"lane": lane, "generations": rows, "skipped": skipped})
         return
+    for line in skipped:
+        click.secho(f"skipped (not a valid generation): {line}", fg="yellow", err=True)
     if not rows:
         click.echo(f"{lane}: no generations yet (each launch records one)")
     for g in rows:

@@ -14,18 +14,24 @@ Written temp + fsync + os.replace (sparkfleet.atomic): a generation is whole or 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
+import math
+import os
+import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..atomic import write_bytes
+from ..atomic import ensure_dir, sweep_temps, write_bytes
 from ..errors import ExitCode, SparkfleetError
-from ..inventory import FLEET_FILE, RECIPE_FILE, RECIPES_DIR
+from ..inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
 from ..jsonable import to_jsonable
+from ..stage.lock import open_lock_file
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
@@ -49,21 +55,145 @@ def utc_id(t: float | None = None) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f"{int((t % 1) * 1000):03d}Z"
 
 
-def load_all(root: Path, lane: str) -> list[dict]:
-    """Every generation of `lane`, oldest first."""
-    d = generations_dir(root, lane)
-    out = []
+_ID = re.compile(r"\d{8}T\d{9}Z")
+_STATUSES = ("ready", "started", "failed")
+LOCK_NAME = ".lock"
+
+
+def _lane_dir(root: Path, lane: str) -> Path:
+    """generations_dir, for a lane name that cannot climb out of recipes/ (`../../x` never can)."""
+    if not LANE_NAME.fullmatch(lane):
+        raise GenerationError(f"not a lane name: {lane[:80]!r}", hint="lane names are [a-z0-9][a-z0-9._-]*")
+    return generations_dir(root, lane)
+
+
+def problem(gen: Any, lane: str, stem: str) -> str | None:
+    """What is wrong with a generation record read from recipes/<lane>/generations/<stem>.json, or None.
+
+    Why every field: a record steers writes (its lane names the folder rollback writes into), and
+    the recipe rollback relaunches must be the one that was proven good (its sha256 must match).
+    """
+    if not isinstance(gen, dict):
+        return f"a JSON {type(gen).__name__}, not a generation object"
+    for key, kind in (("id", str), ("lane", str), ("status", str), ("recipe_text", str),
+                      ("recipe_sha256", str), ("fleet_text", str)):  # fmt: skip
+        if not isinstance(gen.get(key), kind):
+            return f"{key} is {_what(gen.get(key))}, not text"
+    if gen["lane"] != lane:
+        return f"its lane {gen['lane'][:80]!r} is not the lane of its folder ({lane!r})"
+    if gen["id"] != stem or not _ID.fullmatch(gen["id"]):
+        return f"its id {gen['id'][:80]!r} is not its file name ({stem!r}, a UTC id like {utc_id(0)})"
+    created = gen.get("created_at")
+    if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
+        return f"created_at is {_what(created)}, not a time in seconds"
+    if gen["status"] not in _STATUSES:
+        return f"status {gen['status'][:40]!r} is none of {', '.join(_STATUSES)}"
+    if hashlib.sha256(gen["recipe_text"].encode()).hexdigest() != gen["recipe_sha256"]:
+        return "recipe_sha256 does not match recipe_text (the recipe was edited after it was recorded)"
+    none = type(None)
+    for key, kinds in (("good", (bool,)), ("image", (dict, none)), ("boot", (dict,)), ("drift", (list,)),
+                       ("promotion", (dict, none)), ("rolled_back_from", (str, none)), ("hosts", (list,)),
+                       ("pins", (dict,))):  # fmt: skip
+        if key in gen and not isinstance(gen[key], kinds):
+            return f"{key} is {_what(gen[key])}"
+    if not all(isinstance(d, str) for d in gen.get("drift", [])):
+        return "drift is not a list of text"
+    ref = (gen.get("image") or {}).get("ref")
+    if ref is not None and not isinstance(ref, str):
+        return f"image.ref is {_what(ref)}, not text"
+    boot = gen.get("boot", {})
+    for key in ("time_to_ready_s", "previous_s"):
+        v = boot.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)):
+            return f"boot.{key} is {_what(v)}, not seconds"
+    for key in ("cache", "cache_key", "regression"):
+        if boot.get(key) is not None and not isinstance(boot[key], str):
+            return f"boot.{key} is {_what(boot[key])}, not text"
+    return None
+
+
+def _what(value: Any) -> str:
+    return "missing" if value is None else f"a JSON {type(value).__name__}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A file under generations/ that is not a valid generation: named, never acted on."""
+
+    path: Path
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.why}"
+
+
+def scan(root: Path, lane: str) -> tuple[list[dict], list[Skipped]]:
+    """The valid generations of `lane` (oldest first) and the files that are not valid ones."""
+    d = _lane_dir(root, lane)
+    good: list[dict] = []
+    skipped: list[Skipped] = []
     for p in sorted(d.glob("*.json")) if d.is_dir() else []:
         try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
+            gen = json.loads(p.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else f"unreadable ({exc})"
+            skipped.append(Skipped(p, reason[:200]))
             continue
-    return out
+        why = problem(gen, lane, p.stem)
+        if why:
+            skipped.append(Skipped(p, why))
+        else:
+            good.append(gen)
+    return good, skipped
+
+
+def load_all(root: Path, lane: str) -> list[dict]:
+    """Every valid generation of `lane`, oldest first (invalid files are skipped: see `scan`)."""
+    return scan(root, lane)[0]
+
+
+def load_strict(root: Path, lane: str) -> list[dict]:
+    """Every generation of `lane`; a file that is not a valid generation refuses, naming it.
+
+    Why refuse rather than skip for promote and rollback: they act on what they read, and a
+    tampered or truncated record there is a question for a human before a lane is stopped.
+    """
+    gens, skipped = scan(root, lane)
+    if skipped:
+        raise GenerationError(
+            f"lane {lane}: not a valid generation: " + "; ".join(map(str, skipped[:5])),
+            hint="sparkfleet writes these files itself: inspect them, move the bad one out of "
+            f"{generations_dir(root, lane)}, then retry",
+        )
+    return gens
+
+
+@contextmanager
+def locked(root: Path, lane: str) -> Iterator[None]:
+    """Hold the lane's generations lock (flock: the kernel drops it when the holder dies).
+
+    Every writer of a generation holds it, so temps left by a `kill -9` can be swept here without
+    touching another writer's temp in flight.
+    """
+    d = _lane_dir(root, lane)
+    fd = open_lock_file(d / LOCK_NAME)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        sweep_temps(d)
+        yield
+    finally:
+        os.close(fd)
 
 
 def save(root: Path, gen: dict) -> Path:
-    path = generations_dir(root, gen["lane"]) / f"{gen['id']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write a generation (its lane and id must be a lane name and a UTC id: they name the path)."""
+    lane, gid = gen.get("lane"), gen.get("id")
+    if not isinstance(lane, str) or not LANE_NAME.fullmatch(lane):
+        raise GenerationError(f"refusing to save a generation whose lane is {str(lane)[:80]!r}")
+    if not isinstance(gid, str) or not _ID.fullmatch(gid):
+        raise GenerationError(f"refusing to save a generation whose id is {str(gid)[:80]!r}")
+    path = generations_dir(root, lane) / f"{gid}.json"
+    ensure_dir(path.parent)
     write_bytes(path, json.dumps(gen, indent=1, sort_keys=True).encode())
     return path
 
@@ -154,7 +284,8 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
     if gen["canary"]:
         for r in gen["canary"].get("ranks", []):
             r.pop("peers", None)
-    save(root, gen)
+    with locked(root, plan.lane):
+        save(root, gen)
     return gen
 
 
@@ -167,14 +298,14 @@ def _pins_of(raw: dict) -> set[str]:
     return {n for n in names if n}
 
 
-def current(root: Path, lane: str) -> dict | None:
-    """The newest generation that came up (the one a running lane serves)."""
-    gens = [g for g in load_all(root, lane) if g["status"] == "ready"]
+def current(root: Path, lane: str, strict: bool = False) -> dict | None:
+    """The newest generation that came up (the one a running lane serves); `strict`: see load_strict."""
+    gens = [g for g in (load_strict if strict else load_all)(root, lane) if g["status"] == "ready"]
     return gens[-1] if gens else None
 
 
-def last_good(root: Path, lane: str) -> dict | None:
-    gens = [g for g in load_all(root, lane) if g.get("good")]
+def last_good(root: Path, lane: str, strict: bool = False) -> dict | None:
+    gens = [g for g in (load_strict if strict else load_all)(root, lane) if g.get("good")]
     return gens[-1] if gens else None
 
 
@@ -187,6 +318,7 @@ class Promotion:
     bench_report: str | None
     gate: str
     regressions: list[str]
+    good: bool = False  # the record on disk after this attempt (another promote may have passed)
 
 
 def promote(
@@ -201,7 +333,7 @@ def promote(
     `smoke()` → (ok, cases); `bench_gate(since)` → (report path, passed, what was compared, regressions)
     for the newest bench report made since the generation came up.
     """
-    gen = current(root, lane)
+    gen = current(root, lane, strict=True)
     if gen is None or not running:
         raise GenerationError(
             f"lane {lane} has no running generation to promote",
@@ -210,23 +342,29 @@ def promote(
     smoke_ok, cases = smoke()
     report, passed, gate, regressions = bench_gate(gen["created_at"]) if smoke_ok else (None, False, "", [])
     ok = smoke_ok and passed
-    gen["promotion"] = {"at": time.time(), "smoke_ok": smoke_ok, "smoke": cases, "bench_report": report,
-                        "gate": gate, "regressions": regressions, "promoted": ok}  # fmt: skip
-    if ok:
-        gen["good"] = True
-    save(root, gen)
-    return Promotion(gen["id"], ok, smoke_ok, cases, report, gate, regressions)
+    attempt = {"at": time.time(), "smoke_ok": smoke_ok, "smoke": cases, "bench_report": report,
+               "gate": gate, "regressions": regressions, "promoted": ok}  # fmt: skip
+    with locked(root, lane):  # smoke and bench took minutes: merge into the record as it is now
+        fresh = next((g for g in load_strict(root, lane) if g["id"] == gen["id"]), None)
+        if fresh is None:
+            raise GenerationError(f"lane {lane}: generation {gen['id']} vanished while it was being promoted")
+        was_good = bool(fresh.get("good"))
+        if ok or not was_good:  # a failed attempt never hides the promotion that made it good
+            fresh["promotion"] = attempt
+        fresh["good"] = was_good or ok
+        save(root, fresh)
+    return Promotion(gen["id"], ok, smoke_ok, cases, report, gate, regressions, fresh["good"])
 
 
 def rollback_inventory(gen: dict, workdir: Path) -> Inventory:
     """An inventory that is the generation's own fleet file and recipe (validated like any other)."""
     from ..inventory import load
 
-    (workdir / FLEET_FILE).parent.mkdir(parents=True, exist_ok=True)
-    (workdir / FLEET_FILE).write_text(gen["fleet_text"])
-    rdir = workdir / RECIPES_DIR / gen["lane"]
-    rdir.mkdir(parents=True, exist_ok=True)
-    (rdir / RECIPE_FILE).write_text(gen["recipe_text"])
+    if not LANE_NAME.fullmatch(gen["lane"]):  # it names a folder: never one outside workdir
+        raise GenerationError(f"generation {gen['id']}: not a lane name: {gen['lane'][:80]!r}")
+    ensure_dir((workdir / FLEET_FILE).parent)
+    write_bytes(workdir / FLEET_FILE, gen["fleet_text"].encode())
+    write_bytes(workdir / RECIPES_DIR / gen["lane"] / RECIPE_FILE, gen["recipe_text"].encode())
     return load(workdir)
 
 
@@ -235,34 +373,45 @@ def rollback(
     lane: str,
     stop: Callable[[], Any],
     launch: Callable[[Inventory], LaunchReport],
+    plan: Callable[[Inventory], Any] = lambda _inv: None,
 ) -> tuple[dict, LaunchReport]:
-    """Stop the lane and relaunch its last good generation (same recipe, pins, image) on every host."""
-    good = last_good(root, lane)
+    """Relaunch the lane's last good generation (same recipe, pins, image) on every host.
+
+    Validate and plan first, stop second: the record (every generation of the lane, strictly), its
+    fleet file and recipe (a full inventory load) and `plan(inventory)` (every check launch runs
+    before touching a host) must all pass while the running lane is still serving.
+    """
+    good = last_good(root, lane, strict=True)
     if good is None:
         raise GenerationError(
             f"lane {lane} has no good generation to roll back to",
             hint=f"promote a generation first: sparkfleet promote {lane}",
         )
-    stop()
     with tempfile.TemporaryDirectory(prefix="sparkfleet-rollback-") as tmp:
         inv = rollback_inventory(good, Path(tmp))
+        plan(inv)
+        stop()
         report = launch(inv)
     if report.generation is not None:
-        report.generation["rolled_back_from"] = good["id"]
-        if (
-            report.ready is not None
-            and report.ready.ok
-            and good.get("recipe_sha256") == report.generation.get("recipe_sha256")
-        ):
-            report.generation["good"] = True  # the very generation that was proven good, proven up again
-            report.generation["promotion"] = {"at": time.time(), "inherited_from": good["id"]}
-        save(root, report.generation)
+        with locked(root, lane):
+            fresh = next((g for g in load_all(root, lane) if g["id"] == report.generation["id"]), None)
+            gen = fresh or report.generation
+            gen["rolled_back_from"] = good["id"]
+            if (
+                report.ready is not None
+                and report.ready.ok
+                and good.get("recipe_sha256") == gen.get("recipe_sha256")
+            ):
+                gen["good"] = True  # the very generation that was proven good, proven up again
+                gen["promotion"] = {"at": time.time(), "inherited_from": good["id"]}
+            save(root, gen)
+            report.generation = gen
     return good, report
 
 
 def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
     """Generations newest first, each with the reports made while it was the newest generation."""
-    gens = load_all(root, lane)
+    gens = load_all(root, lane)  # a file that is not a valid generation is skipped (scan names it)
     out = []
     for i, g in enumerate(gens):
         end = gens[i + 1]["created_at"] if i + 1 < len(gens) else float("inf")
@@ -270,7 +419,7 @@ def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
         out.append({
             "id": g["id"], "status": g["status"], "good": g.get("good", False),
             "image": (g.get("image") or {}).get("ref"), "recipe_sha256": g["recipe_sha256"][:12],
-            "boot": {k: g["boot"].get(k) for k in ("cache", "time_to_ready_s", "regression")},
+            "boot": {k: g.get("boot", {}).get(k) for k in ("cache", "time_to_ready_s", "regression")},
             "drift": g.get("drift", []), "rolled_back_from": g.get("rolled_back_from"),
             "promotion": {k: v for k, v in (g.get("promotion") or {}).items() if k != "smoke"},
             "reports": [r[1] for r in mine],

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_bytes
+from ..bench.sanitize import Secrets
 from . import canary_worker, records, watchdog
 from .runtimes import container_run_argv
-from .spec import LaunchSpec, redact_env
+from .spec import LaunchSpec, redact_env, secret_values
 
 WORKER_MOUNT = "/opt/sparkfleet/canary_worker.py"
 
@@ -143,18 +144,19 @@ def _cmd(argv: list[str], limit: int = 200_000) -> str:
 
 
 def _rank_env(rec: records.LaunchRecord) -> dict[str, str] | str:
-    """The rank's env as it runs (secrets redacted): /proc of the serve command or the container's."""
+    """The rank's env as it runs, secrets included (the caller redacts): /proc of the serve command,
+    else the 0600 env file the rank was given (a container's, or a process rank's that is gone)."""
     if rec.runtime == "process" and rec.pid and records.is_ours(rec):
         kids = [p for p in records.group_members(rec.pgid or rec.pid) if p != rec.pid] or [rec.pid]
         try:
             raw = Path(f"/proc/{max(kids)}/environ").read_bytes().decode(errors="replace")
-            return redact_env(dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv))
+            return dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
         except OSError as exc:
             return f"cannot read: {exc}"
     env_file = Path(rec.log_path).with_suffix(".env")
     try:
         lines = env_file.read_text().splitlines()
-        return redact_env(dict(ln.split("=", 1) for ln in lines if "=" in ln))
+        return dict(ln.split("=", 1) for ln in lines if "=" in ln)
     except OSError:
         return f"not available ({rec.runtime} rank {'running' if records.is_ours(rec) else 'gone'})"
 
@@ -176,6 +178,7 @@ def incident(req: dict) -> dict:
     state_dir = Path(req["state_dir"])
     lines = int(req.get("lines", 200))
     ranks: list[dict[str, Any]] = []
+    secrets: set[str] = set(req.get("secrets") or ())  # what the operator knows (the recipe's env)
     for rec in records.load_all(state_dir, req["lane"]):
         runtime = runtime_for(rec.runtime)
         if rec.runtime == "process":
@@ -184,6 +187,10 @@ def incident(req: dict) -> dict:
             data, _ = runtime.read_log(rec, 0, 1 << 30)
         text = data.decode("utf-8", errors="replace")
         st = runtime.state(rec)
+        env = _rank_env(rec)
+        if isinstance(env, dict):
+            secrets |= secret_values(env)
+            env = redact_env(env)
         ranks.append({
             "rank": rec.rank,
             "record": dataclasses.asdict(rec),
@@ -191,9 +198,9 @@ def incident(req: dict) -> dict:
             "returncode": st.returncode,
             "log_tail": "\n".join(text.splitlines()[-lines:]),
             "boot_stage": boot_stage(text, list(req.get("signatures", []))),
-            "env": _rank_env(rec),
+            "env": env,
         })  # fmt: skip
-    return {
+    bundle = {
         "hostname": socket.gethostname(),
         "collected_at": time.time(),
         "ranks": ranks,
@@ -202,6 +209,9 @@ def incident(req: dict) -> dict:
         "meminfo": _read(watchdog.meminfo_source()),
         "memstop": watchdog.read_memstop(state_dir, req["lane"]),
     }
+    # Every secret value of every rank's env, whatever its key, cut out of every text before it
+    # leaves the node (a server logging its own token, a DSN in a traceback, dmesg, ...).
+    return Secrets(tuple(sorted(secrets, key=len, reverse=True))).safe_all(bundle)
 
 
 def _read(path: str) -> str:

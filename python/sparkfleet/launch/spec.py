@@ -45,9 +45,14 @@ DERIVED_KEYS = (
 # The engines' flags for the share of memory they claim: SGLang, vLLM. [launch.memory] declares it once.
 MEM_FRACTION_FLAGS = ("--mem-fraction-static", "--gpu-memory-utilization")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# A key whose value is a secret, whatever else it is called: HF_AUTH, OPENAI_APIKEY, PASSPHRASE,
+# AWS_SECRET_ACCESS_KEY, SESSION_ID, SENTRY_DSN. Over-matching hides a harmless value; missing one leaks.
 _SECRET_KEY = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTHORIZATION|COOKIE|(^|_)KEY$", re.IGNORECASE
+    r"TOKEN|SECRET|PASS|CREDENTIAL|AUTH|COOKIE|KEY|PRIVATE|SESSION|SIGNATURE|(^|_)DSN$", re.IGNORECASE
 )
+# A value carrying credentials, whatever its key: scheme://user:password@host (DATABASE_URL, ...).
+_URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s:]*:([^/@\s]+)@", re.IGNORECASE)
+MIN_SCRUB_CHARS = 6  # a shorter secret is hidden in env listings but not hunted in free text
 
 
 class ShapeError(SparkfleetError):
@@ -92,9 +97,26 @@ def is_secret(key: str) -> bool:
     return _SECRET_KEY.search(key) is not None
 
 
+def is_secret_value(key: str, value: str) -> bool:
+    """A secret-looking key, or a value with URL credentials in it (DATABASE_URL=postgres://u:p@h)."""
+    return is_secret(key) or _URL_CREDENTIALS.search(value) is not None
+
+
+def secret_values(env: dict[str, str]) -> set[str]:
+    """The values to hunt for in free text (logs, dmesg, errors): every value of a secret-looking key
+    or carrying URL credentials, and the password inside such a URL, when MIN_SCRUB_CHARS or longer."""
+    found: set[str] = set()
+    for key, value in env.items():
+        if not isinstance(value, str) or not is_secret_value(key, value):
+            continue
+        found.add(value)
+        found.update(m.group(1) for m in _URL_CREDENTIALS.finditer(value))
+    return {v for v in found if len(v) >= MIN_SCRUB_CHARS}
+
+
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """The env as it may be printed: values of secret-looking keys hidden."""
-    return {k: ("<redacted>" if is_secret(k) else v) for k, v in env.items()}
+    """The env as it may be printed: values of secret-looking keys, or with URL credentials, hidden."""
+    return {k: ("<redacted>" if is_secret_value(k, v) else v) for k, v in env.items()}
 
 
 def state_dir_of(host: Host) -> Path:

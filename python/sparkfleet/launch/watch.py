@@ -16,17 +16,19 @@ wires them to the real lane.
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import time
-import urllib.error
-import urllib.request
+import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_bytes
+from ..atomic import ensure_dir, write_bytes
+from ..bench.sanitize import Secrets
 from ..errors import SparkfleetError
 from ..inventory import RECIPES_DIR
 
@@ -70,29 +72,47 @@ class ProbeResult:
     error: str | None = None
 
 
+MAX_PROBE_BYTES = 1 << 20  # a known-answer completion is a few hundred bytes
+
+
 def probe_generation(url: str, model: str, s: WatchSettings, api_key: str | None = None) -> ProbeResult:
-    """POST one chat completion (temperature 0) and check the known answer within the latency bound."""
+    """POST one chat completion (temperature 0) and check the known answer within the latency bound.
+
+    Never raises for what a server sends: one total deadline (the latency bound) covers connect to
+    last byte, the body is capped at MAX_PROBE_BYTES, and an answer of the wrong JSON shape or
+    type is a failed probe naming what was wrong (the bench client's request() and its deadline).
+    """
+    from ..bench.client import Endpoint, ResponseTooLarge, request
     from ..bench.probes import answer_matches
 
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": s.prompt}],
-                       "temperature": 0, "max_tokens": s.max_tokens, "stream": False}).encode()  # fmt: skip
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url.rstrip("/") + "/chat/completions", body, headers)
+    body = {"model": model, "messages": [{"role": "user", "content": s.prompt}],
+            "temperature": 0, "max_tokens": s.max_tokens, "stream": False}  # fmt: skip
     t0 = time.monotonic()
+    endpoint = None
     try:
-        with urllib.request.urlopen(req, timeout=s.latency_s) as resp:
-            doc = json.loads(resp.read())
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+        endpoint = Endpoint(url, model, api_key, s.latency_s)
+        status, raw = request(endpoint, "POST", "/chat/completions", body, cap=MAX_PROBE_BYTES)
+    except TimeoutError:
         took = time.monotonic() - t0
-        what = "no answer within the latency bound" if took >= s.latency_s * 0.95 else str(exc)
-        return ProbeResult(False, took, None, f"{what} ({type(exc).__name__})")
+        return ProbeResult(False, took, None, "no answer within the latency bound (TimeoutError)")
+    except ResponseTooLarge:
+        return ProbeResult(False, time.monotonic() - t0, None,
+                           f"answer larger than {MAX_PROBE_BYTES >> 20} MiB (stopped reading)")  # fmt: skip
+    except (OSError, http.client.HTTPException, SparkfleetError) as exc:
+        what = endpoint.secrets.safe(str(exc)) if endpoint else str(exc)
+        return ProbeResult(False, time.monotonic() - t0, None, f"{what} ({type(exc).__name__})")
     took = time.monotonic() - t0
+    if status != 200:
+        return ProbeResult(False, took, None, f"HTTP {status}")
     try:
-        answer = doc["choices"][0]["message"].get("content") or ""
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return ProbeResult(False, took, None, "malformed completion")
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        kind = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
+        return ProbeResult(False, took, None, f"malformed completion: {kind}")
+    answer, problem = completion_text(doc)
+    if answer is None:
+        return ProbeResult(False, took, None, f"malformed completion: {problem}")
+    answer = endpoint.secrets.safe(answer)
     if took > s.latency_s:
         return ProbeResult(False, took, answer, f"answered in {took:.1f} s, bound {s.latency_s:g} s")
     if not answer_matches(answer, s.expect):
@@ -100,6 +120,22 @@ def probe_generation(url: str, model: str, s: WatchSettings, api_key: str | None
             False, took, answer, f"wrong answer {answer.strip()[:60]!r}, expected {s.expect!r}"
         )
     return ProbeResult(True, took, answer)
+
+
+def completion_text(doc: Any) -> tuple[str | None, str]:
+    """choices[0].message.content of a chat completion, or (None, what is of the wrong type)."""
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return None, "no choices list"
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        return None, "choices[0].message is not an object"
+    content = message.get("content")
+    if content is None:
+        return "", ""
+    if not isinstance(content, str):
+        return None, f"content is a JSON {type(content).__name__}, not text"
+    return content, ""
 
 
 @dataclass
@@ -146,6 +182,16 @@ class Supervisor:
         self.clock, self.sleep, self.on_event = clock, sleep, on_event
         self.restarts: deque[float] = deque()
 
+    def _guard(self, what: str, fn: Callable[[], Any], fallback: Any) -> Any:
+        """fn(), or `fallback` when it raised: whatever a lane, a host or a file does to one step,
+        the loop keeps watching (a supervisor that dies leaves a wrong lane with nobody watching).
+        The exception is reported as an event, with the line it came from."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - deliberately everything: see the docstring
+            self.on_event(f"{self.lane}: {what} raised {crash_text(exc)}")
+            return fallback(exc) if callable(fallback) else fallback
+
     def budget_left(self, now: float) -> int:
         while self.restarts and now - self.restarts[0] > self.s.window_s:
             self.restarts.popleft()
@@ -156,7 +202,9 @@ class Supervisor:
         last_ok_end: float | None = None
         while max_probes is None or out.probes < max_probes:
             start = self.clock()
-            res = self.probe()
+            res = self._guard("the probe", self.probe,
+                              lambda exc, t0=start: ProbeResult(False, self.clock() - t0, None,
+                                                      f"the probe raised {crash_text(exc)}"))  # fmt: skip
             out.probes += 1
             if res.ok:
                 last_ok_end = self.clock()
@@ -168,10 +216,10 @@ class Supervisor:
                 out.detect_s.append(seen - last_ok_end)
             reason = f"generation probe failed: {res.error}"
             self.on_event(f"{self.lane}: {reason}; collecting an incident bundle")
-            bundle = self.collect(reason)
-            held = self.hold()
+            bundle = self._guard("collecting the incident bundle", lambda why=reason: self.collect(why), None)
+            held = self._guard("the memory watchdog check", self.hold, None)
             if held or self.budget_left(seen) <= 0:
-                self.stop()
+                self._guard("stopping the lane", self.stop, None)
                 out.incidents.append(Incident(time.time(), reason, bundle, False))
                 out.needs_human = True
                 why = held or (
@@ -186,7 +234,7 @@ class Supervisor:
             )
             self.sleep(backoff)
             self.restarts.append(self.clock())
-            ok = self.restart()
+            ok = bool(self._guard("the restart", self.restart, False))
             out.restarts += 1
             out.incidents.append(Incident(time.time(), reason, bundle, True, ok))
             last_ok_end = None
@@ -194,36 +242,89 @@ class Supervisor:
         return out
 
 
+def crash_text(exc: BaseException) -> str:
+    """`TypeError: ... (at watch.py:123)`: what an event or an incident says about an exception."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:300]}{where}"
+
+
 def incident_dir(root: Path, lane: str, t: float | None = None) -> Path:
     t = time.time() if t is None else t
     return root / RECIPES_DIR / lane / "incidents" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t))
 
 
-def write_bundle(root: Path, lane: str, reason: str, per_host: dict[str, dict], extra: dict) -> Path:
-    """recipes/<lane>/incidents/<UTC>/: summary.json + per host and rank the pieces as plain files."""
+BUNDLE_DIR_MODE, BUNDLE_FILE_MODE = 0o700, 0o600  # a bundle holds logs and envs: its owner's alone
+
+
+def write_bundle(
+    root: Path, lane: str, reason: str, per_host: dict[str, dict], extra: dict, secrets: Iterable[str] = ()
+) -> Path:
+    """recipes/<lane>/incidents/<UTC>/: summary.json + per host and rank the pieces as plain files.
+
+    Every value in `secrets` is cut out of every file (the node already scrubbed what it knew;
+    this is what the operator knows: the recipe's env, the lane's API key). Directories 0700,
+    files 0600, and incidents/ carries a `.gitignore` of `*`: a bundle never lands in the fleet
+    checkout's history, wherever that checkout is.
+    """
+    scrub = Secrets(tuple(sorted({v for v in secrets if v}, key=len, reverse=True)))
+    per_host = scrub.safe_all(per_host)
+    reason = scrub.safe(reason)
+    top = incident_dir(root, lane).parent
+    ensure_dir(top, BUNDLE_DIR_MODE)
+    os.chmod(top, BUNDLE_DIR_MODE)  # one written by an older sparkfleet was 0755
+    write_bytes(top / ".gitignore", b"# incident bundles hold logs and envs: never commit them\n*\n")
     d = incident_dir(root, lane)
     n = 1
-    while d.exists():
-        d = d.with_name(d.name.split("-")[0] + f"-{n}")
-        n += 1
-    d.mkdir(parents=True)
+    while True:
+        try:
+            os.mkdir(d, BUNDLE_DIR_MODE)
+            break
+        except FileExistsError:
+            d = d.with_name(d.name.split("-")[0] + f"-{n}")
+            n += 1
+    os.chmod(d, BUNDLE_DIR_MODE)
+
+    def put(name: str, text: str) -> None:
+        write_bytes(d / name, text.encode(), mode=BUNDLE_FILE_MODE)
+
     summary = {"lane": lane, "reason": reason, "at": time.time(), "hosts": sorted(per_host), **extra}
     for host, b in per_host.items():
         if "error" in b:
-            write_bytes(d / f"{host}.error.txt", str(b["error"]).encode())
+            put(f"{host}.error.txt", str(b["error"]))
             continue
-        write_bytes(d / f"{host}.dmesg.txt", str(b.get("dmesg", "")).encode())
-        write_bytes(d / f"{host}.nvidia-smi-q.txt", str(b.get("nvidia_smi_q", "")).encode())
-        write_bytes(d / f"{host}.meminfo.txt", str(b.get("meminfo", "")).encode())
+        put(f"{host}.dmesg.txt", str(b.get("dmesg", "")))
+        put(f"{host}.nvidia-smi-q.txt", str(b.get("nvidia_smi_q", "")))
+        put(f"{host}.meminfo.txt", str(b.get("meminfo", "")))
         for r in b.get("ranks", []):
             stem = f"{host}.rank{r['rank']}"
-            write_bytes(d / f"{stem}.log", str(r.get("log_tail", "")).encode())
+            put(f"{stem}.log", str(r.get("log_tail", "")))
             meta = {k: r.get(k) for k in ("rank", "running", "returncode", "boot_stage", "record", "env")}
-            write_bytes(d / f"{stem}.json", json.dumps(meta, indent=1).encode(), mode=0o600)
+            put(f"{stem}.json", json.dumps(meta, indent=1))
         if b.get("memstop"):
             summary.setdefault("memstop", {})[host] = b["memstop"]
-    write_bytes(d / "summary.json", json.dumps(summary, indent=1).encode())
+    put("summary.json", json.dumps(scrub.safe_all(summary), indent=1))
     return d
+
+
+def lane_secrets(inv, lane_name: str) -> set[str]:
+    """The secret values the operator knows for a lane: its ranks' env (recipe [launch.env] and
+    what is derived from it) by the rule of spec.secret_values, and the lane's API key."""
+    from ..bench.target import for_lane
+    from .lane import dry_run
+    from .spec import secret_values
+
+    found: set[str] = set()
+    try:
+        for spec in dry_run(inv, lane_name).by_rank():
+            found |= secret_values(spec.env)
+    except SparkfleetError:  # a lane that no longer plans: its recipe's own env, as written
+        env = (inv.lane(lane_name).raw.get("launch") or {}).get("env") or {}
+        found |= secret_values({str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {})
+    key = for_lane(inv, lane_name).api_key()
+    if key:
+        found.add(key)
+    return found
 
 
 # ---- wiring to a real lane ----------------------------------------------------------------------
@@ -232,15 +333,17 @@ def write_bundle(root: Path, lane: str, reason: str, per_host: dict[str, dict], 
 def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None) -> Path:
     """Ask every host of the lane for its bundle (in parallel) and write them under incidents/."""
     from ..hosts import connect
-    from .generations import current
+    from .generations import current, scan
     from .lane import call_agent, parallel, state_request
     from .recipe import launch_recipe
 
     lane = inv.lane(lane_name)
     recipe = launch_recipe(inv, lane_name)
+    secrets = lane_secrets(inv, lane_name)
 
     def one(host: str) -> dict:
         req = state_request(inv, lane_name, host, lines=200, signatures=list(recipe.ready_signatures))
+        req["secrets"] = sorted(secrets)  # over ssh stdin, like the launch request's env
         try:
             return call_agent(connect(inv.host(host)), "incident", req, timeout=180)
         except SparkfleetError as exc:
@@ -248,8 +351,9 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
 
     per_host = dict(zip(lane.hosts, parallel(one, list(lane.hosts)), strict=True))
     gen = current(root or inv.root, lane_name)
-    extra = {"generation": gen["id"] if gen else None}
-    return write_bundle(root or inv.root, lane_name, reason, per_host, extra)
+    skipped = [str(s) for s in scan(root or inv.root, lane_name)[1]]
+    extra = {"generation": gen["id"] if gen else None, "skipped_generations": skipped}
+    return write_bundle(root or inv.root, lane_name, reason, per_host, extra, secrets)
 
 
 def watch_lane(

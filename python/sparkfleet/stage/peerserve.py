@@ -10,25 +10,39 @@ What keeps that safe enough (SECURITY.md, "Peer transport"):
     in a private 0700 directory for the daemon's lifetime and is removed with it;
   - the daemon lives exactly as long as the coordinator's connection: stdin closing stops it
     (by PID), so a dead coordinator leaves no listener behind;
+  - and no longer than the process that started it: PR_SET_PDEATHSIG kills it when that process
+    dies, `kill -9` included (it would otherwise keep listening with PPID 1); the private
+    directory names its owner (PID + start time + boot), and the next run removes every
+    leftover whose owner is gone (killing its daemon by PID + start time if one still runs);
   - whatever a peer sends is still checked against the blob's sha256 name before it is published.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import json
 import os
 import shutil
+import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..hosts import stop_process
+from ..launch.records import boot_id, process_state, start_ticks
 from .transport import RSYNCD_MODULE, RSYNCD_USER
+
+PRIVATE_PREFIX = "sparkfleet-rsyncd-"
+OWNER_FILE = "owner.json"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,67 @@ def _wait_listening(address: str, port: int, proc: subprocess.Popen, timeout: fl
     return False
 
 
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn: the child gets SIGKILL the moment the process that started it dies.
+
+    prctl is looked up here, in the parent, so the child between fork and exec only makes the
+    one call; a parent that died before the call is caught by the getppid check. None where there
+    is no prctl (not Linux: the hosts this serves from always are).
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(127)
+
+    return preexec
+
+
+def _identity(pid: int) -> dict:
+    return {"pid": pid, "start_ticks": start_ticks(pid), "boot_id": boot_id()}
+
+
+def _alive(who: object) -> bool:
+    """The very process `who` names still runs (same boot, same start time: not a recycled PID)."""
+    if not isinstance(who, dict) or not isinstance(who.get("pid"), int) or who["pid"] <= 0:
+        return False
+    if who.get("boot_id") != boot_id() or process_state(who["pid"]) in (None, "Z", "X"):
+        return False
+    return start_ticks(who["pid"]) == who.get("start_ticks")
+
+
+def sweep_leftovers(tmp: Path | None = None) -> list[Path]:
+    """Remove the private directories of runs that died without cleaning up (`kill -9`).
+
+    A directory is ours only when it is a real directory owned by this user whose owner file
+    names a process (PID + start time + boot) that is gone: never by its name alone. A daemon it
+    names that still runs (one started before parent-death signals) is killed by that identity.
+    """
+    removed: list[Path] = []
+    base = tmp or Path(tempfile.gettempdir())
+    for d in base.glob(PRIVATE_PREFIX + "*"):
+        try:
+            st = d.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            owner = json.loads((d / OWNER_FILE).read_text())
+        except (OSError, ValueError, RecursionError):
+            continue  # not ours to judge: no owner we can read
+        if not isinstance(owner, dict) or _alive(owner.get("owner")):
+            continue
+        daemon = owner.get("daemon")
+        if _alive(daemon):
+            with contextlib.suppress(OSError):
+                os.kill(daemon["pid"], signal.SIGKILL)
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
 @contextlib.contextmanager
 def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tuple[int, int]]:
     """Run `rsync --daemon --no-detach` for the duration of the block; yields (port, pid).
@@ -97,9 +172,12 @@ def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tupl
         raise SparkfleetError("rsyncd needs a one-line secret")
     if shutil.which("rsync") is None:
         raise SparkfleetError("rsync is not installed on this host", hint="install rsync (Debian: rsync)")
-    private = Path(tempfile.mkdtemp(prefix="sparkfleet-rsyncd-"))  # 0700 by mkdtemp
+    sweep_leftovers()
+    private = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))  # 0700 by mkdtemp
     proc: subprocess.Popen | None = None
+    owner = {"owner": _identity(os.getpid())}
     try:
+        write_bytes(private / OWNER_FILE, json.dumps(owner).encode(), mode=0o600)  # before the secret
         secrets_file = private / "secrets"
         fd = os.open(secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -113,8 +191,11 @@ def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tupl
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - one prctl call, resolved before fork
             )
             if _wait_listening(spec.address, port, proc, timeout):
+                owner["daemon"] = _identity(proc.pid)
+                write_bytes(private / OWNER_FILE, json.dumps(owner).encode(), mode=0o600)
                 break
             _stop(proc)
             proc = None
