@@ -163,7 +163,7 @@ def vet(name: str, doc: Any, kind: HostKind | None = None, trust_measured: bool 
     if not low <= m.value <= high:
         return Vetted(
             None, False,
-            f"measured {name} {m.value!r} dropped: outside what any host can do "
+            f"measured {name} dropped: value {m.value!r} is outside what any host can do "
             f"({_fmt(name, low)} to {_fmt(name, high)})",
         )  # fmt: skip
     fig = kind.figures.get(name) if kind else None
