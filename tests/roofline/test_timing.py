@@ -62,20 +62,20 @@ def test_a_clock_that_cannot_resolve_the_step_is_an_error_not_an_infinite_rate()
 
 def test_a_cold_first_call_does_not_land_in_the_figure_with_torch_on_cpu() -> None:
     torch = pytest.importorskip("torch")
-    x = torch.randn(256, 256)
+    x = torch.randn(64, 64)
     calls = []
 
     def step() -> None:
         if not calls:  # the first call pays a start-up cost, like cuBLAS's handle on a GPU
             import time
 
-            time.sleep(0.3)
+            time.sleep(1.0)
         calls.append(1)
         torch.mm(x, x)
 
     trials = time_trials(step, WallClock(), warmups=1, iterations=5, trials=3, min_warmup_s=0.0)
     assert len(calls) == 1 + 15
-    assert trials.worst_s < 0.3 / 5  # the 0.3 s start-up is in no trial
+    assert trials.worst_s * 5 < 1.0  # the 1 s start-up is in no trial (each trial is 5 calls)
     assert trials.best_s <= trials.worst_s and trials.spread >= 0
 
 

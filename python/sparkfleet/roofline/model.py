@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import SourceError
 from ..safetensors_header import read_header
+from .modelconfig import check_config
 
 # Tensor categories, first match wins (names of both HF `model.layers.N.mlp...` and the reference
 # `layers.N.ffn...` styles). `.gate.` (router) must not match `gate_proj` (a dense/expert matrix).
@@ -212,8 +213,11 @@ def snapshot_files(
         config = json.loads(inside(config_path).read_text())
     except (OSError, ValueError) as exc:
         raise SourceError(f"{config_path}: cannot read config.json: {exc}") from None
+    except RecursionError:
+        raise SourceError(f"{config_path}: config.json is nested too deeply to be a model config") from None
     if not isinstance(config, dict):
         raise SourceError(f"{config_path}: config.json is not a JSON object")
+    check_config(config, str(config_path))
     files = [
         CheckpointFile(str(p), inside(p))
         for p in sorted(snapshot.rglob("*.safetensors"))
