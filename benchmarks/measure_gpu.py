@@ -6,8 +6,9 @@ whose host kind declares the GPU's datasheet figures; then, in this process, the
 issue names: 3 warm-ups, then 20 iterations timed with one pair of CUDA events, for a
 device-to-device copy of a 4 GiB buffer (bytes read + written) and a bf16 8192^3 matmul on random
 data. The reference is written here from torch alone, not from sparkfleet's code. Prints one JSON
-line: per run the CLI's figures, the reference's, their ratio, and whether every ratio of every
-run is within 5 %.
+line: per run the CLI's figures, the reference's, their ratio (and the ratio of sparkfleet's
+method before issue 18, run the same way), whether every ratio of every run is within 5 %, and
+the warnings the CLI prints when the same GPU is declared a GB10 (measured far above declared).
 
     PYTHONPATH=python python3 benchmarks/measure_gpu.py [--runs 3]
     PYTHONPATH=python python3 benchmarks/measure_gpu.py --smoke   # no GPU: the CLI's CPU path only
@@ -46,6 +47,10 @@ address = "{host}"
 description = "NVIDIA H200 SXM, 141 GB HBM3e"
 memory_bandwidth = {{ value = 4800, unit = "GB/s", source = "NVIDIA H200 datasheet: 4.8 TB/s" }}
 peak_bf16 = {{ value = 989, unit = "TFLOP/s", source = "NVIDIA H200 datasheet: 1,979 sparse, half dense" }}
+[host_kinds.gb10]
+description = "NVIDIA DGX Spark, as hosts/fleet.toml declares it"
+memory_bandwidth = {{ value = 273, unit = "GB/s", source = "NVIDIA DGX Spark product page" }}
+peak_bf16 = {{ value = 125, unit = "TFLOP/s", source = "derived: half the FP8 rate" }}
 [host_kinds.cpu]
 description = "a machine without a GPU (smoke)"
 memory_bandwidth = {{ unit = "GB/s", source = "none" }}
@@ -69,6 +74,28 @@ def cli_measure(root: Path, quick: bool) -> tuple[dict, str, float]:
     if cp.returncode != 0:
         raise SystemExit(f"sparkfleet measure failed ({cp.returncode}): {cp.stderr.strip()[-2000:]}")
     return json.loads(cp.stdout), cp.stderr.strip(), seconds
+
+
+# sparkfleet's gpu_rates() before issue 18 (python/sparkfleet/roofline/measure.py at 6cf4cec), run
+# the same way, in a fresh process: the first 5 copies and 10 matmuls, wall clock, no warm-up.
+OLD_METHOD = """
+import json, time, torch
+out = {}
+a = torch.empty(1 << 28, dtype=torch.bfloat16, device="cuda"); b = torch.empty_like(a)
+torch.cuda.synchronize(); start = time.perf_counter()
+for _ in range(5): b.copy_(a)
+torch.cuda.synchronize(); out["memory_bandwidth"] = 5 * 2 * a.numel() * 2 / (time.perf_counter() - start)
+m = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+torch.cuda.synchronize(); start = time.perf_counter()
+for _ in range(10): m @ m
+torch.cuda.synchronize(); out["peak_bf16"] = 10 * 2 * 8192**3 / (time.perf_counter() - start)
+print(json.dumps(out))
+"""
+
+
+def old_method() -> dict[str, float]:
+    cp = subprocess.run([sys.executable, "-c", OLD_METHOD], capture_output=True, text=True, check=True)
+    return json.loads(cp.stdout)
 
 
 def reference(torch) -> dict[str, float]:
@@ -131,12 +158,25 @@ def main() -> int:
             ref = reference(torch)
             run["reference"] = ref
             run["ratio"] = {n: round(found[n]["value"] / ref[n], 4) for n in ref if n in found}
+            old = old_method()
+            run["old_method_ratio"] = {n: round(old[n] / ref[n], 4) for n in ref}
         out["runs"].append(run)
+    if cuda:  # the same GPU declared as a GB10 (273 GB/s, 125 TFLOP/s): the CLI must say so
+        with tempfile.TemporaryDirectory(prefix="sparkfleet-measure-gpu-") as tmp:
+            fleet(Path(tmp), "gb10")
+            _, warnings, _ = cli_measure(Path(tmp), quick=True)
+        out["declared_gb10_warnings"] = warnings.splitlines()
     if cuda:
         ratios = [r for run in out["runs"] for r in run["ratio"].values()]
         complete = all(len(run["ratio"]) == 2 for run in out["runs"])
         out["worst_ratio"] = max(ratios, key=lambda r: abs(r - 1)) if ratios else None
-        out["ok"] = complete and all(abs(r - 1) <= TOLERANCE for r in ratios)
+        warned = " ".join(out["declared_gb10_warnings"])
+        out["ok"] = (
+            complete
+            and all(abs(r - 1) <= TOLERANCE for r in ratios)
+            and "memory_bandwidth" in warned
+            and "peak_bf16" in warned
+        )
     else:
         out["ok"] = "cpu_memory_copy" in out["runs"][0]["cli"] and "peak_bf16" not in out["runs"][0]["cli"]
     print(json.dumps(out))

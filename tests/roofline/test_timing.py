@@ -99,3 +99,16 @@ def test_cpu_copy_rate_reports_its_spread_and_no_gpu_figure_without_cuda() -> No
 
 def test_trials_of_one_have_no_spread() -> None:
     assert Trials((0.5,), 3, 20).spread == 0.0
+
+
+def test_gpu_rates_on_a_real_gpu() -> None:
+    """Runs where CUDA is (the device machine; skipped in CI): both figures, warm, with a spread."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    rates = gpu_rates(trials=3)
+    assert set(rates) == {"memory_bandwidth", "peak_bf16"}
+    for rate in rates.values():
+        assert rate.value > 0 and rate.spread is not None and "CUDA events" in rate.method
+    # A warm copy of >= 64 MiB on any CUDA GPU of the last decade moves over 100 GB/s.
+    assert rates["memory_bandwidth"].value > 100e9
