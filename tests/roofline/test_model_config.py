@@ -40,7 +40,7 @@ def test_the_untouched_synthetic_config_passes(tmp_path: Path) -> None:
         ({"num_attention_heads": True}, "num_attention_heads = True is not a whole number"),
         ({"hidden_size": "4096"}, "hidden_size = '4096' is not a whole number"),
         ({"hidden_size": 4096.0}, "hidden_size = 4096.0 is not a whole number"),
-        ({"n_shared_experts": -1}, "n_shared_experts = -1 is out of range"),
+        ({"qk_rope_head_dim": -1}, "qk_rope_head_dim = -1 is out of range"),
         ({"num_key_value_heads": 3}, "num_key_value_heads = 3 does not divide num_attention_heads"),
         ({"layer_types": ["full_attention"]}, "layer_types lists 1 layers but num_hidden_layers"),
         ({"layer_types": "full_attention"}, "layer_types must be a list"),
@@ -61,5 +61,6 @@ def test_a_deeply_nested_config_is_a_clean_error(tmp_path: Path) -> None:
         snapshot_files(snap)
 
 
-def test_zero_is_allowed_where_it_means_none() -> None:
-    check_config({"n_shared_experts": 0, "num_nextn_predict_layers": 0, "qk_rope_head_dim": 0}, "c")
+def test_zero_is_allowed_where_it_means_none_and_unread_keys_are_the_engines() -> None:
+    check_config({"qk_rope_head_dim": 0, "intermediate_size": [1024, 2048], "n_shared_experts": 0}, "c")
+    check_config({"num_hidden_layers": 3, "layer_types": ["conv", "full_attention", "conv"]}, "c")

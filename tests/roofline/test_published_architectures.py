@@ -294,3 +294,15 @@ def test_deepseek_v3_router_counts_in_flops_and_mtp_either_name_is_left_out(
     )
     one_expert = 3 * mi * h * BF16
     assert cost.step_weight_bytes(1) == decode_dense + moe_layers * k * one_expert + h * BF16
+
+
+def test_kv_layers_follow_layer_types_when_given() -> None:
+    from sparkfleet.roofline.model import kv_layers
+
+    # Qwen3-Next's layer_types as transformers derives it for 48 layers and interval 4: 12 full.
+    derived = ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(48)]
+    assert kv_layers({"layer_types": derived}, 48) == 12 == kv_layers({"full_attention_interval": 4}, 48)
+    # Gemma-3 style: sliding and full layers both keep K/V; LFM2-style conv layers keep none.
+    assert kv_layers({"layer_types": ["sliding_attention"] * 5 + ["full_attention"]}, 6) == 6
+    assert kv_layers({"layer_types": ["conv", "conv", "full_attention"]}, 3) == 1
+    assert kv_layers({}, 61) == 61

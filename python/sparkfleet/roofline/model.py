@@ -169,15 +169,16 @@ def _config_int(config: dict[str, Any], *keys: str) -> int | None:
 
 
 def kv_layers(config: dict[str, Any], layers: int) -> int:
-    """Layers that keep a KV cache: all but the linear-attention ones of a hybrid model.
+    """Layers that keep a KV cache: the attention layers, not the linear-attention (or conv) ones.
 
-    Hybrid models name each layer's kind in `layer_types`, or put one full-attention layer every
-    `full_attention_interval` layers (Qwen3-Next: layer i is full when (i + 1) % interval == 0, as
-    transformers' Qwen3NextConfig derives `layer_types`).
+    Hybrid models name each layer's kind in `layer_types` ("full_attention", "sliding_attention",
+    "linear_attention", ...), or put one full-attention layer every `full_attention_interval` layers
+    (Qwen3-Next: layer i is full when (i + 1) % interval == 0, as transformers' Qwen3NextConfig
+    derives `layer_types`). A sliding-window layer is counted whole: an upper bound past its window.
     """
     types = config.get("layer_types")
     if isinstance(types, list):
-        return sum(1 for t in types if t != "linear_attention")
+        return sum(1 for t in types if "attention" in str(t) and "linear" not in str(t))
     interval = _config_int(config, "full_attention_interval")
     if interval:
         return sum(1 for i in range(layers) if (i + 1) % interval == 0)
