@@ -6,7 +6,10 @@ so a full-width layer costs no disk. Layers are fewer than published (the per-la
 the point). The expected figures are computed here from the config's numbers, the way the
 architecture defines them, never read back from the code under test.
 
-Sources (config.json at the hub's main; names from transformers' modeling code):
+Sources (config.json at the hub's main; tensor names and shapes from huggingface/transformers
+src/transformers/models/qwen3_next/{configuration,modeling}_qwen3_next.py at 7515843b — in_proj_qkvz
+2·key_dim + 2·value_dim rows, in_proj_ba 2·value heads, a depthwise conv [conv_dim, 1, kernel],
+layer i full when (i + 1) % full_attention_interval == 0 — and deepseek_v3's modeling code):
 - Qwen/Qwen3-Next-80B-A3B-Instruct: hidden 2048, 16 heads, 2 KV heads, head_dim 256, gated q_proj,
   full_attention_interval 4, Gated DeltaNet with 16 key / 32 value heads of 128, conv kernel 4,
   512 experts, 10 per token, moe and shared intermediate 512, vocab 151936; `mtp.*` tensors.
