@@ -19,10 +19,20 @@ from .render import echo_json, load_inventory
     help="Context length the decode bound is computed at.",
 )  # fmt: skip
 @click.option("--here", is_flag=True, help="Node side: read the files on this machine and answer JSON.")
+@click.option(
+    "--trust-measured", is_flag=True,
+    help="Use a measured figure even where it is under 25 % or over 150 % of the kind's declared one.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def roofline(
-    ctx: click.Context, lane: str, host: str | None, context: int, here: bool, as_json: bool
+    ctx: click.Context,
+    lane: str,
+    host: str | None,
+    context: int,
+    here: bool,
+    trust_measured: bool,
+    as_json: bool,
 ) -> None:
     """Bytes and FLOPs one token costs the LANE's model, and the decode bound they set.
 
@@ -42,7 +52,7 @@ def roofline(
         echo_json(service.inputs_here(inv, the_lane, the_host or inv.host(the_lane.hosts[0])))
         return
     inputs = service.lane_roofline_inputs(inv, the_lane, the_host)
-    figures = service.figures_for(inv, the_lane, inputs)
+    figures = service.figures_for(inv, the_lane, inputs, trust_measured)
     shape = service.lane_shape(the_lane)
     target = cost_from_doc(inputs["target"])
     drafter = cost_from_doc(inputs["drafter"]) if inputs.get("drafter") else None
@@ -66,8 +76,8 @@ def roofline(
             "flops_per_token": target.flops_per_token(context),
         },
         "step": _step_doc(terms, shape.draft_tokens) if terms else None,
-        "machine": service.machine_doc(inv, the_lane, inputs),
-        "notes": list(dict.fromkeys([*notes, *target.notes])),
+        "machine": service.machine_doc(inv, the_lane, inputs, trust_measured),
+        "notes": list(dict.fromkeys([*figures.warnings, *notes, *target.notes])),
     }
     if as_json:
         echo_json(out)
@@ -120,7 +130,10 @@ def _step_doc(terms: StepTerms, draft_tokens: int | None) -> dict:
 def measure(ctx: click.Context, host: str, quick: bool, here: bool, as_json: bool) -> None:
     """Measure HOST's NVMe read/write, NAS read and memory rates on HOST itself, and record them.
 
-    The roofline uses a measured figure over the declared one ([host_kinds] in hosts/fleet.toml).
+    Where torch sees a GPU: its copy bandwidth and bf16 matmul rate, timed with CUDA events after
+    warm-ups, best of several trials (the spread is shown). The roofline uses a measured figure over
+    the declared one ([host_kinds] in hosts/fleet.toml), unless it is under 25 % or over 150 % of
+    it: then it is recorded with a warning and `roofline --trust-measured` is needed to use it.
 
     \b
     Examples:
@@ -130,12 +143,18 @@ def measure(ctx: click.Context, host: str, quick: bool, here: bool, as_json: boo
     inv = load_inventory(ctx)
     the_host = inv.host(host)
     found = (
-        {n: m.__dict__ for n, m in service.measure_here(the_host, quick).items()}
+        {n: m.__dict__ for n, m in service.measure_here(inv, the_host, quick).items()}
         if here
         else service.measure_host(inv, the_host, quick)
     )
+    if not here:
+        for warning in service.measurement_warnings(inv, the_host, found):
+            click.echo(f"warning: {host}: {warning}", err=True)
     if as_json or here:
         echo_json(found)
         return
     for name, m in found.items():
-        click.echo(f"{host} {name:<16} {m['value'] / 1e9:8.2f} G/s  ({m['method']}; {m['measured_utc']})")
+        spread = f", spread {100 * m['spread']:.1f} %" if m.get("spread") is not None else ""
+        click.echo(
+            f"{host} {name:<16} {m['value'] / 1e9:8.2f} G/s  ({m['method']}{spread}; {m['measured_utc']})"
+        )

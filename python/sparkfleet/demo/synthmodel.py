@@ -177,7 +177,7 @@ class SynthSpec:
         return (self.kv_lora + self.rope) * self.layers * cache_bytes
 
     def active_params(self) -> int:
-        """Elements of the weights one token multiplies with (norms and router excluded)."""
+        """Elements of the weights one token multiplies with (norms excluded; the router is a matmul)."""
         h = self.hidden
         attn = (
             self.q_lora * h
@@ -189,6 +189,7 @@ class SynthSpec:
         moe_layers = self.layers - self.dense_layers
         mlp = self.dense_layers * 3 * self.dense_inter * h
         mlp += moe_layers * (3 * self.moe_inter * self.shared * h + self.top_k * 3 * self.moe_inter * h)
+        mlp += moe_layers * self.experts * h  # the router: hidden -> one logit per expert
         return self.layers * attn + mlp + self.vocab * h
 
 

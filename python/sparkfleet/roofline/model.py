@@ -27,9 +27,11 @@ from typing import Any
 
 from ..errors import SourceError
 from ..safetensors_header import read_header
+from .modelconfig import check_config
 
 # Tensor categories, first match wins (names of both HF `model.layers.N.mlp...` and the reference
 # `layers.N.ffn...` styles). `.gate.` (router) must not match `gate_proj` (a dense/expert matrix).
+# `linear_attn` is the linear-attention mixer of hybrid models (Qwen3-Next's Gated DeltaNet).
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("engram", re.compile(r"(^|\.)engram\.")),
     ("routed_expert", re.compile(r"\.experts\.\d+\.")),
@@ -38,21 +40,31 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("embedding", re.compile(r"(^|\.)(embed_tokens|embed|wte|tok_embeddings)\.")),
     ("head", re.compile(r"(^|\.)(lm_head|head)\.")),
     ("norm", re.compile(r"norm")),
-    ("attention", re.compile(r"\.(self_attn|attn|attention)\.")),
+    ("attention", re.compile(r"\.(self_attn|attn|attention|linear_attn)\.")),
     ("dense_mlp", re.compile(r"\.(mlp|ffn|feed_forward)\.")),
 )
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# MTP modules named as such (Qwen3-Next `mtp.layers.0...`, `mtp.fc`; DeepSeek's reference `mtp.0...`;
+# MiMo `model.mtp_layers.0...`), beside the DeepSeek-V3 HF style of layer indices past the last.
+_MTP = re.compile(r"(?:^|\.)mtp(?:\.|_layers\.)")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 # Always read in full once per decode step.
 DENSE_CATEGORIES = ("attention", "dense_mlp", "shared_expert", "router", "norm", "head", "other")
-# The weights a token multiplies with (FLOPs = 2 x their elements); block scales are not weights.
-MATMUL_CATEGORIES = ("attention", "dense_mlp", "shared_expert", "head", "routed_expert")
+# The weights a token multiplies with (FLOPs = 2 x their elements); block scales are not weights,
+# and neither are vectors (biases, norms' gains, a router's correction bias, A_log): only tensors of
+# two or more dimensions count. The router is a matmul too (hidden x experts per MoE layer).
+MATMUL_CATEGORIES = ("attention", "dense_mlp", "shared_expert", "router", "head", "routed_expert")
 FLOAT_DTYPES = ("F8_E4M3", "F8_E5M2", "F16", "BF16", "F32", "F64")
 _SCALE = re.compile(r"scale")
 
 
 def category_of(name: str, num_layers: int | None) -> str:
-    """The category of tensor `name`; layers past `num_layers` are the MTP head (not on the decode path)."""
+    """The category of tensor `name`; `mtp.*` and layers past `num_layers` are the MTP head.
+
+    The MTP head is not on the decode path (a drafter's own cost, where a lane uses it).
+    """
+    if _MTP.search(name):
+        return "mtp"
     layer = _LAYER.search(name)
     if layer and num_layers is not None and int(layer.group(1)) >= num_layers:
         return "mtp"
@@ -156,13 +168,36 @@ def _config_int(config: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _kv_layout(config: dict[str, Any], layers: int | None, options: CostOptions, notes: list[str]):
+def kv_layers(config: dict[str, Any], layers: int) -> int:
+    """Layers that keep a KV cache: the attention layers, not the linear-attention (or conv) ones.
+
+    Hybrid models name each layer's kind in `layer_types` ("full_attention", "sliding_attention",
+    "linear_attention", ...), or put one full-attention layer every `full_attention_interval` layers
+    (Qwen3-Next: layer i is full when (i + 1) % interval == 0, as transformers' Qwen3NextConfig
+    derives `layer_types`). A sliding-window layer is counted whole: an upper bound past its window.
+    """
+    types = config.get("layer_types")
+    if isinstance(types, list):
+        return sum(1 for t in types if "attention" in str(t) and "linear" not in str(t))
+    interval = _config_int(config, "full_attention_interval")
+    if interval:
+        return sum(1 for i in range(layers) if (i + 1) % interval == 0)
+    return layers
+
+
+def _kv_layout(config: dict[str, Any], all_layers: int | None, options: CostOptions, notes: list[str]):
     """(bytes per context token, split by TP?, kv heads, attention FLOPs per context token)."""
     heads = _config_int(config, "num_attention_heads", "n_heads")
     hidden = _config_int(config, "hidden_size", "dim")
-    if layers is None or heads is None:
+    if all_layers is None or heads is None:
         notes.append("config.json lacks num_hidden_layers/num_attention_heads: KV and attention unknown")
         return None, False, None, None
+    layers = kv_layers(config, all_layers)
+    if layers != all_layers:
+        notes.append(
+            f"hybrid attention: a KV cache on {layers} of {all_layers} layers; the linear-attention "
+            "layers keep a fixed-size state, not counted per context token"
+        )
     kv_lora = _config_int(config, "kv_lora_rank")
     if kv_lora is not None:
         rope = _config_int(config, "qk_rope_head_dim") or 0
@@ -212,8 +247,11 @@ def snapshot_files(
         config = json.loads(inside(config_path).read_text())
     except (OSError, ValueError) as exc:
         raise SourceError(f"{config_path}: cannot read config.json: {exc}") from None
+    except RecursionError:
+        raise SourceError(f"{config_path}: config.json is nested too deeply to be a model config") from None
     if not isinstance(config, dict):
         raise SourceError(f"{config_path}: config.json is not a JSON object")
+    check_config(config, str(config_path))
     files = [
         CheckpointFile(str(p), inside(p))
         for p in sorted(snapshot.rglob("*.safetensors"))
@@ -254,7 +292,7 @@ def model_cost(
                 engram_rows[layer] += tensor.row_bytes
             elif category == "embedding":
                 embed_row += tensor.row_bytes
-            if category not in MATMUL_CATEGORIES or _SCALE.search(tensor.name):
+            if category not in MATMUL_CATEGORIES or _SCALE.search(tensor.name) or len(tensor.shape) < 2:
                 continue
             dtype_bytes[tensor.dtype] += tensor.nbytes
             if tensor.dtype not in FLOAT_DTYPES:
@@ -279,7 +317,7 @@ def model_cost(
             "engram rows per token not declared ([roofline] engram_rows_per_token): engram reads left out"
         )
     if by_category.get("mtp"):
-        notes.append(f"MTP layers (index >= {layers}) are not on the decode path and are left out")
+        notes.append(f"MTP tensors (mtp.*, or layer index >= {layers}) are not on the decode path: left out")
     if "head" not in elements and config.get("tie_word_embeddings"):
         elements["head"] = (by_category.get("embedding", 0) // max(embed_row, 1)) * (
             _config_int(config, "hidden_size", "dim") or 0

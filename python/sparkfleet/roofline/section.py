@@ -62,7 +62,7 @@ def build_section(
     prompt = int(probe.get("prompt_tokens") or 0)
     max_tokens = int(probe.get("max_tokens") or 0)
     context = prompt + max_tokens // 2  # the mean context a probe token decodes at
-    notes: list[str] = []
+    notes: list[str] = list(machine.warnings)
     section: dict[str, Any] = {
         "host": inputs.get("host"),
         "read_from": inputs.get("origin"),

@@ -19,12 +19,14 @@ from ..stage.remote import is_this_host, sparkfleet_argv
 from .bound import LaneShape
 from .lane import RooflineConfig, lane_inputs
 from .machine import (
+    MachineFigures,
     Measurement,
     load_measurements,
     machine_figures,
-    measurement_of,
     primitives_doc,
+    read_measurements_doc,
     record_measurements,
+    vet,
 )
 from .measure import cpu_copy_rate, gpu_rates, largest_files, read_rate, write_rate
 from .section import build_section
@@ -35,10 +37,13 @@ STREAMS = 4  # parallel readers/writers in the probes: staging's default --jobs
 PROBE_BYTES = 32 * 1024 * 1024
 
 
-def measure_here(host: Host, quick: bool = False) -> dict[str, Measurement]:
-    """Measure this machine as `host`: NVMe read/write, NAS read, memory; record and return all."""
+def measure_here(inv: Inventory, host: Host, quick: bool = False) -> dict[str, Measurement]:
+    """Measure this machine as `host`: NVMe read/write, NAS read, memory; record and return all.
+
+    Each figure is recorded with a warning where it is far from the host kind's declared one.
+    """
     limit = 64 * 1024 * 1024 if quick else 512 * 1024 * 1024
-    found: dict[str, tuple[float, str]] = {}
+    found: dict[str, tuple[float, str] | tuple[float, str, float | None]] = {}
     nvme = read_rate(largest_files([host.local_hub]), limit, "local hub blobs", STREAMS)
     if nvme:
         found["nvme_read"] = (nvme.value, nvme.method)
@@ -49,10 +54,10 @@ def measure_here(host: Host, quick: bool = False) -> dict[str, Measurement]:
     wrote = write_rate(state / "measure", limit // 2, "state dir (local NVMe)", STREAMS)
     found["nvme_write"] = (wrote.value, wrote.method)
     cpu = cpu_copy_rate(limit // 2)
-    found["cpu_memory_copy"] = (cpu.value, cpu.method)
+    found["cpu_memory_copy"] = (cpu.value, cpu.method, cpu.spread)
     for name, rate in gpu_rates().items():
-        found[name] = (rate.value, rate.method)
-    return record_measurements(state, found)
+        found[name] = (rate.value, rate.method, rate.spread)
+    return record_measurements(state, found, inv.host_kinds.get(host.kind) if host.kind else None)
 
 
 def _run_there(inv: Inventory, host: Host, tail: list[str]) -> dict[str, Any]:
@@ -74,14 +79,14 @@ def _run_there(inv: Inventory, host: Host, tail: list[str]) -> dict[str, Any]:
 def measure_host(inv: Inventory, host: Host, quick: bool = False) -> dict[str, Any]:
     """`measure` on the host itself (here or over ssh); the recorded figures as JSON."""
     if is_this_host(host):
-        return {name: m.__dict__ for name, m in measure_here(host, quick).items()}
+        return {name: m.__dict__ for name, m in measure_here(inv, host, quick).items()}
     return _run_there(inv, host, ["measure", host.name, *(["--quick"] if quick else [])])
 
 
 def inputs_here(inv: Inventory, lane: Lane, host: Host) -> dict[str, Any]:
     """The lane's model costs read on this machine (as `host`), plus its recorded measurements."""
     out = lane_inputs(inv, lane, host)
-    out["measurements"] = {n: m.__dict__ for n, m in load_measurements(state_dir_of(host)).items()}
+    out["measurements"] = read_measurements_doc(state_dir_of(host))  # vetted where it is used
     return out
 
 
@@ -99,10 +104,19 @@ def lane_shape(lane: Lane) -> LaneShape:
     return LaneShape(tp=tp, draft_tokens=RooflineConfig.of(lane).draft_tokens)
 
 
-def figures_for(inv: Inventory, lane: Lane, inputs: dict[str, Any]):
+def figures_for(
+    inv: Inventory, lane: Lane, inputs: dict[str, Any], trust_measured: bool = False
+) -> MachineFigures:
+    """The lane head's figures: declared, or measured where the measurement passes `vet`."""
     host = inv.host(inputs.get("host") or lane.hosts[0])
-    measured = {name: measurement_of(m) for name, m in (inputs.get("measurements") or {}).items()}
-    return machine_figures(inv, host, measured)
+    measured = inputs.get("measurements")
+    return machine_figures(inv, host, measured if isinstance(measured, dict) else {}, trust_measured)
+
+
+def measurement_warnings(inv: Inventory, host: Host, found: dict[str, Any]) -> list[str]:
+    """What `vet` says of freshly measured figures against the host's kind (for `measure`'s output)."""
+    kind = inv.host_kinds.get(host.kind) if host.kind else None
+    return [w for name, doc in found.items() if (w := vet(name, doc, kind).warning)]
 
 
 def report_section(inv: Inventory, lane: Lane, report: dict[str, Any], inputs: dict[str, Any]) -> dict:
@@ -119,8 +133,10 @@ def section_for_report(inv: Inventory, lane_name: str, report: dict[str, Any]) -
         return {"unavailable": exc.message, "hint": exc.hint}
 
 
-def machine_doc(inv: Inventory, lane: Lane, inputs: dict[str, Any]) -> dict[str, Any]:
-    return primitives_doc(figures_for(inv, lane, inputs))
+def machine_doc(
+    inv: Inventory, lane: Lane, inputs: dict[str, Any], trust_measured: bool = False
+) -> dict[str, Any]:
+    return primitives_doc(figures_for(inv, lane, inputs, trust_measured))
 
 
 def staging_bound_of_run(

@@ -1,0 +1,133 @@
+"""Property: tampered measurements, configs and safetensors headers never become a figure or a traceback.
+
+- measurements.json: any JSON value as a measured figure either passes the one vetting path
+  (a finite real number, not a bool, 25-150 % of the kind's declared figure) and is used, or the
+  declared figure is used and a warning says why (issue 18, issue 20 item 10);
+- config.json: any value for a dimension either is refused naming the key, or gives a cost whose
+  figures are finite and positive (issue 20 item 9);
+- a safetensors header with any offsets and shapes either is refused cleanly, or every tensor it
+  describes lies inside the file and no two share a byte (issue 20 item 11).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkfleet import inventory
+from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files
+from sparkfleet.errors import SourceError
+from sparkfleet.roofline.machine import PLAUSIBLE_HIGH, PLAUSIBLE_LOW, machine_figures
+from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
+from sparkfleet.safetensors_header import read_header
+
+FLEET = """schema_version = 1
+[defaults]
+ssh_user = "u"
+local_hub = "/l"
+nas_hub = "/n"
+kind = "gb10"
+[hosts.a]
+address = "a"
+[host_kinds.gb10]
+description = "test kind"
+memory_bandwidth = { value = 273, unit = "GB/s", source = "vendor sheet" }
+"""
+DECLARED = 273e9
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+near_declared = st.floats(min_value=DECLARED * 0.01, max_value=DECLARED * 3)
+
+
+@given(value=json_values | near_declared)
+def test_a_tampered_measurement_is_used_only_when_it_passes(tmp_path_factory, value) -> None:
+    root = tmp_path_factory.mktemp("fleet")
+    (root / "hosts").mkdir()
+    (root / "hosts" / "fleet.toml").write_text(FLEET)
+    inv = inventory.load(root)
+    raw = json.loads(json.dumps({"memory_bandwidth": {"value": value, "method": "planted"}}))
+    prim = machine_figures(inv, inv.host("a"), raw).primitives["memory_bandwidth"]
+    if prim.origin == "measured":
+        assert isinstance(value, int | float) and not isinstance(value, bool)
+        assert math.isfinite(value) and PLAUSIBLE_LOW <= value / DECLARED <= PLAUSIBLE_HIGH
+        assert prim.value == value and prim.warning is None
+    else:
+        assert (prim.value, prim.origin) == (DECLARED, "declared")
+        assert prim.warning and "memory_bandwidth" in prim.warning
+
+
+DIMENSIONS = [
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+    "num_experts_per_tok", "n_routed_experts", "kv_lora_rank", "head_dim", "index_topk",
+]  # fmt: skip
+dimension_values = (
+    st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.booleans()
+    | st.text(max_size=4)
+)
+
+
+@given(key=st.sampled_from(DIMENSIONS), value=dimension_values)
+def test_a_tampered_config_is_refused_naming_the_key_or_costs_sanely(tmp_path_factory, key, value) -> None:
+    snap = tmp_path_factory.mktemp("snap")
+    for name, data in checkpoint_files(SynthSpec(experts=8, top_k=2)).items():
+        (snap / name).write_bytes(data)
+    config = json.loads((snap / "config.json").read_text())
+    config[key] = value
+    (snap / "config.json").write_text(json.dumps(config))
+    try:
+        config, files = snapshot_files(snap)
+    except SourceError as exc:
+        assert key in exc.message
+        return
+    cost = model_cost("x", config, files, CostOptions())
+    assert cost.step_weight_bytes(1) > 0
+    assert cost.kv_bytes_per_token is None or 0 < cost.kv_bytes_per_token < 2**50
+    flops = cost.flops_per_token(1024)
+    assert flops is None or (math.isfinite(flops) and flops > 0)
+
+
+entries = st.fixed_dictionaries(
+    {
+        "dtype": st.sampled_from(["U8", "BF16", "F32", "BOOL"]),
+        "shape": st.lists(st.integers(min_value=-1, max_value=9) | st.booleans(), max_size=3),
+        "data_offsets": st.lists(
+            st.integers(min_value=0, max_value=80) | st.booleans(), min_size=2, max_size=2
+        ),
+    }
+)
+
+
+@given(
+    header=st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), entries, min_size=1),
+    data=st.binary(max_size=64),
+)
+def test_a_hostile_header_is_refused_or_describes_disjoint_bytes_inside_the_file(
+    tmp_path_factory, header, data
+):
+    head = json.dumps(header).encode()
+    path = tmp_path_factory.mktemp("st") / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", len(head)) + head + data)
+    try:
+        parsed = read_header(path)
+    except SourceError:
+        return
+    spans = sorted((t.offset, t.offset + t.nbytes) for t in parsed.tensors.values())
+    for begin, end in spans:
+        assert 8 + len(head) <= begin < end <= parsed.file_size
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    for t in parsed.tensors.values():
+        assert all(type(d) is int and d > 0 for d in t.shape)
