@@ -75,15 +75,21 @@
           value = pkgs.callPackage ./pkgs/sparkfleet-profile.nix { inherit fleet host; fleetRoot = self; };
         }) fleet.hosts));
 
+      # Imported, not callPackage'd: nixpkgs' callPackage wraps its result with makeOverridable,
+      # and `override`/`overrideDerivation` beside the apps fail `nix flake check` (checkApp).
       apps = forSystems (system:
         let pkgs = pkgsFor system; in
-        pkgs.callPackage ./pkgs/apps.nix {
-          inherit (pkgs) sparkfleet;
+        import ./pkgs/apps.nix {
+          inherit (pkgs) lib writeShellApplication sparkfleet;
           fleetSpec = units.fleetSpec self fleet;
           inherit (units) profileBin;
         } // {
           # `nix run .#deploy -- .#dgx2`: deploy-rs's CLI from our nixpkgs (binary cache)
-          deploy = { type = "app"; program = "${pkgs.deploy-rs}/bin/deploy"; };
+          deploy = {
+            type = "app";
+            program = "${pkgs.deploy-rs}/bin/deploy";
+            meta.description = "deploy-rs: activate a host's profiles (deploy .#HOST)";
+          };
         });
 
       nixosModules = {

@@ -25,7 +25,6 @@ pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 STUBS = Path(__file__).parent / "stubs"
 SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())
 STORE = "/nix/store/00000000000000000000000000000000"
-CACHED = "+deploy-rs-from-nixpkgs"
 
 
 def store_writable() -> bool:
@@ -52,6 +51,7 @@ def flake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(nixpkgs_lib(), nixpkgs / "lib")
     shutil.copy(STUBS / "pkgs.nix", nixpkgs / "pkgs.nix")
     shutil.copy(STUBS / "nixos-options.nix", nixpkgs / "nixos-options.nix")
+    shutil.copy(STUBS / "trivial-builders.nix", nixpkgs / "trivial-builders.nix")
     shutil.copytree(STUBS / "deploy-rs-flake", base / "deploy-rs")
     shutil.copytree(STUBS / "dgx-spark-flake", base / "nixos-dgx-spark")
     shutil.copytree(STUBS / "srvos-flake", base / "srvos")
@@ -118,8 +118,8 @@ def test_deploy_output_from_the_real_flake(flake: Path) -> None:
     for host, node in deploy["nodes"].items():
         profiles = {
             # activate-rs from nixpkgs' deploy-rs (binary cache), through deploy-rs's overlay
-            "system": f"{STORE}-activatable-nixos-system-{host}{CACHED}" if host == "dgx2" else None,
-            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}{CACHED}",
+            "system": f"{STORE}-activatable-nixos-system-{host}-25.11" if host == "dgx2" else None,
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
         }
         assert node == hostfacts.deploy_node(inv, host, profiles)
     assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
@@ -197,3 +197,35 @@ def test_nixos_units_check_catches_a_wrong_group(flake: Path, tmp_path: Path) ->
     storage.write_text(text.replace("tmpfiles.rules = tmpfiles;", "tmpfiles.rules = facts.tmpfiles;"))
     err = flake_eval_error(broken, "checks.x86_64-linux.nixos-units.name")
     assert "a tmpfiles rule names a group that does not exist" in err
+
+
+def flake_check(flake: Path, tmp_path: Path) -> dict:
+    """tests/nix/flake-check.nix (the output rules of today's `nix flake check --all-systems`) over
+    the flake at `flake`, its inputs the stand-ins beside it: {"errors": [...], "warnings": [...]}."""
+    check = tmp_path / "flake-check"
+    check.mkdir()
+    shutil.copy(Path(__file__).parent / "flake-check.nix", check / "flake-check.nix")
+    stand_ins = "".join(
+        f'      inputs.{name}.url = "path:{flake.parent / name}";\n'
+        for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos")
+    )
+    (check / "flake.nix").write_text(
+        "{\n"
+        f'  inputs.sut = {{\n      url = "path:{flake}";\n{stand_ins}  }};\n'
+        "  outputs = { self, sut }: { result = import ./flake-check.nix sut.outputs; };\n"
+        "}\n"
+    )
+    argv = ["nix", "--extra-experimental-features", "nix-command flakes", "eval", "--json"]
+    argv += ["--no-write-lock-file", f"path:{check}#result"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_outputs_pass_the_output_rules_of_nix_flake_check(flake: Path, tmp_path: Path) -> None:
+    """Every output is what `nix flake check` wants: apps are apps (type "app", a program, a
+    description, nothing else: no callPackage's override/overrideDerivation), packages, checks and
+    formatters are derivations, nixosModules evaluate, nixosConfigurations have a toplevel."""
+    result = flake_check(flake, tmp_path)
+    assert result["errors"] == [], "\n".join(result["errors"])
+    assert result["warnings"] == ["unknown flake output 'deploy'"]  # deploy-rs's own, as with real Nix

@@ -83,14 +83,16 @@ def test_required_pin_throws_with_the_fix() -> None:
 
 def test_image_from_resolved_pins(tmp_path: Path) -> None:
     root = resolved_fleet(tmp_path / "fleet")
-    image = nix_eval(call("mia-tp4-image.nix", root))
-    assert image["kind"] == "streamLayeredImage"
+    image = nix_eval(f"let i = {call('mia-tp4-image.nix', root)}; in {{ inherit (i) type kind args tests passthru; }}")
+    assert (image["type"], image["kind"]) == ("derivation", "streamLayeredImage")
     args = image["args"]
     pull = nix_eval(call("mia-tp4-image.nix", root) + ".args.fromImage.args")
     assert pull == {
         "imageName": "lmsysorg/sglang",
         "imageDigest": DIGEST,
-        "hash": NAR,
+        # lib.fetchers.withNormalizedHash (nixpkgs' lib) turned `hash` into outputHash
+        "outputHash": NAR,
+        "outputHashAlgo": None,
         "os": "linux",
         "arch": "arm64",
         "finalImageName": "lmsysorg/sglang",
@@ -425,3 +427,43 @@ def test_tree_derivation_runs_the_adapter_with_absolute_sgl_workspace_paths(tmp_
         "adapter", "benchmarks", "boot.py", "scripts", "tests"
     ]  # fmt: skip
     assert not Path("/sgl-workspace").exists()  # nothing written outside the build
+
+
+STAND_INS = f"(import {STUBS} {{ nixpkgsLib = {nix_str(nixpkgs_lib() or '/nonexistent')}; }})"
+
+
+@pytest.mark.parametrize(
+    ("call_expr", "message"),
+    [
+        # an argument the real dockerTools.pullImage does not declare
+        ('dockerTools.pullImage { imageName = "a"; imageDigest = "sha256:0"; hash = ""; digest = "x"; }',
+         "unexpected argument 'digest'"),
+        # neither hash, sha256 nor outputHash: lib.fetchers.withNormalizedHash's own error
+        ('dockerTools.pullImage { imageName = "a"; imageDigest = "sha256:0"; }', "hash"),
+        ('(dockerTools.streamLayeredImage { name = "i"; fromImage = null; enableFakeroot = true; }).name',
+         "unexpected argument 'enableFakeroot'"),
+        ('(dockerTools.streamLayeredImage { tag = "t"; }).name', "without required argument 'name'"),
+        ('(writeShellApplication { name = "a"; text = ""; runtimeDeps = [ ]; }).name',
+         "unexpected argument 'runtimeDeps'"),
+        ('(writeText "a" { }).name', "text must be a string"),
+    ],
+)
+def test_stand_ins_reject_what_the_real_builders_reject(call_expr: str, message: str) -> None:
+    with pytest.raises(NixEvalError, match=message):
+        nix_eval(f"with {STAND_INS}; {call_expr}")
+
+
+def test_stand_ins_are_derivations_that_keep_text_and_context() -> None:
+    expr = (
+        f"with {STAND_INS}; let dep = builtins.toFile \"dep\" \"x\"; "
+        "t = writeText \"unit\" \"ExecStart=${dep}/bin/x\"; in "
+        "{ inherit (t) type text; ctx = builtins.attrNames (builtins.getContext t.outPath); "
+        "img = (dockerTools.streamLayeredImage { name = \"a/b\"; tag = \"t\"; }).override { tag = \"u\"; }; }"
+    )
+    got = nix_eval(f"let r = {expr}; in r // {{ img = {{ inherit (r.img) type imageName imageTag; }}; }}")
+    dep = got["ctx"][0]
+    assert got["type"] == "derivation"
+    assert got["text"] == f"ExecStart={dep}/bin/x"  # the text, not just a name
+    assert dep.startswith("/nix/store/") and dep.endswith("-dep")  # the dependency stays in its closure
+    # streamLayeredImage is makeOverridable (nixpkgs lib's), as the real one is
+    assert got["img"] == {"type": "derivation", "imageName": "a/b", "imageTag": "u"}

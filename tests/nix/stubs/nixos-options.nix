@@ -53,6 +53,9 @@ in
     networking.hostName = mkOption { type = types.str; default = "nixos"; };
     nixpkgs.overlays = mkOption { type = types.listOf types.unspecified; default = [ ]; };
     system.stateVersion = mkOption { type = types.str; };
+    # nixos/modules/system/activation/top-level.nix: the system derivation; evaluating its drvPath
+    # fails on a failed assertion (as there) and forces every unit, file and package it would hold
+    system.build.toplevel = mkOption { type = types.unspecified; readOnly = true; };
     environment.systemPackages = mkOption { type = types.listOf types.package; default = [ ]; };
     environment.etc = mkOption {
       default = { };
@@ -132,6 +135,21 @@ in
   };
 
   config = {
+    system.build.toplevel =
+      let
+        failed = map (a: a.message) (builtins.filter (a: !a.assertion) config.assertions);
+        contents = builtins.toJSON {
+          inherit (config.systemd) services timers;
+          tmpfiles = config.systemd.tmpfiles;
+          etc = lib.mapAttrs (_: e: "${e.source}") config.environment.etc;
+          packages = map (p: "${p}") config.environment.systemPackages;
+          inherit (config) fileSystems;
+        };
+        name = "nixos-system-${config.networking.hostName}-${config.system.stateVersion}";
+        path = "/nix/store/${builtins.substring 0 32 (builtins.hashString "sha256" contents)}-${name}";
+      in
+      if failed != [ ] then throw "Failed assertions:\n${lib.concatMapStrings (m: "- ${m}\n") failed}"
+      else { type = "derivation"; inherit name; outPath = path; drvPath = "${path}.drv"; };
     users.groups = lib.genAttrs builtinGroups (_: { })
       // lib.optionalAttrs config.virtualisation.docker.enable { docker = { }; }
       // lib.optionalAttrs config.virtualisation.podman.enable { podman = { }; };
