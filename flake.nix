@@ -44,8 +44,11 @@
         ];
       };
       isNixos = host: fleet.hosts.${host}.os == "nixos";
-      # Only hosts that run NixOS have a NixOS configuration (os in hosts/fleet.toml).
-      nixosHosts = builtins.filter isNixos fleet.hostNames;
+      # Only hosts that run NixOS have a NixOS configuration (os in hosts/fleet.toml), plus the
+      # example NixOS Spark (hosts/nixos-spark: its own one-host inventory, in no lane, never
+      # deployed), so a NixOS toplevel is evaluated end to end whatever the fleet runs today.
+      exampleHosts = [ "nixos-spark" ];
+      nixosHosts = builtins.filter isNixos fleet.hostNames ++ exampleHosts;
       nixosModulesFor = host: [
         nixos-dgx-spark.nixosModules.dgx-spark
         srvos.nixosModules.server
@@ -119,11 +122,20 @@
       checks = forSystems (system:
         let
           pkgs = pkgsFor system;
-          # Force each host's toplevel derivation (eval only: stubbed hardware, nothing built).
-          evalHost = host: pkgs.writeText "eval-${host}.drvpath" (builtins.unsafeDiscardStringContext
-            (self.nixosConfigurations.${host}.extendModules {
-              modules = [ self.nixosModules.eval-only ];
-            }).config.system.build.toplevel.drvPath);
+          # Force each host's toplevel derivation, as graham33/nixos-dgx-spark's
+          # checks/dgx-spark-eval.nix does: the kernel, driver and every unit instantiated,
+          # nothing built. DGX-OS-style hosts without a hardware-configuration.nix get
+          # eval-only's stubs; the example host is evaluated as it stands.
+          evalHost = host:
+            let
+              configuration = if builtins.elem host exampleHosts then self.nixosConfigurations.${host}
+                else self.nixosConfigurations.${host}.extendModules { modules = [ self.nixosModules.eval-only ]; };
+            in
+            pkgs.runCommand "eval-${host}" {
+              drvPath = builtins.unsafeDiscardStringContext configuration.config.system.build.toplevel.drvPath;
+            } ''
+              echo "$drvPath" > $out
+            '';
         in
         {
           inherit (pkgs) sparkfleet;
@@ -135,6 +147,11 @@
           };
         }
         // builtins.listToAttrs (map (host: { name = "eval-${host}"; value = evalHost host; }) nixosHosts)
+        # the staging and lane units booted in a NixOS VM with a stand-in lane command (needs KVM:
+        # CI's vm job builds it; `nix flake check --no-build` only evaluates it)
+        // nixpkgs.lib.optionalAttrs (system == "x86_64-linux") {
+          units-vm = import ./pkgs/units-vm-test.nix { inherit pkgs; modules = [ self.nixosModules.default ]; };
+        }
         # deployChecks builds every profile: only where the hosts' system builds (deploy-rs #389).
         // nixpkgs.lib.optionalAttrs (system == hostSystem)
           ((deployPkgsFor system).deploy-rs.lib.deployChecks self.deploy));

@@ -246,7 +246,10 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
         .replace("@STUBDIR@", str(Path(__file__).parent / "stubs"))
     )
     hosts = nix_eval(expr, timeout=120)
-    assert sorted(hosts) == ["dgx2"]  # only the NixOS host has a NixOS configuration
+    # only the NixOS host has a NixOS configuration, and the example NixOS Spark (no lane)
+    assert sorted(hosts) == ["dgx2", "nixos-spark"]
+    example = hosts.pop("nixos-spark")
+    assert example["failed"] == [] and example["services"] == ["sparkfleet-stage"]
     inv = inventory.load(fleet_root)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux" and host["hostName"] == name

@@ -83,7 +83,8 @@ def test_required_pin_throws_with_the_fix() -> None:
 
 def test_image_from_resolved_pins(tmp_path: Path) -> None:
     root = resolved_fleet(tmp_path / "fleet")
-    image = nix_eval(f"let i = {call('mia-tp4-image.nix', root)}; in {{ inherit (i) type kind args tests passthru; }}")
+    fields = "{ inherit (i) type kind args tests passthru; }"
+    image = nix_eval(f"let i = {call('mia-tp4-image.nix', root)}; in {fields}")
     assert (image["type"], image["kind"]) == ("derivation", "streamLayeredImage")
     args = image["args"]
     pull = nix_eval(call("mia-tp4-image.nix", root) + ".args.fromImage.args")

@@ -66,6 +66,11 @@ in
     };
     boot.supportedFilesystems = mkOption { type = types.listOf types.str; default = [ ]; };
     boot.loader.grub.enable = mkOption { type = types.bool; default = true; };
+    boot.loader.systemd-boot.enable = mkOption { type = types.bool; default = false; };
+    boot.loader.efi.canTouchEfiVariables = mkOption { type = types.bool; default = false; };
+    boot.initrd.availableKernelModules = mkOption { type = types.listOf types.str; default = [ ]; };
+    nixpkgs.hostPlatform = mkOption { type = types.either types.str types.attrs; default = "x86_64-linux"; };
+    virtualisation.memorySize = mkOption { type = types.ints.positive; default = 1024; };
     fileSystems = mkOption {
       default = { };
       type = types.attrsOf (types.submodule {

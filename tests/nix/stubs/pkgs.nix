@@ -22,9 +22,28 @@ let
   inherit (trivial) store mkDrv;
   # nixpkgs' pkgs.go.GOARCH for the two systems sparkfleet builds on
   defaultArchitecture = "arm64";
-in
-{
+  pkgs = {
   inherit lib;
+  # nixos/lib/testing (pkgs.testers.runNixOSTest): each node evaluated with nixpkgs' lib and the
+  # NixOS option stand-ins (./nixos-options.nix) and its toplevel forced, so a node that would not
+  # evaluate fails here; the test script itself runs only in a VM (CI, KVM).
+  testers.runNixOSTest = { name, nodes, testScript, ... }:
+    let
+      # as nixos/lib/testing does: the node's name is its hostName, stateVersion the release's
+      toplevel = nodeName: node: (lib.evalModules {
+        modules = [
+          ./nixos-options.nix
+          node
+          {
+            _module.args = { inherit pkgs; modulesPath = "/nonexistent"; };
+            networking.hostName = lib.mkDefault nodeName;
+            system.stateVersion = lib.mkDefault lib.trivial.release;
+          }
+        ];
+      }).config.system.build.toplevel;
+      built = builtins.mapAttrs toplevel nodes;
+    in
+    mkDrv { name = "vm-test-run-${name}"; kind = "runNixOSTest"; inputs = [ testScript ]; extra = { nodes = built; inherit testScript; }; };
   dockerTools = {
     # lib.fetchers.withNormalizedHash { } and the formals of dockerTools.pullImage
     pullImage =
@@ -150,4 +169,8 @@ in
   deploy-rs = mkDrv { name = "deploy-rs"; kind = "package"; extra.meta.mainProgram = "deploy"; };
   check-jsonschema = mkDrv { name = "check-jsonschema"; kind = "package"; };
   sparkfleet = mkDrv { name = "sparkfleet"; kind = "package"; extra.meta.mainProgram = "sparkfleet"; };
-}
+  writeShellScriptBin = name: text:
+    mkDrv { inherit name; kind = "writeShellScriptBin"; inputs = [ text ]; extra = { inherit text; meta.mainProgram = name; }; };
+  };
+in
+pkgs
