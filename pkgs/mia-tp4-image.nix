@@ -71,17 +71,30 @@ let
     mkdir -p bin
     cat > bin/curl <<'SHIM'
     #!/usr/bin/env bash
-    # curl -fsSL ... -o DEST URL: copy the pinned download for URL (fetched by Nix, sha256-checked)
+    # curl as the pinned repo's scripts/fetch_runtime.sh calls it (its one call, read at MiaAI-Lab/
+    # DeepSeek-v4.1-Flash-DGX-Sparks 56dc82001f9f: curl -fsSL --retry 3 --retry-delay 5 -m 900
+    # -o "$dest" "$url"), served from the pinned download for URL (fetched by Nix, sha256-checked).
+    # Any other flag stops the build: a flag misread (its value taken for the URL) would hand over
+    # the wrong file or none.
     set -euo pipefail
+    unknown() {
+      echo "curl (nix build): unknown flag $1: the offline stand-in knows -f -s -S -L, -o/--output," \
+        "-m/--max-time, --retry, --retry-delay (scripts/fetch_runtime.sh's call); teach it in pkgs/mia-tp4-image.nix" >&2
+      exit 2
+    }
     dest="" url=""
     while (($#)); do
       case $1 in
-        -o) dest=$2; shift 2 ;;
-        -m | --retry | --retry-delay) shift 2 ;;
-        -*) shift ;;
-        *) url=$1; shift ;;
+        -o | --output) dest=$2; shift 2 ;;
+        -m | --max-time | --retry | --retry-delay) shift 2 ;;
+        --fail | --silent | --show-error | --location) shift ;;
+        -*) [[ $1 =~ ^-[fsSL]+$ ]] || unknown "$1"; shift ;;
+        *)
+          if [[ -n $url ]]; then echo "curl (nix build): a second URL $1 (after $url)" >&2; exit 2; fi
+          url=$1; shift ;;
       esac
     done
+    if [[ -z $dest || -z $url ]]; then echo "curl (nix build): needs -o DEST and one URL" >&2; exit 2; fi
     file=$(awk -F '\t' -v u="$url" '$1 == u { print $2 }' ${downloads})
     if [[ -z $file ]]; then
       echo "curl (nix build): $url is not a url pin in hosts/fleet.toml; run sparkfleet pins import-manifest" >&2

@@ -233,6 +233,8 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
         "set -euo pipefail\nOUT=$1\nmkdir -p $OUT\n"
         'curl -fsSL --retry 3 --retry-delay 5 -m 900 -o "$OUT/roce.tgz" "https://example.org/roce-1234.tar.gz"\n'
         'curl -fsSL --retry 3 --retry-delay 5 -m 900 -o "$OUT/x" "${EXTRA_URL:-https://example.org/roce-1234.tar.gz}"\n'
+        # the call again with flags scripts/fetch_runtime.sh does not use (unquoted: word-split)
+        'curl ${EXTRA_FLAGS:-} -fsSL -o "$OUT/y" "https://example.org/roce-1234.tar.gz"\n'
     )
     tsv = tmp_path / "downloads.tsv"
     fetchers = (
@@ -279,6 +281,20 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     assert bad.returncode != 0
     assert "https://example.org/other.tgz is not a url pin in hosts/fleet.toml" in bad.stderr
+    # a flag the stand-in does not know stops the build, naming it, instead of being misread
+    # (before: `-H X-Token:abc` skipped -H and took X-Token:abc for the URL)
+    for flags, message in (
+        ("-H X-Token:abc", "unknown flag -H"),
+        ("--compressed", "unknown flag --compressed"),
+        ("-fsSLk", "unknown flag -fsSLk"),
+        ("https://example.org/second", "a second URL https://example.org/roce-1234.tar.gz"),
+    ):
+        shutil.rmtree(work)
+        work.mkdir()
+        env = {"out": str(tmp_path / "out3"), "PATH": "/usr/bin:/bin", "EXTRA_FLAGS": flags}
+        run = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, env=env)
+        assert run.returncode == 2, (flags, run.stderr)
+        assert message in run.stderr, (flags, run.stderr)
 
 
 BUSYBOX = Path("/bin/busybox")
