@@ -118,13 +118,21 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
     assert copy in args["extraCommands"]
     assert args["maxLayers"] == 100
     # the build's own checks, and the layers CI builds and caches
-    assert image["tests"] == f"{store}-mia-tp4-image-tests-cad252b7d300"
+    # one build unpacks the base once: the kernel layer and the in-image checks are its two outputs
+    assert image["tests"] == f"{store}-mia-tp4-kernels-cad252b7d300-tests"
     assert image["passthru"]["kernels"] == f"{store}-mia-tp4-kernels-cad252b7d300"
+
+
+# runCommand as its script (every output of it too), so a test reads what a build would run
+SCRIPT_AS_OUTPUT = (
+    "runCommand = n: e: script: let d = { name = n; outPath = script; }; in "
+    "d // builtins.listToAttrs (map (o: { name = o; value = d; }) (e.outputs or [ ])); "
+)
 
 
 def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> None:
     extra = (
-        "runCommand = n: e: script: { name = n; outPath = script; }; "
+        SCRIPT_AS_OUTPUT +
         'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
     )
     image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
@@ -145,6 +153,8 @@ def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> 
     assert "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
     tests = nix_eval(f"({image}).tests")
     assert "image_tools.py run-checks" in tests and "image_tools.py check-env" in tests
+    # the in-image checks are the kernel build's second output: the base is unpacked once
+    assert tests == kernels and kernels.count("image_tools.py unpack ") == 1
 
 
 def test_a_missing_wheel_pin_stops_the_build_naming_it(tmp_path: Path) -> None:
@@ -343,45 +353,44 @@ def test_kernel_layer_and_image_tests_derivations_run_end_to_end(tmp_path: Path)
     outs = tmp_path / "outs"
     outs.mkdir()
     extra = (
-        f'runCommand = n: e: script: {{ name = n; outPath = "{outs}/" + n; inherit script; }}; '
+        f'runCommand = n: e: script: let d = {{ name = n; outPath = "{outs}/" + n; inherit script; }}; in '
+        "d // builtins.listToAttrs (map (o: { name = o; value = d // { outPath = d.outPath + \"-\" + o; }; })"
+        " (e.outputs or [ ])); "
         f'fetchurl = a: {{ outPath = "{wheels}/" + baseNameOf a.url; }}; '
         f'fetchFromGitHub = a: {{ outPath = "{repo}"; }}; '
         f'dockerTools = s.dockerTools // {{ pullImage = a: {{ outPath = "{base}"; }}; }};'
     )
     image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
-    kernels, tests = (
-        nix_eval(f"let d = ({image}).{drv}; in {{ inherit (d) script; out = d.outPath; }}", write_store=True)
-        for drv in ("kernels", "tests")
+    # one derivation, one unpack of the base: the layer ($out) and the in-image checks ($tests)
+    kernels = nix_eval(
+        f"let d = ({image}).kernels; in {{ inherit (d) script; out = d.outPath; tests = d.tests.outPath; }}",
+        write_store=True,
     )
+    assert nix_eval(f"({image}).tests.outPath") == kernels["tests"]
+    assert kernels["script"].count(" unpack ") == 1
 
     # python3 with pypa's installer (the derivation's python3.withPackages), proot, coreutils
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
 
-    def run(drv: dict) -> None:
-        proc = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", drv["script"]], cwd=tmp_path / "build", capture_output=True,
-            text=True, env={"out": drv["out"], "PATH": path, "TMPDIR": str(tmp_path)},
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-
-    (tmp_path / "build").mkdir()
-    run(kernels)
-    layer = Path(kernels["out"])
-    assert (layer / site / "sgl_kernel" / "__init__.py").read_text() == "# pinned\n"
-    assert (layer / site / "deep_gemm" / "__init__.py").exists()
-    assert (layer / "opt/dsv41/adapter/librow_store.so").read_text() == "// row store\n"  # built in the image
-
     # the tree (built elsewhere from the fetch stage): here, the test the Dockerfile runs
-    tree = Path(tests["out"].replace("mia-tp4-image-tests", "mia-tp4-tree"))
+    tree = Path(kernels["out"].replace("mia-tp4-kernels", "mia-tp4-tree"))
     (tree / "opt/dsv41/tests").mkdir(parents=True)
     (tree / "opt/dsv41/tests/test_in_image.sh").write_text(
         'test "$FROM_BASE" = 1 && test "$(pwd)" = /opt/dsv41 && test -f adapter/librow_store.so '
         f"&& test -f /{site}/sgl_kernel/__init__.py\n"
     )
-    shutil.rmtree(tmp_path / "build")
     (tmp_path / "build").mkdir()
-    run(tests)
-    assert Path(tests["out"]).read_text() == "1 in-image test files passed\n"
+    env = {"out": kernels["out"], "tests": kernels["tests"], "PATH": path, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", kernels["script"]], cwd=tmp_path / "build", capture_output=True,
+        text=True, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    layer = Path(kernels["out"])
+    assert (layer / site / "sgl_kernel" / "__init__.py").read_text() == "# pinned\n"
+    assert (layer / site / "deep_gemm" / "__init__.py").exists()
+    assert (layer / "opt/dsv41/adapter/librow_store.so").read_text() == "// row store\n"  # built in the image
+    assert Path(kernels["tests"]).read_text() == "1 in-image test files passed\n"
 
 
 @pytest.mark.skipif(

@@ -28,8 +28,20 @@ in
 rec {
   inherit store mkDrv contextOf;
   runtimeShell = "${store}-bash-interactive/bin/bash";
+  # each of env.outputs is a derivation of its own, named NAME-OUTPUT (NAME for out), all sharing
+  # the script and each carrying the others as attributes, as mkDerivation's outputs do
   runCommand = name: env: script:
-    mkDrv { inherit name; kind = "runCommand"; inputs = [ env script ]; extra = (env.passthru or { }) // { inherit env script; }; };
+    let
+      outputs = env.outputs or [ "out" ];
+      one = o: mkDrv {
+        name = if o == "out" then name else "${name}-${o}";
+        kind = "runCommand";
+        inputs = [ env script ];
+        extra = (env.passthru or { }) // { inherit env script; outputName = o; };
+      } // all;
+      all = builtins.listToAttrs (map (o: { name = o; value = one o; }) outputs);
+    in
+    all.${builtins.head outputs};
   # the formals of writeTextFile
   writeTextFile =
     { name, text, executable ? false, destination ? "", checkPhase ? "", meta ? { }, passthru ? { }
