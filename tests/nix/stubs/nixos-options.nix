@@ -132,6 +132,8 @@ in
     virtualisation.docker.enable = mkOption { type = types.bool; default = false; };
     virtualisation.podman.enable = mkOption { type = types.bool; default = false; };
     virtualisation.podman.dockerCompat = mkOption { type = types.bool; default = false; };
+    virtualisation.podman.dockerSocket.enable = mkOption { type = types.bool; default = false; };
+    environment.variables = mkOption { type = types.attrsOf (types.either types.str (types.listOf types.str)); default = { }; };
     nix.settings.trusted-users = mkOption { type = types.listOf types.str; default = [ "root" ]; };
     security.sudo.wheelNeedsPassword = mkOption { type = types.bool; default = true; };
     services.openssh.enable = mkOption { type = types.bool; default = false; };
