@@ -63,7 +63,10 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
     assert cfg["boot"]["supportedFilesystems"] == ["nfs"]
     # kilork's primary group on NixOS is `users` (isNormalUser): the rules name it, not "kilork"
     assert cfg["users"]["users"]["kilork"]["group"] == "users"
-    assert cfg["tmpfiles"] == [r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles]
+    # as systemd.tmpfiles.settings, not raw rule strings
+    wanted = sorted(r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles)
+    assert sorted(cfg["tmpfiles"]) == wanted
+    assert cfg["rawTmpfiles"] == []
     for rule in cfg["tmpfiles"]:
         assert rule.split()[4] in cfg["users"]["groups"], rule
 

@@ -82,6 +82,20 @@ in
       });
     };
     systemd.tmpfiles.rules = mkOption { type = types.listOf types.str; default = [ ]; };
+    # nixos/modules/system/boot/systemd/tmpfiles.nix: settings.<file>.<path>.<type> = { ... }
+    systemd.tmpfiles.settings = mkOption {
+      default = { };
+      type = types.attrsOf (types.attrsOf (types.attrsOf (types.submodule {
+        options = {
+          type = mkOption { type = types.str; default = "d"; };
+          mode = mkOption { type = types.str; default = "-"; };
+          user = mkOption { type = types.str; default = "-"; };
+          group = mkOption { type = types.str; default = "-"; };
+          age = mkOption { type = types.str; default = "-"; };
+          argument = mkOption { type = types.str; default = ""; };
+        };
+      })));
+    };
     systemd.services = mkOption {
       default = { };
       type = types.attrsOf (types.submodule {
