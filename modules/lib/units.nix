@@ -72,7 +72,8 @@ let
     RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" "AF_NETLINK" ];
     CapabilityBoundingSet = "";
     ProtectHome = "read-only";
-    ReadWritePaths = [ (builtins.dirOf localHub) ];
+    # "-": a host whose hub folder is not there yet still starts the unit (systemd.exec(5))
+    ReadWritePaths = [ "-${builtins.dirOf localHub}" ];
     # python, ssh and the runtime's CLI: what a system service calls (systemd.exec(5))
     SystemCallFilter = [ "@system-service" ];
     SystemCallErrorNumber = "EPERM";

@@ -116,7 +116,7 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
         assert lanes[unit.unit]["environment"]["CONTAINER_HOST"] == "unix:///run/podman/podman.sock"
         assert svc["NoNewPrivileges"] is True and svc["DevicePolicy"] == "closed"
         assert svc["CapabilityBoundingSet"] == "" and svc["ProtectHome"] == "read-only"
-        assert svc["ReadWritePaths"] == ["/home/kilork/hf-local"]  # the hub and the node's records
+        assert svc["ReadWritePaths"] == ["-/home/kilork/hf-local"]  # the hub and the node's records
         assert svc["SystemCallFilter"] == ["@system-service"]
         assert lanes[unit.unit]["conflicts"] == list(unit.conflicts)
         assert lanes[unit.unit]["wantedBy"] == []  # no lane starts at boot unless autostart says so
