@@ -44,8 +44,11 @@
         ];
       };
       isNixos = host: fleet.hosts.${host}.os == "nixos";
-      # Only hosts that run NixOS have a NixOS configuration (os in hosts/fleet.toml).
-      nixosHosts = builtins.filter isNixos fleet.hostNames;
+      # Only hosts that run NixOS have a NixOS configuration (os in hosts/fleet.toml), plus the
+      # example NixOS Spark (hosts/nixos-spark: its own one-host inventory, in no lane, never
+      # deployed), so a NixOS toplevel is evaluated end to end whatever the fleet runs today.
+      exampleHosts = [ "nixos-spark" ];
+      nixosHosts = builtins.filter isNixos fleet.hostNames ++ exampleHosts;
       nixosModulesFor = host: [
         nixos-dgx-spark.nixosModules.dgx-spark
         srvos.nixosModules.server
@@ -75,15 +78,21 @@
           value = pkgs.callPackage ./pkgs/sparkfleet-profile.nix { inherit fleet host; fleetRoot = self; };
         }) fleet.hosts));
 
+      # Imported, not callPackage'd: nixpkgs' callPackage wraps its result with makeOverridable,
+      # and `override`/`overrideDerivation` beside the apps fail `nix flake check` (checkApp).
       apps = forSystems (system:
         let pkgs = pkgsFor system; in
-        pkgs.callPackage ./pkgs/apps.nix {
-          inherit (pkgs) sparkfleet;
+        import ./pkgs/apps.nix {
+          inherit (pkgs) lib writeShellApplication sparkfleet;
           fleetSpec = units.fleetSpec self fleet;
           inherit (units) profileBin;
         } // {
           # `nix run .#deploy -- .#dgx2`: deploy-rs's CLI from our nixpkgs (binary cache)
-          deploy = { type = "app"; program = "${pkgs.deploy-rs}/bin/deploy"; };
+          deploy = {
+            type = "app";
+            program = "${pkgs.deploy-rs}/bin/deploy";
+            meta.description = "deploy-rs: activate a host's profiles (deploy .#HOST)";
+          };
         });
 
       nixosModules = {
@@ -113,11 +122,20 @@
       checks = forSystems (system:
         let
           pkgs = pkgsFor system;
-          # Force each host's toplevel derivation (eval only: stubbed hardware, nothing built).
-          evalHost = host: pkgs.writeText "eval-${host}.drvpath" (builtins.unsafeDiscardStringContext
-            (self.nixosConfigurations.${host}.extendModules {
-              modules = [ self.nixosModules.eval-only ];
-            }).config.system.build.toplevel.drvPath);
+          # Force each host's toplevel derivation, as graham33/nixos-dgx-spark's
+          # checks/dgx-spark-eval.nix does: the kernel, driver and every unit instantiated,
+          # nothing built. DGX-OS-style hosts without a hardware-configuration.nix get
+          # eval-only's stubs; the example host is evaluated as it stands.
+          evalHost = host:
+            let
+              configuration = if builtins.elem host exampleHosts then self.nixosConfigurations.${host}
+                else self.nixosConfigurations.${host}.extendModules { modules = [ self.nixosModules.eval-only ]; };
+            in
+            pkgs.runCommand "eval-${host}" {
+              drvPath = builtins.unsafeDiscardStringContext configuration.config.system.build.toplevel.drvPath;
+            } ''
+              echo "$drvPath" > $out
+            '';
         in
         {
           inherit (pkgs) sparkfleet;
@@ -129,6 +147,11 @@
           };
         }
         // builtins.listToAttrs (map (host: { name = "eval-${host}"; value = evalHost host; }) nixosHosts)
+        # the staging and lane units booted in a NixOS VM with a stand-in lane command (needs KVM:
+        # CI's vm job builds it; `nix flake check --no-build` only evaluates it)
+        // nixpkgs.lib.optionalAttrs (system == "x86_64-linux") {
+          units-vm = import ./pkgs/units-vm-test.nix { inherit pkgs; modules = [ self.nixosModules.default ]; };
+        }
         # deployChecks builds every profile: only where the hosts' system builds (deploy-rs #389).
         // nixpkgs.lib.optionalAttrs (system == hostSystem)
           ((deployPkgsFor system).deploy-rs.lib.deployChecks self.deploy));

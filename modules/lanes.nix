@@ -19,9 +19,19 @@ let
     inherit (top) fleetRoot;
     remote = top.remoteCommand;
     inherit (cfg) autostart;
-    runtimeGroups = lib.optional (cfg.runtime == "docker") "docker";
+    # the socket's group: docker's daemon, or the rootful podman service (below)
+    runtimeGroups = [ cfg.runtime ];
   };
   laneNames = map (l: l.lane) facts.lanes;
+  podman = cfg.runtime == "podman";
+  # Rootful podman on NixOS (issue 23): rootless podman cannot run under the lane unit's
+  # NoNewPrivileges=true and DevicePolicy=closed (newuidmap/newgidmap are setuid; pasta and
+  # slirp4netns open /dev/net/tun, fuse-overlayfs /dev/fuse). The podman CLI in the unit (and in
+  # the lane user's sessions: `sparkfleet image load`, the workers' ranks over ssh) talks to the
+  # rootful podman service through its API socket instead (podman(1): CONTAINER_HOST set makes
+  # --remote the default), open to the podman group; containers, images and CDI devices are the
+  # service's.
+  podmanSocket = "unix:///run/podman/podman.sock";
 in
 {
   options.sparkfleet.lanes = {
@@ -55,12 +65,18 @@ in
 
     hardware.nvidia-container-toolkit.enable = true;
     virtualisation.docker.enable = lib.mkIf (cfg.runtime == "docker") true;
-    virtualisation.podman.enable = lib.mkIf (cfg.runtime == "podman") true;
+    virtualisation.podman.enable = lib.mkIf podman true;
+    virtualisation.podman.dockerSocket.enable = lib.mkIf podman true;
+    environment.variables.CONTAINER_HOST = lib.mkIf podman podmanSocket;
+    users.users.${facts.sshUser}.extraGroups = lib.mkIf podman [ "podman" ];
 
     systemd.services = lib.listToAttrs (lib.concatMap (l: [
       {
         name = l.unit;
-        value = units.toNixosService specs."${l.unit}.service" // { restartIfChanged = false; };
+        value = lib.recursiveUpdate (units.toNixosService specs."${l.unit}.service") {
+          restartIfChanged = false;
+          environment = lib.optionalAttrs podman { CONTAINER_HOST = podmanSocket; };
+        };
       }
       {
         name = "${l.unit}-spec";

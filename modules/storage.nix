@@ -9,9 +9,19 @@ let
   # every user a group of its name). On NixOS a normal user's primary group is `users`: the rules
   # name the group the user is declared with here, so systemd-tmpfiles never meets an unknown group.
   userGroup = config.users.users.${facts.sshUser}.group or facts.sshUser;
-  tmpfiles = map (rule:
-    let m = builtins.match "(d [^ ]+ [0-7]+ ${facts.sshUser}) ${facts.sshUser} (.*)" rule; in
-    if m == null then rule else "${builtins.elemAt m 0} ${userGroup} ${builtins.elemAt m 1}") facts.tmpfiles;
+  # As systemd.tmpfiles.settings (NixOS renders them to /etc/tmpfiles.d/10-sparkfleet.conf and
+  # checks each field) rather than raw rule strings: "TYPE PATH MODE USER GROUP AGE" -> by path.
+  fields = rule: builtins.filter (f: f != "") (lib.splitString " " rule);
+  tmpfiles = lib.listToAttrs (map (rule:
+    let f = fields rule; at = builtins.elemAt f; in {
+      name = at 1;
+      value.${at 0} = {
+        mode = at 2;
+        user = at 3;
+        group = if at 3 == facts.sshUser && at 4 == facts.sshUser then userGroup else at 4;
+        age = at 5;
+      };
+    }) facts.tmpfiles);
 in
 {
   options.sparkfleet.storage = {
@@ -90,6 +100,6 @@ in
       })
     ];
 
-    systemd.tmpfiles.rules = tmpfiles;
+    systemd.tmpfiles.settings."10-sparkfleet" = tmpfiles;
   };
 }

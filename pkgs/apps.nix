@@ -9,8 +9,15 @@
 { lib, writeShellApplication, sparkfleet, fleetSpec, profileBin }:
 let
   exe = lib.getExe' sparkfleet "sparkfleet";
+  descriptions = {
+    stage = "Stage a host's weights and images (sparkfleet stage HOST)";
+    launch = "Launch a lane across its hosts (sparkfleet launch LANE)";
+    bench = "Benchmark a lane and write its report (sparkfleet bench LANE)";
+    doctor = "Check a host, or every host of a lane, is ready (sparkfleet doctor HOST|LANE)";
+  };
   verb = v: {
     type = "app";
+    meta.description = descriptions.${v};
     program = lib.getExe (writeShellApplication {
       name = "sparkfleet-${v}";
       text = ''
@@ -34,9 +41,10 @@ let
     });
   };
 in
-lib.genAttrs [ "stage" "launch" "bench" "doctor" ] verb // {
+lib.genAttrs (builtins.attrNames descriptions) verb // {
   default = {
     type = "app";
+    meta.description = "The sparkfleet CLI, pinned by this flake";
     program = lib.getExe' sparkfleet "sparkfleet";
   };
 }

@@ -19,11 +19,9 @@ let
   group = cfg.users.users.${user}.group;
   failed = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
   lanes = map (l: l.unit) facts.lanes;
-  # our rules (the hub roots and receipt parents, owned by the inventory's user); other modules'
-  # rules have their own shapes
-  fields = r: builtins.filter (x: x != "") (lib.splitString " " r);
-  ourRules = builtins.filter (r: lib.length (fields r) > 4 && builtins.elemAt (fields r) 3 == user)
-    cfg.systemd.tmpfiles.rules;
+  # our tmpfiles settings (the hub roots and receipt parents, owned by the inventory's user)
+  ourRules = lib.concatLists (lib.mapAttrsToList (_path: types: builtins.attrValues types)
+    (cfg.systemd.tmpfiles.settings."10-sparkfleet" or { }));
   execOf = name: key: builtins.unsafeDiscardStringContext (toString services.${name}.serviceConfig.${key});
 
   ok =
@@ -41,7 +39,7 @@ let
     assert lib.assertMsg (lib.all (u: services.${u}.environment.SPARKFLEET_REMOTE == cfg.sparkfleet.remoteCommand) lanes)
       "lane units must tell the head how to start sparkfleet on its workers";
     assert lib.assertMsg (group != "" && cfg.users.groups ? ${group}) "${user}'s group ${group} does not exist";
-    assert lib.all (r: lib.elem (builtins.elemAt (fields r) 4) (lib.attrNames cfg.users.groups)) ourRules
+    assert lib.all (r: r.user == user && lib.elem r.group (lib.attrNames cfg.users.groups)) ourRules
       || throw "a tmpfiles rule names a group that does not exist";
     assert lib.assertMsg cfg.hardware.nvidia-container-toolkit.enable "containers reach the GPU through CDI";
     assert lib.assertMsg (lib.elem "wheel" cfg.users.users.${user}.extraGroups) "${user} deploys: it must be in wheel";

@@ -71,17 +71,30 @@ let
     mkdir -p bin
     cat > bin/curl <<'SHIM'
     #!/usr/bin/env bash
-    # curl -fsSL ... -o DEST URL: copy the pinned download for URL (fetched by Nix, sha256-checked)
+    # curl as the pinned repo's scripts/fetch_runtime.sh calls it (its one call, read at MiaAI-Lab/
+    # DeepSeek-v4.1-Flash-DGX-Sparks 56dc82001f9f: curl -fsSL --retry 3 --retry-delay 5 -m 900
+    # -o "$dest" "$url"), served from the pinned download for URL (fetched by Nix, sha256-checked).
+    # Any other flag stops the build: a flag misread (its value taken for the URL) would hand over
+    # the wrong file or none.
     set -euo pipefail
+    unknown() {
+      echo "curl (nix build): unknown flag $1: the offline stand-in knows -f -s -S -L, -o/--output," \
+        "-m/--max-time, --retry, --retry-delay (scripts/fetch_runtime.sh's call); teach it in pkgs/mia-tp4-image.nix" >&2
+      exit 2
+    }
     dest="" url=""
     while (($#)); do
       case $1 in
-        -o) dest=$2; shift 2 ;;
-        -m | --retry | --retry-delay) shift 2 ;;
-        -*) shift ;;
-        *) url=$1; shift ;;
+        -o | --output) dest=$2; shift 2 ;;
+        -m | --max-time | --retry | --retry-delay) shift 2 ;;
+        --fail | --silent | --show-error | --location) shift ;;
+        -*) [[ $1 =~ ^-[fsSL]+$ ]] || unknown "$1"; shift ;;
+        *)
+          if [[ -n $url ]]; then echo "curl (nix build): a second URL $1 (after $url)" >&2; exit 2; fi
+          url=$1; shift ;;
       esac
     done
+    if [[ -z $dest || -z $url ]]; then echo "curl (nix build): needs -o DEST and one URL" >&2; exit 2; fi
     file=$(awk -F '\t' -v u="$url" '$1 == u { print $2 }' ${downloads})
     if [[ -z $file ]]; then
       echo "curl (nix build): $url is not a url pin in hosts/fleet.toml; run sparkfleet pins import-manifest" >&2
@@ -123,18 +136,22 @@ let
 
   tools = ./mia-tp4-image/image_tools.py;
   python = python3.withPackages (ps: [ ps.installer ]);
-  # The base image as a root filesystem: only inside the builds that need it (it is tens of GB),
-  # never an output. proot runs the base image's own programs in it without privileges.
+  # The base image as a root filesystem: only inside the one build that needs it (it is tens of
+  # GB), never an output. proot runs the base image's own programs in it without privileges.
   withBase = ''
     export PROOT_TMP_DIR=$TMPDIR PROOT_NO_SECCOMP=1
     mkdir root
     python3 ${tools} unpack ${baseImage} root >/dev/null
   '';
 
-  # A layer: the kernel wheels as pip would install them, and adapter/librow_store.so compiled
-  # by the Dockerfile's own g++ line with the base image's toolchain (its libstdc++ and glibc are
-  # the ones the serving process loads).
-  kernels = runCommand "mia-tp4-kernels-${short}" { nativeBuildInputs = [ python proot ]; } ''
+  # One build, one unpack of the base, two outputs:
+  #   out    a layer: the kernel wheels as pip would install them, and adapter/librow_store.so
+  #          compiled by the Dockerfile's own g++ line with the base image's toolchain (its
+  #          libstdc++ and glibc are the ones the serving process loads);
+  #   tests  the assembled image's root filesystem (base + tree + this layer) checked the way the
+  #          Dockerfile checks its build (its import checks and in-image tests, its ENV).
+  # The image needs `out`, so an image whose checks fail is never assembled.
+  kernels = runCommand "mia-tp4-kernels-${short}" { nativeBuildInputs = [ python proot ]; outputs = [ "out" "tests" ]; } ''
     ${withBase}
     python3 ${tools} install-wheels root $out ${lib.concatStringsSep " " wheels}
     mkdir -p root/opt/dsv41
@@ -144,6 +161,13 @@ let
     echo "in the base image: $build"
     python3 ${tools} in-image root ${baseImage} /opt/dsv41 "$build"
     install -D -m 0755 root/opt/dsv41/adapter/librow_store.so $out/opt/dsv41/adapter/librow_store.so
+
+    # the same root, now as the image will be: the tree and this layer over the base
+    python3 ${tools} overlay ${tree} root
+    python3 ${tools} overlay $out root
+    python3 ${tools} check-env ${src}/${dockerfile} ${lib.escapeShellArg (builtins.toJSON env)}
+    n=$(python3 ${tools} run-checks ${src}/${dockerfile} root ${baseImage})
+    echo "$n in-image test files passed" | tee $tests
   '';
 
   # The Dockerfile's ENV (checked against the pinned Dockerfile by passthru.tests) and the lane's
@@ -157,15 +181,7 @@ let
   };
   env = dockerfileEnv // fleet.imageEnv lane;
 
-  # The assembled image's root filesystem, checked the way the Dockerfile checks its build.
-  tests = runCommand "mia-tp4-image-tests-${short}" { nativeBuildInputs = [ python proot ]; } ''
-    ${withBase}
-    python3 ${tools} overlay ${tree} root
-    python3 ${tools} overlay ${kernels} root
-    python3 ${tools} check-env ${src}/${dockerfile} ${lib.escapeShellArg (builtins.toJSON env)}
-    n=$(python3 ${tools} run-checks ${src}/${dockerfile} root ${baseImage})
-    echo "$n in-image test files passed" | tee $out
-  '';
+  tests = kernels.tests;
 
   unresolved = runCommand "mia-tp4-image-unresolved-pins" { } ''
     echo "mia-tp4-image cannot be built from hosts/fleet.toml as it stands:" >&2

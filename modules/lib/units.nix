@@ -45,9 +45,12 @@ let
     UMask = "0022";
   };
 
-  # The lane unit drives the container runtime and ssh to the workers; the GPU and RDMA devices
-  # are opened by the runtime (or, for the process runtime, by the serve process: allowed below).
-  laneHardening = {
+  # The lane unit drives the container runtime's CLI and ssh to the workers; the containers are
+  # the daemon's (docker) or the rootful podman service's (NixOS: CONTAINER_HOST, modules/lanes.nix),
+  # so this unit needs no capability, no setuid helper and no device of its own. The GPU and RDMA
+  # devices stay allowed for a serve process started in it. It writes only its node's records
+  # beside the local hub (launch.spec.state_dir_of: the hub's parent); ~/.ssh is read.
+  laneHardening = localHub: {
     # RDMA registers (pins) the model's memory: a rootless runtime or the process runtime inherit
     # this unit's limit, and the default 8 MiB makes ibv_reg_mr fail.
     LimitMEMLOCK = "infinity";
@@ -67,6 +70,13 @@ let
       "char-infiniband_verbs rw" "char-infiniband_mad rw" "/dev/infiniband/rdma_cm rw"
     ];
     RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" "AF_NETLINK" ];
+    CapabilityBoundingSet = "";
+    ProtectHome = "read-only";
+    # "-": a host whose hub folder is not there yet still starts the unit (systemd.exec(5))
+    ReadWritePaths = [ "-${builtins.dirOf localHub}" ];
+    # python, ssh and the runtime's CLI: what a system service calls (systemd.exec(5))
+    SystemCallFilter = [ "@system-service" ];
+    SystemCallErrorNumber = "EPERM";
   };
 
   # `systemd-escape --path` for the paths sparkfleet mounts (letters, digits, / _ . : -).
@@ -195,7 +205,7 @@ let
             ExecStop = execLine (withBin l.stopArgv);
             TimeoutStartSec = toString l.timeoutStartSec;
             TimeoutStopSec = "300";
-          } // laneHardening;
+          } // laneHardening facts.localHub;
         } // (if autostart == l.lane then { Install.WantedBy = [ "multi-user.target" ]; } else { });
       };
     in
@@ -239,8 +249,11 @@ let
     };
 
   # The same spec as NixOS systemd.services.<name> / systemd.timers.<name> option values.
+  # builtins.match drops string context: the value takes the entry's back, so a store path named
+  # in Environment= (the unit's spec root) stays a dependency of the unit
   envAttrs = list: listToAttrs (map (kv:
-    let m = builtins.match "([^=]+)=(.*)" kv; in { name = builtins.elemAt m 0; value = builtins.elemAt m 1; }) list);
+    let m = builtins.match "([^=]+)=(.*)" kv; in
+    { name = builtins.elemAt m 0; value = builtins.elemAt m 1 + builtins.substring 0 0 kv; }) list);
   toNixosService = spec: {
     description = spec.Unit.Description;
     wants = spec.Unit.Wants or [ ];
@@ -258,5 +271,5 @@ let
   };
 in {
   inherit specs specRoot fleetSpec profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
-    toNixosTimer;
+    toNixosTimer envAttrs;
 }

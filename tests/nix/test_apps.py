@@ -1,8 +1,8 @@
 """pkgs/apps.nix: what `nix run .#stage -- dgx1` (and launch, bench, doctor) run, as bash runs it.
 
-The app's shell text comes from evaluating pkgs/apps.nix with nix-instantiate and the few nixpkgs
-functions it calls (getExe, getExe', genAttrs, optionalString) written out below, so these run
-without nixpkgs' lib (offline CI too). The CLI is a stand-in that prints its argv and SPARKFLEET_*.
+The app's shell text comes from evaluating pkgs/apps.nix with nix-instantiate, nixpkgs' own lib
+(getExe, getExe', genAttrs, optionalString from $NIXPKGS_LIB) and writeShellApplication standing in
+with the real formals. The CLI is a stand-in that prints its argv and SPARKFLEET_*.
 """
 
 from __future__ import annotations
@@ -13,22 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, nix_eval, nix_str, requires_nix
+from .conftest import REPO, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
 
-pytestmark = [pytest.mark.nix, requires_nix]
+pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 
 STORE = "/nix/store/00000000000000000000000000000000"
-MINI_LIB = """{
-  getExe = d: "${d}/bin/${d.meta.mainProgram}";
-  getExe' = d: n: "${d}/bin/${n}";
-  genAttrs = names: f: builtins.listToAttrs (map (n: { name = n; value = f n; }) names);
-  optionalString = c: s: if c then s else "";
-}"""
+LIB = nix_str(nixpkgs_lib() or "/nonexistent")
 
 
 def call_apps(extra: str) -> str:
     return (
-        f"import {nix_str(REPO / 'pkgs' / 'apps.nix')} {{ lib = {MINI_LIB}; "
+        f"import {nix_str(REPO / 'pkgs' / 'apps.nix')} {{ lib = import {LIB}; "
         f'sparkfleet = {{ type = "derivation"; name = "sparkfleet"; outPath = "{STORE}-sparkfleet"; '
         f'meta.mainProgram = "sparkfleet"; }}; {extra} }}'
     )
@@ -37,12 +32,15 @@ def call_apps(extra: str) -> str:
 def test_apps_run_the_pinned_cli() -> None:
     extra = (
         'fleetSpec = "/nix/store/spec"; profileBin = "/p/bin/sparkfleet"; '
-        'writeShellApplication = a: { type = "derivation"; name = a.name; '
-        'outPath = "/nix/store/x-${a.name}"; meta.mainProgram = a.name; };'
+        "writeShellApplication = { name, text, runtimeInputs ? [ ], meta ? { }, ... }: "
+        '{ type = "derivation"; inherit name; outPath = "/nix/store/x-${name}"; meta.mainProgram = name; };'
     )
     apps = nix_eval(call_apps(extra))
     assert sorted(apps) == ["bench", "default", "doctor", "launch", "stage"]
     assert all(app["type"] == "app" for app in apps.values())
+    # what `nix flake check` wants of an app and nothing more (Nix >= 2.25 warns without a description)
+    for app in apps.values():
+        assert set(app) == {"type", "program", "meta"} and app["meta"]["description"]
     assert apps["stage"]["program"] == "/nix/store/x-sparkfleet-stage/bin/sparkfleet-stage"
     assert apps["default"]["program"] == f"{STORE}-sparkfleet/bin/sparkfleet"
 
@@ -50,8 +48,8 @@ def test_apps_run_the_pinned_cli() -> None:
 def app_script(verb: str, fleet_spec: str) -> str:
     """The shell text of pkgs/apps.nix's `verb` app (writeShellApplication's text, via the stubs)."""
     extra = (
-        'writeShellApplication = a: { type = "derivation"; name = a.name; outPath = a.text; '
-        "meta.mainProgram = a.name; }; "
+        'writeShellApplication = { name, text, ... }: { type = "derivation"; inherit name; outPath = text; '
+        "meta.mainProgram = name; }; "
         f'fleetSpec = "{fleet_spec}"; profileBin = "/nix/var/nix/profiles/sparkfleet/bin/sparkfleet";'
     )
     program = nix_eval(f"({call_apps(extra)}).{verb}.program")

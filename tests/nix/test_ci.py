@@ -20,17 +20,27 @@ def uses(doc: dict, job: str) -> list[str]:
     return [step["uses"].split("@")[0] for step in doc["jobs"][job]["steps"] if "uses" in step]
 
 
-def test_flake_checks_evaluate_on_both_systems_without_building() -> None:
+def test_flake_check_and_nixos_eval_are_separate_jobs_without_building() -> None:
     doc = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
-    include = doc["jobs"]["flake"]["strategy"]["matrix"]["include"]
-    assert {(i["system"], i["runner"]) for i in include} == {
-        ("x86_64-linux", "ubuntu-24.04"),
-        ("aarch64-linux", "ubuntu-24.04-arm"),
-    }
-    flake = runs(doc, "flake")
-    assert "nix flake check --no-build" in flake
-    assert "nix flake metadata --no-update-lock-file" in flake
-    assert "config.system.build.toplevel.drvPath" in flake
+    check = runs(doc, "flake-check")
+    assert "nix flake check --all-systems --no-build" in check  # every system's outputs
+    assert "nix flake metadata --no-update-lock-file" in check
+    # the NixOS toplevels instantiated on the Sparks' own system, the example host among them
+    assert doc["jobs"]["nixos-eval"]["runs-on"] == "ubuntu-24.04-arm"
+    nixos = runs(doc, "nixos-eval")
+    assert "config.system.build.toplevel.drvPath" in nixos and "grep -qx nixos-spark" in nixos
+    assert "nix build --no-link --dry-run" in nixos and "nix build --print" not in nixos
+    assert set(doc["jobs"]["build"]["needs"]) == {"flake-check", "nixos-eval"}
+
+
+def test_vm_test_runs_where_kvm_is() -> None:
+    doc = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
+    vm = doc["jobs"]["vm"]
+    assert vm["runs-on"] == "ubuntu-24.04"
+    assert "udevadm trigger --name-match=kvm" in runs(doc, "vm")
+    nix = next(s for s in vm["steps"] if s.get("uses", "").startswith("cachix/install-nix-action"))
+    assert "kvm" in nix["with"]["extra_nix_config"] and "nixos-test" in nix["with"]["extra_nix_config"]
+    assert "nix build --print-build-logs .#checks.x86_64-linux.units-vm" in runs(doc, "vm")
 
 
 def test_build_on_aarch64_and_push_to_the_binary_cache() -> None:
@@ -39,9 +49,14 @@ def test_build_on_aarch64_and_push_to_the_binary_cache() -> None:
     assert build["runs-on"] == "ubuntu-24.04-arm"
     text = runs(doc, "build")
     assert "nix build --print-build-logs .#sparkfleet" in text
-    assert ".#mia-tp4-image.tree .#mia-tp4-image.kernels .#mia-tp4-image.tests" in text
+    assert "mia-tp4-image" not in text  # too big for a hosted runner: the image job, on a Spark
+    image = doc["jobs"]["image"]
+    assert image["runs-on"] == ["self-hosted", "linux", "ARM64", "spark"]
+    assert ".#mia-tp4-image.tree .#mia-tp4-image.kernels .#mia-tp4-image.tests" in runs(doc, "image")
+    cachix = next(s for s in image["steps"] if s.get("uses", "").startswith("cachix/cachix-action"))
+    assert cachix["with"]["pushFilter"] == "-docker-image-.*[.]tar$"  # the base is never pushed
     assert '".#sparkfleet-profile-$host"' in text
-    for job in ("flake", "build"):
+    for job in ("flake-check", "build", "vm"):
         assert "cachix/cachix-action" in uses(doc, job)
     step = next(s for s in build["steps"] if s.get("uses", "").startswith("cachix/cachix-action"))
     assert step["with"]["authToken"] == "${{ secrets.CACHIX_AUTH_TOKEN }}"  # pushes what it built

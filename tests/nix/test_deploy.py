@@ -1,7 +1,8 @@
 """The flake's `deploy` output, evaluated without nixpkgs, checked against deploy-rs's node schema.
 
-flake.nix's outputs function is called with stand-ins: deploy-rs's activate.{nixos,custom}
-return store-path-shaped strings and `self` holds per-host profile packages by name. The nodes
+flake.nix's outputs function is called with stand-ins: deploy-rs's lib as its flake.nix writes it
+(activate.{nixos,custom} build the activatable buildEnv) over derivation-shaped trivial builders,
+and `self` holds per-host profile packages and NixOS toplevels by name. The nodes
 come out of modules/lib/fleet.nix, so this is the real wiring of hosts, profiles and settings.
 """
 
@@ -34,10 +35,13 @@ let
   stubFlake = dir: (import (dir + "/flake.nix")).outputs {{ self = null; }};
   self = {{
     overlays.default = final: prev: {{ }};
-    nixosConfigurations = byHost (h: {{ config.networking.hostName = h; }});
+    nixosConfigurations = byHost (h: {{
+      config.networking.hostName = h;
+      config.system.build.toplevel = {{ type = "derivation"; name = "nixos-system-" + h; }};
+    }});
     packages.aarch64-linux = builtins.listToAttrs (map (h: {{
       name = "sparkfleet-profile-" + h;
-      value = {{ name = "sparkfleet-profile-" + h; }};
+      value = {{ type = "derivation"; name = "sparkfleet-profile-" + h; }};
     }}) fleet.hostNames);
   }};
 in (flake.outputs {{
@@ -49,7 +53,7 @@ in (flake.outputs {{
 }}).deploy
 """
 # activate-rs comes from nixpkgs' deploy-rs package (its binary cache), not a build of the flake
-ACTIVATE_RS = "+deploy-rs-from-nixpkgs"
+ACTIVATE_RS = f'exec {STORE}-deploy-rs/bin/activate "$@"'
 
 
 def flake_copy(dest: Path, nixos_hosts: tuple[str, ...] = ()) -> Path:
@@ -76,10 +80,10 @@ def test_deploy_nodes_validate_and_match_hostfacts(tmp_path: Path) -> None:
     assert sorted(deploy["nodes"]) == sorted(inv.hosts)
     for host, node in deploy["nodes"].items():
         profiles = {
-            "system": f"{STORE}-activatable-nixos-system-{host}{ACTIVATE_RS}"
+            "system": f"{STORE}-activatable-nixos-system-{host}"
             if inv.hosts[host].os == "nixos"
             else None,
-            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}{ACTIVATE_RS}",
+            "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
         }
         assert node == hostfacts.deploy_node(inv, host, profiles)
         assert set(node["profilesOrder"]) == set(node["profiles"])
@@ -89,6 +93,17 @@ def test_deploy_nodes_validate_and_match_hostfacts(tmp_path: Path) -> None:
         assert node["remoteBuild"] is True
     assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
     assert deploy["nodes"]["dgx1"]["profilesOrder"] == ["sparkfleet"]  # DGX OS: no NixOS system profile
+    # what each activatable profile holds: the base, deploy-rs-activate, and activate-rs from
+    # nixpkgs' cached deploy-rs (not a build of deploy-rs's flake)
+    held = nix_eval(
+        f"let ROOT = {nix_str(root)}; d = {STUB_INPUTS}; in builtins.mapAttrs (_: n: builtins.mapAttrs "
+        "(_: p: map (x: x.text or x.name) p.path.paths) n.profiles) d.nodes"
+    )
+    for host, profiles in held.items():
+        for name, (base, activate, activate_rs) in profiles.items():
+            assert base == ("nixos-system-" if name == "system" else "sparkfleet-profile-") + host
+            assert "$PROFILE/bin/switch-to-configuration switch" in activate if name == "system" else True
+            assert ACTIVATE_RS in activate_rs
     assert (
         deploy["nodes"]["dgx2"]["profiles"]["sparkfleet"]["profilePath"] == "/nix/var/nix/profiles/sparkfleet"
     )

@@ -63,7 +63,10 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
     assert cfg["boot"]["supportedFilesystems"] == ["nfs"]
     # kilork's primary group on NixOS is `users` (isNormalUser): the rules name it, not "kilork"
     assert cfg["users"]["users"]["kilork"]["group"] == "users"
-    assert cfg["tmpfiles"] == [r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles]
+    # as systemd.tmpfiles.settings, not raw rule strings
+    wanted = sorted(r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles)
+    assert sorted(cfg["tmpfiles"]) == wanted
+    assert cfg["rawTmpfiles"] == []
     for rule in cfg["tmpfiles"]:
         assert rule.split()[4] in cfg["users"]["groups"], rule
 
@@ -108,15 +111,22 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
         assert shlex.split(svc["ExecStart"]) == [exe, *unit.startArgv[1:]]
         assert shlex.split(svc["ExecStop"]) == [exe, *unit.stopArgv[1:]]
         assert svc["Type"] == "oneshot" and svc["RemainAfterExit"] is True
-        assert svc["SupplementaryGroups"] == []  # podman: no daemon group
+        # rootful podman (NixOS): the service's socket, open to the podman group; no rootless podman
+        assert svc["SupplementaryGroups"] == ["podman"]
+        assert lanes[unit.unit]["environment"]["CONTAINER_HOST"] == "unix:///run/podman/podman.sock"
+        assert svc["NoNewPrivileges"] is True and svc["DevicePolicy"] == "closed"
+        assert svc["CapabilityBoundingSet"] == "" and svc["ProtectHome"] == "read-only"
+        assert svc["ReadWritePaths"] == ["-/home/kilork/hf-local"]  # the hub and the node's records
+        assert svc["SystemCallFilter"] == ["@system-service"]
         assert lanes[unit.unit]["conflicts"] == list(unit.conflicts)
         assert lanes[unit.unit]["wantedBy"] == []  # no lane starts at boot unless autostart says so
     # the DGX Spark module: container toolkit (CDI) and podman with docker compat, no docker daemon
     assert cfg["hardware"]["nvidia-container-toolkit"]["enable"] is True
-    assert cfg["virtualisation"]["podman"] == {"enable": True, "dockerCompat": True}
+    podman = {"enable": True, "dockerCompat": True, "dockerSocket": {"enable": True}}
+    assert cfg["virtualisation"]["podman"] == podman
     assert cfg["virtualisation"]["docker"]["enable"] is False
     # srvos server: wheel is trusted by Nix and sudoes without a password; the deploy user is in it
-    assert cfg["users"]["users"]["kilork"]["extraGroups"] == ["wheel"]
+    assert sorted(cfg["users"]["users"]["kilork"]["extraGroups"]) == ["podman", "wheel"]
     assert "@wheel" in cfg["nix"]["settings"]["trusted-users"]
     assert cfg["security"]["sudo"]["wheelNeedsPassword"] is False
     assert cfg["openssh"]["enable"] is True
@@ -177,7 +187,7 @@ def test_local_nvme_and_podman(fleet_root: Path) -> None:
     assert cfg["virtualisation"]["podman"]["enable"] is True
     assert cfg["virtualisation"]["docker"]["enable"] is False
     lane = cfg["services"]["sparkfleet-lane-dsv41-flash-4x-mia"]["serviceConfig"]
-    assert lane["SupplementaryGroups"] == []
+    assert lane["SupplementaryGroups"] == ["podman"]
 
 
 def test_staging_needs_storage_and_its_user(fleet_root: Path) -> None:
@@ -246,7 +256,10 @@ def test_flake_nixos_configurations_wire_modules_and_host_folders(fleet_root: Pa
         .replace("@STUBDIR@", str(Path(__file__).parent / "stubs"))
     )
     hosts = nix_eval(expr, timeout=120)
-    assert sorted(hosts) == ["dgx2"]  # only the NixOS host has a NixOS configuration
+    # only the NixOS host has a NixOS configuration, and the example NixOS Spark (no lane)
+    assert sorted(hosts) == ["dgx2", "nixos-spark"]
+    example = hosts.pop("nixos-spark")
+    assert example["failed"] == [] and example["services"] == ["sparkfleet-stage"]
     inv = inventory.load(fleet_root)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux" and host["hostName"] == name
@@ -337,3 +350,17 @@ def test_nixos_lane_units_change_only_with_their_own_spec(fleet_root: Path, tmp_
     companion = edited["sparkfleet-lane-dsv41-flash-exl3-2x-spec"]
     assert companion["reloadTriggers"] != before["sparkfleet-lane-dsv41-flash-exl3-2x-spec"]["reloadTriggers"]
     assert edited["sparkfleet-lane-dsv41-flash-exl3-2x"]["restartIfChanged"] is False
+
+
+def test_unit_environment_keeps_the_spec_roots_string_context() -> None:
+    """units.envAttrs splits "K=V" with builtins.match, which drops string context: the value must
+    carry the entry's context back, so the spec root a unit names stays in the system's closure."""
+    units = nix_str(REPO / "modules" / "lib" / "units.nix")
+    expr = (
+        f'let u = import {units}; p = builtins.toFile "spec" "x"; '
+        's = u.toNixosService { Unit.Description = "d"; '
+        'Service.Environment = [ "SPARKFLEET_ROOT=${p}" "PYTHONUNBUFFERED=1" ]; }; in '
+        "{ root = builtins.hasContext s.environment.SPARKFLEET_ROOT; "
+        "plain = builtins.hasContext s.environment.PYTHONUNBUFFERED; }"
+    )
+    assert nix_eval(expr) == {"root": True, "plain": False}

@@ -83,14 +83,17 @@ def test_required_pin_throws_with_the_fix() -> None:
 
 def test_image_from_resolved_pins(tmp_path: Path) -> None:
     root = resolved_fleet(tmp_path / "fleet")
-    image = nix_eval(call("mia-tp4-image.nix", root))
-    assert image["kind"] == "streamLayeredImage"
+    fields = "{ inherit (i) type kind args tests passthru; }"
+    image = nix_eval(f"let i = {call('mia-tp4-image.nix', root)}; in {fields}")
+    assert (image["type"], image["kind"]) == ("derivation", "streamLayeredImage")
     args = image["args"]
     pull = nix_eval(call("mia-tp4-image.nix", root) + ".args.fromImage.args")
     assert pull == {
         "imageName": "lmsysorg/sglang",
         "imageDigest": DIGEST,
-        "hash": NAR,
+        # lib.fetchers.withNormalizedHash (nixpkgs' lib) turned `hash` into outputHash
+        "outputHash": NAR,
+        "outputHashAlgo": None,
         "os": "linux",
         "arch": "arm64",
         "finalImageName": "lmsysorg/sglang",
@@ -115,13 +118,21 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
     assert copy in args["extraCommands"]
     assert args["maxLayers"] == 100
     # the build's own checks, and the layers CI builds and caches
-    assert image["tests"] == f"{store}-mia-tp4-image-tests-cad252b7d300"
+    # one build unpacks the base once: the kernel layer and the in-image checks are its two outputs
+    assert image["tests"] == f"{store}-mia-tp4-kernels-cad252b7d300-tests"
     assert image["passthru"]["kernels"] == f"{store}-mia-tp4-kernels-cad252b7d300"
+
+
+# runCommand as its script (every output of it too), so a test reads what a build would run
+SCRIPT_AS_OUTPUT = (
+    "runCommand = n: e: script: let d = { name = n; outPath = script; }; in "
+    "d // builtins.listToAttrs (map (o: { name = o; value = d; }) (e.outputs or [ ])); "
+)
 
 
 def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> None:
     extra = (
-        "runCommand = n: e: script: { name = n; outPath = script; }; "
+        SCRIPT_AS_OUTPUT +
         'fetchurl = a: { outPath = "<fetchurl:" + builtins.toJSON a + ">"; };'
     )
     image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
@@ -142,6 +153,8 @@ def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> 
     assert "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
     tests = nix_eval(f"({image}).tests")
     assert "image_tools.py run-checks" in tests and "image_tools.py check-env" in tests
+    # the in-image checks are the kernel build's second output: the base is unpacked once
+    assert tests == kernels and kernels.count("image_tools.py unpack ") == 1
 
 
 def test_a_missing_wheel_pin_stops_the_build_naming_it(tmp_path: Path) -> None:
@@ -230,6 +243,8 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
         "set -euo pipefail\nOUT=$1\nmkdir -p $OUT\n"
         'curl -fsSL --retry 3 --retry-delay 5 -m 900 -o "$OUT/roce.tgz" "https://example.org/roce-1234.tar.gz"\n'
         'curl -fsSL --retry 3 --retry-delay 5 -m 900 -o "$OUT/x" "${EXTRA_URL:-https://example.org/roce-1234.tar.gz}"\n'
+        # the call again with flags scripts/fetch_runtime.sh does not use (unquoted: word-split)
+        'curl ${EXTRA_FLAGS:-} -fsSL -o "$OUT/y" "https://example.org/roce-1234.tar.gz"\n'
     )
     tsv = tmp_path / "downloads.tsv"
     fetchers = (
@@ -276,6 +291,20 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
     )
     assert bad.returncode != 0
     assert "https://example.org/other.tgz is not a url pin in hosts/fleet.toml" in bad.stderr
+    # a flag the stand-in does not know stops the build, naming it, instead of being misread
+    # (before: `-H X-Token:abc` skipped -H and took X-Token:abc for the URL)
+    for flags, message in (
+        ("-H X-Token:abc", "unknown flag -H"),
+        ("--compressed", "unknown flag --compressed"),
+        ("-fsSLk", "unknown flag -fsSLk"),
+        ("https://example.org/second", "a second URL https://example.org/roce-1234.tar.gz"),
+    ):
+        shutil.rmtree(work)
+        work.mkdir()
+        env = {"out": str(tmp_path / "out3"), "PATH": "/usr/bin:/bin", "EXTRA_FLAGS": flags}
+        run = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, env=env)
+        assert run.returncode == 2, (flags, run.stderr)
+        assert message in run.stderr, (flags, run.stderr)
 
 
 BUSYBOX = Path("/bin/busybox")
@@ -324,45 +353,44 @@ def test_kernel_layer_and_image_tests_derivations_run_end_to_end(tmp_path: Path)
     outs = tmp_path / "outs"
     outs.mkdir()
     extra = (
-        f'runCommand = n: e: script: {{ name = n; outPath = "{outs}/" + n; inherit script; }}; '
+        f'runCommand = n: e: script: let d = {{ name = n; outPath = "{outs}/" + n; inherit script; }}; in '
+        "d // builtins.listToAttrs (map (o: { name = o; value = d // { outPath = d.outPath + \"-\" + o; }; })"
+        " (e.outputs or [ ])); "
         f'fetchurl = a: {{ outPath = "{wheels}/" + baseNameOf a.url; }}; '
         f'fetchFromGitHub = a: {{ outPath = "{repo}"; }}; '
         f'dockerTools = s.dockerTools // {{ pullImage = a: {{ outPath = "{base}"; }}; }};'
     )
     image = call("mia-tp4-image.nix", resolved_fleet(tmp_path / "fleet"), extra=extra)
-    kernels, tests = (
-        nix_eval(f"let d = ({image}).{drv}; in {{ inherit (d) script; out = d.outPath; }}", write_store=True)
-        for drv in ("kernels", "tests")
+    # one derivation, one unpack of the base: the layer ($out) and the in-image checks ($tests)
+    kernels = nix_eval(
+        f"let d = ({image}).kernels; in {{ inherit (d) script; out = d.outPath; tests = d.tests.outPath; }}",
+        write_store=True,
     )
+    assert nix_eval(f"({image}).tests.outPath") == kernels["tests"]
+    assert kernels["script"].count(" unpack ") == 1
 
     # python3 with pypa's installer (the derivation's python3.withPackages), proot, coreutils
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
 
-    def run(drv: dict) -> None:
-        proc = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", drv["script"]], cwd=tmp_path / "build", capture_output=True,
-            text=True, env={"out": drv["out"], "PATH": path, "TMPDIR": str(tmp_path)},
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-
-    (tmp_path / "build").mkdir()
-    run(kernels)
-    layer = Path(kernels["out"])
-    assert (layer / site / "sgl_kernel" / "__init__.py").read_text() == "# pinned\n"
-    assert (layer / site / "deep_gemm" / "__init__.py").exists()
-    assert (layer / "opt/dsv41/adapter/librow_store.so").read_text() == "// row store\n"  # built in the image
-
     # the tree (built elsewhere from the fetch stage): here, the test the Dockerfile runs
-    tree = Path(tests["out"].replace("mia-tp4-image-tests", "mia-tp4-tree"))
+    tree = Path(kernels["out"].replace("mia-tp4-kernels", "mia-tp4-tree"))
     (tree / "opt/dsv41/tests").mkdir(parents=True)
     (tree / "opt/dsv41/tests/test_in_image.sh").write_text(
         'test "$FROM_BASE" = 1 && test "$(pwd)" = /opt/dsv41 && test -f adapter/librow_store.so '
         f"&& test -f /{site}/sgl_kernel/__init__.py\n"
     )
-    shutil.rmtree(tmp_path / "build")
     (tmp_path / "build").mkdir()
-    run(tests)
-    assert Path(tests["out"]).read_text() == "1 in-image test files passed\n"
+    env = {"out": kernels["out"], "tests": kernels["tests"], "PATH": path, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", kernels["script"]], cwd=tmp_path / "build", capture_output=True,
+        text=True, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    layer = Path(kernels["out"])
+    assert (layer / site / "sgl_kernel" / "__init__.py").read_text() == "# pinned\n"
+    assert (layer / site / "deep_gemm" / "__init__.py").exists()
+    assert (layer / "opt/dsv41/adapter/librow_store.so").read_text() == "// row store\n"  # built in the image
+    assert Path(kernels["tests"]).read_text() == "1 in-image test files passed\n"
 
 
 @pytest.mark.skipif(
@@ -425,3 +453,43 @@ def test_tree_derivation_runs_the_adapter_with_absolute_sgl_workspace_paths(tmp_
         "adapter", "benchmarks", "boot.py", "scripts", "tests"
     ]  # fmt: skip
     assert not Path("/sgl-workspace").exists()  # nothing written outside the build
+
+
+STAND_INS = f"(import {STUBS} {{ nixpkgsLib = {nix_str(nixpkgs_lib() or '/nonexistent')}; }})"
+
+
+@pytest.mark.parametrize(
+    ("call_expr", "message"),
+    [
+        # an argument the real dockerTools.pullImage does not declare
+        ('dockerTools.pullImage { imageName = "a"; imageDigest = "sha256:0"; hash = ""; digest = "x"; }',
+         "unexpected argument 'digest'"),
+        # neither hash, sha256 nor outputHash: lib.fetchers.withNormalizedHash's own error
+        ('dockerTools.pullImage { imageName = "a"; imageDigest = "sha256:0"; }', "hash"),
+        ('(dockerTools.streamLayeredImage { name = "i"; fromImage = null; enableFakeroot = true; }).name',
+         "unexpected argument 'enableFakeroot'"),
+        ('(dockerTools.streamLayeredImage { tag = "t"; }).name', "without required argument 'name'"),
+        ('(writeShellApplication { name = "a"; text = ""; runtimeDeps = [ ]; }).name',
+         "unexpected argument 'runtimeDeps'"),
+        ('(writeText "a" { }).name', "text must be a string"),
+    ],
+)
+def test_stand_ins_reject_what_the_real_builders_reject(call_expr: str, message: str) -> None:
+    with pytest.raises(NixEvalError, match=message):
+        nix_eval(f"with {STAND_INS}; {call_expr}")
+
+
+def test_stand_ins_are_derivations_that_keep_text_and_context() -> None:
+    expr = (
+        f"with {STAND_INS}; let dep = builtins.toFile \"dep\" \"x\"; "
+        "t = writeText \"unit\" \"ExecStart=${dep}/bin/x\"; in "
+        "{ inherit (t) type text; ctx = builtins.attrNames (builtins.getContext t.outPath); "
+        "img = (dockerTools.streamLayeredImage { name = \"a/b\"; tag = \"t\"; }).override { tag = \"u\"; }; }"
+    )
+    got = nix_eval(f"let r = {expr}; in r // {{ img = {{ inherit (r.img) type imageName imageTag; }}; }}")
+    dep = got["ctx"][0]
+    assert got["type"] == "derivation"
+    assert got["text"] == f"ExecStart={dep}/bin/x"  # the text, not just a name
+    assert dep.startswith("/nix/store/") and dep.endswith("-dep")  # the dependency stays in its closure
+    # streamLayeredImage is makeOverridable (nixpkgs lib's), as the real one is
+    assert got["img"] == {"type": "derivation", "imageName": "a/b", "imageTag": "u"}

@@ -1,7 +1,7 @@
 """pkgs/sparkfleet-profile.nix's own build script, run by bash, then its activation.
 
-The derivation's script (runCommand's text) is evaluated with nix-instantiate and the few nixpkgs
-functions it calls written out (no nixpkgs needed); writeText and the spec roots become real
+The derivation's script (runCommand's text) is evaluated with nix-instantiate and nixpkgs' own
+lib ($NIXPKGS_LIB: getExe', concatStrings, mapAttrsToList); writeText and the spec roots become real
 store paths (nix-instantiate --read-write-mode). bash runs the script with $out in a temp dir:
 that is the profile deploy-rs would activate. Its sparkfleet-activate then installs the units
 into a temporary root, with a recording systemctl, exactly as test_activation.py does for
@@ -16,29 +16,35 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FLEET_LIB, REPO, nix_eval, nix_str, requires_nix, store_writable
+from .conftest import (
+    FLEET_LIB,
+    REPO,
+    nix_eval,
+    nix_str,
+    nixpkgs_lib,
+    requires_nix,
+    requires_nixpkgs_lib,
+    store_writable,
+)
 from .test_activation import fleet_copy
 
 pytestmark = [
     pytest.mark.nix,
     requires_nix,
+    requires_nixpkgs_lib,
     pytest.mark.skipif(not store_writable(), reason="/nix/store is not writable (writeText makes files)"),
 ]
 
 STORE = "/nix/store/00000000000000000000000000000000"
-MINI_LIB = """{
-  getExe' = d: n: "${d}/bin/${n}";
-  concatStrings = builtins.concatStringsSep "";
-  mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
-}"""
+LIB = nix_str(nixpkgs_lib() or "/nonexistent")
 
 
 def profile_script(root: Path, host: str) -> str:
     expr = (
         f"let fleet = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in "
-        f"import {REPO / 'pkgs' / 'sparkfleet-profile.nix'} {{ lib = {MINI_LIB}; inherit fleet; "
+        f"import {REPO / 'pkgs' / 'sparkfleet-profile.nix'} {{ lib = import {LIB}; inherit fleet; "
         f'host = "{host}"; fleetRoot = {nix_str(root)}; '
-        f'sparkfleet = {{ outPath = "{STORE}-sparkfleet"; }}; '
+        f'sparkfleet = {{ type = "derivation"; name = "sparkfleet"; outPath = "{STORE}-sparkfleet"; }}; '
         "writeText = builtins.toFile; runCommand = name: env: script: script; }"
     )
     return nix_eval(expr, write_store=True)

@@ -37,7 +37,11 @@ in
   users = { inherit (cfg.users) users; groups = builtins.attrNames cfg.users.groups; };
   etc = cfg.environment.etc;
   systemPackages = map (p: p.name) cfg.environment.systemPackages;
-  tmpfiles = cfg.systemd.tmpfiles.rules;
+  # systemd.tmpfiles.settings as the rule lines NixOS renders into /etc/tmpfiles.d
+  tmpfiles = lib.concatLists (lib.mapAttrsToList (path: types: lib.mapAttrsToList (type: r:
+    "${type} ${path} ${r.mode} ${r.user} ${r.group} ${r.age}") types)
+    (cfg.systemd.tmpfiles.settings."10-sparkfleet" or { }));
+  rawTmpfiles = cfg.systemd.tmpfiles.rules;
   services = cfg.systemd.services;
   timers = cfg.systemd.timers;
   facts = cfg.sparkfleet.facts;

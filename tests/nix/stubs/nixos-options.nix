@@ -53,6 +53,9 @@ in
     networking.hostName = mkOption { type = types.str; default = "nixos"; };
     nixpkgs.overlays = mkOption { type = types.listOf types.unspecified; default = [ ]; };
     system.stateVersion = mkOption { type = types.str; };
+    # nixos/modules/system/activation/top-level.nix: the system derivation; evaluating its drvPath
+    # fails on a failed assertion (as there) and forces every unit, file and package it would hold
+    system.build.toplevel = mkOption { type = types.unspecified; readOnly = true; };
     environment.systemPackages = mkOption { type = types.listOf types.package; default = [ ]; };
     environment.etc = mkOption {
       default = { };
@@ -63,6 +66,11 @@ in
     };
     boot.supportedFilesystems = mkOption { type = types.listOf types.str; default = [ ]; };
     boot.loader.grub.enable = mkOption { type = types.bool; default = true; };
+    boot.loader.systemd-boot.enable = mkOption { type = types.bool; default = false; };
+    boot.loader.efi.canTouchEfiVariables = mkOption { type = types.bool; default = false; };
+    boot.initrd.availableKernelModules = mkOption { type = types.listOf types.str; default = [ ]; };
+    nixpkgs.hostPlatform = mkOption { type = types.either types.str types.attrs; default = "x86_64-linux"; };
+    virtualisation.memorySize = mkOption { type = types.ints.positive; default = 1024; };
     fileSystems = mkOption {
       default = { };
       type = types.attrsOf (types.submodule {
@@ -74,6 +82,20 @@ in
       });
     };
     systemd.tmpfiles.rules = mkOption { type = types.listOf types.str; default = [ ]; };
+    # nixos/modules/system/boot/systemd/tmpfiles.nix: settings.<file>.<path>.<type> = { ... }
+    systemd.tmpfiles.settings = mkOption {
+      default = { };
+      type = types.attrsOf (types.attrsOf (types.attrsOf (types.submodule {
+        options = {
+          type = mkOption { type = types.str; default = "d"; };
+          mode = mkOption { type = types.str; default = "-"; };
+          user = mkOption { type = types.str; default = "-"; };
+          group = mkOption { type = types.str; default = "-"; };
+          age = mkOption { type = types.str; default = "-"; };
+          argument = mkOption { type = types.str; default = ""; };
+        };
+      })));
+    };
     systemd.services = mkOption {
       default = { };
       type = types.attrsOf (types.submodule {
@@ -124,6 +146,8 @@ in
     virtualisation.docker.enable = mkOption { type = types.bool; default = false; };
     virtualisation.podman.enable = mkOption { type = types.bool; default = false; };
     virtualisation.podman.dockerCompat = mkOption { type = types.bool; default = false; };
+    virtualisation.podman.dockerSocket.enable = mkOption { type = types.bool; default = false; };
+    environment.variables = mkOption { type = types.attrsOf (types.either types.str (types.listOf types.str)); default = { }; };
     nix.settings.trusted-users = mkOption { type = types.listOf types.str; default = [ "root" ]; };
     security.sudo.wheelNeedsPassword = mkOption { type = types.bool; default = true; };
     services.openssh.enable = mkOption { type = types.bool; default = false; };
@@ -132,6 +156,21 @@ in
   };
 
   config = {
+    system.build.toplevel =
+      let
+        failed = map (a: a.message) (builtins.filter (a: !a.assertion) config.assertions);
+        contents = builtins.toJSON {
+          inherit (config.systemd) services timers;
+          tmpfiles = config.systemd.tmpfiles;
+          etc = lib.mapAttrs (_: e: "${e.source}") config.environment.etc;
+          packages = map (p: "${p}") config.environment.systemPackages;
+          inherit (config) fileSystems;
+        };
+        name = "nixos-system-${config.networking.hostName}-${config.system.stateVersion}";
+        path = "/nix/store/${builtins.substring 0 32 (builtins.hashString "sha256" contents)}-${name}";
+      in
+      if failed != [ ] then throw "Failed assertions:\n${lib.concatMapStrings (m: "- ${m}\n") failed}"
+      else { type = "derivation"; inherit name; outPath = path; drvPath = "${path}.drv"; };
     users.groups = lib.genAttrs builtinGroups (_: { })
       // lib.optionalAttrs config.virtualisation.docker.enable { docker = { }; }
       // lib.optionalAttrs config.virtualisation.podman.enable { podman = { }; };

@@ -1,12 +1,12 @@
-# `import nixpkgs { system; overlays; }` for the stand-in nixpkgs flake: builder stubs + overlays.
+# `import nixpkgs { system; overlays; }` for the stand-in nixpkgs flake: builder stand-ins +
+# overlays, with nixpkgs lib's own callPackageWith (lib/customisation.nix: it wraps every result
+# with makeOverridable, so `override`/`overrideDerivation` ride along exactly as on a real nixpkgs).
 { system ? "x86_64-linux", overlays ? [ ], ... }:
 let
+  lib = import ./lib;
   stubs = import ./pkgs.nix { nixpkgsLib = ./lib; };
-  callPackageWith = scope: f: args:
-    let fn = if builtins.isFunction f then f else import f; in
-    fn (builtins.intersectAttrs (builtins.functionArgs fn) scope // args);
-  base = stubs // { inherit system; nixpkgs-fmt = "nixpkgs-fmt"; };
+  base = stubs // { inherit system; };
   extensions = builtins.foldl' (acc: overlay: acc // overlay final (base // acc)) { } overlays;
-  final = base // extensions // { callPackage = callPackageWith final; };
+  final = base // extensions // { callPackage = lib.callPackageWith final; };
 in
 final
