@@ -25,6 +25,8 @@ from sparkfleet.roofline.machine import PLAUSIBLE_HIGH, PLAUSIBLE_LOW, machine_f
 from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
 from sparkfleet.safetensors_header import read_header
 
+from .tally import bad_input, count
+
 FLEET = """schema_version = 1
 [defaults]
 ssh_user = "u"
@@ -51,14 +53,23 @@ json_values = st.recursive(
 near_declared = st.floats(min_value=DECLARED * 0.01, max_value=DECLARED * 3)
 
 
+def _real(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @given(value=json_values | near_declared)
-def test_a_tampered_measurement_is_used_only_when_it_passes(tmp_path_factory, value) -> None:
+def test_a_tampered_measurement_is_used_only_when_it_passes(tmp_path_factory, figures, value) -> None:
     root = tmp_path_factory.mktemp("fleet")
     (root / "hosts").mkdir()
     (root / "hosts" / "fleet.toml").write_text(FLEET)
     inv = inventory.load(root)
     raw = json.loads(json.dumps({"memory_bandwidth": {"value": value, "method": "planted"}}))
     prim = machine_figures(inv, inv.host("a"), raw).primitives["memory_bandwidth"]
+    # the oracle: not a finite real number, or outside 25-150 % of the declared figure
+    known_bad = not (_real(value) and math.isfinite(value) and 0.25 <= value / DECLARED <= 1.5)
+    count(figures, "measurements", "values_tried")
+    if known_bad:
+        bad_input(figures, "measurements", refused=prim.origin != "measured")
     if prim.origin == "measured":
         assert isinstance(value, int | float) and not isinstance(value, bool)
         assert math.isfinite(value) and PLAUSIBLE_LOW <= value / DECLARED <= PLAUSIBLE_HIGH
@@ -81,18 +92,25 @@ dimension_values = (
 
 
 @given(key=st.sampled_from(DIMENSIONS), value=dimension_values)
-def test_a_tampered_config_is_refused_naming_the_key_or_costs_sanely(tmp_path_factory, key, value) -> None:
+def test_a_tampered_config_is_refused_naming_the_key_or_costs_sanely(tmp_path_factory, figures, key, value):
     snap = tmp_path_factory.mktemp("snap")
     for name, data in checkpoint_files(SynthSpec(experts=8, top_k=2)).items():
         (snap / name).write_bytes(data)
     config = json.loads((snap / "config.json").read_text())
     config[key] = value
     (snap / "config.json").write_text(json.dumps(config))
+    # the oracle: a dimension that is not a positive whole number (bools, text, NaN, 0, negatives)
+    known_bad = not _real(value) or not math.isfinite(value) or value <= 0 or value != int(value)
+    count(figures, "model-config", "values_tried")
     try:
         config, files = snapshot_files(snap)
     except SourceError as exc:
+        if known_bad:
+            bad_input(figures, "model-config", refused=True)
         assert key in exc.message
         return
+    if known_bad:
+        bad_input(figures, "model-config", refused=False)
     cost = model_cost("x", config, files, CostOptions())
     assert cost.step_weight_bytes(1) > 0
     assert cost.kv_bytes_per_token is None or 0 < cost.kv_bytes_per_token < 2**50
@@ -116,15 +134,27 @@ entries = st.fixed_dictionaries(
     data=st.binary(max_size=64),
 )
 def test_a_hostile_header_is_refused_or_describes_disjoint_bytes_inside_the_file(
-    tmp_path_factory, header, data
+    tmp_path_factory, figures, header, data
 ):
     head = json.dumps(header).encode()
     path = tmp_path_factory.mktemp("st") / "x.safetensors"
     path.write_bytes(struct.pack("<Q", len(head)) + head + data)
+    # the oracle: a bool or a dimension under 1 anywhere, or a byte range that ends before it begins
+    known_bad = any(
+        any(type(d) is bool or d < 1 for d in e["shape"])
+        or any(type(o) is bool for o in e["data_offsets"])
+        or e["data_offsets"][1] < e["data_offsets"][0]
+        for e in header.values()
+    )
+    count(figures, "safetensors-header", "headers_tried")
     try:
         parsed = read_header(path)
     except SourceError:
+        if known_bad:
+            bad_input(figures, "safetensors-header", refused=True)
         return
+    if known_bad:
+        bad_input(figures, "safetensors-header", refused=False)
     spans = sorted((t.offset, t.offset + t.nbytes) for t in parsed.tensors.values())
     for begin, end in spans:
         assert 8 + len(head) <= begin < end <= parsed.file_size
