@@ -187,3 +187,34 @@ def test_stop_never_kills_a_recycled_pid(tmp_path):
     finally:
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
+
+
+def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local_fleet):
+    """`kill -9` of a rank's supervisor: the server lives on in the rank's process group; status
+    names that state, a second launch is refused, and stop ends the whole group (port free)."""
+    inv, port, tmp = local_fleet
+    assert lanes.launch(inv, "demo").ready.ok
+    st = lanes.status(inv, "demo")
+    sup = st["ranks"][0]["pid"]
+    server = [p for p in records.group_members(sup) if p != sup]
+    assert server
+    os.kill(sup, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while sup in records.group_members(sup) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()  # the server still serves
+
+    st = lanes.status(inv, "demo")
+    rank = st["ranks"][0]
+    assert st["running"] == 0 and not st["ok"]
+    assert rank["orphan_pid"] in server
+    assert rank["detail"].startswith("supervisor dead, server alive")
+    with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
+        lanes.launch(inv, "demo")
+
+    res = lanes.stop(inv, "demo", 5)
+    assert [r["stopped"] for r in res] == [True] and "its supervisor had died" in res[0]["detail"]
+    assert records.group_members(sup) == []
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert lanes.status(inv, "demo")["ranks"] == []

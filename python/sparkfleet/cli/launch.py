@@ -346,7 +346,13 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
     else:
         click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
         for r in st["ranks"]:
-            state = "running" if r["running"] else f"stopped ({r['detail']}, code {r['returncode']})"
+            state = (
+                "running"
+                if r["running"]
+                else r["detail"]
+                if r.get("orphan_pid")
+                else f"stopped ({r['detail']}, code {r['returncode']})"
+            )
             click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
         if st["endpoints"]:
             e = st["endpoints"]
