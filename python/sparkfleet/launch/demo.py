@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import inventory
+from ..errors import SparkfleetError
 from ..inventory import Inventory
 from .lane import launch, prepare, status, stop
 from .recipe import launch_recipe
@@ -130,3 +132,27 @@ def run_demo_launch(
     finally:
         stopped = stop(inv, lane, recipe.timeouts.stop_s)
         echo("stop: " + ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped))
+
+
+def stop_previous_demo(workdir: Path) -> list[dict]:
+    """Stop every lane the demo fleet in `workdir` still runs, before that workdir is rebuilt or
+    removed: its records are the only way to find those servers (PID + start time), so deleting
+    them first would leave servers holding their ports that nothing recorded can stop.
+
+    Returns the stop results of the ranks that were running; raises (nothing removed) when one of
+    them did not stop."""
+    root = workdir / "fleet"
+    if not (root / "hosts" / "fleet.toml").is_file():
+        return []
+    inv = inventory.load(root)
+    stopped = []
+    for name in sorted(inv.lanes):
+        stopped += [{"lane": name, **r} for r in stop(inv, name, 10) if r.get("was_running", True)]
+    left = [r for r in stopped if not r["stopped"]]
+    if left:
+        where = ", ".join(f"{r['lane']} rank {r.get('rank', '?')} on {r['host']}: {r['detail']}" for r in left)
+        raise SparkfleetError(
+            f"the previous demo in {workdir} still runs ({where}); its records are kept",
+            hint=f"sparkfleet --root {root} stop {left[0]['lane']}",
+        )
+    return stopped
