@@ -51,7 +51,8 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
         old = [r["pid"] for r in lanes.status(inv, DEMO_LANE)["ranks"]]
         assert len(old) == 2 and all(records.group_members(p) for p in old)
         proc = subprocess.run(
-            [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh", "--shard-mib", "1"],
+            [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh",
+             "--shard-mib", "1"],
             capture_output=True, text=True, timeout=300, env={**os.environ, "TERM": "dumb"},
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr

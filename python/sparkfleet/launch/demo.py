@@ -150,7 +150,8 @@ def stop_previous_demo(workdir: Path) -> list[dict]:
         stopped += [{"lane": name, **r} for r in stop(inv, name, 10) if r.get("was_running", True)]
     left = [r for r in stopped if not r["stopped"]]
     if left:
-        where = ", ".join(f"{r['lane']} rank {r.get('rank', '?')} on {r['host']}: {r['detail']}" for r in left)
+        where = ", ".join(f"{r['lane']} rank {r.get('rank', '?')} on {r['host']}: {r['detail']}"
+                          for r in left)  # fmt: skip
         raise SparkfleetError(
             f"the previous demo in {workdir} still runs ({where}); its records are kept",
             hint=f"sparkfleet --root {root} stop {left[0]['lane']}",
