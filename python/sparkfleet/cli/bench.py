@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from pathlib import Path
 
 import click
@@ -138,20 +139,29 @@ class RichBenchProgress:
 
 class LineBenchProgress:
     """Off a terminal: one stderr line each time the phase changes (its first word: warmup, pp512,
-    sweep, quality ...), so a log shows where an hour-long run is."""
+    sweep, quality ...) or the quality scenario changes, and every `every_s` a long scenario's live
+    figures (elapsed, chunks streamed), so a log shows where an hour-long run is."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = 30.0) -> None:
         self.phase: str | None = None
         self.label: str | None = None
+        self.every_s, self.said = every_s, time.monotonic()
 
     def start(self, total: int) -> None:
         pass
 
     def step(self, label: str, advance: int = 1) -> None:
         phase = label.split(" ")[0]
-        if phase != self.phase or (phase == "quality" and label != self.label and advance == 0):
+        step = label.split(" · ")[0]  # a quality scenario, without its live figures
+        now = time.monotonic()
+        if (
+            phase != self.phase
+            or (phase == "quality" and step != self.label and advance == 0)
+            or (label != step and now - self.said >= self.every_s)  # a long scenario: now and then
+        ):
             click.echo(f"· {label}", err=True)
-        self.phase, self.label = phase, label
+            self.said = now
+        self.phase, self.label = phase, step
 
 
 # -- smoke ------------------------------------------------------------------------------------------
