@@ -234,7 +234,8 @@ def launch(
             boot = (report.generation or {}).get("boot") or {}
             if boot:
                 gen = (report.generation or {}).get("id")
-                click.echo(f"  boot: {boot['cache']} cache ({boot['cache_key']}); generation {gen}")
+                cache = "no boot cache" if boot["cache"] == "none" else f"{boot['cache']} cache"
+                click.echo(f"  boot: {cache} ({boot['cache_key']}); generation {gen}")
             if boot.get("regression"):
                 click.secho(f"  boot regression: {boot['regression']}", fg="yellow")
         elif rd is not None:

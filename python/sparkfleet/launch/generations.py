@@ -77,7 +77,8 @@ def boot_record(
     warm = bool(caches) and all(c.get("warm") for c in caches.values())
     boot: dict[str, Any] = {
         "cache_key": cache_key,
-        "cache": "warm" if warm else "cold",
+        # no boot cache reported (a --no-wait boot still reports one): neither warm nor cold
+        "cache": ("warm" if warm else "cold") if caches else "none",
         "per_host": caches,
         "time_to_ready_s": ready_s,
         "weight_load_s": weight_s,
@@ -149,7 +150,9 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
         "canary": to_jsonable(pre.canary) if pre and pre.canary else None,
         "memory": pre.memory if pre else {},
         "boot": _boot(plan, report, history),
-        "rolled_back_from": None,
+        "rolled_back_to": None,  # a rollback's relaunch: the good generation it brought back
+        "rolled_back_from": None,  # ... and the generation that was current when it did
+        "stopped_at": None,  # `stop` ended it (status keeps how the launch went)
     }
     if gen["canary"]:
         for r in gen["canary"].get("ranks", []):
@@ -243,12 +246,14 @@ def rollback(
             f"lane {lane} has no good generation to roll back to",
             hint=f"promote a generation first: sparkfleet promote {lane}",
         )
+    before = load_all(root, lane)
     stop()
     with tempfile.TemporaryDirectory(prefix="sparkfleet-rollback-") as tmp:
         inv = rollback_inventory(good, Path(tmp))
         report = launch(inv)
     if report.generation is not None:
-        report.generation["rolled_back_from"] = good["id"]
+        report.generation["rolled_back_to"] = good["id"]
+        report.generation["rolled_back_from"] = before[-1]["id"] if before else None
         if (
             report.ready is not None
             and report.ready.ok
@@ -260,6 +265,28 @@ def rollback(
     return good, report
 
 
+def mark_stopped(root: Path, lane: str, at: float | None = None) -> dict | None:
+    """`stop` ended the lane: its newest generation that was not stopped yet says so (history then
+    reads `stopped`, not the `ready` it reached). A read-only fleet root (nix run) is left alone."""
+    gens = load_all(root, lane)
+    if not gens or gens[-1].get("stopped_at"):
+        return None
+    gen = gens[-1]
+    gen["stopped_at"] = time.time() if at is None else at
+    try:
+        save(root, gen)
+    except OSError:
+        return None
+    return gen
+
+
+def shown_status(g: dict) -> str:
+    """How a generation reads in history: stopped once `stop` ended it, else how its launch went."""
+    if g.get("stopped_at"):
+        return f"stopped (was {g['status']})" if g["status"] != "ready" else "stopped"
+    return g["status"]
+
+
 def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
     """Generations newest first, each with the reports made while it was the newest generation."""
     gens = load_all(root, lane)
@@ -268,10 +295,11 @@ def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
         end = gens[i + 1]["created_at"] if i + 1 < len(gens) else float("inf")
         mine = [r for r in reports if g["created_at"] <= r[0] < end]
         out.append({
-            "id": g["id"], "status": g["status"], "good": g.get("good", False),
+            "id": g["id"], "status": shown_status(g), "good": g.get("good", False),
             "image": (g.get("image") or {}).get("ref"), "recipe_sha256": g["recipe_sha256"][:12],
             "boot": {k: g["boot"].get(k) for k in ("cache", "time_to_ready_s", "regression")},
             "drift": g.get("drift", []), "rolled_back_from": g.get("rolled_back_from"),
+            "rolled_back_to": g.get("rolled_back_to"),
             "promotion": {k: v for k, v in (g.get("promotion") or {}).items() if k != "smoke"},
             "reports": [r[1] for r in mine],
         })  # fmt: skip

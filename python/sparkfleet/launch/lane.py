@@ -401,7 +401,12 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
         except HostUnreachable as exc:
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
-    return [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
+    results = [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
+    if any(r.get("was_running") for r in results) and all(r["stopped"] for r in results):
+        from .generations import mark_stopped
+
+        mark_stopped(inv.root, lane_name)  # history: this generation was stopped, not still "ready"
+    return results
 
 
 def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
