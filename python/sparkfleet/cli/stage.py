@@ -22,6 +22,7 @@ from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
 from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
+from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
 
@@ -320,13 +321,15 @@ def print_stage_run(run: dict, prefix: str = "") -> None:
                 f"mismatches: {v['mismatches']}, missing: {v['missing']}"
             )
     bound = run.get("io_bound")
-    limit = (
-        f" = {bound['pct_of_bound']:.0f} % of this host's {bound['binding']} "
-        f"({bound['source_read'] / 1e6:.0f} MB/s read, {bound['dest_write'] / 1e6:.0f} MB/s write)"
-        if bound
-        else ""
-    )
-    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {run['mb_per_s']:.1f} MB/s{limit}")
+    limit = ""
+    if bound:
+        rates = f"{byte_rate(bound['source_read'])} read, {byte_rate(bound['dest_write'])} write"
+        limit = (
+            f" = {bound['pct_of_bound']:.0f} % of this host's {bound['binding']} ({rates})"
+            if bound.get("pct_of_bound") is not None
+            else f"; {bound.get('note') or 'no bound'} ({rates})"
+        )
+    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {byte_rate(run['mb_per_s'] * 1e6)}{limit}")
 
 
 def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> list:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import atomic
+from .. import atomic, units
 from ..inventory import Host, Inventory
 
 MEASUREMENTS_FILE = "measurements.json"
@@ -34,6 +34,23 @@ FIGURES = {
     "nvme_write": "local NVMe write rate, fsync'd (B/s)",
     "cpu_memory_copy": "CPU memory copy rate (B/s); informational, the GPU's rate bounds decode",
 }
+
+
+LINKS = ("fabric_link", "nas_link")  # rated in bits: printed as Gb/s
+
+
+def figure_text(name: str, value: float | None) -> str:
+    """A figure as a person reads it, through the one unit formatter (sparkfleet/units.py): links in
+    Gb/s, other byte rates in GB/s, compute in TFLOP/s, the fabric latency in µs."""
+    if value is None:
+        return "unknown"
+    if name in LINKS:
+        return units.link_rate(value)
+    if name.startswith("peak_"):
+        return units.flop_rate(value)
+    if name == "fabric_latency":
+        return f"{value * 1e6:.1f} µs"
+    return units.byte_rate(value)
 
 
 @dataclass(frozen=True)
