@@ -40,6 +40,10 @@ def _deref(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
 
 
+def _is_table(node: dict[str, Any]) -> bool:
+    return isinstance(node.get("additionalProperties"), dict)
+
+
 def _type(node: dict[str, Any], root: dict[str, Any]) -> str:
     node = _deref(node, root)
     if "enum" in node:
@@ -55,7 +59,7 @@ def _type(node: dict[str, Any], root: dict[str, Any]) -> str:
     for k in kinds:
         if k == "array" and isinstance(node.get("items"), dict):
             out.append(f"array of {_type(node['items'], root)}")
-        elif k == "object" and "properties" not in node and isinstance(node.get("additionalProperties"), dict):
+        elif k == "object" and "properties" not in node and _is_table(node):
             out.append(f"table of name → {_type(node['additionalProperties'], root)}")
         else:
             out.append(str(k))

@@ -39,7 +39,8 @@ def test_no_issue_numbers_in_user_facing_docs():
 def test_readme_is_short_and_points_onward():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 200
-    for heading in ("## Set-up: two commands", "## A night, in commands", "## The lanes", "## Where to look next"):
+    headings = ("## Set-up: two commands", "## A night, in commands", "## The lanes", "## Where to look next")
+    for heading in headings:
         assert heading in text
     assert ". .venv/bin/activate" in text  # sparkfleet on PATH after `make demo`
     for doc in ("docs/cli.md", "docs/recipes.md", "docs/staging.md", "docs/bench.md", "docs/roofline.md",
