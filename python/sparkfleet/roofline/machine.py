@@ -21,7 +21,7 @@ from ..inventory import Host, Inventory
 
 MEASUREMENTS_FILE = "measurements.json"
 
-# Figures a bound reads, and what each means (README "How far from the physical limit").
+# Figures a bound reads, and what each means (docs/roofline.md).
 FIGURES = {
     "memory_bandwidth": "unified-memory bandwidth the GPU streams weights and KV at (B/s)",
     "peak_fp8": "dense FP8 tensor-core peak (FLOP/s)",
