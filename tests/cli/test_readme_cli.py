@@ -1,10 +1,10 @@
 """The README and docs/ name only verbs and options the CLI has (checked against the real click tree).
 
 What counts as naming: every code span in docs/cli.md's CLI table (first column) and every code
-span or shell line that starts with `sparkfleet ` in README.md and every docs/*.md page. Verbs are followed down the tree (`report
-compare`, `pins resolve|verify`); every `--option` / `-x` after them must exist on that command
-or on the root (`--root`, `-v`). New verbs from any branch are checked the same way once the
-README names them.
+span or shell line that starts with `sparkfleet ` in README.md and every docs/*.md page. Verbs are
+followed down the tree (`report compare`, `pins resolve|verify`); every `--option` / `-x` after
+them must exist on that command or on the root (`--root`, `-v`). New verbs from any branch are
+checked the same way once the README or a docs page names them.
 """
 
 from __future__ import annotations
