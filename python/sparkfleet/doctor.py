@@ -124,7 +124,7 @@ def _host_checks(
     if host.os == "dgx-os" and deploy:  # deploy-rs onto Ubuntu + Nix: what `bootstrap` sets up
         out += _deploy_checks(runner, host)
     elif host.os == "dgx-os":  # only `deploy .#HOST` needs them: a lane served without deploy is fine
-        out.append(Check(host_name, "deploy prereqs", None, "not checked (only deploy needs them)",
+        out.append(Check(host_name, "deploy prereqs", None, "not checked: only deploy needs them (--deploy)",
                          f"sparkfleet doctor {host_name} --deploy"))  # fmt: skip
 
     facts = node_facts(host_name, ans)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from click.testing import CliRunner
+
 from sparkfleet import inventory
+from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.engram import pack as engram_pack
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.demo import run_demo_launch
 from sparkfleet.stage import execute
@@ -15,6 +19,10 @@ def test_demo_lane_launches_after_staging(tmp_path):
     inv = inventory.load(fleet.root)
     for host in inv.lane(DEMO_LANE).hosts:
         assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
+        engram_pack.pack(inv, DEMO_LANE, host)
+    doctor = CliRunner().invoke(main, ["--root", str(fleet.root), "doctor", DEMO_LANE])
+    assert doctor.exit_code == 0, doctor.output  # a correct demo is green: no deploy-only ✗
+    assert "✗" not in doctor.output and "secure_path" not in doctor.output
     lines: list[str] = []
     try:
         assert run_demo_launch(inv, DEMO_LANE, lines.append), "\n".join(lines)
