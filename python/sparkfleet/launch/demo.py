@@ -109,7 +109,9 @@ def run_demo_launch(
     (stale / "worker.json").write_text('{"from": "yesterday"}')
     echo(f"planted a stale receipt root: {stale.parent}")
     try:
-        report = launch(inv, lane, on_event=lambda msg: echo(f"  {msg}"))
+        # Ctrl-C while it boots: launch stops the ranks itself and says so, so nothing below can
+        # contradict it ("stopped" here, "ranks still running" there)
+        report = launch(inv, lane, on_event=lambda msg: echo(f"  {msg}"), stop_on_interrupt=True)
         for r in report.started:
             if r.receipts_cleared:
                 echo(f"  before_serve on {r.host} removed {', '.join(r.receipts_cleared)}")
@@ -130,8 +132,10 @@ def run_demo_launch(
         )
         return while_up() if while_up else True
     finally:
-        stopped = stop(inv, lane, recipe.timeouts.stop_s)
-        echo("stop: " + ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped))
+        stopped = [s for s in stop(inv, lane, recipe.timeouts.stop_s) if s.get("was_running", True)]
+        if stopped:  # only what this stop ended (a launch interrupted by Ctrl-C stopped its own)
+            said = ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped)
+            echo(f"stop: {said}")
 
 
 def stop_previous_demo(workdir: Path) -> list[dict]:
