@@ -211,6 +211,9 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     assert rank["detail"].startswith("supervisor dead, server alive")
     with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
         lanes.launch(inv, "demo")
+    from sparkfleet.launch import watchdog
+
+    assert watchdog.running(tmp / "state", "demo")  # the memory watchdog keeps guarding the server
 
     res = lanes.stop(inv, "demo", 5)
     assert [r["stopped"] for r in res] == [True] and "its supervisor had died" in res[0]["detail"]
