@@ -221,3 +221,24 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert lanes.status(inv, "demo")["ranks"] == []
+
+
+def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
+    """`watch` after kill -9 of a supervisor tried three relaunches, each "serving port … already in
+    use", and ended "needs a human" with the server still up. Its restart now ends the group first."""
+    from sparkfleet.launch.watch import WatchSettings, watch_lane
+
+    inv, port, _ = local_fleet
+    assert lanes.launch(inv, "demo", canary=False).ready.ok
+    sup = lanes.status(inv, "demo")["ranks"][0]["pid"]
+    old = [p for p in records.group_members(sup) if p != sup]
+    os.kill(sup, signal.SIGKILL)
+    settings = WatchSettings(interval_s=2, latency_s=2, max_restarts=1, backoff_s=0)
+    events: list[str] = []
+    out = watch_lane(inv, "demo", settings, max_probes=1, on_event=events.append)
+    assert out.restarts == 1 and out.incidents[0].restart_ok, events
+    assert "0 of 1 ranks running" in out.incidents[0].reason
+    assert not any("already in use" in e for e in events)
+    st = lanes.status(inv, "demo")
+    assert st["running"] == 1 and st["ranks"][0]["pid"] != sup
+    assert all(records.process_state(p) in (None, "Z") for p in old)  # the orphaned server is gone
