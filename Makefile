@@ -14,7 +14,7 @@ DEB_PACKAGES += docker.io podman runc
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.
 DEB_PACKAGES += chromium
 
-.PHONY: test demo lint venv debian-deps clean
+.PHONY: test demo shell lint venv debian-deps clean
 
 $(BIN)/sparkfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,11 +25,14 @@ $(BIN)/sparkfleet: pyproject.toml
 venv: $(BIN)/sparkfleet
 
 # The demo needs the package and its runtime dependencies only (no test tools), installed
-# visibly: a first run spends a minute or two here and should say so.
+# visibly: a first run spends a minute or two here and should say so. pip's own progress stays on
+# the terminal; the warnings a machine's pip config makes for every package (an extra index or
+# find-links location that lacks it: "WARNING: Location ... is ignored") are dropped from stderr.
+PIP_NOISE := ^WARNING: Location 
 $(VENV)/.demo-deps: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing sparkfleet and its runtime dependencies into $(VENV) (first run only)"
-	$(BIN)/python -m pip install --progress-bar on -e .
+	bash -o pipefail -c '$(BIN)/python -m pip install --progress-bar on -e . 2> >(grep -v "$(PIP_NOISE)" >&2)'
 	@touch $@
 
 debian-deps:
@@ -51,9 +54,17 @@ lint: venv
 test: venv debian-deps lint
 	$(BIN)/python -m pytest -q -ra
 
+# --fresh: the previous demo's lane (if it still runs) is stopped by its records, then .demo/ goes.
 demo: $(VENV)/.demo-deps
-	rm -rf .demo
-	$(BIN)/sparkfleet demo --workdir .demo
+	$(BIN)/sparkfleet demo --workdir .demo --fresh
+
+# A shell with sparkfleet on PATH (the demo's venv) and SPARKFLEET_ROOT at the demo fleet when
+# one is there: what `. .venv/bin/activate && export SPARKFLEET_ROOT=$PWD/.demo/fleet` does.
+shell: $(VENV)/.demo-deps
+	@if [ -z "$${SPARKFLEET_ROOT:-}" ] && [ -f .demo/fleet/hosts/fleet.toml ]; then \
+	  SPARKFLEET_ROOT="$(CURDIR)/.demo/fleet"; export SPARKFLEET_ROOT; fi; \
+	echo "sparkfleet is on PATH here$${SPARKFLEET_ROOT:+; SPARKFLEET_ROOT=$$SPARKFLEET_ROOT}; exit to leave"; \
+	VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(BIN)):$$PATH" exec "$${SHELL:-/bin/sh}" -i
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -29,3 +29,46 @@ def test_a_foreign_nas_dir_in_the_workdir_is_left_alone(tmp_path):
     with pytest.raises(SparkfleetError, match="not written by `sparkfleet demo`"):
         write_demo_fleet(tmp_path, shard_bytes=64 * 1024)
     assert foreign.read_text() == "not the demo's"
+
+
+def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_it(tmp_path):
+    """`make demo` while the demo lane ran: `rm -rf .demo` deleted the records, the servers kept
+    their ports and `stop` found nothing. `demo --workdir D --fresh` stops them first, by record."""
+    import os
+    import subprocess
+    import sys
+
+    from sparkfleet.launch import lane as lanes
+    from sparkfleet.launch import records
+
+    workdir = tmp_path / "demo"
+    fleet = write_demo_fleet(workdir, shard_bytes=16 * 1024)
+    inv = inventory.load(fleet.root)
+    for host in inv.lane(DEMO_LANE).hosts:
+        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
+    try:
+        assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
+        old = [r["pid"] for r in lanes.status(inv, DEMO_LANE)["ranks"]]
+        assert len(old) == 2 and all(records.group_members(p) for p in old)
+        proc = subprocess.run(
+            [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh",
+             "--shard-mib", "1"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "TERM": "dumb"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"stopped the previous demo's {DEMO_LANE} rank 0 on dgx1" in proc.stdout
+        assert all(records.group_members(p) == [] for p in old)  # no server outlived its records
+        assert "demo ok — next: `. .venv/bin/activate`" in proc.stdout
+    finally:
+        lanes.stop(inventory.load(fleet.root), DEMO_LANE, 5)
+
+
+def test_demo_fresh_refuses_a_workdir_it_did_not_write(tmp_path):
+    from click.testing import CliRunner
+
+    from sparkfleet.cli import main
+
+    (tmp_path / "mine.txt").write_text("keep")
+    res = CliRunner().invoke(main, ["demo", "--workdir", str(tmp_path), "--fresh"])
+    assert res.exit_code == 2 and "was not written by `sparkfleet demo`" in res.output
+    assert (tmp_path / "mine.txt").read_text() == "keep"

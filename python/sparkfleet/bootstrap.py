@@ -502,8 +502,8 @@ def bootstrap(
     if changes and not dry_run and not facts.sudo_ok:
         raise BootstrapError(
             f"{runner.name}: {len(changes)} change(s) need root, and `sudo -n` does not work for {user}",
-            hint="allow passwordless sudo for the deploy user, or run the README's "
-            "'Preparing a DGX OS host' steps by hand",
+            hint="allow passwordless sudo for the deploy user, or run the "
+            "'Preparing a DGX OS host' steps of docs/nix.md by hand",
             exit_code=ExitCode.REFUSED,
         )
     sudo = [] if facts.is_root else ["sudo", "-n"]

@@ -82,7 +82,9 @@ def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRec
     return [target], recipes
 
 
-def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) -> list[Check]:
+def _host_checks(
+    inv: Inventory, host_name: str, recipes: list[LaunchRecipe], deploy: bool = False
+) -> list[Check]:
     host = inv.host(host_name)
     out: list[Check] = []
     recipe = recipes[0] if recipes else None
@@ -119,8 +121,11 @@ def _host_checks(inv: Inventory, host_name: str, recipes: list[LaunchRecipe]) ->
         else (f"reachable as {host.ssh_user}@{host.address}:{host.ssh_port}")
     )
     out.append(Check(host_name, "ssh", True, how))
-    if host.os == "dgx-os":  # deploy-rs onto Ubuntu + Nix: what `sparkfleet bootstrap` sets up
+    if host.os == "dgx-os" and deploy:  # deploy-rs onto Ubuntu + Nix: what `bootstrap` sets up
         out += _deploy_checks(runner, host)
+    elif host.os == "dgx-os":  # only `deploy .#HOST` needs them: a lane served without deploy is fine
+        out.append(Check(host_name, "deploy prereqs", None, "not checked: only deploy needs them (--deploy)",
+                         f"sparkfleet doctor {host_name} --deploy"))  # fmt: skip
 
     facts = node_facts(host_name, ans)
     need = host.reserve_bytes + int((recipe.needs_gib if recipe else 0) * GIB)
@@ -313,10 +318,11 @@ def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) ->
     return list(receipt_paths(recipe, cache_dir, str(inv.lane(recipe.lane).recipe_path)))
 
 
-def doctor(inv: Inventory, target: str) -> DoctorReport:
-    """Check a host (for every lane it serves) or every host of a lane."""
+def doctor(inv: Inventory, target: str, deploy: bool = False) -> DoctorReport:
+    """Check a host (for every lane it serves) or every host of a lane; `deploy`: also what
+    `deploy .#HOST` needs of a DGX OS host (nix on the ssh PATH, trusted-users, sudo secure_path)."""
     hosts, recipes = _recipes_for(inv, target)
     report = DoctorReport(target)
     for h in hosts:
-        report.checks += _host_checks(inv, h, recipes)
+        report.checks += _host_checks(inv, h, recipes, deploy)
     return report

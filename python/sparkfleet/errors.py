@@ -12,7 +12,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """The one exit-code table every verb uses (README: "Exit codes").
+    """The one exit-code table every verb uses (docs/cli.md: "Exit codes").
 
     Scripts around sparkfleet (systemd units, CI, an operator's shell loop) branch on these,
     so a meaning never moves between verbs.

@@ -171,7 +171,9 @@ class SnapshotEntry:
 class HubRoot:
     """A hub cache directory, read-only. Paths handed out are hub-relative posix strings."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, side: str = "source") -> None:
+        """`side` names this hub in messages: the NAS `source`, or the `local hub` being verified."""
+        self.side = side
         self.given = Path(root)
         if not self.given.is_dir():
             raise SourceError(
@@ -210,9 +212,13 @@ class HubRoot:
                 st = path.lstat()
             except FileNotFoundError:
                 shown = " → ".join([h.path for h in hops] + [current])
+                hint = (
+                    "the source cache is incomplete; re-download that file on the NAS first"
+                    if self.side == "source"
+                    else "rerun `sparkfleet stage` for this host: it repairs the local tree"
+                )
                 raise SourceError(
-                    f"dangling link on the source: {shown} (missing {self.given / current})",
-                    hint="the source cache is incomplete; re-download that file on the NAS first",
+                    f"dangling link on the {self.side}: {shown} (missing {self.given / current})", hint=hint
                 ) from None
             if stat.S_ISLNK(st.st_mode):
                 try:

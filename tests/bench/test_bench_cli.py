@@ -110,7 +110,7 @@ def test_lane_or_url_is_required():
     assert done.returncode == 2 and "LANE or give --url" in done.stderr
 
 
-def test_a_failed_lane_run_stays_out_of_the_tracked_reports_unless_asked(fake_lane, tmp_path):
+def test_a_failed_lane_run_stays_in_the_lane_history_but_out_of_git_unless_asked(fake_lane, tmp_path):
     lane = fake_lane("--error-rate", "1")
     root = tmp_path / "fleet"
     name = write_fleet_root(root, lane.port)
@@ -119,13 +119,56 @@ def test_a_failed_lane_run_stays_out_of_the_tracked_reports_unless_asked(fake_la
     work.mkdir()
     done = sparkfleet("bench", name, *QUICK, "--json", root=root, cwd=work)
     assert done.returncode == 1
-    written = work / json.loads(done.stdout)["report"]["json"]  # relative to the cwd
-    assert written.parent == work / "sparkfleet-reports" / name and written.is_file()
-    assert list(tracked.iterdir()) == []
+    written = Path(json.loads(done.stdout)["report"]["json"])
+    assert written.parent == tracked / "failed" and written.is_file()  # git-ignored: see .gitignore
+    assert not (work / "sparkfleet-reports").exists()
+    assert sorted(p.name for p in tracked.iterdir()) == ["failed"]
+    listed = sparkfleet("report", "list", name, root=root, cwd=work)
+    assert f"{written.stem}  ✕ failed" in listed.stdout  # in the lane's history, marked
+    page = sparkfleet("report", "html", name, "--out", str(work / "h.html"), root=root, cwd=work)
+    assert page.returncode == 0 and "1 reports (0 ok)" in page.stdout
     asked = sparkfleet("bench", name, *QUICK, "--save-to-lane", "--json", root=root, cwd=work)
     assert asked.returncode == 1
     assert Path(json.loads(asked.stdout)["report"]["json"]).parent == tracked
-    assert len(list(tracked.iterdir())) == 2  # .json + .md (a failed run has nothing to plot)
+    assert len([p for p in tracked.iterdir() if p.is_file()]) == 2  # .json + .md (nothing to plot)
+
+
+def test_failed_lane_reports_are_git_ignored():
+    ROOT = Path(__file__).resolve().parents[2]
+    import subprocess
+
+    out = subprocess.run(
+        ["git", "check-ignore", "-q", "recipes/dsv41-flash-4x-mia/reports/failed/x.json"], cwd=ROOT
+    )
+    assert out.returncode == 0
+    kept = subprocess.run(["git", "check-ignore", "-q", "recipes/x/reports/x.json"], cwd=ROOT)
+    assert kept.returncode == 1
+
+
+def test_compare_finds_names_across_lanes_and_refuses_a_failed_vs_good_pair(fake_lane, tmp_path):
+    good, bad = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000"), fake_lane("--error-rate", "1")
+    name = write_fleet_root(tmp_path, good.port)
+    ok = sparkfleet("bench", name, *QUICK, "--tag", "good", "--json", root=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    recipe = tmp_path / "recipes" / name / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace(f"port = {good.port}", f"port = {bad.port}"))
+    failed = sparkfleet("bench", name, *QUICK, "--tag", "broken", "--json", root=tmp_path)
+    assert failed.returncode == 1
+    a, b = (Path(json.loads(r.stdout)["report"]["json"]).stem for r in (ok, failed))
+
+    pair = sparkfleet("report", "compare", a, b, root=tmp_path)  # no --lane: found in the fleet's lanes
+    assert pair.returncode == 1, pair.stdout + pair.stderr  # the failed newer run is a regression
+    assert "refused: a failed run's figures are not like for like" in pair.stdout
+    assert "REGRESSION" not in pair.stdout and "forced" not in pair.stdout
+    assert f"✕ {b} failed" in pair.stdout
+    backwards = sparkfleet("report", "compare", b, a, root=tmp_path)
+    assert backwards.returncode == 5 and "refused" in backwards.stdout
+    assert "REGRESSION" not in backwards.stdout
+    forced = sparkfleet("report", "compare", a, b, "--force", root=tmp_path)
+    assert forced.returncode == 1 and "refused" not in forced.stdout
+
+    missing = sparkfleet("report", "compare", a, "no-such-report", root=tmp_path)
+    assert missing.returncode == 2 and "add --lane" in missing.stderr
 
 
 def test_a_url_run_cannot_be_saved_to_a_lane(fake_lane, tmp_path):

@@ -48,7 +48,7 @@ def test_label_is_the_current_phase_and_quality_shows_its_progress(fake_lane, tm
     labels = [label for label, _ in rec.labels]
     assert labels.index("sweep c=1") < labels.index("quality")
     assert ("sweep c=1", 0) in rec.labels  # named when it starts, before a request finished
-    progress = [label for label in labels if label.startswith("quality ")]
+    progress = [label for label in labels if label.startswith("quality ") and " · " not in label]  # not live
     assert progress[0].startswith("quality 0/2 ") and progress[-1].startswith("quality 2/2 ")
     assert rec.labels[-1] == ("quality", 1)
 
@@ -81,3 +81,39 @@ def test_non_tty_lines_and_ctrl_c_keeps_what_was_measured(fake_lane, tmp_path):
     assert doc["status"] == "interrupted"
     assert doc["failures"][-1] == "interrupted (Ctrl-C) during sweep c=1"
     assert doc["decode_probe"]["metrics"]["decode_tps"] > 0  # measured before Ctrl-C, kept
+
+
+def test_quality_shows_live_progress_of_the_running_scenario(fake_lane, tmp_path, monkeypatch):
+    """A scenario that streams for minutes moves on the display: elapsed, chunks and bytes streamed
+    (counted by a relay between tool-eval-bench and the lane), not a frozen 'quality 0/15 TC-01'."""
+    from sparkfleet.bench import quality as q
+
+    monkeypatch.setattr(q, "TICK_S", 0.05)
+    lane = fake_lane("--decode-tps", "400", "--prefill-tps", "100000000")
+    settings = BenchSettings(
+        **{**vars(BenchSettings.quick()), "quality": QualitySettings(scenarios=("TC-01",))}
+    )
+    rec = Recorder()
+    run = run_bench(for_url(lane.url, tmp_path), settings, "t", progress=rec)
+    assert run.quality is not None and run.quality.status == "ok", run.quality
+    live = [label for label, _ in rec.labels if label.startswith("quality 0/1 TC-01 · ")]
+    assert live, rec.labels
+    streamed = [int(label.split(", ")[1].split(" chunks")[0]) for label in live if "chunks" in label]
+    assert streamed and max(streamed) > 0 and streamed == sorted(streamed)  # it moves, never back
+    assert all(label.endswith(" streamed") and " s, " in label for label in live)
+    assert run.quality.argv[run.quality.argv.index("--base-url") + 1] == lane.url  # the lane, not the relay
+
+
+def test_line_progress_repeats_a_long_scenario_now_and_then(capsys):
+    from sparkfleet.cli.bench import LineBenchProgress
+
+    p = LineBenchProgress(every_s=0.0)
+    p.step("quality 0/15 TC-01", 0)
+    p.step("quality 0/15 TC-01 · 5 s, 10 chunks (1.2 kB) streamed", 0)
+    p.step("quality 1/15 TC-02", 0)
+    slow = LineBenchProgress(every_s=3600)
+    slow.step("quality 0/15 TC-01", 0)
+    slow.step("quality 0/15 TC-01 · 5 s, 10 chunks (1.2 kB) streamed", 0)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["· quality 0/15 TC-01", "· quality 0/15 TC-01 · 5 s, 10 chunks (1.2 kB) streamed",
+                     "· quality 1/15 TC-02", "· quality 0/15 TC-01"]  # fmt: skip

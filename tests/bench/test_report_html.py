@@ -339,3 +339,23 @@ def test_a_non_finite_decode_figure_shows_a_dash_and_the_page_still_renders(tmp_
         assert ">—<" in decode_cell, decode_cell
     assert "nan" not in text.lower().replace("nanos", "") and "inf<" not in text.lower()
     assert f'data-run="{good}" data-value="35" cx=' in text  # the good run is still plotted
+
+
+def test_runs_with_other_settings_are_a_new_series_with_the_break_marked(tmp_path):
+    """The page joined 128- and 200-token probe runs into one decode line without marking the break."""
+    from sparkfleet.bench.report.history import Figure, HistoryPoint
+    from sparkfleet.bench.report.html import Chart, Series, svg_chart
+
+    def pt(i: int, tokens: int) -> HistoryPoint:
+        settings = {"probe": {"prompt_tokens": tokens}}
+        return HistoryPoint(f"r{i}", f"2026-09-27T05:3{i}:00Z", "t", "ok", tmp_path / f"r{i}.json", False,
+                            decode_tps=Figure(30.0 + i), settings=settings)  # fmt: skip
+
+    points = [pt(0, 128), pt(1, 128), pt(2, 200), pt(3, 200)]
+    chart = Chart("decode", "decode", "tok/s", [Series("decode", "d", [p.decode_tps for p in points])], "")
+    svg = svg_chart(chart, points)
+    assert svg.count("<polyline") == 2  # two series, never one line across the change
+    assert svg.count('class="settings-break"') == 1 and "settings changed: probe" in svg
+    same = [pt(i, 128) for i in range(4)]
+    one = svg_chart(Chart("d", "d", "tok/s", [Series("decode", "d", [p.decode_tps for p in same])], ""), same)
+    assert one.count("<polyline") == 1 and "settings-break" not in one

@@ -125,7 +125,7 @@ def test_verbose_logs_each_host_command(caplog):
 def test_shell_completion_is_documented_and_generated(shell):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()  # linked from README
     assert f"_SPARKFLEET_COMPLETE={shell}_source sparkfleet" in readme
     env = {**os.environ, "_SPARKFLEET_COMPLETE": f"{shell}_source"}
     out = subprocess.run(

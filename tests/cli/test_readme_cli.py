@@ -1,10 +1,10 @@
-"""The README names only verbs and options the CLI has (checked against the real click tree).
+"""The README and docs/ name only verbs and options the CLI has (checked against the real click tree).
 
-What counts as naming: every code span in the README's CLI table (first column) and every code
-span or shell line that starts with `sparkfleet `. Verbs are followed down the tree (`report
-compare`, `pins resolve|verify`); every `--option` / `-x` after them must exist on that command
-or on the root (`--root`, `-v`). New verbs from any branch are checked the same way once the
-README names them.
+What counts as naming: every code span in docs/cli.md's CLI table (first column) and every code
+span or shell line that starts with `sparkfleet ` in README.md and every docs/*.md page. Verbs are
+followed down the tree (`report compare`, `pins resolve|verify`); every `--option` / `-x` after
+them must exist on that command or on the root (`--root`, `-v`). New verbs from any branch are
+checked the same way once the README or a docs page names them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,20 @@ from clitree import children, option_names
 
 from sparkfleet.cli import main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CLI_DOC = ROOT / "docs" / "cli.md"  # the CLI table, the conventions, the exit codes
+
+
+def user_docs() -> list[Path]:
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
 SPAN = re.compile(r"`([^`]+)`")
 OPTION = re.compile(r"^-{1,2}[A-Za-z][\w-]*")
 
 
 def _cli_table_rows(text: str) -> list[str]:
+    if "\n## CLI" not in text:
+        return []
     section = text.split("\n## CLI", 1)[1].split("\n## ", 1)[0]
     return [ln for ln in section.splitlines() if ln.startswith("| `")]
 
@@ -37,7 +45,7 @@ def mentions(text: str) -> list[str]:
             out.append(span[len("sparkfleet ") :])
     for line in text.splitlines():
         if line.startswith("sparkfleet "):
-            out.append(line[len("sparkfleet ") :].split("  #")[0])
+            out.append(line[len("sparkfleet ") :].split("  #")[0].split(" # ")[0])
     return [m.replace("\\|", "|") for m in out]
 
 
@@ -75,10 +83,11 @@ def resolve(form: str) -> list[str]:
 
 
 def test_every_verb_and_option_the_readme_names_exists():
-    forms = mentions(README.read_text())
-    assert len(forms) > 20  # the table and the prose were found at all
-    problems = [p for form in forms for p in resolve(form)]
-    assert problems == []
+    assert len(_cli_table_rows(CLI_DOC.read_text())) > 20  # the table was found at all
+    assert len(mentions(README.read_text())) > 10  # the README's night in commands
+    for path in user_docs():
+        problems = [p for form in mentions(path.read_text()) for p in resolve(form)]
+        assert problems == [], path.name
 
 
 def test_the_checker_catches_what_does_not_exist():
@@ -95,7 +104,7 @@ def test_the_checker_catches_what_does_not_exist():
 
 def test_cli_table_is_one_table():
     """A blank line inside the table splits it: the rows after it render as a paragraph."""
-    section = README.read_text().split("\n## CLI", 1)[1].split("\n## ", 1)[0]
+    section = CLI_DOC.read_text().split("\n## CLI", 1)[1].split("\n## ", 1)[0]
     lines = section.splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("| verb"))
     body = lines[first:]

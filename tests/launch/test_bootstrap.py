@@ -157,7 +157,10 @@ def test_bootstrap_prepares_a_dgx_os_host_and_a_rerun_changes_nothing(dgx_os_hos
         "sudo secure_path": False}  # fmt: skip
     assert _snapshot(prefix) == before and not env["calls"].exists()  # a dry run changes nothing
 
-    doctor_before = _cli(env, "doctor", "dgxos", "--json")
+    plain = {c["name"]: c for c in json.loads(_cli(env, "doctor", "dgxos", "--json").output)["checks"]}
+    assert "sudo secure_path" not in plain and plain["deploy prereqs"]["ok"] is None  # deploy only
+    assert "doctor dgxos --deploy" in plain["deploy prereqs"]["hint"]
+    doctor_before = _cli(env, "doctor", "dgxos", "--deploy", "--json")
     checks = {c["name"]: c for c in json.loads(doctor_before.output)["checks"]}
     assert (
         checks["nix on ssh PATH"]["ok"] is False
@@ -196,7 +199,8 @@ def test_bootstrap_prepares_a_dgx_os_host_and_a_rerun_changes_nothing(dgx_os_hos
     assert _snapshot(prefix) == after  # idempotent: not a byte, inode or mtime moved
     assert env["calls"].read_text() == "restart nix-daemon.service\n"  # no second restart
 
-    checks = {c["name"]: c for c in json.loads(_cli(env, "doctor", "dgxos", "--json").output)["checks"]}
+    after_doc = _cli(env, "doctor", "dgxos", "--deploy", "--json")
+    checks = {c["name"]: c for c in json.loads(after_doc.output)["checks"]}
     names = ("nix on ssh PATH", "trusted-users", "nix-daemon trusts user", "sudo secure_path")
     assert all(checks[n]["ok"] is True for n in names), checks
 

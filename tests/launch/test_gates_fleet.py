@@ -384,12 +384,15 @@ def test_generations_boot_cache_promote_rollback_history(gates):
         lanes.stop(inv2, "gen", 5)
         recipe_path.write_text(good_text)
     gens = generations.load_all(inv.root, "gen")
-    assert [g["rolled_back_from"] for g in gens] == [None, None, g1["id"]]
+    assert [g["rolled_back_to"] for g in gens] == [None, None, g1["id"]]
+    assert [g["rolled_back_from"] for g in gens] == [None, None, g2["id"]]  # the generation it replaced
+    assert [bool(g["stopped_at"]) for g in gens] == [True, True, True]  # each ended by stop
     assert gens[-1]["good"] and gens[-1]["recipe_sha256"] == g1["recipe_sha256"]
     res = runner.invoke(cli, [*root, "history", "gen", "--json"])
     rows = json.loads(res.output)["generations"]
     assert [r["id"] for r in rows] == [g["id"] for g in reversed(generations.load_all(inv.root, "gen"))]
     assert any(r["reports"] for r in rows if r["id"] == g1["id"])  # the quick bench belongs to gen 1
     text = runner.invoke(cli, [*root, "history", "gen"]).output
-    assert "good" in text and f"rollback to {g1['id']}" in text and " warm boot " in text
+    assert "good" in text and f"rolled back from {g2['id']} to {g1['id']}" in text and " warm boot " in text
+    assert " ready " not in text and "stopped" in text  # no generation of a stopped lane reads ready
     assert nothing_runs(hosts)

@@ -98,3 +98,18 @@ def test_drift_names_every_difference():
     assert [str(d) for d in drift({"driver": "580.95.05"}, unknown)] == [
         "dgx4: driver is unknown (could not be read), declared 580.95.05"
     ]
+
+
+def test_launch_says_matches_only_for_hosts_that_declare_a_stack():
+    """The demo (no [stack] anywhere) printed "host stack: matches the declared stack"."""
+    from types import SimpleNamespace as NS
+
+    from sparkfleet.launch.preflight import stack_verdict
+
+    bare, declared = NS(name="dgx1", stack={}), NS(name="dgx2", stack={"kernel": "6.11"})
+    assert stack_verdict([bare], []).startswith("no stack declared")
+    assert "match" not in stack_verdict([bare], [])
+    assert stack_verdict([declared, bare], []) == (
+        "dgx2 match the declared stack; no stack declared for dgx1"
+    )
+    assert stack_verdict([declared], ["dgx2: kernel 6.12"]).startswith("DRIFT allowed")

@@ -187,3 +187,58 @@ def test_stop_never_kills_a_recycled_pid(tmp_path):
     finally:
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
+
+
+def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local_fleet):
+    """`kill -9` of a rank's supervisor: the server lives on in the rank's process group; status
+    names that state, a second launch is refused, and stop ends the whole group (port free)."""
+    inv, port, tmp = local_fleet
+    assert lanes.launch(inv, "demo").ready.ok
+    st = lanes.status(inv, "demo")
+    sup = st["ranks"][0]["pid"]
+    server = [p for p in records.group_members(sup) if p != sup]
+    assert server
+    os.kill(sup, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while sup in records.group_members(sup) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()  # the server still serves
+
+    st = lanes.status(inv, "demo")
+    rank = st["ranks"][0]
+    assert st["running"] == 0 and not st["ok"]
+    assert rank["orphan_pid"] in server
+    assert rank["detail"].startswith("supervisor dead, server alive")
+    with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
+        lanes.launch(inv, "demo")
+    from sparkfleet.launch import watchdog
+
+    assert watchdog.running(tmp / "state", "demo")  # the memory watchdog keeps guarding the server
+
+    res = lanes.stop(inv, "demo", 5)
+    assert [r["stopped"] for r in res] == [True] and "its supervisor had died" in res[0]["detail"]
+    assert records.group_members(sup) == []
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert lanes.status(inv, "demo")["ranks"] == []
+
+
+def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
+    """`watch` after kill -9 of a supervisor tried three relaunches, each "serving port … already in
+    use", and ended "needs a human" with the server still up. Its restart now ends the group first."""
+    from sparkfleet.launch.watch import WatchSettings, watch_lane
+
+    inv, port, _ = local_fleet
+    assert lanes.launch(inv, "demo", canary=False).ready.ok
+    sup = lanes.status(inv, "demo")["ranks"][0]["pid"]
+    old = [p for p in records.group_members(sup) if p != sup]
+    os.kill(sup, signal.SIGKILL)
+    settings = WatchSettings(interval_s=2, latency_s=2, max_restarts=1, backoff_s=0)
+    events: list[str] = []
+    out = watch_lane(inv, "demo", settings, max_probes=1, on_event=events.append)
+    assert out.restarts == 1 and out.incidents[0].restart_ok, events
+    assert "0 of 1 ranks running" in out.incidents[0].reason
+    assert not any("already in use" in e for e in events)
+    st = lanes.status(inv, "demo")
+    assert st["running"] == 1 and st["ranks"][0]["pid"] != sup
+    assert all(records.process_state(p) in (None, "Z") for p in old)  # the orphaned server is gone

@@ -74,6 +74,8 @@ def test_manifest_offline_names_both_candidate_sources(root, tmp_path, no_ssh):
     assert f"local  {tmp_path}/dgx1/nvme/hub/models--demo-org--" in out
     assert f"nas    {tmp_path}/nas/hub/models--demo-org--" in out
     assert "# unknown model binds: staged state on dgx1" in out
+    assert "/snapshots/main" not in out  # a ref is never a snapshot directory
+    assert "<unresolved ref main: refs/main there names it>" in out  # dgx1's hub: not readable here
 
 
 def test_launch_dry_run_per_rank_in_start_order(root, tmp_path, no_ssh):
@@ -111,3 +113,16 @@ def test_dry_run_refuses_a_bad_shape_like_launch(tmp_path, no_ssh):
     make_inv(tmp_path, TP4.replace("tp = 4", "tp = 3").replace('launcher = "tp4"', 'launcher = "tp3"'))
     res = CliRunner().invoke(main, ["--root", str(tmp_path / "fleet"), "launch", "lane", "--dry-run"])
     assert res.exit_code == ExitCode.USAGE and "not divisible" in res.stderr
+
+
+def test_a_ref_resolves_through_refs_where_the_hub_is_readable(tmp_path):
+    from sparkfleet.demo.hubfixture import build_nas_hub
+    from sparkfleet.launch.manifest import snapshot_path
+
+    nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
+    repo = nas.weights.repo
+    commit = (nas.root / f"models--{repo.replace('/', '--')}" / "refs" / "main").read_text()
+    path = snapshot_path(repo, "main", nas.root)
+    assert path.endswith(f"/snapshots/{commit}") and (tmp_path / path).is_dir()
+    assert snapshot_path(repo, commit, tmp_path / "elsewhere").endswith(f"/snapshots/{commit}")
+    assert "<unresolved ref main" in snapshot_path(repo, "main", tmp_path / "elsewhere")

@@ -116,3 +116,19 @@ def test_terminal_table_shows_each_rank():
     text = console.export_text()
     assert "1/4 RoCEnante ready: world=4" in text and "10/22 (45%)" in text and "612 s" in text
     assert "EXITED 0/4" in text and "Traceback: boom" in text
+
+
+def test_a_long_last_log_line_is_cut_from_the_right():
+    """The table showed "o openai_server: listening…": the start of a line says what it is."""
+    from rich.console import Console
+
+    from sparkfleet.cli.progress import boot_table
+    from sparkfleet.launch.readiness import RankProgress
+
+    line = "sparkfleet demo openai_server: listening on http://127.0.0.1:40001 (model dsv41-flash) " * 2
+    ranks = [RankProgress("dgx1", 0, None, 0, 4, 1.0, None, line)]
+    console = Console(record=True, width=240)
+    console.print(boot_table(ranks))
+    text = console.export_text()
+    assert "sparkfleet demo openai_server: listening on http://127.0.0.1:40001" in text
+    assert line[-30:].strip() not in text and "…" in text

@@ -48,9 +48,29 @@ def test_staging_bound_uses_what_the_host_measured(tmp_path: Path) -> None:
     bound = staging_bound(250 * 10**6, 1.0, [tmp_path / "nowhere"], dest, state)
     assert bound == {
         "throughput": 250e6, "source_read": 500e6, "dest_write": 2e9, "bound": 500e6,
-        "binding": "source read", "pct_of_bound": pytest.approx(50.0),
+        "binding": "source read", "pct_of_bound": pytest.approx(50.0), "note": None,
     }  # fmt: skip
     assert not dest.exists()
+
+
+def test_a_run_faster_than_its_cold_probe_gets_no_percentage(tmp_path: Path) -> None:
+    """"119.8 MB/s = 340 % of this host's source read": the run read cached pages; no % above 100."""
+    from click.testing import CliRunner
+
+    from sparkfleet.cli.stage import print_stage_run
+
+    state = tmp_path / "state"
+    record_measurements(state, {"nas_read": (35e6, "m"), "nvme_write": (2e9, "m")})
+    bound = staging_bound(int(119.8e6), 1.0, [tmp_path / "nowhere"], tmp_path / "dest", state)
+    assert bound is not None and bound["pct_of_bound"] is None and "cached pages" in bound["note"]
+
+    def show() -> None:
+        print_stage_run({"repos": [], "seconds": 1.0, "mb_per_s": 119.8, "io_bound": bound})
+
+    import click
+
+    out = CliRunner().invoke(click.command()(show)).output
+    assert "%" not in out and "119.8 MB/s" in out and "35.0 MB/s read" in out and "2.00 GB/s write" in out
 
 
 def test_staging_bound_measures_and_records_what_is_missing(tmp_path: Path) -> None:

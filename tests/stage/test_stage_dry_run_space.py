@@ -52,3 +52,49 @@ def test_dry_run_on_a_full_tmpfs_matches_the_real_run(tmp_path, tmpfs):
     assert "NOT ENOUGH" in dry.stdout
     fits = [*args, "--exclude", "page15/*", "--exclude", "model-0000[234]-*"]
     assert run(*fits, "--dry-run").exit_code == ExitCode.OK
+
+
+def _shards(demo, host: str) -> list:
+    """The local regular files a weights snapshot's shards resolve to."""
+    import os
+    from pathlib import Path
+
+    snaps = demo.local_hub(host) / ("models--" + WEIGHTS_REPO.replace("/", "--")) / "snapshots"
+    found = {Path(os.path.realpath(p)) for p in snaps.rglob("*.safetensors")}
+    return sorted(p for p in found if p.stat().st_size >= 8192)
+
+
+def test_dry_run_counts_the_repairs_it_can_know_and_says_what_only_reading_tells(tmp_path):
+    """"to copy 0 (0 B) … need 36 B", then the real run "copied 1 (3.6 MiB), repaired 1"."""
+    demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)
+    assert run("--root", str(demo.root), "stage", "dgx1").exit_code == ExitCode.OK
+    wrong_size, wrong_content = _shards(demo, "dgx1")[:2]
+    size = wrong_size.stat().st_size
+    with open(wrong_size, "r+b") as fh:
+        fh.truncate(size - 1000)  # another size: known without reading
+    with open(wrong_content, "r+b") as fh:
+        fh.seek(10)
+        fh.write(b"\xff" * 64)  # same size: only reading tells
+    dry = run("--root", str(demo.root), "stage", "dgx1", "--dry-run", "--json")
+    doc = json.loads(dry.stdout)
+    [weights] = [p for p in doc["plans"] if p["repo"] == WEIGHTS_REPO]
+    assert weights["files_to_repair"] == 1 and weights["bytes_to_repair"] == size
+    assert doc["space"]["needed"] >= size and doc["space"]["may_repair"] > 0
+    text = run("--root", str(demo.root), "stage", "dgx1", "--dry-run").stdout
+    assert "to repair 1 (" in text and "wrong content is re-copied, up to" in text
+    real = run("--root", str(demo.root), "stage", "dgx1", "--json")
+    assert real.exit_code == ExitCode.OK, real.output
+    repaired = sum(r["repaired_files"] for r in json.loads(real.stdout)["repos"])
+    assert repaired == 2  # the one known wrong, and the one only reading found
+
+
+def test_fanout_dry_run_on_a_complete_tree_reads_nothing_from_the_nas(tmp_path):
+    """"to copy 0 (0 B)" beside "dgx1: from NAS 8 files (11.3 MiB)" on a complete tree."""
+    demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)
+    for host in ("dgx1", "dgx2"):
+        assert run("--root", str(demo.root), "stage", host).exit_code == ExitCode.OK
+    lane = ["--root", str(demo.root), "stage", "--lane", "demo-exl3-2x", "--fanout", "--dry-run"]
+    doc = json.loads(run(*lane, "--json").stdout)
+    assert doc["nas_reads"] == {"dgx1": 0, "dgx2": 0} and doc["pulls"] == []
+    text = run(*lane).stdout
+    assert "dgx1: from NAS 0 files (0 B)" in text and "dgx2: demo-org/" in text  # each host's own plan

@@ -184,3 +184,20 @@ def test_parallel_workers_give_the_same_tree(nas, local, jobs):
     run = execute.stage([weights_request(nas, local), drafter_request(nas, local)], jobs=jobs)
     assert run.ok and run.copied_bytes > 0
     assert all(r.ok for r in execute.verify([weights_request(nas, local)], "full"))
+
+
+def test_verify_names_the_file_and_the_side(nas, local):
+    """A deleted local blob read "dangling link on the source"; a mismatch named only a blob hash."""
+    execute.stage([weights_request(nas, local)])
+    name = "model-00001-of-00004.safetensors"
+    blob = _blob_of(local, nas, name)
+    with open(blob, "r+b") as fh:
+        fh.truncate(blob.stat().st_size - 100)
+    report = _verify(nas, local)
+    [problem] = report.problems
+    assert problem.startswith("mismatch: ") and f"/{name} (local hub blob " in problem
+    blob.unlink()
+    report = _verify(nas, local)
+    [problem] = report.problems
+    assert "dangling link on the local hub" in problem and "on the source" not in problem
+    assert f"/{name}" in problem and str(local) in problem

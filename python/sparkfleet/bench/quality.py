@@ -24,7 +24,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .relay import CountingRelay
+
 TOOL = "tool-eval-bench"
+TICK_S = 1.0  # how often on_event hears the traffic a scenario has streamed so far
 PINNED_VERSION = "3.0.0"  # keep in step with pyproject.toml
 
 
@@ -137,7 +140,12 @@ def run_quality(
     api_key: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> QualityResult:
-    """Run tool-eval-bench in a scratch directory and parse its result. Never invents a score."""
+    """Run tool-eval-bench in a scratch directory and parse its result. Never invents a score.
+
+    `on_event` hears tool-eval-bench's own JSON-lines events (scenario_start, scenario_result), and
+    every TICK_S a `{"event": "traffic", "bytes": B, "frames": F, "elapsed_s": T}` of what the lane
+    has streamed back so far (through a counting relay on plain http; bytes/frames are absent where
+    the URL is https). The result's argv names the lane's URL, the one the relay stands in for."""
     version = installed_version()
     if version is None:
         return QualityResult(
@@ -149,16 +157,23 @@ def run_quality(
             version,
             error=f"{TOOL} {version} is installed but sparkfleet pins {PINNED_VERSION}",
         )
-    with tempfile.TemporaryDirectory(prefix="sparkfleet-quality-") as scratch:
+    relay = CountingRelay.for_url(base_url) if on_event else None
+    with (
+        tempfile.TemporaryDirectory(prefix="sparkfleet-quality-") as scratch,
+        relay or contextlib.nullcontext(),
+    ):
         work = Path(scratch)
         json_file = work / "result.json"
         argv = build_argv(base_url, model, json_file, work / "runs", settings)
+        run_argv = argv
+        if relay is not None:
+            run_argv = build_argv(relay.url(base_url), model, json_file, work / "runs", settings)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_EVAL_")}
         if api_key:
             env["TOOL_EVAL_API_KEY"] = api_key
         started = time.monotonic()
         proc = subprocess.Popen(
-            argv,
+            run_argv,
             cwd=work,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -177,15 +192,30 @@ def run_quality(
         watchdog = threading.Timer(settings.timeout_s, kill_on_timeout)
         watchdog.start()
         tail: list[str] = []
+        said = threading.Lock()  # the ticker and the event reader take turns at on_event
+        done = threading.Event()
+
+        def tick() -> None:
+            while not done.wait(TICK_S):
+                event: dict[str, Any] = {"event": "traffic", "elapsed_s": time.monotonic() - started}
+                if relay is not None:
+                    t = relay.traffic()
+                    event.update(bytes=t.bytes, frames=t.frames)
+                with said:
+                    on_event(event)  # type: ignore[misc]
+
+        if on_event:
+            threading.Thread(target=tick, daemon=True).start()
         try:
             assert proc.stderr is not None
             for line in proc.stderr:  # JSON-lines progress events
                 tail = (tail + [line.rstrip()])[-20:]
                 if on_event and line.startswith("{"):
-                    with contextlib.suppress(ValueError):
+                    with contextlib.suppress(ValueError), said:
                         on_event(json.loads(line))
             code = proc.wait()
         finally:
+            done.set()
             watchdog.cancel()
             if proc.poll() is None:
                 kill_on_timeout()

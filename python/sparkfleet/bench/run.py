@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from .. import __version__
 from ..errors import SparkfleetError
+from ..units import wire_bytes
 from .client import Endpoint, chat_request, discover_model, stream_chat
 from .metrics import measure
 from .probes import (
@@ -251,11 +252,28 @@ def run_bench(
             run.quality_note = "quality not run (--no-quality or --quick)"
         else:
             progress.step("quality", 0)
+            now = {"label": "quality", "t0": 0.0, "bytes": 0, "frames": 0, "seen": {}}
 
-            def quality_event(event: dict) -> None:  # tool-eval-bench's own JSON-lines progress
+            def quality_event(event: dict) -> None:
+                """tool-eval-bench's own JSON-lines progress, and every second what the scenario
+                running now has streamed (chunks, bytes) and for how long: a minutes-long
+                scenario moves on the display."""
                 if event.get("event") in ("scenario_start", "scenario_result") and event.get("total"):
                     done = int(event.get("index", 0)) + (event["event"] == "scenario_result")  # 0-based
-                    progress.step(f"quality {done}/{event['total']} {event.get('scenario_id', '')}", 0)
+                    now["label"] = f"quality {done}/{event['total']} {event.get('scenario_id', '')}"
+                    seen = now["seen"]
+                    now.update(t0=seen.get("elapsed_s", 0.0), bytes=seen.get("bytes", 0),
+                               frames=seen.get("frames", 0))  # fmt: skip
+                    progress.step(now["label"], 0)
+                elif event.get("event") == "traffic":
+                    now["seen"] = event
+                    live = f"{event['elapsed_s'] - now['t0']:.0f} s"
+                    if "bytes" in event:
+                        live += (
+                            f", {event['frames'] - now['frames']} chunks "
+                            f"({wire_bytes(event['bytes'] - now['bytes'])}) streamed"
+                        )
+                    progress.step(f"{now['label']} · {live}", 0)
 
             run.quality = endpoint.secrets.safe_all(
                 quality_runner(

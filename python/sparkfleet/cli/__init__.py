@@ -121,7 +121,7 @@ def main(ctx: click.Context, root: Path | None, verbose: int, quiet: bool) -> No
       sparkfleet launch dsv41-flash-4x-mia --dry-run
       SPARKFLEET_ROOT=~/fleet sparkfleet status dsv41-flash-4x-mia --json
 
-    Shell completion: README "Shell completion".
+    Shell completion: docs/cli.md "Shell completion".
     """
     if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
         ctx.color = False

@@ -9,9 +9,11 @@ api_key_env names), never from the command line, and never reaches a report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import time
 from pathlib import Path
 
 import click
@@ -138,20 +140,29 @@ class RichBenchProgress:
 
 class LineBenchProgress:
     """Off a terminal: one stderr line each time the phase changes (its first word: warmup, pp512,
-    sweep, quality ...), so a log shows where an hour-long run is."""
+    sweep, quality ...) or the quality scenario changes, and every `every_s` a long scenario's live
+    figures (elapsed, chunks streamed), so a log shows where an hour-long run is."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = 30.0) -> None:
         self.phase: str | None = None
         self.label: str | None = None
+        self.every_s, self.said = every_s, time.monotonic()
 
     def start(self, total: int) -> None:
         pass
 
     def step(self, label: str, advance: int = 1) -> None:
         phase = label.split(" ")[0]
-        if phase != self.phase or (phase == "quality" and label != self.label and advance == 0):
+        step = label.split(" · ")[0]  # a quality scenario, without its live figures
+        now = time.monotonic()
+        if (
+            phase != self.phase
+            or (phase == "quality" and step != self.label and advance == 0)
+            or (label != step and now - self.said >= self.every_s)  # a long scenario: now and then
+        ):
             click.echo(f"· {label}", err=True)
-        self.phase, self.label = phase, label
+            self.said = now
+        self.phase, self.label = phase, step
 
 
 # -- smoke ------------------------------------------------------------------------------------------
@@ -236,13 +247,14 @@ def _dflt(get) -> str:
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    show_default="recipes/<lane>/reports for a successful lane run; ./sparkfleet-reports[/<lane>] otherwise",
+    show_default="recipes/<lane>/reports (a failed or interrupted run: its git-ignored failed/); "
+    "./sparkfleet-reports for --url",
     help="Report folder.",
 )
 @click.option(
     "--save-to-lane",
     is_flag=True,
-    help="Write the report into recipes/<lane>/reports even if the run failed.",
+    help="Write the report into recipes/<lane>/reports (tracked) even if the run failed.",
 )
 @click.option("--quick", is_flag=True, help="A short run (seconds): small probe, one table row each, c=1,2.")
 @click.option("--model", show_default="the first from /v1/models", help="Model name.")
@@ -572,19 +584,28 @@ def list_(ctx: click.Context, lane: str | None, directory: Path | None, as_json:
         mark = " (baseline)" if baseline and r.name == baseline else ""
         decode = f"{r.decode_tps:.1f} tok/s" if r.decode_tps is not None else "—"
         score = f"quality {r.quality_score:.0f}" if r.quality_score is not None else ""
-        click.echo(f"{r.name}  {r.status:<6} decode {decode:<12} {score}{mark}")
+        status = r.status if r.status == "ok" else f"✕ {r.status}"
+        click.echo(f"{r.name}  {status:<13} decode {decode:<12} {score}{mark}")
 
 
 def _print_comparison(c: reports.Comparison) -> None:
     click.echo(f"compare {c.base} → {c.new}")
     for m in c.mismatches:
         click.secho(f"  {'≠' if m.blocking else '·'} {m.line()}", fg="yellow" if m.blocking else None)
+    for f in c.failed:
+        click.secho(f"  ✕ {f}", fg="red")
     if c.refused:
+        why = (
+            "these reports measured different things (settings or hosts differ, ≠ above)"
+            if c.blocking
+            else "a failed run's figures are not like for like with a good run's"
+        )
         click.secho(
-            "refused: these reports measured different things (settings or hosts differ, ≠ above); "
-            "--force compares them anyway and marks each figure a difference touches",
+            f"refused: {why}; --force compares them anyway and marks each figure a difference touches",
             fg="yellow",
         )
+        for r in c.regressions:
+            click.secho(f"regression: {r}", fg="red")
         return
     for d in c.deltas:
         change = f"{d.change_pct:+.1f}%" if d.change_pct is not None else "n/a"
@@ -635,6 +656,21 @@ def html(ctx: click.Context, lane: str, out: Path | None, directory: Path | None
         click.echo(f"{page.reports} reports ({page.ok} ok) → {page.path}")
 
 
+def _lane_report_dirs(ctx: click.Context) -> dict[str, Path]:
+    """lane -> its reports folder, for every lane of the fleet (none outside a fleet checkout)."""
+    try:
+        inv = load_inventory(ctx)
+    except SparkfleetError:
+        return {}
+    out = {}
+    for lane in sorted(inv.lanes):
+        with contextlib.suppress(SparkfleetError):
+            folder = for_lane(inv, lane).reports_dir
+            if folder is not None:
+                out[lane] = folder
+    return out
+
+
 @report.command("compare")
 @click.argument("refs", nargs=-1)
 @click.option("--lane", help="Resolve names in this lane's reports; compare against its declared baseline.")
@@ -677,7 +713,11 @@ def compare(
                 hint='give two reports, or declare [bench] baseline = "<report name>" in the recipe',
             )
         base_ref, new_ref = baseline, (refs[0] if refs else "latest")
-    base_path, new_path = reports.resolve(base_ref, folder), reports.resolve(new_ref, folder)
+    if folder is None:  # names, without --lane: whichever of the fleet's lanes holds each
+        lanes = _lane_report_dirs(ctx)
+        base_path, new_path = reports.resolve_across(base_ref, lanes), reports.resolve_across(new_ref, lanes)
+    else:
+        base_path, new_path = reports.resolve(base_ref, folder), reports.resolve(new_ref, folder)
     result = reports.compare(
         reports.load_document(base_path),
         reports.load_document(new_path),
@@ -690,4 +730,6 @@ def compare(
         echo_json({"ok": result.ok, **{k: v for k, v in vars(result).items()}})
     else:
         _print_comparison(result)
-    ctx.exit(ExitCode.REFUSED if result.refused else ExitCode.OK if result.ok else ExitCode.SHORTFALL)
+    # a failed newer run is a regression (1) whether or not its figures could be compared
+    refused = result.refused and not result.regressions
+    ctx.exit(ExitCode.REFUSED if refused else ExitCode.OK if result.ok else ExitCode.SHORTFALL)

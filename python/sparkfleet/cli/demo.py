@@ -67,6 +67,25 @@ def _spark_kind() -> inventory.HostKind | None:
     return real.host_kinds.get(sorted(kinds)[0]) if kinds else None
 
 
+def _clear_previous(workdir: Path, fresh: bool) -> None:
+    """Stop a previous demo's lane in `workdir` (by its records); with `fresh`, then remove the dir."""
+    from ..demo.fleet import DEMO_MARKER
+    from ..launch.demo import stop_previous_demo
+
+    if not workdir.exists():
+        return
+    for r in stop_previous_demo(workdir):
+        click.echo(f"stopped the previous demo's {r['lane']} rank {r.get('rank', '?')} on {r['host']}")
+    if not fresh:
+        return
+    if any(workdir.iterdir()) and not (workdir / "nas" / DEMO_MARKER).is_file():
+        raise SparkfleetError(
+            f"{workdir} was not written by `sparkfleet demo`; --fresh removes only a demo's workdir",
+            hint="pick another --workdir",
+        )
+    shutil.rmtree(workdir)
+
+
 @click.command()
 @click.option(
     "--workdir",
@@ -74,16 +93,28 @@ def _spark_kind() -> inventory.HostKind | None:
     show_default="a temp dir, removed after",
     help="Keep the demo here.",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start from an empty --workdir: stop what a previous demo there still runs, then remove it.",
+)
 @click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
-def demo(workdir: Path | None, shard_mib: int) -> None:
+def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
     """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
+
+    A previous demo's lane still running in --workdir is stopped first (by its records), so its
+    servers never outlive the records that name them.
 
     \b
     Examples:
       sparkfleet demo
-      sparkfleet demo --workdir .demo
+      sparkfleet demo --workdir .demo --fresh
     """
     keep = workdir is not None
+    if workdir is not None:
+        _clear_previous(workdir, fresh)
+    elif fresh:
+        raise click.UsageError("--fresh needs --workdir (the temp dir is always new)")
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
     try:
         fleet = write_demo_fleet(workdir, shard_bytes=shard_mib * 1024 * 1024, host_kind=_spark_kind())
@@ -115,7 +146,14 @@ def demo(workdir: Path | None, shard_mib: int) -> None:
 
             click.echo(f"launch {DEMO_LANE} (process runtime):")
             ok &= run_demo_launch(inv, DEMO_LANE, click.echo, while_up=lambda: _smoke_and_bench(fleet.root))
-        click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
+        if ok and keep:
+            click.secho(
+                f"demo ok — next: `. .venv/bin/activate` (or `make shell`), then "
+                f"`export SPARKFLEET_ROOT={fleet.root.resolve()}` and `sparkfleet status {DEMO_LANE}`",
+                fg="green",
+            )
+        else:
+            click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
         if not ok:
             raise SystemExit(ExitCode.SHORTFALL)
     finally:

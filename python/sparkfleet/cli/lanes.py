@@ -222,7 +222,7 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
                    "ready": report.ready})  # fmt: skip
     else:
         state = click.style("ready", fg="green") if ok else click.style("NOT ready", fg="red")
-        ref = (good.get("image") or {}).get("ref")
+        ref = (good.get("image") or {}).get("ref") or f"recipe {good['recipe_sha256'][:12]}, no image"
         click.echo(f"{lane}: relaunched good generation {good['id']} ({ref}): {state}")
     if not ok:
         sys.exit(ExitCode.SHORTFALL)
@@ -252,6 +252,7 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
     )
     rows = do_history(inv.root, lane, [(r.path.stat().st_mtime, str(r.path)) for r in found])
     skipped = [str(s) for s in scan(inv.root, lane)[1]]
+    failed = {str(r.path): r.status for r in found if r.status != "ok"}  # marked ✕ in the list
     if as_json:
         echo_json({"lane": lane, "generations": rows, "skipped": skipped})
         return
@@ -263,13 +264,16 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
         good = click.style("good", fg="green") if g["good"] else "    "
         boot = g["boot"]
         took = f"{boot['time_to_ready_s']:.1f} s" if boot.get("time_to_ready_s") else "-"
+        cache = {"none": "no-cache"}.get(boot["cache"], boot["cache"])
         click.echo(
-            f"{g['id']}  {good}  {g['status']:7} {boot['cache']:4} boot {took:>8}  "
+            f"{g['id']}  {good}  {g['status']:7} {cache:4} boot {took:>8}  "
             f"{g['image'] or 'no image'}  recipe {g['recipe_sha256']}"
         )
         for line in ([boot["regression"]] if boot.get("regression") else []) + g["drift"]:
             click.echo(f"    ! {line}")
-        if g.get("rolled_back_from"):
-            click.echo(f"    rollback to {g['rolled_back_from']}")
+        if g.get("rolled_back_to"):
+            since = f" from {g['rolled_back_from']}" if g.get("rolled_back_from") else ""
+            click.echo(f"    rolled back{since} to {g['rolled_back_to']}")
         for r in g["reports"]:
-            click.echo(f"    report {r}")
+            mark = "" if failed.get(r) is None else f"✕ {failed[r]} "
+            click.echo(f"    report {mark}{r}")

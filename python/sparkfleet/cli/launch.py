@@ -234,7 +234,8 @@ def launch(
             boot = (report.generation or {}).get("boot") or {}
             if boot:
                 gen = (report.generation or {}).get("id")
-                click.echo(f"  boot: {boot['cache']} cache ({boot['cache_key']}); generation {gen}")
+                cache = "no boot cache" if boot["cache"] == "none" else f"{boot['cache']} cache"
+                click.echo(f"  boot: {cache} ({boot['cache_key']}); generation {gen}")
             if boot.get("regression"):
                 click.secho(f"  boot regression: {boot['regression']}", fg="yellow")
         elif rd is not None:
@@ -346,7 +347,13 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
     else:
         click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
         for r in st["ranks"]:
-            state = "running" if r["running"] else f"stopped ({r['detail']}, code {r['returncode']})"
+            state = (
+                "running"
+                if r["running"]
+                else r["detail"]
+                if r.get("orphan_pid")
+                else f"stopped ({r['detail']}, code {r['returncode']})"
+            )
             click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
         if st["endpoints"]:
             e = st["endpoints"]
@@ -413,19 +420,24 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
 
 @click.command("doctor")
 @click.argument("target", shell_complete=complete("target"))
+@click.option("--deploy", is_flag=True, help="Also check what `deploy .#HOST` needs of a DGX OS host.")
 @JSON
 @click.pass_context
-def doctor(ctx: click.Context, target: str, as_json: bool) -> None:
+def doctor(ctx: click.Context, target: str, deploy: bool, as_json: bool) -> None:
     """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env.
+
+    --deploy adds what `deploy .#HOST` needs of a DGX OS host (nix on the ssh PATH, trusted-users,
+    sudo secure_path); a lane served without deploy does not need them.
 
     \b
     Examples:
       sparkfleet doctor dgx1
+      sparkfleet doctor dgx2 --deploy
       sparkfleet doctor dsv41-flash-4x-mia --json
     """
     from ..doctor import doctor as do_doctor
 
-    report = do_doctor(load_inventory(ctx), target)
+    report = do_doctor(load_inventory(ctx), target, deploy=deploy)
     if as_json:
         checks = [{**to_jsonable(c), "detail": c.text(human_bytes)} for c in report.checks]
         echo_json({"target": report.target, "ok": report.ok, "checks": checks})

@@ -163,6 +163,14 @@ def boot_table(ranks: list):
         stage = f"{r.stages_seen}/{r.stages_total} {r.stage or '—'}" if r.stages_total else (r.stage or "—")
         table.add_row(
             str(r.rank), r.host, stage if r.running else f"EXITED {stage}", f"{r.elapsed_s:.0f} s",
-            r.load_progress or "", r.last_line[-80:],
+            r.load_progress or "", cut_right(r.last_line, LAST_LINE_CHARS),
         )  # fmt: skip
     return table
+
+
+LAST_LINE_CHARS = 80
+
+
+def cut_right(line: str, width: int) -> str:
+    """A log line's start is what says what it is ("openai_server: listening…"): keep it, cut the end."""
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from .. import units
 from ..jsonable import to_jsonable
 
 
@@ -14,12 +15,7 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(to_jsonable(value), indent=2, sort_keys=False))
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+human_bytes = units.human_bytes  # one formatter for every verb (sparkfleet/units.py)
 
 
 def load_inventory(ctx: click.Context):

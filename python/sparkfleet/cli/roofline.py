@@ -8,6 +8,7 @@ from ..errors import SparkfleetError
 from ..roofline import service
 from ..roofline.bound import StepTerms, decode_terms
 from ..roofline.lane import cost_from_doc
+from ..roofline.machine import figure_text
 from .render import echo_json, load_inventory
 
 
@@ -102,9 +103,8 @@ def roofline(
     if s.get("bound_tps_if_every_draft_accepted"):
         click.echo(f"  with every draft accepted: {s['bound_tps_if_every_draft_accepted']:.1f} tok/s")
     for name, f in out["machine"]["figures"].items():
-        click.echo(
-            f"  {name}: {f['value']} ({f['origin']}; {f['source'] or (f['measured'] or {}).get('method')})"
-        )
+        how = f["source"] or (f["measured"] or {}).get("method")
+        click.echo(f"  {name}: {figure_text(name, f['value'])} ({f['origin']}; {how})")
     for note in out["notes"]:
         click.echo(f"  note: {note}")
 
@@ -155,6 +155,5 @@ def measure(ctx: click.Context, host: str, quick: bool, here: bool, as_json: boo
         return
     for name, m in found.items():
         spread = f", spread {100 * m['spread']:.1f} %" if m.get("spread") is not None else ""
-        click.echo(
-            f"{host} {name:<16} {m['value'] / 1e9:8.2f} G/s  ({m['method']}{spread}; {m['measured_utc']})"
-        )
+        rate = figure_text(name, m["value"])
+        click.echo(f"{host} {name:<16} {rate:>12}  ({m['method']}{spread}; {m['measured_utc']})")

@@ -22,6 +22,7 @@ from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
 from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
+from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
 
@@ -294,11 +295,19 @@ def _print_space(space: dict, prefix: str = "") -> None:
             click.echo(f"{prefix}  hint: {space['hint']}")
 
 
-def _plan_line(s: dict) -> str:
+def _plan_line(s: dict, prefix: str = "") -> str:
+    repair = ""
+    if s.get("files_to_repair"):
+        repair = f", to repair {s['files_to_repair']} ({human_bytes(s['bytes_to_repair'])}: size differs)"
+    unread = s.get("files_to_check", 0) - s.get("files_to_repair", 0)
+    check = f", to check {unread}"
+    if unread and "bytes_to_check_unread" in s:  # only reading tells: said, never counted as nothing
+        most = human_bytes(s["bytes_to_check_unread"])
+        check += f" (read in the real run; wrong content is re-copied, up to {most})"
     return (
-        f"{s['repo']}@{s['commit'][:12]}: {s['entries']} entries, {s['links']} links, "
+        f"{prefix}{s['repo']}@{s['commit'][:12]}: {s['entries']} entries, {s['links']} links, "
         f"{s['files']} files ({human_bytes(s['bytes_total'])}), to copy {s['files_to_copy']} "
-        f"({human_bytes(s['bytes_to_copy'])}), to check {s['files_to_check']}, "
+        f"({human_bytes(s['bytes_to_copy'])}){repair}{check}, "
         f"excluded {s['excluded_entries']} ({human_bytes(s['excluded_bytes'])})"
     )
 
@@ -320,13 +329,15 @@ def print_stage_run(run: dict, prefix: str = "") -> None:
                 f"mismatches: {v['mismatches']}, missing: {v['missing']}"
             )
     bound = run.get("io_bound")
-    limit = (
-        f" = {bound['pct_of_bound']:.0f} % of this host's {bound['binding']} "
-        f"({bound['source_read'] / 1e6:.0f} MB/s read, {bound['dest_write'] / 1e6:.0f} MB/s write)"
-        if bound
-        else ""
-    )
-    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {run['mb_per_s']:.1f} MB/s{limit}")
+    limit = ""
+    if bound:
+        rates = f"{byte_rate(bound['source_read'])} read, {byte_rate(bound['dest_write'])} write"
+        limit = (
+            f" = {bound['pct_of_bound']:.0f} % of this host's {bound['binding']} ({rates})"
+            if bound.get("pct_of_bound") is not None
+            else f"; {bound.get('note') or 'no bound'} ({rates})"
+        )
+    click.echo(f"{prefix}staged in {run['seconds']:.1f} s, {byte_rate(run['mb_per_s'] * 1e6)}{limit}")
 
 
 def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> list:
@@ -409,9 +420,17 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
         answers = dict(zip(hosts, pool.map(ask, hosts), strict=True))
     plans = answers[hosts[0]]["plans"]
     spaces = {h: a.get("space") for h, a in answers.items() if a.get("space")}
-    files = sorted({(f[0], f[1], f[3]) for p in plans for f in p["file_list"]})
+    # what the NAS must send: the files some host lacks or holds known-wrong (a complete tree: none)
+    def needs(a: dict) -> set[tuple]:
+        return {(f[0], f[1], f[3]) for p in a["plans"] for f in p["file_list"]
+                if f[2] == "copy" or f[0] in set(p.get("repair_list", []))}  # fmt: skip
+
+    per_host = {h: needs(a) for h, a in answers.items()}
+    files = sorted(set().union(*per_host.values()))
     sizes = {rel: size for rel, size, _ in files}
-    wave1, pulls = fanout_plan(files, hosts) if fanout else ({h: list(sizes) for h in hosts}, [])
+    wave1, pulls = (
+        fanout_plan(files, hosts) if fanout else ({h: sorted(f[0] for f in per_host[h]) for h in hosts}, [])
+    )
     nas_reads = {h: sum(sizes[r] for r in rels) for h, rels in wave1.items()}
     short = [h for h, s in spaces.items() if not s["ok"]]
     if as_json:
@@ -422,8 +441,9 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
         if short:
             sys.exit(ExitCode.SPACE)
         return
-    for p in plans:
-        click.echo(_plan_line(p))
+    for h, a in answers.items():
+        for p in a["plans"]:
+            click.echo(_plan_line(p, prefix=f"{h}: "))
     for h, s in spaces.items():
         _print_space(s, prefix=f"{h}: ")
     for h, rels in wave1.items():

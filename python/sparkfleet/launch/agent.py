@@ -112,9 +112,11 @@ def start(req: dict) -> dict:
     state_dir = Path(spec.state_dir)
     runtime = runtime_for(spec.runtime)
     for rec in records.load_all(state_dir, spec.lane):
-        if rec.rank == spec.rank and runtime_for(rec.runtime).state(rec).running:
+        st = runtime_for(rec.runtime).state(rec) if rec.rank == spec.rank else None
+        if st is not None and st.alive:
             raise SparkfleetError(
-                f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})",
+                f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})"
+                + ("" if st.running else f": {st.detail}"),
                 hint=f"sparkfleet stop {spec.lane}",
             )
     cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
@@ -139,6 +141,7 @@ def _state_json(rec: records.LaunchRecord) -> dict:
         "running": st.running,
         "returncode": st.returncode,
         "detail": st.detail,
+        "orphan_pid": st.orphan_pid,
     }
 
 
@@ -286,7 +289,7 @@ def occupancy(req: dict) -> dict:
     out = []
     for d in sorted(lanes_dir.iterdir()) if lanes_dir.is_dir() else []:
         for rec in records.load_all(lanes_dir.parent, d.name):
-            if runtime_for(rec.runtime).state(rec).running:
+            if runtime_for(rec.runtime).state(rec).alive:
                 out.append({"lane": rec.lane, "rank": rec.rank, "name": rec.name})
     return {"running": out}
 

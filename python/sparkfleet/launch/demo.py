@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import inventory
+from ..errors import SparkfleetError
 from ..inventory import Inventory
 from .lane import launch, prepare, status, stop
 from .recipe import launch_recipe
@@ -107,7 +109,9 @@ def run_demo_launch(
     (stale / "worker.json").write_text('{"from": "yesterday"}')
     echo(f"planted a stale receipt root: {stale.parent}")
     try:
-        report = launch(inv, lane, on_event=lambda msg: echo(f"  {msg}"))
+        # Ctrl-C while it boots: launch stops the ranks itself and says so, so nothing below can
+        # contradict it ("stopped" here, "ranks still running" there)
+        report = launch(inv, lane, on_event=lambda msg: echo(f"  {msg}"), stop_on_interrupt=True)
         for r in report.started:
             if r.receipts_cleared:
                 echo(f"  before_serve on {r.host} removed {', '.join(r.receipts_cleared)}")
@@ -128,5 +132,32 @@ def run_demo_launch(
         )
         return while_up() if while_up else True
     finally:
-        stopped = stop(inv, lane, recipe.timeouts.stop_s)
-        echo("stop: " + ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped))
+        stopped = [s for s in stop(inv, lane, recipe.timeouts.stop_s) if s.get("was_running", True)]
+        if stopped:  # only what this stop ended (a launch interrupted by Ctrl-C stopped its own)
+            said = ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped)
+            echo(f"stop: {said}")
+
+
+def stop_previous_demo(workdir: Path) -> list[dict]:
+    """Stop every lane the demo fleet in `workdir` still runs, before that workdir is rebuilt or
+    removed: its records are the only way to find those servers (PID + start time), so deleting
+    them first would leave servers holding their ports that nothing recorded can stop.
+
+    Returns the stop results of the ranks that were running; raises (nothing removed) when one of
+    them did not stop."""
+    root = workdir / "fleet"
+    if not (root / "hosts" / "fleet.toml").is_file():
+        return []
+    inv = inventory.load(root)
+    stopped = []
+    for name in sorted(inv.lanes):
+        stopped += [{"lane": name, **r} for r in stop(inv, name, 10) if r.get("was_running", True)]
+    left = [r for r in stopped if not r["stopped"]]
+    if left:
+        where = ", ".join(f"{r['lane']} rank {r.get('rank', '?')} on {r['host']}: {r['detail']}"
+                          for r in left)  # fmt: skip
+        raise SparkfleetError(
+            f"the previous demo in {workdir} still runs ({where}); its records are kept",
+            hint=f"sparkfleet --root {root} stop {left[0]['lane']}",
+        )
+    return stopped

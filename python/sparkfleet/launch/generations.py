@@ -93,6 +93,7 @@ def problem(gen: Any, lane: str, stem: str) -> str | None:
     none = type(None)
     for key, kinds in (("good", (bool,)), ("image", (dict, none)), ("boot", (dict,)), ("drift", (list,)),
                        ("promotion", (dict, none)), ("rolled_back_from", (str, none)), ("hosts", (list,)),
+                       ("rolled_back_to", (str, none)),
                        ("pins", (dict,))):  # fmt: skip
         if key in gen and not isinstance(gen[key], kinds):
             return f"{key} is {_what(gen[key])}"
@@ -207,7 +208,8 @@ def boot_record(
     warm = bool(caches) and all(c.get("warm") for c in caches.values())
     boot: dict[str, Any] = {
         "cache_key": cache_key,
-        "cache": "warm" if warm else "cold",
+        # no boot cache reported (a --no-wait boot still reports one): neither warm nor cold
+        "cache": ("warm" if warm else "cold") if caches else "none",
         "per_host": caches,
         "time_to_ready_s": ready_s,
         "weight_load_s": weight_s,
@@ -279,7 +281,9 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
         "canary": to_jsonable(pre.canary) if pre and pre.canary else None,
         "memory": pre.memory if pre else {},
         "boot": _boot(plan, report, history),
-        "rolled_back_from": None,
+        "rolled_back_to": None,  # a rollback's relaunch: the good generation it brought back
+        "rolled_back_from": None,  # ... and the generation that was current when it did
+        "stopped_at": None,  # `stop` ended it (status keeps how the launch went)
     }
     if gen["canary"]:
         for r in gen["canary"].get("ranks", []):
@@ -387,6 +391,7 @@ def rollback(
             f"lane {lane} has no good generation to roll back to",
             hint=f"promote a generation first: sparkfleet promote {lane}",
         )
+    before = load_all(root, lane)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-rollback-") as tmp:
         inv = rollback_inventory(good, Path(tmp))
         plan(inv)
@@ -396,7 +401,8 @@ def rollback(
         with locked(root, lane):
             fresh = next((g for g in load_all(root, lane) if g["id"] == report.generation["id"]), None)
             gen = fresh or report.generation
-            gen["rolled_back_from"] = good["id"]
+            gen["rolled_back_to"] = good["id"]
+            gen["rolled_back_from"] = before[-1]["id"] if before else None
             if (
                 report.ready is not None
                 and report.ready.ok
@@ -409,6 +415,29 @@ def rollback(
     return good, report
 
 
+def mark_stopped(root: Path, lane: str, at: float | None = None) -> dict | None:
+    """`stop` ended the lane: its newest generation that was not stopped yet says so (history then
+    reads `stopped`, not the `ready` it reached). A read-only fleet root (nix run) is left alone."""
+    try:
+        with locked(root, lane):
+            gens = load_all(root, lane)
+            if not gens or gens[-1].get("stopped_at"):
+                return None
+            gen = gens[-1]
+            gen["stopped_at"] = time.time() if at is None else at
+            save(root, gen)
+    except (OSError, SparkfleetError):  # a read-only root, or a lock that is not ours: leave it
+        return None
+    return gen
+
+
+def shown_status(g: dict) -> str:
+    """How a generation reads in history: stopped once `stop` ended it, else how its launch went."""
+    if g.get("stopped_at"):
+        return f"stopped (was {g['status']})" if g["status"] != "ready" else "stopped"
+    return g["status"]
+
+
 def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
     """Generations newest first, each with the reports made while it was the newest generation."""
     gens = load_all(root, lane)  # a file that is not a valid generation is skipped (scan names it)
@@ -417,10 +446,11 @@ def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
         end = gens[i + 1]["created_at"] if i + 1 < len(gens) else float("inf")
         mine = [r for r in reports if g["created_at"] <= r[0] < end]
         out.append({
-            "id": g["id"], "status": g["status"], "good": g.get("good", False),
+            "id": g["id"], "status": shown_status(g), "good": g.get("good", False),
             "image": (g.get("image") or {}).get("ref"), "recipe_sha256": g["recipe_sha256"][:12],
             "boot": {k: g.get("boot", {}).get(k) for k in ("cache", "time_to_ready_s", "regression")},
             "drift": g.get("drift", []), "rolled_back_from": g.get("rolled_back_from"),
+            "rolled_back_to": g.get("rolled_back_to"),
             "promotion": {k: v for k, v in (g.get("promotion") or {}).items() if k != "smoke"},
             "reports": [r[1] for r in mine],
         })  # fmt: skip

@@ -401,7 +401,12 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
         except HostUnreachable as exc:
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
-    return [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
+    results = [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
+    if any(r.get("was_running") for r in results) and all(r["stopped"] for r in results):
+        from .generations import mark_stopped
+
+        mark_stopped(inv.root, lane_name)  # history: this generation was stopped, not still "ready"
+    return results
 
 
 def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
@@ -547,9 +552,12 @@ def _launch(
 ) -> LaunchReport:
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
-    running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
+    running = [r for r in status(inv, lane_name)["ranks"] if r["running"] or r.get("orphan_pid")]
     if running:  # refuse before starting anything: a half-started relaunch would stop the live ranks
-        where = ", ".join(f"rank {r['rank']} on {r['host']}" for r in running)
+        where = ", ".join(
+            f"rank {r['rank']} on {r['host']}" + (f": {r['detail']}" if r.get("orphan_pid") else "")
+            for r in running
+        )
         raise SparkfleetError(
             f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
         )
@@ -652,6 +660,7 @@ def status(inv: Inventory, lane_name: str) -> dict:
         for r in ans["ranks"]:
             ranks.append({"host": name, "rank": r["record"]["rank"], "name": r["record"]["name"],
                           "running": r["running"], "returncode": r["returncode"], "detail": r["detail"],
+                          "orphan_pid": r.get("orphan_pid"),
                           "pid": r["record"].get("pid"), "container_id": r["record"].get("container_id"),
                           "started_at": r["record"]["started_at"]})  # fmt: skip
     head = recipe.world.head

@@ -18,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..hubcache import repo_folder
+from ..errors import SparkfleetError
+from ..hubcache import HubRoot, is_commit, repo_folder
 
 LOCAL = "local"
 NAS = "nas"
@@ -99,8 +100,21 @@ def snapshot_rel(repo: str, commit: str) -> str:
 
 def candidate_sources(repo: str, revision: str, local_hub: Path, nas_hub: Path) -> tuple[str, str]:
     """The two places a model's snapshot can bind from on a host: its local hub, else the NAS."""
-    rel = snapshot_rel(repo, revision)
-    return str(Path(local_hub) / rel), str(Path(nas_hub) / rel)
+    return snapshot_path(repo, revision, Path(local_hub)), snapshot_path(repo, revision, Path(nas_hub))
+
+
+def snapshot_path(repo: str, revision: str, hub: Path) -> str:
+    """The snapshot directory `revision` names in `hub`. A commit is its own name; a ref (`main`) is
+    resolved through the hub's refs/ where this machine can read that hub, else said to be
+    unresolved: `snapshots/main` is never a directory, so it is never printed as one."""
+    if is_commit(revision):
+        return str(hub / snapshot_rel(repo, revision))
+    try:
+        commit = HubRoot(hub).resolve_revision(repo, revision)
+    except (SparkfleetError, OSError):
+        unresolved = f"<unresolved ref {revision}: refs/{revision} there names it>"
+        return f"{hub / repo_folder(repo)}/snapshots/{unresolved}"
+    return str(hub / snapshot_rel(repo, commit))
 
 
 def _directory(path: str) -> str:

@@ -235,15 +235,24 @@ def preflight(
     fps = fingerprints(inv, plan, call_agent)
     report.fingerprints = {h: fp.to_dict() for h, fp in fps.items()}
     report.drift = check_drift(inv, fps, allow_drift)
-    on_event(
-        "host stack: " + ("matches the declared stack" if not report.drift else "DRIFT allowed: "
-                          + "; ".join(report.drift))
-    )  # fmt: skip
+    on_event("host stack: " + stack_verdict([inv.host(h) for h in fps], report.drift))
     if canary and plan.recipe.canary.enabled and len(plan.specs) > 1:  # one rank: no fabric to test
         report.canary = run_canary(inv, plan, call_agent)
         bw = f", bus bandwidth {report.canary.busbw_gbps:.2f} Gbit/s" if report.canary.busbw_gbps else ""
         on_event(f"fabric canary ok ({report.canary.backend}, {len(report.canary.ranks)} ranks{bw})")
     return report
+
+
+def stack_verdict(hosts: list, drifts: list[str]) -> str:
+    """What the drift gate can truly say: `matches` only for hosts that declare a stack."""
+    if drifts:
+        return "DRIFT allowed: " + "; ".join(drifts)
+    declared = [h.name for h in hosts if h.stack]
+    undeclared = [h.name for h in hosts if not h.stack]
+    if not declared:
+        return "no stack declared (nothing to compare; [stack] in hosts/fleet.toml)"
+    said = f"{', '.join(declared)} match the declared stack"
+    return said + (f"; no stack declared for {', '.join(undeclared)}" if undeclared else "")
 
 
 def as_dict(report: PreflightReport) -> dict:

@@ -7,6 +7,7 @@ Container env goes through an --env-file (0600), never argv, so values never sho
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -38,6 +39,12 @@ class RankState:
     running: bool
     returncode: int | None = None
     detail: str = ""
+    orphan_pid: int | None = None  # the server still runs though its supervisor died (ours to stop)
+
+    @property
+    def alive(self) -> bool:
+        """Something of the rank still runs here: its supervisor, or the server it left behind."""
+        return self.running or self.orphan_pid is not None
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,11 @@ def _started(spec: LaunchSpec, runtime: str, log: Path, **how: object) -> Launch
     )
 
 
+def child_path(exit_path: str) -> Path:
+    """Where the supervisor leaves its serve command's identity (PID, start time, boot id)."""
+    return Path(exit_path).with_suffix(".child")
+
+
 def _rotate(log: Path) -> None:
     if log.exists():
         os.replace(log, log.with_name(log.name + ".1"))
@@ -118,10 +130,12 @@ class ProcessRuntime:
         Path(spec.cache_dir).mkdir(parents=True, exist_ok=True)
         _rotate(log)
         exit_file.unlink(missing_ok=True)
+        child_path(str(exit_file)).unlink(missing_ok=True)
         env = {**os.environ, **spec.env}
         supervise = [
             sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file),
-            "--log", str(log), "--max-log-bytes", str(MAX_LOG_BYTES), "--",
+            "--log", str(log), "--max-log-bytes", str(MAX_LOG_BYTES),
+            "--child-file", str(child_path(str(exit_file))), "--",
         ]  # fmt: skip
         with open(log, "ab") as out:
             proc = subprocess.Popen(
@@ -145,9 +159,33 @@ class ProcessRuntime:
             exit_path=str(exit_file),
         )
 
+    def orphan(self, rec: LaunchRecord) -> int | None:
+        """The rank's server PID when its supervisor is gone but the server runs on (`kill -9` of
+        the supervisor): the very process the supervisor started (PID + start time + boot id from
+        its child file), still in the rank's process group, which is then ours to end."""
+        if rec.exit_path is None or records.is_ours(rec):
+            return None
+        try:
+            ident = json.loads(child_path(rec.exit_path).read_text())
+            child = dataclasses.replace(
+                rec, pid=int(ident["pid"]), start_ticks=ident["start_ticks"], boot_id=ident["boot_id"]
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not records.is_ours(child):
+            return None
+        try:
+            return child.pid if os.getpgid(child.pid or 0) == (rec.pgid or rec.pid) else None
+        except ProcessLookupError:
+            return None
+
     def state(self, rec: LaunchRecord) -> RankState:
         if records.is_ours(rec):
             return RankState(True)
+        orphan = self.orphan(rec)
+        if orphan is not None:
+            why = f"supervisor dead, server alive (pid {orphan}); `sparkfleet stop` ends it"
+            return RankState(False, None, why, orphan)
         try:
             info = json.loads(Path(rec.exit_path or "").read_text())
             return RankState(False, int(info["returncode"]), "exited")
@@ -155,15 +193,24 @@ class ProcessRuntime:
             return RankState(False, None, "gone (no exit status recorded)")
 
     def stop(self, rec: LaunchRecord, timeout: float) -> StopResult:
-        if not records.is_ours(rec):
-            return StopResult(rec.rank, rec.name, False, True, "not running")
+        """End the rank's whole process group: the supervisor and everything it started, or (its
+        supervisor killed) the server left behind, found by its recorded identity."""
         pgid = rec.pgid or rec.pid
-        assert rec.pid is not None
+        leader = rec.pid if records.is_ours(rec) else self.orphan(rec)
+        if leader is None or pgid is None:
+            return StopResult(rec.rank, rec.name, False, True, "not running")
         try:
-            if os.getpgid(rec.pid) != pgid:
-                return StopResult(rec.rank, rec.name, True, False, f"pid {rec.pid} left process group {pgid}")
+            if os.getpgid(leader) != pgid:
+                return StopResult(rec.rank, rec.name, True, False, f"pid {leader} left process group {pgid}")
         except ProcessLookupError:
             return StopResult(rec.rank, rec.name, False, True, "not running")
+        res = self._end_group(rec, pgid, timeout)
+        if leader != rec.pid:
+            why = f"{res.detail}: server pid {leader}, its supervisor had died"
+            return dataclasses.replace(res, detail=why)
+        return res
+
+    def _end_group(self, rec: LaunchRecord, pgid: int, timeout: float) -> StopResult:
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(pgid, sig)

@@ -5,10 +5,15 @@ tell later whether it died, or with which code. This tiny parent (the session le
 and start time the launch record keeps) waits for the serve command, forwards SIGTERM/SIGINT to
 it, and leaves `{"returncode": N}` at --exit-file (temp + fsync + os.replace).
 
-    python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N] -- ARGV...
+    python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N]
+        [--child-file PATH] -- ARGV...
 
 With --log, the command's output goes through this parent into PATH, which is rotated to PATH.1
 whenever it passes N bytes: a rank printing 543 MiB of warnings cannot fill the node's disk.
+
+With --child-file, the serve command's PID, start time and boot id are left there as soon as it
+starts: if this parent is killed (`kill -9`), the server still runs in the rank's process group,
+and `stop` finds it by that identity (never by name) and ends the whole group.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import time
 from pathlib import Path
 
 from ..atomic import write_bytes
+from . import records
 
 DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
 USAGE = (
-    "usage: python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N] -- ARGV..."
+    "usage: python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N]"
+    " [--child-file PATH] -- ARGV..."
 )
 
 
@@ -38,7 +45,7 @@ def _parse(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
     if len(opts) % 2 or not command:
         return None
     named = dict(zip(opts[::2], opts[1::2], strict=True))
-    if "--exit-file" not in named or set(named) - {"--exit-file", "--log", "--max-log-bytes"}:
+    if "--exit-file" not in named or set(named) - {"--exit-file", "--log", "--max-log-bytes", "--child-file"}:
         return None
     return named, command
 
@@ -91,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             exit_file, json.dumps({"returncode": 127, "error": str(exc), "ended_at": time.time()}).encode()
         )
         return 127
+
+    if "--child-file" in named:
+        ident = {"pid": child.pid, "start_ticks": records.start_ticks(child.pid)}
+        ident["boot_id"] = records.boot_id()
+        write_bytes(Path(named["--child-file"]), json.dumps(ident).encode())
 
     def forward(signum, _frame):
         if child.poll() is None:

@@ -81,7 +81,7 @@ def check_once(state_dir: Path, lane: str, floor: int, meminfo: str, stop_timeou
 
 
 def running(state_dir: Path, lane: str) -> bool:
-    return any(runtime_for(r.runtime).state(r).running for r in records.load_all(state_dir, lane))
+    return any(runtime_for(r.runtime).state(r).alive for r in records.load_all(state_dir, lane))
 
 
 def spawn(state_dir: Path, lane: str, floor: int, interval: float, stop_timeout: float) -> dict:

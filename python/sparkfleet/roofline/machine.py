@@ -24,12 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import atomic
+from .. import atomic, units
 from ..inventory import Host, HostKind, Inventory
 
 MEASUREMENTS_FILE = "measurements.json"
 
-# Figures a bound reads, and what each means (README "How far from the physical limit").
+# Figures a bound reads, and what each means (docs/roofline.md).
 FIGURES = {
     "memory_bandwidth": "unified-memory bandwidth the GPU streams weights and KV at (B/s)",
     "peak_fp8": "dense FP8 tensor-core peak (FLOP/s)",
@@ -60,6 +60,23 @@ POSSIBLE = {
 }
 # A measured figure this far from the kind's declared one is not used without --trust-measured.
 PLAUSIBLE_LOW, PLAUSIBLE_HIGH = 0.25, 1.5
+
+
+LINKS = ("fabric_link", "nas_link")  # rated in bits: printed as Gb/s
+
+
+def figure_text(name: str, value: float | None) -> str:
+    """A figure as a person reads it, through the one unit formatter (sparkfleet/units.py): links in
+    Gb/s, other byte rates in GB/s, compute in TFLOP/s, the fabric latency in µs."""
+    if value is None:
+        return "unknown"
+    if name in LINKS:
+        return units.link_rate(value)
+    if name.startswith("peak_"):
+        return units.flop_rate(value)
+    if name == "fabric_latency":
+        return f"{value * 1e6:.1f} µs"
+    return units.byte_rate(value)
 
 
 @dataclass(frozen=True)

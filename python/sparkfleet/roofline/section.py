@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from .. import units
 from .bound import LaneShape, assess_decode, assess_prefill
 from .lane import cost_from_doc
 from .machine import MachineFigures, primitives_doc
@@ -110,10 +111,7 @@ def _ms(value: float | None) -> str:
 
 
 def _rate(value: float | None, unit: str) -> str:
-    if value is None:
-        return "—"
-    scale = {"B/s": (1e9, "GB/s"), "FLOP/s": (1e12, "TFLOP/s")}[unit]
-    return f"{value / scale[0]:.1f} {scale[1]}"
+    return units.BY_UNIT[unit](value)  # the one unit formatter (sparkfleet/units.py)
 
 
 def markdown_lines(section: dict[str, Any]) -> list[str]:

@@ -504,12 +504,15 @@ def plan(requests: list[StageRequest]) -> list[StagePlan]:
 def space_check(requests: list[StageRequest], plans: list[StagePlan], reserve_bytes: int) -> dict:
     """The dry run's preflight: what the real run checks before byte one, answered instead of raised.
 
-    Needed = the bytes of every file the destination lacks (what a fresh stage copies); a real
-    run may also repair files that fail their check, which only reading them can tell.
+    Needed = the bytes of every file the destination lacks plus every local file known wrong
+    without reading it (another size than the source: repaired, through a temp copy). A real run
+    may also repair files whose content fails the check, which only reading them can tell:
+    `may_repair` is the most that could add.
     """
     dests = {Path(r.dest_hub) for r in requests}
-    needed = sum(p.copy_bytes for p in plans)
-    out: dict = {"needed": needed, "reserve": reserve_bytes, "ok": True, "error": None, "hint": None}
+    needed = sum(p.copy_bytes + p.repair_bytes for p in plans)
+    out: dict = {"needed": needed, "reserve": reserve_bytes, "ok": True, "error": None, "hint": None,
+                 "may_repair": sum(p.unread_check_bytes for p in plans)}  # fmt: skip
     for dest in dests:
         out["dest"] = str(dest)
         try:

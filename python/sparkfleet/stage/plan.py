@@ -73,6 +73,8 @@ class PlannedFile:
     action: str  # "copy" | "check" | "reuse"
     reuse_from: str | None = None  # hub-relative local file with the same content address
     ident: tuple[int, int, int] | None = field(default=None, compare=False)  # source (dev, ino, size)
+    # a "check" whose local copy has another size than the source: a repair known without reading
+    size_differs: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,16 @@ class StagePlan:
         return sum(f.size for f in self.files if f.action == "copy")
 
     @property
+    def repair_bytes(self) -> int:
+        """Bytes of local files known wrong before reading them (their size differs): re-copied."""
+        return sum(f.size for f in self.files if f.action == "check" and f.size_differs)
+
+    @property
+    def unread_check_bytes(self) -> int:
+        """Bytes of local files only reading can judge: a mismatch among them is re-copied too."""
+        return sum(f.size for f in self.files if f.action == "check" and not f.size_differs)
+
+    @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
@@ -149,6 +161,10 @@ class StagePlan:
             "bytes_to_copy": self.copy_bytes,
             "files_to_copy": sum(1 for f in self.files if f.action == "copy"),
             "files_to_check": sum(1 for f in self.files if f.action == "check"),
+            "files_to_repair": sum(1 for f in self.files if f.action == "check" and f.size_differs),
+            "bytes_to_repair": self.repair_bytes,
+            "bytes_to_check_unread": self.unread_check_bytes,
+            "repair_list": [f.rel for f in self.files if f.action == "check" and f.size_differs],
             "files_to_reuse": sum(1 for f in self.files if f.action == "reuse"),
             "excluded_entries": len(self.excluded),
             "excluded_bytes": self.excluded_bytes,
@@ -237,8 +253,10 @@ def plan_stage(scan: SourceScan, blob_index: dict[str, str] | None = None) -> St
         if final in files:
             continue
         local = dest / final
+        differs = False
         if local.is_file() and not local.is_symlink():
             action, reuse = "check", None
+            differs = local.stat().st_size != entry.size
         elif (
             address
             and address[0] == "sha256"
@@ -248,7 +266,7 @@ def plan_stage(scan: SourceScan, blob_index: dict[str, str] | None = None) -> St
             action, reuse = "reuse", blob_index[address[1]]
         else:
             action, reuse = "copy", None
-        files[final] = PlannedFile(final, entry.size, address, action, reuse, entry.chain.ident)
+        files[final] = PlannedFile(final, entry.size, address, action, reuse, entry.chain.ident, differs)
     return StagePlan(
         repo=request.repo,
         revision=request.revision,

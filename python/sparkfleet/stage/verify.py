@@ -91,7 +91,7 @@ def verify_plan(
         report.refs_ok = not plan.refs
         report.tree_listing_ok = plan.tree_listing is None
         return report
-    dest = HubRoot(dest_root)
+    dest = HubRoot(dest_root, side="local hub")
     verdicts: dict[str, Verdict] = {}
     snapshot = f"{scan.repo_dir}/snapshots/{plan.commit}"
 
@@ -125,7 +125,9 @@ def verify_plan(
         verdict = judge(chain.final)
         if not verdict.same:
             report.mismatches += 1
-            report.problems.append(f"mismatch: {chain.final}: {verdict.reason}")
+            # the file a reader opens, then the blob behind it: `model-00003-of-00005.safetensors`
+            # says which shard, the blob's hash alone says nothing to a person
+            report.problems.append(f"mismatch: {rel} (local hub blob {chain.final}): {verdict.reason}")
         elif chain.hops:
             report.links_ok += 1
         else:

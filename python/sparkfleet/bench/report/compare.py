@@ -90,8 +90,9 @@ class Comparison:
     deltas: list[MetricDelta]
     regressions: list[str]
     mismatches: list[Mismatch] = field(default_factory=list)
-    refused: bool = False  # blocking mismatches and not forced: no deltas were computed
+    refused: bool = False  # blocking mismatches or a failed run, and not forced: no deltas computed
     forced: bool = False
+    failed: list[str] = field(default_factory=list)  # "<name> failed: …" for each side that failed
 
     @property
     def ok(self) -> bool:
@@ -126,17 +127,24 @@ def compare(
     *,
     force: bool = False,
 ) -> Comparison:
-    """Deltas and regressions of `new` against `base`; refused when they measured different things
-    (a failed `new` is a regression all the same: refusing would hide it)."""
+    """Deltas and regressions of `new` against `base`. The same rule for every pair: refused (no
+    deltas) unless `force` when they measured different things or either run failed (a failed run's
+    figures are not like for like with a good one's). A failed `new` is a regression all the same,
+    refused or not: refusing must never hide it."""
     regressions = []
     b, n = key_metrics(base), key_metrics(new)
     ci_b, ci_n = key_intervals(base), key_intervals(new)
     both = {metric_family(k) for k, v in b.items() if v is not None and n.get(k) is not None}
     found = mismatches(base, new, {f for f in both if f})
+    failed = [
+        f"{name} {doc.get('status', 'failed')}: {'; '.join(doc.get('failures') or ['unknown'])}"
+        for name, doc in ((base_name, base), (new_name, new))
+        if doc.get("status") != "ok"
+    ]
     if new.get("status") != "ok":
-        regressions.append(f"{new_name} failed: {'; '.join(new.get('failures') or ['unknown'])}")
-    elif any(m.blocking for m in found) and not force:
-        return Comparison(base_name, new_name, [], [], found, refused=True)
+        regressions.append(failed[-1])
+    if (failed or any(m.blocking for m in found)) and not force:
+        return Comparison(base_name, new_name, [], regressions, found, refused=True, failed=failed)
     deltas = []
     for name in b:
         rule = _rule(name, thresholds)
@@ -172,7 +180,7 @@ def compare(
         deltas.append(MetricDelta(name, old, cur, change, limit, bad, differs, noise))
         if bad:
             what = f"{cur - old:+.1f} points" if direction == "drop_points" else f"{change:+.1f}%"
-            marked = f"; forced, {', '.join(differs)} differ" if differs else ""
+            marked = f"; {'forced, ' if force else ''}{', '.join(differs)} differ" if differs else ""
             marked += "; within the 95 % CIs of both runs: may be noise" if noise else ""
             regressions.append(f"{name}: {old:.4g} → {cur:.4g} ({what}, limit {limit}{marked})")
-    return Comparison(base_name, new_name, deltas, regressions, found, forced=force)
+    return Comparison(base_name, new_name, deltas, regressions, found, forced=force, failed=failed)

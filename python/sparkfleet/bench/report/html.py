@@ -138,17 +138,27 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
                 f'fill="{COLORS["failed"]}"><title>failed: {_e(p.name)}</title>✕</text>'
             )
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
+    for i in range(1, len(points)):
+        changed = settings_change(points[i - 1], points[i])
+        if changed:  # a new series starts here: the line is not drawn across it
+            bx = (x(i - 1) + x(i)) / 2
+            out.append(
+                f'<line class="settings-break" x1="{bx:.1f}" x2="{bx:.1f}" y1="{TOP}" y2="{TOP + plot_h}" '
+                f'stroke="{COLORS["baseline"]}" stroke-width="1" stroke-dasharray="2 3">'
+                f"<title>settings changed: {_e(', '.join(changed))}</title></line>"
+            )
     for s in drawn:
         color = COLORS[s.key]
         out.append(f'<g class="series" data-series="{s.key}">')
-        # one line through every run that has the figure: a failed run (its ✕ on the axis) or an
-        # older report without it is stepped over, not drawn as a zero
-        line = [f"{x(i):.1f},{y(v.value):.1f}" for i, v in enumerate(s.values) if v is not None]
+        # one line through the runs that have the figure, broken where the settings change (a
+        # 128-token probe and a 200-token one are two series): a failed run (its ✕ on the axis)
+        # or an older report without the figure is stepped over, not drawn as a zero
         dash = ' stroke-dasharray="7 4"' if s.dashed else ""
-        if len(line) > 1:
-            out.append(
-                f'<polyline points="{" ".join(line)}" fill="none" stroke="{color}" stroke-width="3"{dash}/>'
-            )
+        for segment in _segments(s.values, points):
+            line = [f"{x(i):.1f},{y(s.values[i].value):.1f}" for i in segment]  # type: ignore[union-attr]
+            if len(line) > 1:
+                attrs = f'fill="none" stroke="{color}" stroke-width="3"{dash}'
+                out.append(f'<polyline points="{" ".join(line)}" {attrs}/>')
         for i, v in enumerate(s.values):
             if v is None:
                 continue
@@ -177,6 +187,28 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def settings_change(prev: HistoryPoint, cur: HistoryPoint) -> list[str]:
+    """The settings keys two consecutive runs differ in (none when either recorded none)."""
+    if not prev.settings or not cur.settings:
+        return []
+    keys = sorted(set(prev.settings) | set(cur.settings))
+    return [k for k in keys if prev.settings.get(k) != cur.settings.get(k)]
+
+
+def _segments(values: Sequence[Figure | None], points: Sequence[HistoryPoint]) -> list[list[int]]:
+    """Indices of the runs with a value, split where a run's settings differ from the one before."""
+    out: list[list[int]] = []
+    last: int | None = None
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if last is None or any(settings_change(points[j - 1], points[j]) for j in range(last + 1, i + 1)):
+            out.append([])
+        out[-1].append(i)
+        last = i
+    return out
 
 
 def _legend(chart: Chart) -> str:

@@ -160,7 +160,7 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             "",
             "## pp/tg (llama-bench style)",
             "",
-            "ppN @ dD: N new prompt tokens prefilled with D tokens of context already cached (README: "
+            "ppN @ dD: N new prompt tokens prefilled with D tokens of context already cached (docs/bench.md: "
             "Benchmarks that tell the truth). "
             f"Client round trip (one-token request): {_fmt(doc.get('client_rtt_s'), 1, 1000)} ms; "
             f"cold prefill ceiling: {_fmt(doc.get('cold_prefill_tps'))} tok/s.",

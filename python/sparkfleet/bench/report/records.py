@@ -4,7 +4,9 @@ A report's name is claimed, never overwritten: the JSON record is written to a t
 and hard-linked to its final name (link(2) fails if the name exists, so two runs in the same second
 — or two processes at once — each get their own name: the second becomes `…_HHMMSS-2_<tag>`). The
 Markdown and PNG views follow under the claimed name. Where a run's report goes (`destination`):
-a lane's tracked reports/ only for a successful lane run or when asked; otherwise a work folder.
+a lane's tracked reports/ for a successful lane run (or when asked); a failed or interrupted lane
+run to the lane's git-ignored reports/failed/, so the lane's history keeps it without committing
+it; a --url run to a work folder.
 
 The JSON is the record (everything measured, the pins in force, the recipe hash, the hosts); the
 Markdown and the PNG are views of it. `list` and `compare` read the JSON documents back as plain
@@ -32,6 +34,7 @@ from .plots import render_png
 
 _STEM = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{6})(?:-(\d+))?_(.+)$")
 SCRATCH_DIR = Path("sparkfleet-reports")  # relative to the cwd: untracked work folder
+FAILED_DIR = "failed"  # recipes/<lane>/reports/failed/: failed and interrupted runs (git-ignored)
 
 
 @dataclass(frozen=True)
@@ -67,14 +70,13 @@ def destination(
     lane_reports: Path | None, ok: bool, *, out: Path | None = None, save_to_lane: bool = False
 ) -> Path:
     """Where a run's report goes: `out` if given; a lane's tracked reports/ for a successful lane run
-    (or any lane run with `save_to_lane`); else the untracked work folder (./sparkfleet-reports,
-    per lane). A --url run has no lane (lane_reports None) and never lands in one unless `out` says so."""
+    (or any lane run with `save_to_lane`); a failed or interrupted lane run to reports/failed/
+    (git-ignored, still in the lane's history: `report list`, `report html`). A --url run has no
+    lane (lane_reports None) and goes to the untracked work folder unless `out` says otherwise."""
     if out is not None:
         return out
-    if lane_reports is not None and (ok or save_to_lane):
-        return lane_reports
-    if lane_reports is not None:  # recipes/<lane>/reports → ./sparkfleet-reports/<lane>
-        return SCRATCH_DIR / lane_reports.parent.name
+    if lane_reports is not None:
+        return lane_reports if ok or save_to_lane else lane_reports / FAILED_DIR
     return SCRATCH_DIR
 
 
@@ -150,9 +152,10 @@ def load_document(path: Path) -> dict[str, Any]:
 
 
 def list_reports(reports_dir: Path) -> list[ReportSummary]:
-    """The reports in a folder, oldest first (by the time in their names, then the order claimed)."""
+    """The reports in a folder and its failed/ (failed and interrupted runs), oldest first (by the
+    time in their names, then the order claimed)."""
     found = []
-    for path in reports_dir.glob("*.json") if reports_dir.is_dir() else []:
+    for path in _report_files(reports_dir, "*.json"):
         match = _STEM.match(path.stem)
         if match:
             found.append(((match.group(1), int(match.group(2) or 1), path.stem), path, match.group(3)))
@@ -177,6 +180,36 @@ def list_reports(reports_dir: Path) -> list[ReportSummary]:
     return out
 
 
+def _report_files(reports_dir: Path, pattern: str) -> list[Path]:
+    """Files matching `pattern` in a reports folder and in its failed/."""
+    return [p for d in (reports_dir, reports_dir / FAILED_DIR) if d.is_dir() for p in d.glob(pattern)]
+
+
+def resolve_across(ref: str, lanes: dict[str, Path]) -> Path:
+    """A report by path, or by name in whichever lane's reports hold it (`lanes`: lane → reports
+    folder); a name no lane holds, or more than one does, says to add --lane."""
+    as_path = Path(ref)
+    if as_path.suffix == ".json" and as_path.is_file():
+        return as_path
+    found: dict[str, Path] = {}
+    for lane, folder in sorted(lanes.items()):
+        try:
+            found[lane] = resolve(ref, folder)
+        except SparkfleetError:
+            continue
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if found:
+        raise SparkfleetError(
+            f"{ref!r} names a report in more than one lane: {', '.join(found)}",
+            hint=f"add --lane ({' or '.join(f'--lane {lane}' for lane in found)})",
+        )
+    raise SparkfleetError(
+        f"no report {ref!r} in any lane's reports" + (f" ({', '.join(sorted(lanes))})" if lanes else ""),
+        hint="add --lane LANE (names from `sparkfleet report list LANE`), or give a path to the .json",
+    )
+
+
 def resolve(ref: str, reports_dir: Path | None) -> Path:
     """A report by path, by name (stem) in `reports_dir`, or `latest`."""
     as_path = Path(ref)
@@ -188,10 +221,11 @@ def resolve(ref: str, reports_dir: Path | None) -> Path:
             if not reports:
                 raise SparkfleetError(f"no reports in {reports_dir}", hint="run `sparkfleet bench` first")
             return reports[-1].path
-        candidate = reports_dir / f"{ref.removesuffix('.json')}.json"
-        if candidate.is_file():
-            return candidate
-        matches = sorted(reports_dir.glob(f"*{ref}*.json"))
+        for folder in (reports_dir, reports_dir / FAILED_DIR):
+            candidate = folder / f"{ref.removesuffix('.json')}.json"
+            if candidate.is_file():
+                return candidate
+        matches = sorted(_report_files(reports_dir, f"*{ref}*.json"))
         if len(matches) == 1:
             return matches[0]
         if matches:

@@ -1,0 +1,48 @@
+"""The user documentation: docs/recipes.md is generated from the JSON Schemas and cannot drift; no
+issue numbers in what a user reads; the README stays a ten-minute read that links the rest."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sparkfleet import schemadoc
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_recipes_reference_is_the_schemas_rendered():
+    committed = (ROOT / schemadoc.DOC).read_text()
+    assert committed == schemadoc.render(), "regenerate: python -m sparkfleet.schemadoc --write"
+
+
+def test_every_schema_key_is_in_the_reference():
+    page = schemadoc.render()
+    for name, _, _ in schemadoc.SCHEMAS:
+        schema = schemadoc.load_schema(name)
+        for section, node in schema["properties"].items():
+            assert f"### `{section}`" in page
+            for key in node.get("properties", {}):
+                assert f"`{section}.{key}`" in page, (name, section, key)
+    for key in ("launch.ready_signatures", "launch.receipt_roots", "launch.cache_mount"):
+        row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{key}`"))
+        assert row.rstrip(" |").split(" | ")[-1], f"{key} has no meaning in the reference"
+
+
+def test_no_issue_numbers_in_user_facing_docs():
+    for path in USER_DOCS:
+        found = re.findall(r"\bissues? \d+\b|\(issue \d+", path.read_text(), flags=re.IGNORECASE)
+        assert found == [], (path.name, found)
+
+
+def test_readme_is_short_and_points_onward():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    headings = ("## Set-up: two commands", "## A night, in commands", "## The lanes", "## Where to look next")
+    for heading in headings:
+        assert heading in text
+    assert ". .venv/bin/activate" in text  # sparkfleet on PATH after `make demo`
+    for doc in ("docs/cli.md", "docs/recipes.md", "docs/staging.md", "docs/bench.md", "docs/roofline.md",
+                "docs/nix.md", "docs/fleet-ops.md", "docs/lanes.md", "SECURITY.md"):  # fmt: skip
+        assert f"]({doc})" in text, doc
