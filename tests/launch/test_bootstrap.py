@@ -321,7 +321,8 @@ def test_a_failed_daemon_restart_is_not_reported_done_on_the_rerun(dgx_os_host):
     assert "has not read the trusted-users" in after["nix-daemon trusts user"]["detail"]
     # the restart again (the first run stopped at it, before the sudoers drop-in), no conf edit
     assert [c["step"] for c in plan["changes"]] == ["nix-daemon", "sudo-path"]
-    doctor = {c["name"]: c for c in json.loads(_cli(env, "doctor", "dgxos", "--json").output)["checks"]}
+    deploy = _cli(env, "doctor", "dgxos", "--deploy", "--json")  # a deploy prerequisite
+    doctor = {c["name"]: c for c in json.loads(deploy.output)["checks"]}
     assert doctor["nix-daemon trusts user"]["ok"] is False
     assert "sparkfleet bootstrap dgxos" in doctor["nix-daemon trusts user"]["hint"]
 
