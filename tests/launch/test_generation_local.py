@@ -21,7 +21,7 @@ def test_no_wait_launch_records_a_started_generation(tmp_path):
         write_fleet(tmp_path / "fleet", {"spark": host}, {"demo": demo_recipe(["spark"], free_port())})
     )
     try:
-        report = lanes.launch(inv, "demo", wait=False, canary=False)
+        report = lanes.launch(inv, "demo", wait=False, canary=False, allow_nas_weights=True)
         gen = report.generation
         assert report.ready is None and gen["status"] == "started" and gen["boot"]["cache"] == "cold"
         assert gen["boot"]["per_host"]["spark"]["dir"].startswith(

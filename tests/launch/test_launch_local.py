@@ -95,7 +95,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
     (cache / "ds41-backend-attestation" / "root").mkdir(parents=True)
     (cache / "ds41-backend-attestation" / "root" / "worker.json").write_text("{}")
 
-    report = lanes.launch(inv, "demo")
+    report = lanes.launch(inv, "demo", allow_nas_weights=True)
     assert report.ready is not None and report.ready.ok, report.ready
     assert report.ready.weight_load_s == 0.42
     assert list(report.ready.stages) == [
@@ -130,7 +130,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
     assert any("RoCEnante ready" in line for line in seen)
 
     with pytest.raises(SparkfleetError, match="already running"):
-        lanes.launch(inv, "demo")
+        lanes.launch(inv, "demo", allow_nas_weights=True)
 
     res = lanes.stop(inv, "demo", 5)
     assert [r["stopped"] for r in res] == [True]
@@ -142,7 +142,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
 
 def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
     inv, _, _ = local_fleet
-    report = lanes.launch(inv, "dies")
+    report = lanes.launch(inv, "dies", allow_nas_weights=True)
     assert not report.ready.ok
     assert "rank 0 exited with code 1" in report.ready.reason
     assert "last boot stage" in report.ready.reason
@@ -153,7 +153,7 @@ def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
 def test_missing_ready_line_times_out_naming_the_stage(local_fleet):
     inv, _, _ = local_fleet
     t0 = time.monotonic()
-    report = lanes.launch(inv, "silent")
+    report = lanes.launch(inv, "silent", allow_nas_weights=True)
     assert time.monotonic() - t0 < 20
     r = report.ready
     assert not r.ok and r.reason.startswith("timeout after 3 s: last boot stage 'RoCEnante ready: world=1'")

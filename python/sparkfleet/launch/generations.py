@@ -149,6 +149,7 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
         "canary": to_jsonable(pre.canary) if pre and pre.canary else None,
         "memory": pre.memory if pre else {},
         "boot": _boot(plan, report, history),
+        "nas_weights": report.nas_weights,  # non-optional weights served from the NAS (allowed)
         "rolled_back_from": None,
     }
     if gen["canary"]:
