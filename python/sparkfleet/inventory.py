@@ -365,10 +365,10 @@ def _pin(name: str, doc: dict[str, Any]) -> Pin:
         return Pin(name, kind, doc["rev"], doc["repo"], note=doc.get("note"), nix_hash=doc.get("nix_hash"))
     if kind == "url":
         return Pin(name, kind, doc["sha256"], doc["url"], note=doc.get("note"), commit=doc.get("commit"))
-    return Pin(
+    return Pin(  # a tag alone (no digest published yet) is unresolved: `sparkfleet pins resolve` asks
         name,
         kind,
-        doc["digest"],
+        doc.get("digest", ""),
         doc["image"],
         tag=doc.get("tag"),
         note=doc.get("note"),

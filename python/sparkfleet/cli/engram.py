@@ -60,6 +60,12 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, as_json) -> None:
                 f"{human_bytes(f['size'])} ({' + '.join(f['tensors'])})"
             )
         click.echo(f"total {human_bytes(summary['total_bytes'])}")
+        click.echo(
+            f"every rank of {summary['world']} (rows [N*r/{summary['world']}, N*(r+1)/{summary['world']})):"
+        )
+        for r in summary["ranks"]:
+            ranges = ", ".join(f"layer {t['layer']} [{t['lo']}, {t['hi']})" for t in r["tables"])
+            click.echo(f"  rank {r['rank']} {r['host'] or '?'}: {ranges}: {r['bytes'] / GIB:.2f} GiB")
         return
     reserve = int(reserve_gib * GIB) if reserve_gib is not None else None
     bar = RichStageProgress() if wants_bar(as_json) else None
