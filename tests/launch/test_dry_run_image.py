@@ -52,3 +52,19 @@ def test_host_span():
     assert host_span(["dgx1", "dgx2", "dgx3", "dgx4"]) == "dgx1..dgx4"
     assert host_span(["dgx1", "dgx3", "dgx4"]) == "dgx1, dgx3, dgx4"
     assert host_span(["a", "b"]) == "a, b"
+
+
+def test_the_fleet_has_fabric_addresses_so_the_dry_run_knows_the_rendezvous(tmp_path, monkeypatch):
+    """hosts/fleet.toml gives dgx1..dgx4 their RoCE addresses (issue 19): no "unknown DIST_INIT_ADDR"."""
+    import ipaddress
+
+    from sparkfleet import inventory
+
+    inv = inventory.load(ROOT)
+    subnet = ipaddress.ip_network("10.100.32.0/24")
+    ips = {h: inv.host(h).fabric_ip for h in ("dgx1", "dgx2", "dgx3", "dgx4")}
+    assert all(ip and ipaddress.ip_address(ip) in subnet for ip in ips.values()), ips
+    assert len(set(ips.values())) == 4
+    res = _dry(tmp_path, monkeypatch)
+    assert "unknown DIST_INIT_ADDR" not in res.stdout
+    assert "DIST_INIT_ADDR=10.100.32.1:20000" in res.stdout and "SGLANG_HOST_IP=10.100.32.4" in res.stdout
