@@ -666,6 +666,8 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
     def ask(name: str) -> dict:
         try:
             return call_agent(connect(inv.host(name)), "status", _state_request(inv, lane_name, name))
+        except HostUnreachable as exc:  # a Spark that is off looks like this too
+            return {"error": f"powered off or unreachable: {exc.message}", "code": int(exc.exit_code)}
         except SparkfleetError as exc:
             return {"error": exc.message, "code": int(exc.exit_code)}
 
