@@ -112,3 +112,28 @@ def test_bench_report_says_weights_from_nas(tmp_path):
     assert target.weights == weights_note(note) == "weights from NAS on dgx2 (10 files)"
     md = render_markdown({"status": "ok", "weights": target.weights}, "stem")
     assert "weights from NAS on dgx2 (10 files)" in md
+
+
+def test_replace_relaunches_the_same_lane_after_a_recipe_edit(tmp_path):
+    """Issue 19: relaunching a running lane after editing its recipe is one command (--replace)."""
+    fleet, inv = _staged_fleet(tmp_path)
+    gens = tmp_path / "gens"
+    try:
+        first = lanes.launch(inv, DEMO_LANE, canary=False, generations_root=gens)
+        assert first.ready is not None and first.ready.ok
+        with pytest.raises(SparkfleetError) as err:
+            lanes.launch(inv, DEMO_LANE, canary=False, generations_root=gens)
+        assert "already running" in err.value.message and "--replace" in (err.value.hint or "")
+        recipe = inv.lane(DEMO_LANE).recipe_path
+        recipe.write_text(recipe.read_text().replace("ready_s = 60", "ready_s = 61"))
+        events: list[str] = []
+        again = lanes.launch(
+            inventory.load(fleet.root), DEMO_LANE, canary=False, generations_root=gens,
+            replace=True, on_event=events.append,
+        )  # fmt: skip
+        assert again.ready is not None and again.ready.ok
+        assert any(f"replaced the running {DEMO_LANE}" in e for e in events), events
+        assert first.generation["recipe_sha256"] != again.generation["recipe_sha256"]
+        assert lanes.status(inv, DEMO_LANE)["running"] == 2
+    finally:
+        lanes.stop(inv, DEMO_LANE, 5)

@@ -156,7 +156,11 @@ def _event(msg: str) -> None:
     show_default="the recipe's timeouts.ready_s",
     help="Readiness timeout in seconds.",
 )
-@click.option("--replace", is_flag=True, help="Stop another lane whose ranks occupy these hosts first.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Stop whatever runs on these hosts first: another lane (named), or this lane (a relaunch).",
+)
 @click.option("--stop-on-interrupt", is_flag=True, help="On Ctrl-C, stop the ranks already started.")
 @click.option(
     "--dry-run",

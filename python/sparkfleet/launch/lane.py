@@ -399,7 +399,7 @@ class LaunchReport:
     nas_weights: dict[str, dict] = field(default_factory=dict)  # host -> non-optional NAS files (allowed)
 
     def weights_note(self) -> str:
-        """"weights from NAS on dgx2 (10 files)" when --allow-nas-weights let such a rank through."""
+        """The line "weights from NAS on dgx2 (10 files)" when --allow-nas-weights let such a rank through."""
         from .weights import weights_note
 
         return weights_note(self.nas_weights)
@@ -573,9 +573,18 @@ def _launch(
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
     if running:  # refuse before starting anything: a half-started relaunch would stop the live ranks
         where = ", ".join(f"rank {r['rank']} on {r['host']}" for r in running)
-        raise SparkfleetError(
-            f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
-        )
+        if not gates.replace:
+            raise SparkfleetError(
+                f"lane {lane_name} is already running ({where})",
+                hint=f"sparkfleet stop {lane_name}, or sparkfleet launch {lane_name} --replace (relaunch)",
+            )
+        # --replace relaunches the lane itself too (after a recipe edit: one command)
+        if not all(r["stopped"] for r in stop(inv, lane_name, plan.recipe.timeouts.stop_s)):
+            raise SparkfleetError(
+                f"--replace: lane {lane_name} did not stop", hint=f"sparkfleet status {lane_name}"
+            )
+        on_event(f"replaced the running {lane_name} ({where}): stopped it to relaunch")
+        plan = prepare(inv, lane_name)  # its ports and memory are free now: probe again
     check_occupancy(inv, lane_name, gates.replace, on_event)
     checks = preflight(
         inv, plan, call_agent, canary=gates.canary, allow_drift=gates.allow_drift, on_event=on_event
