@@ -52,7 +52,8 @@ def test_status_exits_nonzero_unless_every_rank_runs(fleet):
     down = cli(root, "status", "alpha", "--json")
     assert down.exit_code == ExitCode.SHORTFALL and json.loads(down.stdout)["ok"] is False
     ghost = cli(root, "status", "withghost")  # real ssh to a name that does not resolve
-    assert ghost.exit_code == ExitCode.UNREACHABLE and "ghost: ghost: ssh failed" in ghost.stdout
+    assert ghost.exit_code == ExitCode.UNREACHABLE
+    assert "ghost: powered off or unreachable: ghost: ssh failed" in ghost.stdout
 
 
 def test_logs_after_stop_show_the_last_run_and_follow_needs_a_running_lane(fleet, tmp_path):
