@@ -178,7 +178,8 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
         raise problems[0][1]
     if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
         raise ShapeError(
-            f"lane {lane.name}: image pin {recipe.image.name} is not resolved ({recipe.image.value})",
+            f"lane {lane.name}: image pin {recipe.image.name} is not resolved "
+            f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
             hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
         )
 
