@@ -49,7 +49,7 @@ let
       value =
         if kind == "hf" then doc.revision
         else if kind == "git" then doc.rev
-        else if kind == "oci" then doc.digest
+        else if kind == "oci" then doc.digest or "" # a tag alone: unresolved (sparkfleet.inventory._pin)
         else doc.sha256;
       source =
         if kind == "oci" then doc.image

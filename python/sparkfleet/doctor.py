@@ -111,7 +111,12 @@ def _host_checks(
     try:
         ans = call_agent(connect(host), "doctor", req, timeout=600)
     except HostUnreachable as exc:
-        return [Check(host_name, "ssh", False, exc.message, exc.hint)]
+        wake = f"sparkfleet power on {host_name}" if host.mac else f"power {host_name} on (no mac to wake it)"
+        return [
+            Check(
+                host_name, "ssh", False, f"powered off or unreachable: {exc.message}", f"{wake}; {exc.hint}"
+            )
+        ]
     except SparkfleetError as exc:
         return [Check(host_name, "agent", False, exc.message, exc.hint)]
     runner = connect(host)

@@ -62,6 +62,10 @@ class Host:
     # lower refuses `memlock=-1` (and podman 4.3 adds nofile/nproc = 1048576 to any --ulimit).
     ulimits: tuple[tuple[str, int | str], ...] = (("memlock", "unlimited"), ("stack", 67108864))
 
+    # Wake-on-LAN (sparkfleet power on): the LAN NIC's MAC and the broadcast address to send to.
+    mac: str | None = None
+    wol_broadcast: str | None = None
+
     # The known-good host stack (kernel, driver, cuda, nccl, firmware): [defaults.stack] + [hosts.X.stack].
     stack: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -345,6 +349,8 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         gpu_access=merged.get("gpu_access", "cdi" if merged.get("os") == "nixos" else "gpus"),
         ulimits=tuple(merged["ulimits"].items()) if "ulimits" in merged else DEFAULT_ULIMITS,
         stack={**defaults.get("stack", {}), **own.get("stack", {})},
+        mac=own.get("mac"),  # one NIC's: never a default
+        wol_broadcast=merged.get("wol_broadcast"),
     )
 
 
@@ -365,10 +371,10 @@ def _pin(name: str, doc: dict[str, Any]) -> Pin:
         return Pin(name, kind, doc["rev"], doc["repo"], note=doc.get("note"), nix_hash=doc.get("nix_hash"))
     if kind == "url":
         return Pin(name, kind, doc["sha256"], doc["url"], note=doc.get("note"), commit=doc.get("commit"))
-    return Pin(
+    return Pin(  # a tag alone (no digest published yet) is unresolved: `sparkfleet pins resolve` asks
         name,
         kind,
-        doc["digest"],
+        doc.get("digest", ""),
         doc["image"],
         tag=doc.get("tag"),
         note=doc.get("note"),

@@ -147,7 +147,9 @@ def test_completion_offers_the_fleets_lanes_and_hosts():
         comp = ShellComplete(main, {}, "sparkfleet", "_SPARKFLEET_COMPLETE")
         return [c.value for c in comp.get_completions(["--root", repo, *words], incomplete)]
 
-    assert offered("launch", incomplete="dsv41") == ["dsv41-flash-4x-mia", "dsv41-flash-exl3-2x"]
+    assert offered("launch", incomplete="dsv41") == [
+        "dsv41-flash-4x-aiden", "dsv41-flash-4x-mia", "dsv41-flash-exl3-2x"
+    ]  # fmt: skip
     assert offered("env", "dsv41-flash-4x-mia", incomplete="dgx") == ["dgx1", "dgx2", "dgx3", "dgx4"]
     assert "dgx3" in offered("doctor") and "dsv41-flash-exl3-2x" in offered("doctor")
     assert offered("stage", incomplete="dgx4") == ["dgx4"]

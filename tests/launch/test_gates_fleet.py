@@ -182,14 +182,14 @@ def test_lane_that_cannot_fit_is_refused_before_anything_starts(gates):
     set_mem(memdir, "dgx2", 60)
     try:
         with pytest.raises(GateRefused) as exc:
-            lanes.launch(inv, "fit")
+            lanes.launch(inv, "fit", allow_nas_weights=True)
         assert exc.value.exit_code == ExitCode.REFUSED
         assert ("dgx2: needs 77.2 GiB (weights 47.2 GiB + KV 30.0 GiB) + floor 0.5 GiB, but MemAvailable is "
                 "60.0 GiB of 119.6 GiB") in exc.value.message  # fmt: skip
         assert "dgx1" not in exc.value.message.split("memory; nothing was started:")[1]
         assert nothing_runs(hosts)
         assert not (hosts["dgx1"].root / "state" / "lanes" / "fit").exists()
-        res = CliRunner().invoke(cli, ["--root", str(inv.root), "launch", "fit"])
+        res = CliRunner().invoke(cli, ["--root", str(inv.root), "launch", "fit", "--allow-nas-weights"])
         assert res.exit_code == ExitCode.REFUSED and "MemAvailable is 60.0 GiB" in res.output
     finally:
         set_mem(memdir, "dgx2", 100)
@@ -197,7 +197,7 @@ def test_lane_that_cannot_fit_is_refused_before_anything_starts(gates):
 
 def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
     inv, hosts, memdir = gates
-    report = lanes.launch(inv, "fit")
+    report = lanes.launch(inv, "fit", allow_nas_weights=True)
     try:
         assert report.ready.ok, report.ready.reason
         assert lanes.status(inv, "fit")["running"] == 2
@@ -230,7 +230,7 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
 
 def test_fabric_canary_passes_then_names_the_broken_pair(gates):
     inv, hosts, _ = gates
-    report = lanes.launch(inv, "canary3")
+    report = lanes.launch(inv, "canary3", allow_nas_weights=True)
     try:
         rep = report.preflight.canary
         assert report.ready.ok and rep.ok and rep.backend == "gloo" and len(rep.ranks) == 3
@@ -253,7 +253,7 @@ def test_fabric_canary_passes_then_names_the_broken_pair(gates):
     subprocess.run(block, check=True)
     try:
         with pytest.raises(GateRefused) as exc:
-            lanes.launch(inv, "canary3")
+            lanes.launch(inv, "canary3", allow_nas_weights=True)
         msg = exc.value.message
         a2, a3 = hosts["dgx2"].addr, hosts["dgx3"].addr
         assert f"rank 1 (dgx2, {a2} on eth0) cannot reach rank 2 (dgx3, {a3} on eth0) port" in msg
@@ -278,7 +278,7 @@ def test_drift_refused_unless_allowed(gates, tmp_path):
     drifted = inventory.load(root)
     assert drifted.host("dgx1").stack == {"kernel": kernel}
     with pytest.raises(GateRefused) as exc:
-        lanes.launch(drifted, "fit")
+        lanes.launch(drifted, "fit", allow_nas_weights=True)
     assert f"dgx2: kernel is {kernel}, declared 7.0.0-1019-nvidia" in exc.value.message
     assert "dgx1:" not in exc.value.message and nothing_runs(hosts)
     res = CliRunner().invoke(cli, ["--root", str(root), "doctor", "fit", "--json"])
@@ -291,7 +291,7 @@ def test_drift_refused_unless_allowed(gates, tmp_path):
     mem = checks[("dgx1", "memory")]
     assert mem["ok"] is True and "MemAvailable 100.0 GiB" in mem["detail"]
     assert lane_fingerprints(drifted, "fit")["dgx2"]["kernel"] == kernel  # what a bench report carries
-    report = lanes.launch(drifted, "fit", allow_drift=True)
+    report = lanes.launch(drifted, "fit", allow_drift=True, allow_nas_weights=True)
     try:
         assert report.ready.ok
         gen = report.generation
@@ -303,7 +303,7 @@ def test_drift_refused_unless_allowed(gates, tmp_path):
 
 def test_wedged_engine_detected_bundled_restarted_then_handed_to_a_human(gates):
     inv, hosts, _ = gates
-    assert lanes.launch(inv, "wedge").ready.ok
+    assert lanes.launch(inv, "wedge", allow_nas_weights=True).ready.ok
     settings = watch_settings(inv.lane("wedge").raw)
     events: list[str] = []
     try:
@@ -337,7 +337,7 @@ def test_generations_boot_cache_promote_rollback_history(gates):
     inv, hosts, _ = gates
     runner = CliRunner()
     root = ["--root", str(inv.root)]
-    first = lanes.launch(inv, "gen")
+    first = lanes.launch(inv, "gen", allow_nas_weights=True)
     try:
         assert first.ready.ok
         g1 = first.generation
@@ -364,7 +364,7 @@ def test_generations_boot_cache_promote_rollback_history(gates):
         good_text.replace('"{served_model_name}" ]', '"{served_model_name}", "--decode-tps", "77" ]')
     )
     inv2 = inventory.load(inv.root)
-    second = lanes.launch(inv2, "gen")
+    second = lanes.launch(inv2, "gen", allow_nas_weights=True)
     try:
         assert second.ready.ok
         g2 = second.generation

@@ -21,7 +21,7 @@ def test_no_wait_launch_records_a_started_generation(tmp_path):
         write_fleet(tmp_path / "fleet", {"spark": host}, {"demo": demo_recipe(["spark"], free_port())})
     )
     try:
-        report = lanes.launch(inv, "demo", wait=False, canary=False)
+        report = lanes.launch(inv, "demo", wait=False, canary=False, allow_nas_weights=True)
         gen = report.generation
         assert report.ready is None and gen["status"] == "started" and gen["boot"]["cache"] == "cold"
         assert gen["boot"]["per_host"]["spark"]["dir"].startswith(
@@ -52,11 +52,11 @@ def test_history_reads_stopped_warm_boots_and_a_rollback_without_an_image(tmp_pa
     )
     root = ["--root", str(inv.root)]
     try:
-        g1 = lanes.launch(inv, "demo", canary=False).generation
+        g1 = lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).generation
         assert g1["status"] == "ready" and g1["boot"]["cache"] == "cold"
         lanes.stop(inv, "demo", 5)
         assert generations.load_all(inv.root, "demo")[-1]["stopped_at"]
-        g2 = lanes.launch(inv, "demo", canary=False).generation
+        g2 = lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).generation
         assert g2["boot"]["cache"] == "warm"  # the demo server autotuned into it the first time
         g1 = generations.load_all(inv.root, "demo")[0]
         g1["good"] = True

@@ -221,7 +221,7 @@ def test_container_lane_end_to_end(engines, lane):
     v2 = env["builds"]["v2"][0]
     if cli_run(env, "image", "load", lane, "--image", str(env["builds"]["v2"][2])).exit_code != 0:
         pytest.fail("image load failed")
-    report = lanes.launch(env["inv"], lane)
+    report = lanes.launch(env["inv"], lane, allow_nas_weights=True)
     state = env["hosts"][host].root / "state"
     try:
         assert report.ready.ok, (report.ready.reason, report.ready.tail)
@@ -269,7 +269,7 @@ def test_launch_and_doctor_refuse_a_host_whose_image_is_not_the_build(engines):
     doc["build"]["image_id"] = v1  # the operator built v1 again; dgx1 still holds v2
     record.write_text(json.dumps(doc))
     try:
-        res = cli_run(env, "launch", "ld")
+        res = cli_run(env, "launch", "ld", "--allow-nas-weights")
         assert res.exit_code == ExitCode.REFUSED, res.output
         assert "dgx1: holds " + v2 in res.output and "image load ld" in res.output
         assert load_all(env["hosts"]["dgx1"].root / "state", "ld") == []  # nothing started

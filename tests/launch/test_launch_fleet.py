@@ -196,7 +196,7 @@ def test_four_node_lane_launch_to_stop(fleet):
     env3 = json.loads(runner.invoke(cli, ["--root", str(inv.root), "env", "tp4", "dgx3", "--json"]).output)
     assert env3["env"]["NODE_RANK"] == "2" and env3["env"]["DSV41_LAUNCHER"] == "tp4"
 
-    report = lanes.launch(inv, "tp4")
+    report = lanes.launch(inv, "tp4", allow_nas_weights=True)
     assert report.ready.ok, (report.ready.reason, report.ready.tail)
     assert [r.host for r in report.started] == ["dgx4", "dgx3", "dgx2", "dgx1"]  # workers first, head last
     assert report.ready.weight_load_s == 1.5
@@ -237,7 +237,7 @@ def test_four_node_lane_launch_to_stop(fleet):
 def test_unreachable_host_refused_before_anything_starts(fleet):
     inv, hosts, _ = fleet
     with pytest.raises(HostUnreachable, match="ghost: ssh failed"):
-        lanes.launch(inv, "withghost")
+        lanes.launch(inv, "withghost", allow_nas_weights=True)
     assert netns_pids(hosts["dgx1"].netns) == [hosts["dgx1"].sshd_pid]
     assert not (hosts["dgx1"].root / "state" / "lanes" / "withghost").exists()
 
@@ -246,7 +246,7 @@ def test_bad_shape_refused_before_any_ssh(fleet):
     inv, hosts, _ = fleet
     # the lane includes the unreachable host: a ShapeError (not HostUnreachable) proves no ssh happened
     with pytest.raises(ShapeError, match="tp=3 is not divisible by nnodes=2"):
-        lanes.launch(inv, "badshape")
+        lanes.launch(inv, "badshape", allow_nas_weights=True)
     res = CliRunner().invoke(cli, ["--root", str(inv.root), "launch", "badshape"])
     assert res.exit_code == 2 and "tp=3 is not divisible" in res.output
     assert not (hosts["dgx1"].root / "state" / "lanes" / "badshape").exists()
@@ -279,7 +279,7 @@ def test_real_ssh_keeps_every_argument_intact(fleet):
 
 def test_worker_exit_during_boot_names_rank_and_stops_the_lane(fleet):
     inv, hosts, _ = fleet
-    report = lanes.launch(inv, "workerdies")
+    report = lanes.launch(inv, "workerdies", allow_nas_weights=True)
     r = report.ready
     assert not r.ok and r.failed is not None
     assert (r.failed.host, r.failed.rank, r.failed.returncode) == ("dgx3", 2, 1)

@@ -95,7 +95,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
     (cache / "ds41-backend-attestation" / "root").mkdir(parents=True)
     (cache / "ds41-backend-attestation" / "root" / "worker.json").write_text("{}")
 
-    report = lanes.launch(inv, "demo")
+    report = lanes.launch(inv, "demo", allow_nas_weights=True)
     assert report.ready is not None and report.ready.ok, report.ready
     assert report.ready.weight_load_s == 0.42
     assert list(report.ready.stages) == [
@@ -130,7 +130,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
     assert any("RoCEnante ready" in line for line in seen)
 
     with pytest.raises(SparkfleetError, match="already running"):
-        lanes.launch(inv, "demo")
+        lanes.launch(inv, "demo", allow_nas_weights=True)
 
     res = lanes.stop(inv, "demo", 5)
     assert [r["stopped"] for r in res] == [True]
@@ -142,7 +142,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
 
 def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
     inv, _, _ = local_fleet
-    report = lanes.launch(inv, "dies")
+    report = lanes.launch(inv, "dies", allow_nas_weights=True)
     assert not report.ready.ok
     assert "rank 0 exited with code 1" in report.ready.reason
     assert "last boot stage" in report.ready.reason
@@ -153,7 +153,7 @@ def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
 def test_missing_ready_line_times_out_naming_the_stage(local_fleet):
     inv, _, _ = local_fleet
     t0 = time.monotonic()
-    report = lanes.launch(inv, "silent")
+    report = lanes.launch(inv, "silent", allow_nas_weights=True)
     assert time.monotonic() - t0 < 20
     r = report.ready
     assert not r.ok and r.reason.startswith("timeout after 3 s: last boot stage 'RoCEnante ready: world=1'")
@@ -193,7 +193,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     """`kill -9` of a rank's supervisor: the server lives on in the rank's process group; status
     names that state, a second launch is refused, and stop ends the whole group (port free)."""
     inv, port, tmp = local_fleet
-    assert lanes.launch(inv, "demo").ready.ok
+    assert lanes.launch(inv, "demo", allow_nas_weights=True).ready.ok
     st = lanes.status(inv, "demo")
     sup = st["ranks"][0]["pid"]
     server = [p for p in records.group_members(sup) if p != sup]
@@ -210,7 +210,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     assert rank["orphan_pid"] in server
     assert rank["detail"].startswith("supervisor dead, server alive")
     with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
-        lanes.launch(inv, "demo")
+        lanes.launch(inv, "demo", allow_nas_weights=True)
     from sparkfleet.launch import watchdog
 
     assert watchdog.running(tmp / "state", "demo")  # the memory watchdog keeps guarding the server
@@ -229,7 +229,7 @@ def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     from sparkfleet.launch.watch import WatchSettings, watch_lane
 
     inv, port, _ = local_fleet
-    assert lanes.launch(inv, "demo", canary=False).ready.ok
+    assert lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).ready.ok
     sup = lanes.status(inv, "demo")["ranks"][0]["pid"]
     old = [p for p in records.group_members(sup) if p != sup]
     os.kill(sup, signal.SIGKILL)

@@ -42,7 +42,7 @@ def fleet(tmp_path):
 def test_progress_per_rank_with_weight_load_and_last_line(fleet):
     inv, _ = fleet
     snaps = []
-    report = lanes.launch(inv, "lane", on_progress=snaps.append)
+    report = lanes.launch(inv, "lane", on_progress=snaps.append, allow_nas_weights=True)
     assert report.ready.ok
     head = [s[0] for s in snaps]
     assert all(s.rank == 0 and s.host == "spark" and s.stages_total == 2 for s in head)
@@ -55,7 +55,7 @@ def test_progress_per_rank_with_weight_load_and_last_line(fleet):
 
 def _spawn(root, *args):
     return subprocess.Popen(
-        [sys.executable, "-m", "sparkfleet", "--root", str(root), "launch", *args],
+        [sys.executable, "-m", "sparkfleet", "--root", str(root), "launch", "--allow-nas-weights", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

@@ -45,21 +45,22 @@ def cli(root, *args):
 def test_status_exits_nonzero_unless_every_rank_runs(fleet):
     inv, root = fleet
     assert cli(root, "status", "alpha").exit_code == ExitCode.SHORTFALL  # nothing running: 0/1
-    assert lanes.launch(inv, "alpha").ready.ok
+    assert lanes.launch(inv, "alpha", allow_nas_weights=True).ready.ok
     up = cli(root, "status", "alpha")
     assert up.exit_code == ExitCode.OK and "1/1 ranks running" in up.stdout
     lanes.stop(inv, "alpha", 5)
     down = cli(root, "status", "alpha", "--json")
     assert down.exit_code == ExitCode.SHORTFALL and json.loads(down.stdout)["ok"] is False
     ghost = cli(root, "status", "withghost")  # real ssh to a name that does not resolve
-    assert ghost.exit_code == ExitCode.UNREACHABLE and "ghost: ghost: ssh failed" in ghost.stdout
+    assert ghost.exit_code == ExitCode.UNREACHABLE
+    assert "ghost: powered off or unreachable: ghost: ssh failed" in ghost.stdout
 
 
 def test_logs_after_stop_show_the_last_run_and_follow_needs_a_running_lane(fleet, tmp_path):
     inv, root = fleet
     never = CliRunner().invoke(main, ["--root", str(root), "logs", "alpha"])
     assert never.exit_code == ExitCode.SHORTFALL and "never ran" in never.stderr
-    assert lanes.launch(inv, "alpha").ready.ok
+    assert lanes.launch(inv, "alpha", allow_nas_weights=True).ready.ok
     follow = subprocess.Popen(
         [sys.executable, "-m", "sparkfleet", "--root", str(root), "logs", "alpha", "-f"],
         stdout=subprocess.PIPE, text=True,
@@ -83,23 +84,25 @@ def test_logs_after_stop_show_the_last_run_and_follow_needs_a_running_lane(fleet
     stopped = CliRunner().invoke(main, ["--root", str(root), "logs", "alpha", "spark", "-f"])
     assert stopped.exit_code == ExitCode.SHORTFALL and "nothing to follow" in stopped.stderr
     # a new run replaces the last one
-    assert lanes.launch(inv, "alpha").ready.ok
+    assert lanes.launch(inv, "alpha", allow_nas_weights=True).ready.ok
     assert "(last run" not in cli(root, "logs", "alpha").stdout
 
 
 def test_occupied_host_is_refused_naming_the_lane_unless_replace(fleet):
     inv, root = fleet
-    assert lanes.launch(inv, "alpha").ready.ok
+    assert lanes.launch(inv, "alpha", allow_nas_weights=True).ready.ok
     with pytest.raises(SparkfleetError) as exc:
-        lanes.launch(inv, "beta")
+        lanes.launch(inv, "beta", allow_nas_weights=True)
     assert exc.value.exit_code == ExitCode.REFUSED
     assert "occupied by lane alpha (rank 0 on spark)" in exc.value.message
     assert "--replace" in exc.value.hint
     assert lanes.status(inv, "alpha")["running"] == 1  # refused before touching anything
-    refused = CliRunner().invoke(main, ["--root", str(root), "launch", "beta", "--json"])
+    refused = CliRunner().invoke(
+        main, ["--root", str(root), "launch", "beta", "--json", "--allow-nas-weights"]
+    )
     assert refused.exit_code == ExitCode.REFUSED and json.loads(refused.stdout)["code"] == ExitCode.REFUSED
 
-    res = cli(root, "launch", "beta", "--replace")
+    res = cli(root, "launch", "beta", "--replace", "--allow-nas-weights")
     assert res.exit_code == ExitCode.OK, res.output
     assert "replaced lane alpha" in res.stderr
     assert lanes.status(inv, "alpha")["running"] == 0 and lanes.status(inv, "beta")["running"] == 1

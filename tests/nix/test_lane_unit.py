@@ -103,6 +103,16 @@ def test_trees_differing_outside_fleet_and_recipes_render_identical_units(tmp_pa
     assert profile_units(a, "dgx3") == profile_units(b, "dgx3")  # a worker: no lane unit, staging stable
 
 
+def _stage(root: Path, hosts: list[str]) -> None:
+    """Stage the demo lane's models to each host's local hub (the lane unit launches staged weights)."""
+    from sparkfleet.stage import execute
+    from sparkfleet.stage.targets import requests_for_host
+
+    inv = inventory.load(root)
+    for host in hosts:
+        assert execute.stage(requests_for_host(inv, host, "demo")).ok
+
+
 def _local_fleet(root: Path, nas_hub: Path, tmp: Path, port: int) -> Path:
     (root / "hosts").mkdir(parents=True)
     (root / "hosts" / "fleet.toml").write_text(
@@ -168,6 +178,7 @@ def test_rendered_lane_unit_starts_and_stops_the_lane(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
     root = _local_fleet(tmp_path / "fleet", nas.root, tmp_path, port)
+    _stage(root, ["spark"])  # launch refuses weights that are not staged and verified (issue 19)
     # the profile as deploy-rs leaves it: bin/sparkfleet -> the package's executable
     profile = tmp_path / "profile"
     (profile / "bin").mkdir(parents=True)
@@ -234,6 +245,7 @@ def test_rendered_lane_unit_reaches_its_worker_with_the_units_sparkfleet_remote(
         .replace('"127.0.0.1"', '"0.0.0.0"')
         .replace("world=1", "world=2")
     )
+    _stage(root, ["spark", "w1"])  # both hubs are on this machine's filesystem
     profile = tmp_path / "profile"
     (profile / "bin").mkdir(parents=True)
     (profile / "bin" / "sparkfleet").symlink_to(Path(sys.executable).parent / "sparkfleet")

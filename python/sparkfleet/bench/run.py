@@ -106,6 +106,7 @@ class BenchRun:
     hosts: list[str] = field(default_factory=list)
     pins: dict[str, dict[str, Any]] = field(default_factory=dict)
     recipe_sha256: str | None = None
+    weights: str = ""  # "weights from NAS on dgx2 (10 files)": the run measured a NAS-served rank
     model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     # per host: HostFingerprint.to_dict() (sparkfleet.hoststack) before and after the run
@@ -173,6 +174,7 @@ def run_bench(
         hosts=list(target.hosts),
         pins=target.pins,
         recipe_sha256=target.recipe_sha256,
+        weights=target.weights,
         settings=dataclasses.asdict(settings),
         fingerprints=fingerprint() if fingerprint else {},
     )

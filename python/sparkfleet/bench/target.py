@@ -50,6 +50,8 @@ class BenchTarget:
     api_key_env: str = API_KEY_ENV
     url_auth: str | None = field(default=None, repr=False)  # from `user:pass@` in --url, never stored
     tokenizer: Path | None = None  # the model's own tokenizer.json, when a readable hub holds it
+    # "weights from NAS on dgx2 (10 files)" when the serving generation was launched that way
+    weights: str = ""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file we write, never into a report)."""
@@ -147,7 +149,17 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         thresholds=thresholds,
         api_key_env=bench.get("api_key_env", API_KEY_ENV),
         tokenizer=staged_tokenizer(inv, lane),
+        weights=serving_weights(inv, lane.name),
     )
+
+
+def serving_weights(inv: Inventory, lane: str) -> str:
+    """What the lane's serving generation recorded about NAS-bound weights ("" when all local)."""
+    from ..launch.generations import current
+    from ..launch.weights import weights_note
+
+    gen = current(inv.root, lane)
+    return weights_note((gen or {}).get("nas_weights"))
 
 
 def for_url(url: str, out: Path | None) -> BenchTarget:

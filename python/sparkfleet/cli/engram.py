@@ -36,10 +36,14 @@ def _source_line(source: dict) -> str:
 @click.option("--full", is_flag=True, help="Check kept packs by sha256 of every byte, not size + sample.")
 @click.option("--dry-run", is_flag=True, help="Print the rows and files this host would get; write nothing.")
 @click.option("--reserve-gib", type=float, show_default="the host's reserve_gib", help="Free space to leave.")
+@click.option("--here", is_flag=True, help="Pack on this machine (what HOST runs when asked over ssh).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def pack(ctx, lane, host, force, full, dry_run, reserve_gib, as_json) -> None:
+def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> None:
     """Pack HOST's rows of LANE's engram tables (skipped when its receipt matches and the packs verify).
+
+    The packing runs on HOST (over ssh, with the deployed sparkfleet, like `stage HOST`): its
+    staged shards in, its NVMe out. --dry-run reads the tables' headers from here and writes nothing.
 
     \b
     Examples:
@@ -60,23 +64,39 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, as_json) -> None:
                 f"{human_bytes(f['size'])} ({' + '.join(f['tensors'])})"
             )
         click.echo(f"total {human_bytes(summary['total_bytes'])}")
+        click.echo(
+            f"every rank of {summary['world']} (rows [N*r/{summary['world']}, N*(r+1)/{summary['world']})):"
+        )
+        for r in summary["ranks"]:
+            ranges = ", ".join(f"layer {t['layer']} [{t['lo']}, {t['hi']})" for t in r["tables"])
+            click.echo(f"  rank {r['rank']} {r['host'] or '?'}: {ranges}: {r['bytes'] / GIB:.2f} GiB")
         return
-    reserve = int(reserve_gib * GIB) if reserve_gib is not None else None
-    bar = RichStageProgress() if wants_bar(as_json) else None
-    with bar if bar else contextlib.nullcontext():
-        result = core.pack(inv, lane, host, force=force, full=full, reserve_bytes=reserve, progress=bar)
+    from ..stage.remote import is_this_host
+
+    if not here and not is_this_host(inv.host(host)):
+        from ..engram.remote import pack_on_host
+
+        if not as_json:
+            click.echo(f"{host}: packing there over ssh (engram pack {lane} {host} --here)", err=True)
+        doc = pack_on_host(inv, lane, host, force=force, full=full, reserve_gib=reserve_gib)
+    else:
+        reserve = int(reserve_gib * GIB) if reserve_gib is not None else None
+        bar = RichStageProgress() if wants_bar(as_json) else None
+        with bar if bar else contextlib.nullcontext():
+            result = core.pack(inv, lane, host, force=force, full=full, reserve_bytes=reserve, progress=bar)
+        doc = result.as_dict()
     if as_json:
-        echo_json(result.as_dict())
+        echo_json(doc)
         return
-    click.echo(f"{lane} on {host}: rank {result.rank} of {result.world}, {result.action} → {result.out_dir}")
-    click.echo(_source_line(result.source))
-    for name, problem in sorted(result.repaired_reasons.items()):
+    click.echo(f"{lane} on {host}: rank {doc['rank']} of {doc['world']}, {doc['action']} → {doc['out_dir']}")
+    click.echo(_source_line(doc["source"]))
+    for name, problem in sorted(doc["repaired_reasons"].items()):
         click.echo(f"  repaired {name}: {problem}")
     click.echo(
-        f"written {len(result.written)} ({human_bytes(result.written_bytes)}), kept {len(result.kept)}"
-        + (f", removed {len(result.removed)} stale" if result.removed else "")
-        + (f", swept {result.temps_swept} temps" if result.temps_swept else "")
-        + (f" in {result.seconds:.1f} s, {result.mb_per_s:.1f} MB/s" if result.written else "")
+        f"written {len(doc['written'])} ({human_bytes(doc['written_bytes'])}), kept {len(doc['kept'])}"
+        + (f", removed {len(doc['removed'])} stale" if doc["removed"] else "")
+        + (f", swept {doc['temps_swept']} temps" if doc["temps_swept"] else "")
+        + (f" in {doc['seconds']:.1f} s, {doc['mb_per_s']:.1f} MB/s" if doc["written"] else "")
     )
 
 

@@ -198,10 +198,13 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
     Examples:
       sparkfleet rollback dsv41-flash-4x-mia
     """
+    from ..launch.generations import last_good
     from ..launch.generations import rollback as do_rollback
     from ..launch.lane import dry_run, launch, stop
 
     inv = load_inventory(ctx)
+    # the good generation served NAS weights by the operator's --allow-nas-weights: so does its rollback
+    nas_ok = bool((last_good(inv.root, lane) or {}).get("nas_weights"))
     good, report = do_rollback(
         inv.root,
         lane,
@@ -214,6 +217,7 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
             allow_drift=allow_drift,
             generations_root=inv.root,
             on_event=_event,
+            allow_nas_weights=nas_ok,
         ),  # fmt: skip
     )
     ok = bool(report.ready and report.ready.ok)

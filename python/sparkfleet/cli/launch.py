@@ -156,7 +156,11 @@ def _event(msg: str) -> None:
     show_default="the recipe's timeouts.ready_s",
     help="Readiness timeout in seconds.",
 )
-@click.option("--replace", is_flag=True, help="Stop another lane whose ranks occupy these hosts first.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Stop whatever runs on these hosts first: another lane (named), or this lane (a relaunch).",
+)
 @click.option("--stop-on-interrupt", is_flag=True, help="On Ctrl-C, stop the ranks already started.")
 @click.option(
     "--dry-run",
@@ -165,6 +169,11 @@ def _event(msg: str) -> None:
 )
 @click.option("--no-canary", is_flag=True, help="Skip the fabric canary (all-reduce + all-gather).")
 @click.option("--allow-drift", is_flag=True, help="Launch even if a host's stack drifted from fleet.toml.")
+@click.option(
+    "--allow-nas-weights",
+    is_flag=True,
+    help="Launch even if a rank's staged weights do not verify (it then reads them from the NAS).",
+)
 @JSON
 @click.pass_context
 def launch(
@@ -178,14 +187,17 @@ def launch(
     dry_run: bool,
     no_canary: bool,
     allow_drift: bool,
+    allow_nas_weights: bool,
     as_json: bool,
 ) -> None:
     """Start LANE on its hosts (workers first, head last) and wait until it is ready.
 
-    First the gates: memory admission, ports, host stack drift, fabric canary (each refuses with
-    exit 5). While it boots: per rank the boot stage reached (the recipe's ready_signatures),
-    elapsed time, weight-load progress and the last log line (a live table on a terminal, one line
-    per stage change otherwise). Ctrl-C names the ranks still running and how to stop them.
+    First the gates: local weights (a rank whose staged weights do not verify would read them
+    from the NAS: refused unless --allow-nas-weights), memory admission, ports, host stack drift,
+    fabric canary (each refuses with exit 5). While it boots: per rank the boot stage reached (the
+    recipe's ready_signatures), elapsed time, weight-load progress and the last log line (a live
+    table on a terminal, one line per stage change otherwise). Ctrl-C names the ranks still
+    running and how to stop them.
 
     \b
     Examples:
@@ -215,11 +227,14 @@ def launch(
             stop_on_interrupt=stop_on_interrupt,
             canary=not no_canary,
             allow_drift=allow_drift,
+            allow_nas_weights=allow_nas_weights,
         )
     ok = report.ready is None or report.ready.ok
     if as_json:
-        echo_json(report)
+        echo_json({**to_jsonable(report), "weights": report.weights_note()})
     else:
+        if report.nas_weights:
+            click.secho(report.weights_note() + " (--allow-nas-weights)", fg="yellow")
         for r in report.started:
             ident = f"pid {r.pid}" if r.pid else f"container {str(r.container_id)[:12]}"
             cleared = f", cleared {len(r.receipts_cleared)} receipt roots" if r.receipts_cleared else ""
@@ -276,18 +291,20 @@ def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
             }
         )
     if as_json:
-        echo_json({"lane": lane, "dry_run": True, "ranks": ranks})
+        echo_json({"lane": lane, "dry_run": True, "image": plan.image_note or None, "ranks": ranks})
         return
     import shlex
 
     click.echo(f"{lane}: dry run, no host contacted; {len(ranks)} ranks in start order (workers first)")
+    if plan.image_note:
+        click.echo(f"image: {plan.image_note}")
     for r in ranks:
         role = "head" if r["rank"] == 0 else "worker"
         click.secho(
             f"[{r['start']}] rank {r['rank']} ({role}) on {r['host']}: {r['name']} ({r['runtime']})",
             bold=True,
         )
-        click.echo(f"  image:   {r['image'] or '(none: process runtime)'}")
+        click.echo(f"  image:   {plan.image_note or r['image'] or '(none: process runtime)'}")
         click.echo(f"  argv:    {shlex.join(r['argv'])}")
         click.echo("  env:")
         for k, v in r["env"].items():
@@ -346,6 +363,8 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
         echo_json(st)
     else:
         click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
+        if st.get("weights"):
+            click.secho(f"  {st['weights']}", fg="yellow")
         for r in st["ranks"]:
             state = (
                 "running"

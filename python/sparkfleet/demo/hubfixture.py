@@ -260,6 +260,22 @@ class EngramTruth:
         return b"".join(w[i * ww : (i + 1) * ww] + s[i * sw : (i + 1) * sw] for i in range(lo, hi))
 
 
+def checkpoint_engram_config(
+    rows: dict[int, int], head_dim: int = 256, n_heads: int = 8, max_ngram_size: int = 4
+) -> dict:
+    """A `text_config` engram block with DeepSeek-V4.1-Flash's key names (its config.json declares
+    engram_layer_ids = [1, 14], engram_num_embeddings = [384006168, 384016682], engram_n_heads = 8,
+    engram_head_dim = 256, engram_max_ngram_size = 4); `rows` pairs layers with row counts in order."""
+    layers = sorted(rows)
+    return {
+        "engram_layer_ids": layers,
+        "engram_num_embeddings": [rows[layer] for layer in layers],
+        "engram_n_heads": n_heads,
+        "engram_head_dim": head_dim,
+        "engram_max_ngram_size": max_ngram_size,
+    }
+
+
 def build_engram_repo(
     hub: Path,
     rows: dict[int, int] | None = None,
@@ -269,13 +285,16 @@ def build_engram_repo(
     with_index: bool = True,
     repo: str = ENGRAM_REPO,
     label: str = "engram-main",
+    text_config: dict | None = None,
 ) -> EngramTruth:
     """A checkpoint-like repo whose engram tables sit in several shards, behind other tensors.
 
     Layer L's tables are `layers.L.engram.embed.weight` (F8_E4M3 [R, weight_width]) and `.scale`
     (F8_E8M0 [R, scale_width]) — the names third-party TP4 packers read from DeepSeek-V4.1-Flash —
     each in a shard after a filler tensor (so data offsets are never 0), one shard reached through
-    the shared store. `with_index=False` leaves out model.safetensors.index.json.
+    the shared store. `with_index=False` leaves out model.safetensors.index.json. `text_config`
+    goes into config.json as DeepSeek-V4.1-Flash writes it (`engram_layer_ids`, ...; see
+    `checkpoint_engram_config`).
     """
     rng = random.Random(seed)
     hub = Path(hub).resolve()
@@ -300,7 +319,16 @@ def build_engram_repo(
     shards.append({"embed.weight": ("F32", [16, 4], _noise(rng, 256))})
     names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     files: dict[str, tuple[bytes, bool, str | None]] = {
-        "config.json": (json.dumps({"architectures": ["DeepseekV4ForCausalLM"]}).encode(), False, None),
+        "config.json": (
+            json.dumps(
+                {
+                    "architectures": ["DeepseekV4ForCausalLM"],
+                    **({"text_config": text_config} if text_config else {}),
+                }
+            ).encode(),
+            False,
+            None,
+        ),
     }
     for i, (name, tensors) in enumerate(zip(names, shards, strict=True)):
         files[name] = (tensors_file_bytes(tensors), True, "shared" if i == 0 else None)

@@ -61,6 +61,7 @@ class Placement:
     rank: int
     world: int
     out_dir: Path
+    hosts: tuple[str, ...] = ()  # the lane's hosts by node rank (index = rank)
 
 
 def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
@@ -151,7 +152,8 @@ def placement(inv: Inventory, spec: EngramSpec, host_name: str) -> Placement:
             ) from None
     else:
         out = host.local_hub.parent / "engram-packs" / lane.name
-    return Placement(lane.name, host_name, rank, len(lane.hosts), out)
+    by_rank = tuple(sorted(lane.hosts, key=lambda h: node_rank(lane, h)))
+    return Placement(lane.name, host_name, rank, len(lane.hosts), out, by_rank)
 
 
 def packed_dir(inv: Inventory, lane_name: str, host_name: str) -> Path | None:

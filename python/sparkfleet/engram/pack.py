@@ -83,8 +83,27 @@ class PackPlan:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    def world_ranges(self) -> list[dict[str, Any]]:
+        """Every rank's rows of every table and its packed rows' bytes (ranks.py's quarters at TP4):
+        what each host of the lane gets, shown before any write."""
+        lane_hosts = self.placement.hosts
+        out = []
+        for rank in range(self.placement.world):
+            ranges = []
+            for f in self.files:
+                lo, hi = rank_range(f.header.total_rows, rank, self.placement.world)
+                ranges.append(
+                    {"layer": f.header.layer, "lo": lo, "hi": hi, "bytes": (hi - lo) * f.header.row_bytes}
+                )
+            host = lane_hosts[rank] if rank < len(lane_hosts) else None
+            out.append(
+                {"rank": rank, "host": host, "tables": ranges, "bytes": sum(r["bytes"] for r in ranges)}
+            )
+        return out
+
     def summary(self) -> dict[str, Any]:
         return {
+            "ranks": self.world_ranges(),
             "lane": self.placement.lane,
             "host": self.placement.host,
             "rank": self.placement.rank,

@@ -20,6 +20,7 @@ from ..errors import SourceError
 from ..hubcache import HubRoot, repo_folder
 from ..inventory import Host
 from ..safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from .checkpoint import CheckpointEngram, from_config, reconcile_layers, reconcile_rows
 from .config import LAYER_FIELD, EngramSpec, TableRef
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -61,6 +62,7 @@ class EngramSource:
     hub: Path
     fallback_reason: str | None  # why the local hub was not used (origin "nas")
     tables: tuple[SourceTable, ...]
+    checkpoint: CheckpointEngram | None = None  # what config.json states (None: it states nothing)
 
 
 def locate(spec: EngramSpec, host: Host) -> EngramSource:
@@ -82,9 +84,10 @@ def _read(spec: EngramSpec, hub_path: Path, origin: str, fallback_reason: str | 
         raise missing(f"{repo}@{revision} is not in the {origin} hub: {exc.message}", hint=exc.hint) from None
     snapshot = Snapshot(hub, repo, commit, origin, missing)
     weight_map = snapshot.weight_map()
-    refs = _table_refs(spec, weight_map, snapshot.index_name)
-    tables = tuple(_table(spec, ref, weight_map, snapshot) for ref in refs)
-    return EngramSource(repo, revision, commit, origin, hub_path, fallback_reason, tables)
+    ckpt = snapshot.engram_config()
+    refs = _table_refs(spec, weight_map, snapshot.index_name, ckpt)
+    tables = tuple(_table(spec, ref, weight_map, snapshot, ckpt) for ref in refs)
+    return EngramSource(repo, revision, commit, origin, hub_path, fallback_reason, tables, ckpt)
 
 
 class Snapshot:
@@ -117,6 +120,17 @@ class Snapshot:
             self._headers[shard] = (read_header(path, self.shown(shard)), blob)
         return self._headers[shard]
 
+    def engram_config(self) -> CheckpointEngram | None:
+        """The engram block of the snapshot's config.json (None when there is no such file or block)."""
+        if not os.path.lexists(self.hub.abs(self.rel) / "config.json"):
+            return None
+        path, _ = self.resolve("config.json")
+        try:
+            doc = json.loads(path.read_bytes())
+        except ValueError as exc:
+            raise SourceError(f"{self.shown('config.json')}: not valid JSON ({exc})") from None
+        return from_config(doc, self.shown("config.json"))
+
     def weight_map(self) -> dict[str, str]:
         """Tensor name -> shard: from the index when there is one, else from every root shard's header."""
         base = self.hub.abs(self.rel)
@@ -141,12 +155,20 @@ class Snapshot:
         return out
 
 
-def _table_refs(spec: EngramSpec, weight_map: dict[str, str], index_name: str) -> list[TableRef]:
+def _table_refs(
+    spec: EngramSpec, weight_map: dict[str, str], index_name: str, ckpt: CheckpointEngram | None
+) -> list[TableRef]:
+    where = f"{spec.recipe_path}: engram"
     if spec.tables:
+        if ckpt is not None:
+            reconcile_layers(ckpt, tuple(t.layer for t in spec.tables), where + ".tables")
         return list(spec.tables)
     regex = spec.layer_regex()
     found = sorted({int(m.group(1)) for name in weight_map if (m := regex.fullmatch(name))})
-    layers = list(spec.layers) or found
+    if ckpt is not None:  # the checkpoint names its engram layers: the recipe only confirms them
+        layers = list(reconcile_layers(ckpt, spec.layers, where))
+    else:
+        layers = list(spec.layers) or found
     if not layers:
         raise SourceError(
             f"{spec.recipe_path}: engram.pattern {spec.patterns[0]!r} matches no tensor in {index_name} "
@@ -163,7 +185,9 @@ def _near(name: str, weight_map: dict[str, str]) -> str:
     return f"closest tensor names: {', '.join(close)}" if close else "check the tensor names in the index"
 
 
-def _table(spec: EngramSpec, ref: TableRef, weight_map: dict[str, str], snap: Snapshot) -> SourceTable:
+def _table(
+    spec: EngramSpec, ref: TableRef, weight_map: dict[str, str], snap: Snapshot, ckpt: CheckpointEngram | None
+) -> SourceTable:
     parts: list[SourcePart] = []
     for name in ref.parts:
         shard = weight_map.get(name)
@@ -187,6 +211,20 @@ def _table(spec: EngramSpec, ref: TableRef, weight_map: dict[str, str], snap: Sn
     total = rows.pop()
     row_bytes = sum(p.tensor.row_bytes for p in parts)
     want_rows = spec.expect_rows.get(ref.layer)
+    if ckpt is not None:
+        stated = reconcile_rows(ckpt, ref.layer, want_rows, f"{spec.recipe_path}: engram")
+        if stated is not None and stated != total:
+            raise SourceError(
+                f"engram layer {ref.layer}: {ckpt.where}.engram_num_embeddings says {stated} rows, "
+                f"{snap.shown(parts[0].shard)} header has {parts[0].tensor.name} with {total}",
+                hint="the checkpoint disagrees with itself: re-stage it or pin another revision",
+            )
+        width = parts[0].tensor.shape[1] if len(parts[0].tensor.shape) > 1 else None
+        if ckpt.head_dim is not None and width is not None and width != ckpt.head_dim:
+            raise SourceError(
+                f"engram layer {ref.layer}: {parts[0].tensor.name} rows are {width} wide, "
+                f"{ckpt.where}.engram_head_dim is {ckpt.head_dim}"
+            )
     if want_rows is not None and want_rows != total:
         raise SourceError(
             f"engram layer {ref.layer}: {parts[0].tensor.name} has {total} rows, the recipe says {want_rows}",

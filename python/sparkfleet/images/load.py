@@ -91,6 +91,39 @@ def built_image_id(recipe: LaunchRecipe) -> str:
     return image_id
 
 
+def host_span(names: list[str]) -> str:
+    """`dgx1..dgx4` for consecutive numbered names with one prefix, else the names comma-separated."""
+    import re
+
+    parts = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
+    if len(names) > 2 and all(parts):
+        prefixes = {m.group(1) for m in parts if m}
+        nums = [int(m.group(2)) for m in parts if m]
+        if len(prefixes) == 1 and nums == list(range(nums[0], nums[0] + len(nums))):
+            return f"{names[0]}..{names[-1]}"
+    return ", ".join(names)
+
+
+def planned_image(recipe: LaunchRecipe, hosts: list[str]) -> tuple[str, str]:
+    """For a dry run (no host contacted): the image reference a rank would run and what the
+    operator's record says about it: `mia-tp4-image (not loaded on dgx1..dgx4)` before any
+    `image load`, else the build's ID and the hosts the record does not show holding it."""
+    rec = read_operator_record(recipe.lane) or {}
+    built = (rec.get("build") or {}).get("image_id")
+    held = rec.get("hosts") or {}
+    missing = [h for h in hosts if not built or (held.get(h) or {}).get("image_id") != built]
+    if not built:
+        return (
+            f"<{recipe.image_build}: not loaded>",
+            f"{recipe.image_build} (not loaded on {host_span(hosts)})",
+        )
+    where = f"; not loaded on {host_span(missing)}" if missing else f"; loaded on {host_span(hosts)}"
+    return (
+        built,
+        f"{recipe.image_build} {built} (last `sparkfleet image load`{where}, per the operator record)",
+    )
+
+
 @dataclass
 class HostLoad:
     host: str

@@ -93,7 +93,7 @@ def problem(gen: Any, lane: str, stem: str) -> str | None:
     none = type(None)
     for key, kinds in (("good", (bool,)), ("image", (dict, none)), ("boot", (dict,)), ("drift", (list,)),
                        ("promotion", (dict, none)), ("rolled_back_from", (str, none)), ("hosts", (list,)),
-                       ("rolled_back_to", (str, none)),
+                       ("rolled_back_to", (str, none)), ("nas_weights", (dict,)),
                        ("pins", (dict,))):  # fmt: skip
         if key in gen and not isinstance(gen[key], kinds):
             return f"{key} is {_what(gen[key])}"
@@ -281,6 +281,7 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
         "canary": to_jsonable(pre.canary) if pre and pre.canary else None,
         "memory": pre.memory if pre else {},
         "boot": _boot(plan, report, history),
+        "nas_weights": report.nas_weights,  # non-optional weights served from the NAS (allowed)
         "rolled_back_to": None,  # a rollback's relaunch: the good generation it brought back
         "rolled_back_from": None,  # ... and the generation that was current when it did
         "stopped_at": None,  # `stop` ended it (status keeps how the launch went)

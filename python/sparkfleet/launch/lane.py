@@ -115,6 +115,7 @@ class LanePlan:
     specs: dict[str, LaunchSpec]  # host -> spec
     unknown: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {value: why unknown}
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> the ssh error
+    image_note: str = ""  # dry run of a Nix-built image: what the operator record says of it
 
     def by_rank(self) -> list[LaunchSpec]:
         return sorted(self.specs.values(), key=lambda s: s.rank)
@@ -177,7 +178,8 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
         raise problems[0][1]
     if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
         raise ShapeError(
-            f"lane {lane.name}: image pin {recipe.image.name} is not resolved ({recipe.image.value})",
+            f"lane {lane.name}: image pin {recipe.image.name} is not resolved "
+            f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
             hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
         )
 
@@ -315,8 +317,17 @@ DRY_RUN_WHY = "dry run: no host contacted"
 
 
 def dry_run(inv: Inventory, lane_name: str) -> LanePlan:
-    """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh."""
-    return prepare(inv, lane_name, offline=DRY_RUN_WHY)
+    """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh.
+
+    A lane whose image is a Nix build previews before any `image load`: the image is shown as not
+    loaded (from the operator's record), never a reason to refuse the preview."""
+    plan = prepare(inv, lane_name, offline=DRY_RUN_WHY)
+    if plan.recipe.image_build and plan.recipe.runtime in ("docker", "podman"):
+        from ..images.load import planned_image  # lazy: the images module imports this one
+
+        ref, plan.image_note = planned_image(plan.recipe, list(plan.specs))
+        plan.specs = {h: dataclasses.replace(s, image=s.image or ref) for h, s in plan.specs.items()}
+    return plan
 
 
 def planned_argv(spec: LaunchSpec) -> list[str]:
@@ -386,6 +397,13 @@ class LaunchReport:
     preflight: PreflightReport | None = None
     boot_cache: dict[str, dict] = field(default_factory=dict)  # host -> warm/cold, key, dir
     generation: dict | None = None  # the lane generation this launch recorded (launch/generations)
+    nas_weights: dict[str, dict] = field(default_factory=dict)  # host -> non-optional NAS files (allowed)
+
+    def weights_note(self) -> str:
+        """The line "weights from NAS on dgx2 (10 files)" when --allow-nas-weights let such a rank through."""
+        from .weights import weights_note
+
+        return weights_note(self.nas_weights)
 
 
 def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[dict]:
@@ -514,6 +532,7 @@ def launch(
     canary: bool = True,
     allow_drift: bool = False,
     generations_root: Path | None = None,
+    allow_nas_weights: bool = False,
 ) -> LaunchReport:
     """Prepare, pass the gates (occupancy, memory, ports, drift, canary), start workers then head,
     wait for readiness, record the lane generation; on failure stop the lane (unless kept).
@@ -522,7 +541,7 @@ def launch(
     `on_progress` gets every rank's boot stage, elapsed time, weight-load progress and last log
     line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
     them first with `stop_on_interrupt`)."""
-    gates = Gates(replace, canary, allow_drift, generations_root)
+    gates = Gates(replace, canary, allow_drift, generations_root, allow_nas_weights)
     try:
         return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
     except KeyboardInterrupt:
@@ -538,6 +557,7 @@ class Gates:
     canary: bool = True  # run the fabric canary
     allow_drift: bool = False  # launch on a host whose stack drifted from fleet.toml
     generations_root: Path | None = None
+    allow_nas_weights: bool = False  # serve a rank whose non-optional weights bind from the NAS
 
 
 def _launch(
@@ -552,15 +572,28 @@ def _launch(
 ) -> LaunchReport:
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
+    from .weights import check_local_weights, host_weights
+
+    weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
+    nas_weights = check_local_weights(lane_name, weights, gates.allow_nas_weights, on_event)
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"] or r.get("orphan_pid")]
     if running:  # refuse before starting anything: a half-started relaunch would stop the live ranks
         where = ", ".join(
             f"rank {r['rank']} on {r['host']}" + (f": {r['detail']}" if r.get("orphan_pid") else "")
             for r in running
         )
-        raise SparkfleetError(
-            f"lane {lane_name} is already running ({where})", hint=f"sparkfleet stop {lane_name}"
-        )
+        if not gates.replace:
+            raise SparkfleetError(
+                f"lane {lane_name} is already running ({where})",
+                hint=f"sparkfleet stop {lane_name}, or sparkfleet launch {lane_name} --replace (relaunch)",
+            )
+        # --replace relaunches the lane itself too (after a recipe edit: one command)
+        if not all(r["stopped"] for r in stop(inv, lane_name, plan.recipe.timeouts.stop_s)):
+            raise SparkfleetError(
+                f"--replace: lane {lane_name} did not stop", hint=f"sparkfleet status {lane_name}"
+            )
+        on_event(f"replaced the running {lane_name} ({where}): stopped it to relaunch")
+        plan = prepare(inv, lane_name)  # its ports and memory are free now: probe again
     check_occupancy(inv, lane_name, gates.replace, on_event)
     checks = preflight(
         inv, plan, call_agent, canary=gates.canary, allow_drift=gates.allow_drift, on_event=on_event
@@ -595,7 +628,9 @@ def _launch(
     from .generations import record_launch
 
     if not wait:
-        report = LaunchReport(lane_name, started, None, preflight=checks, boot_cache=boot_cache)
+        report = LaunchReport(
+            lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights
+        )
         report.generation = record_launch(inv, plan, report, gates.generations_root or inv.root)
         return report
     head = plan.by_rank()[0]
@@ -634,13 +669,14 @@ def _launch(
     if not ready.ok and not keep_on_failure:
         stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         stopped = True
-    report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache)
+    report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights)
     report.generation = record_launch(inv, plan, report, gates.generations_root or inv.root)
     return report
 
 
-def status(inv: Inventory, lane_name: str) -> dict:
-    """Per rank: running or not (and how it ended), plus the head's /health and /v1/models."""
+def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> dict:
+    """Per rank: running or not (and how it ended), plus the head's /health and /v1/models, and
+    "weights from NAS on HOST (N files)" when the serving generation was let through that way."""
     lane = inv.lane(lane_name)
     recipe = launch_recipe(inv, lane_name)
     ranks, errors = [], []
@@ -648,6 +684,8 @@ def status(inv: Inventory, lane_name: str) -> dict:
     def ask(name: str) -> dict:
         try:
             return call_agent(connect(inv.host(name)), "status", _state_request(inv, lane_name, name))
+        except HostUnreachable as exc:  # a Spark that is off looks like this too
+            return {"error": f"powered off or unreachable: {exc.message}", "code": int(exc.exit_code)}
         except SparkfleetError as exc:
             return {"error": exc.message, "code": int(exc.exit_code)}
 
@@ -676,7 +714,12 @@ def status(inv: Inventory, lane_name: str) -> dict:
         except SparkfleetError as exc:
             errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
     running = sum(1 for r in ranks if r["running"])
+    from .generations import current
+    from .weights import weights_note
+
+    gen = current(generations_root or inv.root, lane_name) if running else None
     return {
+        "weights": weights_note((gen or {}).get("nas_weights")),
         "lane": lane_name,
         "ok": running == len(lane.hosts) and not errors,
         "ranks": sorted(ranks, key=lambda r: r["rank"]),

@@ -366,6 +366,7 @@ def watch_lane(
 ) -> WatchOutcome:
     """Supervise a running lane: the real probe, bundle collection and relaunch."""
     from ..bench.target import for_lane
+    from .generations import current
     from .lane import launch, status, stop
     from .recipe import launch_recipe
 
@@ -376,7 +377,9 @@ def watch_lane(
     def restart() -> bool:
         try:
             stop(inv, lane_name, recipe.timeouts.stop_s)
-            rep = launch(inv, lane_name, allow_drift=allow_drift, on_event=on_event)
+            # A generation the operator let through with --allow-nas-weights is restarted the same way.
+            nas = bool((current(inv.root, lane_name) or {}).get("nas_weights"))
+            rep = launch(inv, lane_name, allow_drift=allow_drift, on_event=on_event, allow_nas_weights=nas)
             return bool(rep.ready and rep.ready.ok)
         except SparkfleetError as exc:
             on_event(f"{lane_name}: relaunch refused: {exc.message}")

@@ -73,7 +73,7 @@ def lane_inputs(inv: Inventory, lane: Lane, host: Host) -> dict[str, Any]:
             target = replace(
                 target,
                 engram_row_bytes={**target.engram_row_bytes, **tables.engram_row_bytes},
-                engram_rows_per_token=config.options.engram_rows_per_token,
+                engram_rows_per_token=tables.engram_rows_per_token,
                 notes=[*target.notes, f"engram tables read from the {engram_pin} pin"]
                 + [n for n in tables.notes if "engram" in n],
             )

@@ -312,7 +312,13 @@ def model_cost(
     if "head" not in by_category and config.get("tie_word_embeddings"):
         by_category["head"] = by_category.get("embedding", 0)
         notes.append("tie_word_embeddings: the LM head is the embedding matrix, read in full per step")
-    if engram_rows and options.engram_rows_per_token is None:
+    rows_per_token = None
+    if engram_rows:  # config.json states it ((max_ngram_size - 1) x n_heads); [roofline] only confirms
+        from ..engram.checkpoint import from_config, reconcile_rows_per_token
+
+        ckpt = from_config(config, f"{name}: config.json")
+        rows_per_token = reconcile_rows_per_token(ckpt, options.engram_rows_per_token, "recipe [roofline]")
+    if engram_rows and rows_per_token is None:
         notes.append(
             "engram rows per token not declared ([roofline] engram_rows_per_token): engram reads left out"
         )
@@ -345,7 +351,7 @@ def model_cost(
         experts_per_token=k,
         embedding_row_bytes=embed_row,
         engram_row_bytes=dict(engram_rows),
-        engram_rows_per_token=options.engram_rows_per_token if engram_rows else None,
+        engram_rows_per_token=rows_per_token,
         kv_bytes_per_token=kv_per_token,
         kv_split_by_tp=kv_split,
         kv_heads=kv_heads,

@@ -102,6 +102,7 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
         f"- model: {doc.get('model')}",
         f"- hosts: {', '.join(doc.get('hosts') or []) or '—'}",
         f"- recipe sha256: {doc.get('recipe_sha256') or '—'}",
+        *([f"- **{doc['weights']}** (launched with --allow-nas-weights)"] if doc.get("weights") else []),
         f"- created (UTC): {doc.get('created_utc')}; duration {_fmt(doc.get('duration_s'))} s; "
         f"client CPU {_fmt(doc.get('client_cpu_s'), 2)} s",
         f"- token counts from: {', '.join(doc.get('token_sources') or []) or '—'}",
