@@ -38,6 +38,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("roofline", "roofline"), ("roofline", "measure"),
     ("image", "image"),
     ("bootstrap", "bootstrap"),
+    ("keys", "keys"),
     ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 

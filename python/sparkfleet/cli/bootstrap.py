@@ -45,8 +45,10 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
             click.echo(diff.rstrip("\n"))
 
     report = do_bootstrap(connect(h), h.ssh_user, prefix=root_prefix, dry_run=dry_run, on_change=show)
+    keys = {} if dry_run else _lane_keys(inv, host)
     if as_json:
-        echo_json({"ok": report.ok, **vars(report), "changes": [c.shown() for c in report.changes]})
+        echo_json({"ok": report.ok, **vars(report), "changes": [c.shown() for c in report.changes],
+                   "api_keys": keys})  # fmt: skip
     else:
         if not report.changes:
             click.echo(f"{host}: nothing to change")
@@ -55,5 +57,16 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
             click.echo(f"{mark} {host:8} {p.name:18} {p.detail}")
             if p.ok is False and p.fix and not dry_run:
                 click.echo(f"  {'':8} {'':18} fix: {p.fix}")
+        for lane, what in keys.items():
+            click.echo(f"{'✓' if not what.startswith('not') else '–'} {host:8} {'API key ' + lane:18} {what}")
     if not report.ok and not dry_run:
         sys.exit(ExitCode.SHORTFALL)
+
+
+def _lane_keys(inv, host: str) -> dict[str, str]:
+    """Each lane on HOST gets its API key there (needs sparkfleet on the host: after `deploy`, the
+    launch installs it anyway)."""
+    from ..lanekeys import install_for_host
+    from ..launch.lane import call_agent
+
+    return install_for_host(inv, host, call_agent)

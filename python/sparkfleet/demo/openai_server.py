@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import random
@@ -365,7 +366,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         key = self.server.cfg.api_key
-        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+        sent = self.headers.get("Authorization") or ""
+        if key is None or hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
             return True
         self._error(HTTPStatus.UNAUTHORIZED, f"invalid api key{self._echo()}", "authentication_error")
         return False
@@ -831,7 +833,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--error-rate", type=float, default=0.0, help="fraction of generation requests that fail")
     p.add_argument("--fail-status", type=int, default=500)
     p.add_argument("--no-prefix-cache", action="store_true")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (shows in ps)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="require the key held in env variable NAME (a lane's: SPARKFLEET_API_KEY)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reasoning-tokens", type=int, default=0, help="thinking words before each chat answer")
     p.add_argument("--max-running", type=int, default=0, help="requests decoding at once; others queue")
@@ -861,6 +865,11 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         if not 1 <= lo <= hi:
             p.error("--accept-range wants 1 <= LO <= HI")
         accept_range = (lo, hi)
+    api_key = a.api_key
+    if a.api_key_env:  # as vLLM reads VLLM_API_KEY: the key never needs to be on the command line
+        api_key = os.environ.get(a.api_key_env) or None
+        if api_key is None:
+            p.error(f"--api-key-env {a.api_key_env}: not set (refusing to serve without a key)")
     if a.tokens_per_chunk < 1 or a.decode_tps <= 0:
         p.error("--tokens-per-chunk must be >= 1 and --decode-tps > 0")
     return ServerConfig(
@@ -879,7 +888,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         error_rate=a.error_rate,
         fail_status=a.fail_status,
         prefix_cache=not a.no_prefix_cache,
-        api_key=a.api_key,
+        api_key=api_key,
         seed=a.seed,
         max_running=a.max_running,
         reasoning_tokens=a.reasoning_tokens,

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import apikeys
 from ..atomic import write_bytes
 from . import canary_worker, records, watchdog
 from .runtimes import container_run_argv
@@ -176,13 +177,14 @@ def incident(req: dict) -> dict:
     state_dir = Path(req["state_dir"])
     lines = int(req.get("lines", 200))
     ranks: list[dict[str, Any]] = []
+    key = apikeys.read_key(state_dir, req["lane"])
     for rec in records.load_all(state_dir, req["lane"]):
         runtime = runtime_for(rec.runtime)
         if rec.runtime == "process":
             data = tail_bytes(rec.log_path)
         else:
             data, _ = runtime.read_log(rec, 0, 1 << 30)
-        text = data.decode("utf-8", errors="replace")
+        text = apikeys.scrub(data.decode("utf-8", errors="replace"), key)  # engines log their args
         st = runtime.state(rec)
         ranks.append({
             "rank": rec.rank,
