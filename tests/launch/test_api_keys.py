@@ -9,6 +9,7 @@ bundles and `ps` never carry it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -46,7 +47,7 @@ def keyed_recipe(port: int) -> str:
     text = demo_recipe(["spark"], port, ', "--api-key-env", "SPARKFLEET_API_KEY"')
     return text.replace(
         f'command = ["{sys.executable}", "-m", "sparkfleet.demo.openai_server",',
-        f"command = [{json.dumps(sys.executable)}, \"-c\", {json.dumps(_LOGS_KEY)},",
+        f'command = [{json.dumps(sys.executable)}, "-c", {json.dumps(_LOGS_KEY)},',
     )
 
 
@@ -63,10 +64,8 @@ def _cmdlines() -> str:
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            try:
+            with contextlib.suppress(OSError):  # a process that ended meanwhile
                 out.append((d / "cmdline").read_bytes().decode(errors="replace"))
-            except OSError:
-                pass
     return "\n".join(out)
 
 
