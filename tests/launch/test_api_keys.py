@@ -179,6 +179,18 @@ def test_a_lane_serves_only_with_its_key_and_every_client_sends_it(keyed_fleet, 
     assert res.exit_code == 0, res.output
     assert key not in res.output
 
+    # bench (with a quality scenario: tool-eval-bench takes the key from its env) through the lane
+    out = tmp / "reports"
+    res = runner.invoke(
+        cli,
+        ["--root", str(inv.root), "bench", "keyed", "--quick", "--out", str(out), "--quality-scenarios", "TC-01",
+         "--json"],
+    )  # fmt: skip
+    assert res.exit_code in (0, 1), res.output  # 1: a shortfall, never an auth failure
+    assert "401" not in res.output and key not in res.output
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert written and not any(key in p.read_text(errors="replace") for p in written)
+
     # the engine printed it; logs and the incident bundle show it redacted
     text = lanes.logs(inv, "keyed")["spark"]["0"]
     assert "server_args api_key=<redacted>" in text and key not in text
