@@ -45,7 +45,8 @@ def lane_key(inv: Inventory, lane: str, call: Call) -> str | None:
     return host_key(inv, lane, inv.lane(lane).hosts[0], call)
 
 
-def _install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) -> dict[str, bool]:
+def install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) -> dict[str, bool]:
+    """Write `key` as the lane's key on `hosts` (all at once); host -> whether its file changed."""
     def one(host: str) -> tuple[str, bool | str]:
         try:
             ans = call(connect(inv.host(host)), "api-key-write", _request(inv, lane, host, key=key))
@@ -69,7 +70,7 @@ def _install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) 
 def rotate(inv: Inventory, lane: str, call: Call) -> KeyInstall:
     """A new key on every host of the lane (a running lane keeps its old key until relaunched)."""
     hosts = list(inv.lane(lane).hosts)
-    done = _install(inv, lane, new_key(), hosts, call)
+    done = install(inv, lane, new_key(), hosts, call)
     return KeyInstall(lane, tuple(h for h in hosts if done[h]), tuple(h for h in hosts if not done[h]), True)
 
 
@@ -96,7 +97,7 @@ def ensure(inv: Inventory, lane: str, call: Call, hosts: list[str] | None = None
             )
         targets = list(inv.lane(lane).hosts)  # a new key goes to every host at once
         key = new_key()
-    done = _install(inv, lane, key, targets, call)
+    done = install(inv, lane, key, targets, call)
     return KeyInstall(
         lane, tuple(h for h in targets if done[h]), tuple(h for h in targets if not done[h]), created
     )

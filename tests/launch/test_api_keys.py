@@ -181,11 +181,8 @@ def test_a_lane_serves_only_with_its_key_and_every_client_sends_it(keyed_fleet, 
 
     # bench (with a quality scenario: tool-eval-bench takes the key from its env) through the lane
     out = tmp / "reports"
-    res = runner.invoke(
-        cli,
-        ["--root", str(inv.root), "bench", "keyed", "--quick", "--out", str(out), "--quality-scenarios", "TC-01",
-         "--json"],
-    )  # fmt: skip
+    argv = ["--root", str(inv.root), "bench", "keyed", "--quick", "--out", str(out)]
+    res = runner.invoke(cli, [*argv, "--quality-scenarios", "TC-01", "--json"])
     assert res.exit_code in (0, 1), res.output  # 1: a shortfall, never an auth failure
     assert "401" not in res.output and key not in res.output
     written = [p for p in out.rglob("*") if p.is_file()]

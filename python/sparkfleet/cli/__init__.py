@@ -39,6 +39,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("image", "image"),
     ("bootstrap", "bootstrap"),
     ("keys", "keys"),
+    ("gateway", "gateway"),
     ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 

@@ -1,0 +1,170 @@
+"""The real gateway (smg, PyPI) in front of 2 and 4 launched demo lanes that are replicas of one model.
+
+Each lane is launched by sparkfleet (process runtime) with the gateway's key as its own; `gateway up`
+reads them from the inventory. Asserted through smg's own `x-smg-routed-worker-id` header: requests
+spread as the policy says (round_robin: evenly; cache_aware: one shared prefix sticks to one
+replica), a replica killed mid-run is taken out and its requests retried (all succeed), and a
+missing or wrong key is refused by the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import smg  # noqa: F401 - the gateway binary: the test extra installs it (pyproject)
+from launch_fleet import write_fleet
+from test_launch_local import demo_recipe, free_port
+
+from sparkfleet import apikeys, inventory
+from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.records import group_members
+from sparkfleet.serving import gateway
+
+pytestmark = pytest.mark.slow
+MODEL = "deepseek-v4.1-flash"
+
+
+def gateway_recipe(host: str, port: int, policy: str | None) -> str:
+    text = demo_recipe([host], port, ', "--api-key-env", "SPARKFLEET_API_KEY", "--decode-tps", "4000"')
+    return text + (f'\n[gateway]\npolicy = "{policy}"\n' if policy else "\n[gateway]\n")
+
+
+def make_fleet(tmp_path: Path, n: int, policy: str | None) -> inventory.Inventory:
+    nas = tmp_path / "nas" / "hub"
+    if not nas.exists():
+        build_nas_hub(nas, shard_bytes=16 * 1024)
+    hosts = {
+        f"s{i}": {
+            "address": "127.0.0.1",
+            "ssh_user": "root",
+            "local_hub": str(tmp_path / f"s{i}" / "nvme" / "hub"),
+            "nas_hub": str(nas),
+            "state_dir": str(tmp_path / f"s{i}" / "state"),
+        }
+        for i in range(1, n + 1)
+    }
+    ports = getattr(make_fleet, "ports", {})
+    lanes_ = {}
+    for i in range(1, n + 1):
+        port = ports.setdefault((str(tmp_path), i), free_port())
+        lanes_[f"r{i}"] = gateway_recipe(f"s{i}", port, policy)
+    make_fleet.ports = ports
+    return inventory.load(write_fleet(tmp_path / "fleet", hosts, lanes_))
+
+
+def chat(url: str, key: str | None, prompt: str = "What is 19+23?") -> tuple[int, str | None]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+    req = urllib.request.Request(
+        f"{url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+            return resp.status, resp.headers.get(gateway.ROUTED_HEADER)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get(gateway.ROUTED_HEADER)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """launch(n, policy) -> (inv, url, key); every lane and the gateway stopped afterwards."""
+    state = tmp_path / "gw"
+    made: list[inventory.Inventory] = []
+
+    def launch(n: int, policy: str | None = None):
+        inv = make_fleet(tmp_path, n, policy)
+        made.append(inv)
+        gateway.share_key(inv, state, lanes.call_agent)  # before launch: the lanes start with it
+        with ThreadPoolExecutor(n) as pool:
+            reports = list(pool.map(lambda name: lanes.launch(inv, name), [f"r{i}" for i in range(1, n + 1)]))
+        assert all(r.ready.ok for r in reports), [r.ready for r in reports]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        st = gateway.up(inv, state, lanes.call_agent, bind="127.0.0.1", port=port, metrics_port=free_port())
+        assert st["running"] and st["models"] == [MODEL], st
+        assert set(st["lanes"].values()) == {"serving"}
+        return inv, st["url"], gateway.gateway_key(state)
+
+    yield launch, state
+    gateway.down(state)
+    for inv in made:
+        for name in inv.lanes:
+            lanes.stop(inv, name, 5)
+
+
+def test_two_replicas_round_robin_a_killed_one_is_retried_and_a_wrong_key_refused(served):
+    launch, state = served
+    inv, url, key = launch(2)
+    assert chat(url, None)[0] == 401 and chat(url, key + "x")[0] == 401  # refused by the gateway
+    lane_key = apikeys.read_key(Path(inv.host("s1").state_dir), "r1")
+    assert lane_key == key  # the lanes take only the gateway's key
+    assert key not in Path(f"/proc/{gateway.load_record(state).pid}/cmdline").read_text()
+
+    seen = Counter(chat(url, key)[1] for _ in range(20))
+    urls = {w.url for w in gateway.plan(inv).workers}
+    assert set(seen) == urls and sorted(seen.values()) == [10, 10], seen  # round_robin: even
+
+    # kill replica r2's server mid-run: every request still answers 200, from r1 once r2 is out
+    victim = max(group_members(lanes.status(inv, "r2")["ranks"][0]["pid"]))
+    r1 = next(w.url for w in gateway.plan(inv).workers if w.lane == "r1")
+
+    def one(i: int) -> tuple[int, str | None]:
+        if i == 10:
+            os.kill(victim, signal.SIGKILL)
+        return chat(url, key)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(40)))
+    assert all(code == 200 for code, _ in results), Counter(code for code, _ in results)
+    time.sleep(3)  # two failed 1 s health checks: out
+    assert {chat(url, key)[1] for _ in range(8)} == {r1}
+    st = gateway.status(state)
+    assert st["running"] and st["policy"] == "round_robin"
+    assert gateway.down(state) and not gateway.status(state)["running"]
+
+
+def test_four_replicas_spread_round_robin_while_cache_aware_sticks_a_shared_prefix(served):
+    launch, state = served
+    inv, url, key = launch(4)
+    seen = Counter(chat(url, key)[1] for _ in range(20))
+    assert len(seen) == 4 and set(seen.values()) == {5}, seen
+    gateway.down(state)
+
+    inv = make_fleet(Path(inv.root).parent, 4, "cache_aware")  # same lanes, the policy changed
+    st = gateway.up(
+        inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
+    )
+    assert st["policy"] == "cache_aware"
+    prefix = "You are a careful assistant. " * 40
+    sticky = Counter(chat(st["url"], key, prefix + f"Question {i}?")[1] for i in range(12))
+    assert len(sticky) == 1 and sum(sticky.values()) == 12, sticky  # MiaAI tp8.md: one replica
+
+
+def test_plan_refuses_replicas_sharing_a_host_and_disagreeing_policies(tmp_path):
+    inv = make_fleet(tmp_path, 2, None)
+    assert gateway.plan(inv).policy == "round_robin"
+    text = (Path(inv.root) / "recipes" / "r2" / "recipe.toml").read_text()
+    (Path(inv.root) / "recipes" / "r2" / "recipe.toml").write_text(
+        text.replace("hosts = ['s2']", "hosts = ['s1']")
+    )
+    with pytest.raises(Exception, match="share host s1"):
+        gateway.plan(inventory.load(inv.root))
+    (Path(inv.root) / "recipes" / "r2" / "recipe.toml").write_text(text + 'policy = "cache_aware"\n')
+    with pytest.raises(Exception, match="different policies"):
+        gateway.plan(inventory.load(inv.root))
+    assert sys.executable  # the demo lanes run on this interpreter
