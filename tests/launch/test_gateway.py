@@ -23,10 +23,12 @@ from pathlib import Path
 
 import pytest
 import smg  # noqa: F401 - the gateway binary: the test extra installs it (pyproject)
+from click.testing import CliRunner
 from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import apikeys, inventory
+from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.records import group_members
@@ -118,6 +120,21 @@ def test_two_replicas_round_robin_a_killed_one_is_retried_and_a_wrong_key_refuse
     seen = Counter(chat(url, key)[1] for _ in range(20))
     urls = {w.url for w in gateway.plan(inv).workers}
     assert set(seen) == urls and sorted(seen.values()) == [10, 10], seen  # round_robin: even
+
+    # bench through the gateway: its key, and the report names the policy and each request's replica
+    out = Path(inv.root) / "gw-reports"
+    env = {"SPARKFLEET_GATEWAY_STATE": str(state), "SPARKFLEET_API_KEY": ""}
+    argv = ["bench", "--gateway", "--quick", "--no-quality", "--out", str(out), "--concurrency", "2",
+            "--requests", "4", "--json"]  # fmt: skip
+    res = CliRunner(env=env).invoke(cli, argv)
+    assert res.exit_code in (0, 1), res.output
+    assert key not in res.output
+    report = json.loads(next(out.rglob("*.json")).read_text())
+    assert report["gateway"]["policy"] == "round_robin"
+    assert {w["lane"] for w in report["gateway"]["workers"]} == {"r1", "r2"}
+    level = report["sweep"][0]
+    assert len(level["served_by"]) == 4 and set(level["served_by"]) == urls, level["served_by"]
+    assert not any(key in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
 
     # kill replica r2's server mid-run: every request still answers 200, from r1 once r2 is out
     victim = max(group_members(lanes.status(inv, "r2")["ranks"][0]["pid"]))

@@ -55,6 +55,7 @@ class BenchTarget:
     # a lane's own key (its head's key file, read once through the agent); never repr'd or stored
     key_loader: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
     key_cache: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+    gateway: dict[str, Any] | None = None  # `bench --gateway`: the policy and the replicas behind it
 
     def api_key(self) -> str | None:
         """$SPARKFLEET_API_KEY (or [bench] api_key_env) when set: a gateway or user key; else the
@@ -171,6 +172,22 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         api_key_env=bench.get("api_key_env", API_KEY_ENV),
         tokenizer=staged_tokenizer(inv, lane),
         key_loader=None if isinstance(bench.get("url"), str) else functools.partial(head_key, inv, name),
+    )
+
+
+def for_gateway(state_dir: Path, out: Path | None) -> BenchTarget:
+    """The running `sparkfleet gateway` (its URL, its key, its policy and replicas for the report)."""
+    from ..serving.gateway import gateway_key, status
+
+    st = status(state_dir)
+    if not st["running"]:
+        raise SparkfleetError("the gateway is not running", hint="sparkfleet gateway up")
+    workers = [{k: w[k] for k in ("lane", "model", "url")} for w in st["workers"]]
+    return BenchTarget(
+        url=st["url"],
+        reports_dir=out,
+        key_loader=functools.partial(gateway_key, state_dir),
+        gateway={"policy": st["policy"], "workers": workers},
     )
 
 
