@@ -1,0 +1,164 @@
+"""The fleet registry for real: Debian's docker-registry (distribution 2.8) with TLS from a fleet CA,
+in its own network namespace; skopeo pushes the built archive by digest; docker (a private dockerd
+in another namespace) and podman pull that digest and record the RepoDigest; a second pull of the
+same digest moves nothing; a release tag is never moved.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    from support.engines import (
+        Dockerd,
+        docker_archive,
+        engines_skip_reason,
+        layer_tar,
+        make_rootfs,
+        podman_cleanup,
+        podman_env,
+    )
+except ImportError:  # tests/ imported as a package
+    from tests.support.engines import (
+        Dockerd,
+        docker_archive,
+        engines_skip_reason,
+        layer_tar,
+        make_rootfs,
+        podman_cleanup,
+        podman_env,
+    )
+
+from sparkfleet.images import registry as reg_mod
+from sparkfleet.images.registry import Registry, RegistryError
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+PORT = 5000
+
+
+def _wait_tcp(addr: str, port: int, proc: subprocess.Popen, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"docker-registry exited {proc.returncode}"
+        with socket.socket() as s:
+            s.settimeout(1)
+            if s.connect_ex((addr, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{addr}:{port} not listening")
+
+
+@pytest.fixture(scope="module")
+def registry(fleetnet, tmp_path_factory):
+    """docker-registry serving TLS at <netns addr>:5000; torn down (by PID) even on failure."""
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        pytest.fail("docker-registry and skopeo are test dependencies (Makefile DEB_PACKAGES)")
+    tmp = tmp_path_factory.mktemp("registry")
+    host = fleetnet.add_host("reg")
+    proc = None
+    certs_d = None
+    try:
+        ca_dir = tmp / "ca"
+        key, crt = reg_mod.issue_cert(ca_dir, host.addr, tmp / "tls")
+        config = tmp / "config.yml"
+        config.write_text(reg_mod.registry_config(tmp / "storage", f"{host.addr}:{PORT}", key, crt))
+        log = open(tmp / "registry.log", "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(host.exec_argv("docker-registry", "serve", str(config)), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        _wait_tcp(host.addr, PORT, proc)
+        address = f"{host.addr}:{PORT}"
+        # docker trusts the fleet CA for this one registry (what bootstrap installs on a host)
+        certs_d = Path("/etc/docker/certs.d") / address
+        certs_d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ca_dir / "ca.crt", certs_d / "ca.crt")
+        cert_dir = tmp / "trust"
+        cert_dir.mkdir()
+        shutil.copy(ca_dir / "ca.crt", cert_dir / "ca.crt")
+        yield Registry(address, cert_dir), host, tmp
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        if certs_d is not None:
+            shutil.rmtree(certs_d, ignore_errors=True)
+        fleetnet.remove_host(host)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("build")
+    layer = layer_tar(make_rootfs(tmp / "rootfs"))
+    archive = tmp / "image.tar"
+    image_id = docker_archive(layer, archive, "sparkfleet/lane:build", "r1")
+    return archive, image_id
+
+
+def test_push_by_digest_pull_with_docker_and_podman_second_pull_moves_nothing(
+    registry, built, fleetnet, tmp_path
+):
+    reg, host, _ = registry
+    archive, image_id = built
+    digest = reg_mod.push(reg, archive, "sparkfleet/lane", "build-r1")
+    assert digest.startswith("sha256:") and reg_mod.digest_of(reg, "sparkfleet/lane", "build-r1") == digest
+    assert reg_mod.push(reg, archive, "sparkfleet/lane", "build-r1") == digest  # same bytes, same digest
+
+    reason = engines_skip_reason("docker")
+    if reason:
+        pytest.fail(reason)
+    node = fleetnet.add_host("dnode", share_mounts=True)
+    dockerd = Dockerd()
+    try:
+        dockerd.start(node.netns)
+        argv = reg_mod.pull_argv("docker", reg, "sparkfleet/lane", digest)
+        first = dockerd.docker(*argv[1:])
+        assert first.returncode == 0, first.stderr
+        held = dockerd.docker(
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}} {{json .RepoDigests}}",
+            f"{reg.address}/sparkfleet/lane@{digest}",
+        ).stdout
+        assert image_id in held and f"{reg.address}/sparkfleet/lane@{digest}" in held  # RepoDigest kept
+        again = dockerd.docker("pull", reg.ref("sparkfleet/lane", digest=digest))
+        assert "Image is up to date" in again.stdout  # a second pull of the digest: nothing sent
+        denv = {**os.environ, "DOCKER_HOST": dockerd.host}
+        assert not reg_mod.ensure_pulled("docker", reg, "sparkfleet/lane", digest, env=denv)
+    finally:
+        dockerd.stop()
+        fleetnet.remove_host(node)
+
+    base = tmp_path / "podman"
+    env = podman_env(base)
+    full = {**os.environ, **env}
+    try:
+        cp = subprocess.run(reg_mod.pull_argv("podman", reg, "sparkfleet/lane", digest), env=full,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert cp.returncode == 0, cp.stderr
+        ref = reg.ref("sparkfleet/lane", digest=digest)
+        assert ref in reg_mod.repo_digests("podman", ref, env=full)
+        assert not reg_mod.ensure_pulled("podman", reg, "sparkfleet/lane", digest, env=full)  # held: no pull
+    finally:
+        podman_cleanup(env, base)
+
+
+def test_a_tag_is_never_moved_to_another_digest(registry, built, tmp_path):
+    reg, _, _ = registry
+    archive, _ = built
+    digest = reg_mod.push(reg, archive, "sparkfleet/tags", "build")
+    reg_mod.tag(reg, "sparkfleet/tags", digest, "r39")
+    assert reg_mod.digest_of(reg, "sparkfleet/tags", "r39") == digest
+    reg_mod.tag(reg, "sparkfleet/tags", digest, "r39")  # the same digest again: fine
+    other = tmp_path / "other.tar"
+    docker_archive(b"\0" * 1024, other, "sparkfleet/other:build", "r2")
+    d2 = reg_mod.push(reg, other, "sparkfleet/tags", "build2")
+    with pytest.raises(RegistryError, match="never moved"):
+        reg_mod.tag(reg, "sparkfleet/tags", d2, "r39")
+    assert reg_mod.digest_of(reg, "sparkfleet/tags", "r39") == digest
