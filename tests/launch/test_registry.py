@@ -6,6 +6,7 @@ same digest moves nothing; a release tag is never moved.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -162,3 +163,64 @@ def test_a_tag_is_never_moved_to_another_digest(registry, built, tmp_path):
     with pytest.raises(RegistryError, match="never moved"):
         reg_mod.tag(reg, "sparkfleet/tags", d2, "r39")
     assert reg_mod.digest_of(reg, "sparkfleet/tags", "r39") == digest
+
+
+def test_release_cut_freezes_only_a_promoted_generation_and_never_overwrites(
+    registry, built, tmp_path, monkeypatch
+):
+    from click.testing import CliRunner
+    from launch_fleet import write_fleet
+    from test_launch_local import demo_recipe
+
+    from sparkfleet.cli import main as cli
+    from sparkfleet.launch import generations
+
+    reg, _, _ = registry
+    archive, image_id = built
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SPARKFLEET_REGISTRY", reg.address)
+    monkeypatch.setenv("SPARKFLEET_REGISTRY_CERTS", str(reg.cert_dir))
+    host = {"address": "127.0.0.1", "ssh_user": "root", "local_hub": str(tmp_path / "hub"),
+            "nas_hub": str(tmp_path / "nas"), "state_dir": str(tmp_path / "s")}  # fmt: skip
+    root = write_fleet(tmp_path / "fleet", {"spark": host}, {"lane": demo_recipe(["spark"], 30000)})
+    runner = CliRunner()
+    res = runner.invoke(
+        cli, ["--root", str(root), "image", "push", "lane", "--image", str(archive), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    pushed = json.loads(res.output)
+    assert pushed["image_id"] == image_id and pushed["digest"].startswith("sha256:")
+
+    gen = {"id": "20261201T210000000Z", "lane": "lane", "created_at": 0.0, "status": "ready", "good": False,
+           "image_ids": {"spark": image_id}, "pins": {"lane-image": {"value": "x"}},
+           "recipe_sha256": "ab" * 32, "recipe_text": "r", "fleet_text": "f",
+           "fingerprints": {"spark": {"kernel": "6.8"}}}  # fmt: skip
+    generations.save(root, gen)
+    cut = ["--root", str(root), "release", "cut", "lane", "r39"]
+    res = runner.invoke(cli, cut)
+    assert res.exit_code == 5 and "never promoted" in res.output, res.output
+    assert reg_mod.digest_of(reg, "sparkfleet/lane", "r39") is None
+    assert not (root / "recipes" / "lane" / "releases").exists()
+
+    gen.update(good=True, promotion={"bench_report": "reports/x.json", "gate": "baseline y", "smoke": []})
+    generations.save(root, gen)
+    res = runner.invoke(cli, [*cut, "--json"])
+    assert res.exit_code == 0, res.output
+    record = root / "recipes" / "lane" / "releases" / "r39.json"
+    rel = json.loads(record.read_text())
+    assert rel["generation"] == gen["id"] and rel["image"]["digest"] == pushed["digest"]
+    assert rel["reports"]["bench"] == "reports/x.json" and rel["recipe_sha256"] == "ab" * 32
+    assert rel["fingerprints"] == {"spark": {"kernel": "6.8"}}
+    assert oct(record.stat().st_mode & 0o777) == "0o444"
+    assert reg_mod.digest_of(reg, "sparkfleet/lane", "r39") == pushed["digest"]
+
+    before = record.read_bytes()
+    res = runner.invoke(cli, cut)
+    assert res.exit_code == 5 and "never overwritten" in res.output
+    assert record.read_bytes() == before
+
+    gen2 = {**gen, "id": "20261201T220000000Z", "image_ids": {"spark": "sha256:" + "cd" * 32}}
+    generations.save(root, gen2)
+    res = runner.invoke(cli, ["--root", str(root), "release", "cut", "lane", "r40"])
+    assert res.exit_code == 5 and "is not the one generation" in res.output
+    assert not (root / "recipes" / "lane" / "releases" / "r40.json").exists()

@@ -40,6 +40,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("bootstrap", "bootstrap"),
     ("keys", "keys"),
     ("gateway", "gateway"),
+    ("release", "release"),
     ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 
