@@ -47,6 +47,7 @@ def lane_key(inv: Inventory, lane: str, call: Call) -> str | None:
 
 def install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) -> dict[str, bool]:
     """Write `key` as the lane's key on `hosts` (all at once); host -> whether its file changed."""
+
     def one(host: str) -> tuple[str, bool | str]:
         try:
             ans = call(connect(inv.host(host)), "api-key-write", _request(inv, lane, host, key=key))

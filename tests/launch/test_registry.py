@@ -224,3 +224,116 @@ def test_release_cut_freezes_only_a_promoted_generation_and_never_overwrites(
     res = runner.invoke(cli, ["--root", str(root), "release", "cut", "lane", "r40"])
     assert res.exit_code == 5 and "is not the one generation" in res.output
     assert not (root / "recipes" / "lane" / "releases" / "r40.json").exists()
+
+
+def _lane_recipe(host: str, runtime: str) -> str:
+    from launch_fleet import MODELS
+
+    return (
+        f"""
+[lane]
+hosts = ["{host}"]
+
+[world]
+tp = 1
+
+[launch]
+runtime = "{runtime}"
+image_build = "test-image"
+port = 30000
+fabric = "none"
+gpus = "none"
+command = ["true"]
+"""
+        + MODELS
+    )
+
+
+def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to_ssh(
+    registry, built, fleetnet, tmp_path, monkeypatch
+):
+    """`image load` after `image push`: each host pulls the digest (docker in dgx1's namespace,
+    podman on dgx2), records the RepoDigest, a rerun moves nothing; with the registry unreachable
+    a new build still arrives over the ssh stream."""
+    import sys
+
+    from launch_fleet import write_fleet
+
+    from sparkfleet import inventory
+    from sparkfleet.images.load import load as load_image
+    from sparkfleet.images.node import read_record
+    from sparkfleet.images.release import push_lane
+
+    try:
+        from support.engines import stream_script
+    except ImportError:
+        from tests.support.engines import stream_script
+
+    for engine in ("docker", "podman"):
+        if reason := engines_skip_reason(engine):
+            pytest.fail(reason)
+    reg, _, _ = registry
+    archive, image_id = built
+    pod_base = tmp_path / "podman"
+    pod_env = podman_env(pod_base)
+    podman_trust = Path("/etc/containers/certs.d") / reg.address
+    podman_trust.mkdir(parents=True, exist_ok=True)
+    shutil.copy(reg.cert_dir / "ca.crt", podman_trust / "ca.crt")
+    dockerd = Dockerd()
+    hosts = {}
+    try:
+        hosts["dgx1"] = fleetnet.add_host("dgx1", env={"DOCKER_HOST": dockerd.host}, share_mounts=True)
+        dockerd.start(hosts["dgx1"].netns)
+        hosts["dgx2"] = fleetnet.add_host("dgx2", env=pod_env, share_mounts=True)
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        )
+        monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
+        monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+        monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "operator"))
+        fields = {
+            name: {"address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
+                   "local_hub": str(h.nvme / "hub"), "nas_hub": str(tmp_path / "nas"),
+                   "state_dir": str(h.root / "state")}
+            for name, h in hosts.items()
+        }  # fmt: skip
+        lanes_ = {"ld": _lane_recipe("dgx1", "docker"), "lp": _lane_recipe("dgx2", "podman")}
+        root = write_fleet(tmp_path / "fleet", fields, lanes_)
+        inv = inventory.load(root)
+        streamed: list[int] = []
+        for lane, host in (("ld", "dgx1"), ("lp", "dgx2")):
+            pushed = push_lane(inv, lane, archive, reg)
+            seen: list[str] = []
+            report = load_image(
+                inv, lane, archive, on_event=seen.append, on_bytes=lambda _h, n: streamed.append(n)
+            )
+            assert [h.action for h in report.hosts] == ["loaded"], report.hosts
+            assert not any("streaming over ssh" in e for e in seen), seen
+            rec = read_record(hosts[host].root / "state", lane)
+            assert rec["image_id"] == image_id
+            assert rec["repo_digest"] == f"{reg.address}/sparkfleet/{lane}@{pushed['digest']}"
+            again = load_image(inv, lane, archive)
+            assert [h.action for h in again.hosts] == ["unchanged"]
+        assert sum(streamed) == 0  # both came by registry pull, nothing over ssh
+
+        # the registry down (a wrong address in the push record): a new build streams over ssh
+        other = tmp_path / "other.tar"
+        other_id = docker_archive(b"\0" * 2048, other, "sparkfleet/other:build", "r2")
+        from sparkfleet.images.load import push_record_path
+
+        rec = json.loads(push_record_path("ld").read_text())
+        rec.update(image_id=other_id, registry="127.0.0.1:9")
+        push_record_path("ld").write_text(json.dumps(rec))
+        events: list[str] = []
+        report = load_image(inv, "ld", stream_script(other, tmp_path / "result"), on_event=events.append,
+                            on_bytes=lambda _h, n: streamed.append(n))  # fmt: skip
+        assert [h.action for h in report.hosts] == ["loaded"], report.hosts
+        assert any("streaming over ssh instead" in e for e in events) and sum(streamed) > 0
+        assert read_record(hosts["dgx1"].root / "state", "ld")["repo_digest"] is None
+    finally:
+        dockerd.stop()
+        podman_cleanup(pod_env, pod_base)
+        shutil.rmtree(podman_trust, ignore_errors=True)
+        for h in hosts.values():
+            fleetnet.remove_host(h)

@@ -49,6 +49,21 @@ def operator_record_path(lane: str) -> Path:
     return operator_state_dir() / "images" / f"{lane}.json"
 
 
+def push_record_path(lane: str) -> Path:
+    """`image push`'s record: which registry digest carries which built image ID."""
+    return operator_state_dir() / "registry" / f"{lane}.json"
+
+
+def read_push_record(lane: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(push_record_path(lane).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise SparkfleetError(f"{push_record_path(lane)}: not JSON ({exc})", hint="push again") from None
+    return doc if isinstance(doc, dict) else None
+
+
 def read_operator_record(lane: str) -> dict[str, Any] | None:
     path = operator_record_path(lane)
     try:
@@ -154,6 +169,23 @@ def _as_result(host: str, argv: list[str], returncode: int, out: bytes, err: byt
     )
 
 
+def _pull(
+    runner, lane: str, name: str, engine: str, build: BuildImage, on_event: Callable[[str], None]
+) -> str | None:
+    """Pull by digest when `image push` put this very build in the registry; None: stream instead."""
+    pushed = read_push_record(lane)
+    if pushed is None or pushed.get("image_id") != build.image_id:
+        return None
+    req = {"engine": engine, **{k: pushed[k] for k in ("registry", "repo", "digest")}}
+    try:
+        ans = call_agent(runner, "image-pull", req, timeout=3600)
+    except SparkfleetError as exc:
+        on_event(f"{name}: registry pull failed ({exc.message}); streaming over ssh instead")
+        return None
+    on_event(f"{name}: {'pulled' if ans['pulled'] else 'already holds'} {ans['repo_digest']}")
+    return ans["repo_digest"]
+
+
 def _load_host(
     inv: Inventory,
     lane: str,
@@ -188,9 +220,10 @@ def _load_host(
         return HostLoad(name, engine, before, "load", build.image_id, before)
     t0 = time.monotonic()
     try:
-        if not st.get("expect_present"):
+        repo_digest = _pull(runner, lane, name, engine, build, on_event)
+        if repo_digest is None and not st.get("expect_present"):
             stream_into(build, runner, engine, timeout_s, lambda n: on_bytes(name, n))
-        commit = {**req, "image_id": build.image_id, "source": build.source}
+        commit = {**req, "image_id": build.image_id, "source": build.source, "repo_digest": repo_digest}
         rec = call_agent(runner, "image-commit", commit)["record"]
     except SparkfleetError as exc:
         on_event(f"{name}: FAILED: {exc.message}")

@@ -183,9 +183,9 @@ def tag(reg: Registry, repo: str, digest: str, name: str) -> None:
 def pull_argv(engine: str, reg: Registry, repo: str, digest: str) -> list[str]:
     """docker trusts the CA through /etc/docker/certs.d/<address>/; podman takes --cert-dir."""
     ref = reg.ref(repo, digest=digest)
-    if engine == "podman":
-        return ["podman", "pull", "--quiet", "--cert-dir", str(reg.cert_dir), ref]
-    return ["docker", "pull", "--quiet", ref]
+    if Path(engine).name == "podman":  # the name or the resolved path of the binary
+        return [engine, "pull", "--quiet", "--cert-dir", str(reg.cert_dir), ref]
+    return [engine, "pull", "--quiet", ref]
 
 
 def repo_digests(engine: str, ref: str, env: dict[str, str] | None = None) -> list[str]:

@@ -24,7 +24,7 @@ from ..errors import ExitCode, SparkfleetError
 from ..inventory import RECIPES_DIR, Inventory
 from ..launch.generations import load_all
 from .archive import inspect_build
-from .load import operator_state_dir
+from .load import push_record_path, read_push_record
 from .registry import Registry, push, tag
 
 RELEASES = "releases"
@@ -33,20 +33,6 @@ NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 def repo_of(lane: str) -> str:
     return f"sparkfleet/{lane}"
-
-
-def push_record_path(lane: str) -> Path:
-    return operator_state_dir() / "registry" / f"{lane}.json"
-
-
-def read_push_record(lane: str) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(push_record_path(lane).read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise SparkfleetError(f"{push_record_path(lane)}: not JSON ({exc})", hint="push again") from None
-    return doc if isinstance(doc, dict) else None
 
 
 def push_lane(inv: Inventory, lane: str, source: Path, reg: Registry) -> dict[str, Any]:

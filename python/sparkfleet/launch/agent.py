@@ -326,6 +326,12 @@ def image_state(req: dict) -> dict:
     return state(req)
 
 
+def image_pull(req: dict) -> dict:
+    from ..images.node import image_pull as pull
+
+    return pull(req)
+
+
 def image_commit(req: dict) -> dict:
     from ..images.node import image_commit as commit
 
@@ -357,6 +363,7 @@ ACTIONS = {
     "occupancy": occupancy,
     "image-state": image_state,
     "image-commit": image_commit,
+    "image-pull": image_pull,
     "probe": probe,
     "start": start,
     "stop": stop,
