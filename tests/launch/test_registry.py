@@ -337,3 +337,22 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
         shutil.rmtree(podman_trust, ignore_errors=True)
         for h in hosts.values():
             fleetnet.remove_host(h)
+
+
+def test_bootstrap_trusts_the_fleet_ca_where_docker_and_podman_look(tmp_path):
+    """bootstrap's fleet-CA changes: written under each engine's certs.d for the registry only;
+    once there, nothing more to change."""
+    from sparkfleet.bootstrap import apply_change, trust_changes
+    from sparkfleet.hosts import LocalHost
+
+    ca = reg_mod.make_ca(tmp_path / "ca").read_text()
+    runner, prefix = LocalHost("spark"), str(tmp_path / "host")
+    changes = trust_changes(runner, "10.0.0.1:5000", ca, prefix)
+    assert [c.path for c in changes] == [f"{prefix}/etc/docker/certs.d/10.0.0.1:5000/ca.crt",
+                                         f"{prefix}/etc/containers/certs.d/10.0.0.1:5000/ca.crt"]  # fmt: skip
+    for c in changes:
+        apply_change(runner, [], c)
+    for c in changes:
+        assert Path(c.path).read_text() == ca and oct(Path(c.path).stat().st_mode & 0o777) == "0o644"
+    assert trust_changes(runner, "10.0.0.1:5000", ca, prefix) == []
+    assert "BEGIN CERTIFICATE" in ca and not (tmp_path / "ca" / "ca.key").stat().st_mode & 0o077
