@@ -63,13 +63,11 @@ def registry(fleetnet, tmp_path_factory):
         pytest.fail("docker-registry and skopeo are test dependencies (Makefile DEB_PACKAGES)")
     tmp = tmp_path_factory.mktemp("registry")
     host = fleetnet.add_host("reg")
-    proc = None
+    proc = log = None
     certs_d = None
     try:
-        ca_dir = tmp / "ca"
-        key, crt = reg_mod.issue_cert(ca_dir, host.addr, tmp / "tls")
-        config = tmp / "config.yml"
-        config.write_text(reg_mod.registry_config(tmp / "storage", f"{host.addr}:{PORT}", key, crt))
+        files = reg_mod.init(tmp / "operator", f"{host.addr}:{PORT}", tmp / "storage")  # `registry init`
+        ca_dir, config = Path(files["ca"]).parent, Path(files["config"])
         log = open(tmp / "registry.log", "wb")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(host.exec_argv("docker-registry", "serve", str(config)), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -87,6 +85,8 @@ def registry(fleetnet, tmp_path_factory):
         if proc is not None:
             proc.terminate()
             proc.wait(10)
+        if log is not None:
+            log.close()
         if certs_d is not None:
             shutil.rmtree(certs_d, ignore_errors=True)
         fleetnet.remove_host(host)

@@ -41,6 +41,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("keys", "keys"),
     ("gateway", "gateway"),
     ("release", "release"),
+    ("registry", "registry"),
     ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 

@@ -218,3 +218,17 @@ def ensure_pulled(
     if ref not in repo_digests(engine, ref, env):
         raise RegistryError(f"{engine} pulled {ref} but does not list it among its RepoDigests")
     return True
+
+
+def init(state_dir: Path, address: str, storage: Path) -> dict[str, str]:
+    """The head host's registry files: the fleet CA, a certificate for `address` (host:port) and the
+    config.yml that `docker-registry serve` (or Debian's docker-registry.service) runs with."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RegistryError(f"registry address {address!r} is not HOST:PORT", hint="e.g. 10.0.0.1:5000")
+    base = Path(state_dir) / "registry"
+    ca = make_ca(base / "ca")
+    key, crt = issue_cert(base / "ca", host, base / "tls")
+    config = base / "config.yml"
+    write_bytes(config, registry_config(storage, f"0.0.0.0:{port}", key, crt).encode(), mode=0o600)
+    return {"ca": str(ca), "certificate": str(crt), "config": str(config)}
