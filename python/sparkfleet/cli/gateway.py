@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,8 +14,10 @@ STATE_ENV = "SPARKFLEET_GATEWAY_STATE"
 
 
 def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "sparkfleet" / "gateway"
+    """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
+    from ..images.load import operator_state_dir
+
+    return operator_state_dir() / "gateway"
 
 
 STATE_OPTION = click.option(
@@ -25,7 +26,7 @@ STATE_OPTION = click.option(
     envvar=STATE_ENV,
     show_envvar=True,
     default=None,
-    show_default="$XDG_STATE_HOME/sparkfleet/gateway",
+    show_default="$SPARKFLEET_STATE_DIR/gateway",
     help="The gateway's key (0600), config, record and log.",
 )
 
