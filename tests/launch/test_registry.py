@@ -6,6 +6,7 @@ same digest moves nothing; a release tag is never moved.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -356,3 +357,117 @@ def test_bootstrap_trusts_the_fleet_ca_where_docker_and_podman_look(tmp_path):
         assert Path(c.path).read_text() == ca and oct(Path(c.path).stat().st_mode & 0o777) == "0o644"
     assert trust_changes(runner, "10.0.0.1:5000", ca, prefix) == []
     assert "BEGIN CERTIFICATE" in ca and not (tmp_path / "ca" / "ca.key").stat().st_mode & 0o077
+
+
+def test_rollback_to_a_release_pulls_its_digest_and_runs_its_generation(
+    registry, fleetnet, tmp_path, monkeypatch
+):
+    """A docker lane in a netns host: v1 launched, promoted and cut as r1; v2 pushed, loaded and
+    launched; `rollback --to r1` pulls r1's digest and runs r1's generation on it again."""
+    import sys
+
+    from click.testing import CliRunner
+    from launch_fleet import MODELS, write_fleet
+
+    from sparkfleet import inventory
+    from sparkfleet.cli import main as cli
+    from sparkfleet.demo.hubfixture import build_nas_hub
+    from sparkfleet.images.load import load as load_image
+    from sparkfleet.images.node import read_record
+    from sparkfleet.images.release import push_lane
+    from sparkfleet.launch import generations
+    from sparkfleet.launch import lane as lanes
+
+    if reason := engines_skip_reason("docker"):
+        pytest.fail(reason)
+    reg, _, _ = registry
+    dockerd = Dockerd()
+    host = None
+    recipe = (
+        """
+[lane]
+hosts = ["dgx1"]
+
+[world]
+tp = 1
+
+[launch]
+runtime = "docker"
+image_build = "test-image"
+port = 30000
+served_model_name = "rel-test"
+fabric = "none"
+gpus = "none"
+shm_size = "64m"
+command = ["python3", "-m", "sparkfleet.demo.openai_server", "--host", "0.0.0.0", "--port", "{port}",
+           "--served-model-name", "{served_model_name}", "--boot-delay", "0.3"]
+[launch.timeouts]
+ready_s = 90
+poll_s = 0.3
+stop_s = 5
+"""
+        + MODELS
+    )
+    try:
+        host = fleetnet.add_host("dgx1", env={"DOCKER_HOST": dockerd.host}, share_mounts=True)
+        dockerd.start(host.netns)
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        )
+        monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
+        monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+        monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "operator"))
+        monkeypatch.setenv("SPARKFLEET_REGISTRY", reg.address)
+        monkeypatch.setenv("SPARKFLEET_REGISTRY_CERTS", str(reg.cert_dir))
+        nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
+        fields = {"dgx1": {"address": host.addr, "ssh_user": "root", "ssh_port": host.port,
+                           "ssh_key": str(host.key), "local_hub": str(host.nvme / "hub"),
+                           "nas_hub": str(nas.root), "state_dir": str(host.root / "state"),
+                           "ulimits": {"memlock": 8192}}}  # fmt: skip
+        inv = inventory.load(write_fleet(tmp_path / "fleet", fields, {"rl": recipe}))
+        layer = layer_tar(make_rootfs(tmp_path / "rootfs"))
+        builds = {}
+        for v in ("v1", "v2"):
+            archive = tmp_path / f"{v}.tar"
+            builds[v] = (docker_archive(layer, archive, f"sparkfleet/rl:{v}", v), archive)
+
+        push_lane(inv, "rl", builds["v1"][1], reg)
+        load_image(inv, "rl", builds["v1"][1])
+        first = lanes.launch(inv, "rl", canary=False)
+        assert first.ready.ok, first.ready
+        gen = first.generation
+        gen.update(good=True, promotion={"bench_report": "reports/rl.json", "gate": "baseline", "smoke": []})
+        generations.save(inv.root, gen)
+        runner = CliRunner()
+        res = runner.invoke(cli, ["--root", str(inv.root), "release", "cut", "rl", "r1"])
+        assert res.exit_code == 0, res.output
+        lanes.stop(inv, "rl", 5)
+
+        push_lane(inv, "rl", builds["v2"][1], reg)
+        load_image(inv, "rl", builds["v2"][1])
+        assert lanes.launch(inv, "rl", canary=False).ready.ok
+        assert read_record(host.root / "state", "rl")["image_id"] == builds["v2"][0]
+
+        res = runner.invoke(
+            cli, ["--root", str(inv.root), "rollback", "rl", "--to", "r1", "--no-canary", "--json"]
+        )
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output[res.output.index("{") :])
+        assert out["rolled_back_to"] == gen["id"] and out["ok"]
+        rec = read_record(host.root / "state", "rl")
+        assert rec["image_id"] == builds["v1"][0] and rec["repo_digest"].endswith(
+            json.loads((inv.root / "recipes" / "rl" / "releases" / "r1.json").read_text())["image"]["digest"]
+        )
+        running = lanes.status(inv, "rl")["ranks"][0]
+        img = dockerd.docker("inspect", "--format", "{{.Image}}", running["name"]).stdout.strip()
+        assert img == builds["v1"][0]
+        newest = generations.load_all(inv.root, "rl")[-1]
+        assert newest["rolled_back_from"] == gen["id"]
+    finally:
+        if host is not None:
+            with contextlib.suppress(Exception):
+                lanes.stop(inventory.load(tmp_path / "fleet"), "rl", 5)
+        dockerd.stop()
+        if host is not None:
+            fleetnet.remove_host(host)

@@ -176,19 +176,28 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
 @click.argument("lane")
 @click.option("--no-canary", is_flag=True, help="Skip the fabric canary.")
 @click.option("--allow-drift", is_flag=True, help="Launch even if a host's stack drifted from fleet.toml.")
+@click.option(
+    "--to", "release_name", default=None, help="A release (`release cut`): its generation and image digest."
+)
 @JSON
 @click.pass_context
-def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, as_json: bool) -> None:
+def rollback(
+    ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, release_name: str | None, as_json: bool
+) -> None:
     """Stop LANE and relaunch its last good generation (its recipe, pins and image) on every host.
+
+    With --to NAME: release NAME's generation, after every host pulled its image by digest.
 
     \b
     Examples:
       sparkfleet rollback dsv41-flash-4x-mia
+      sparkfleet rollback dsv41-flash-4x-mia --to r39
     """
     from ..launch.generations import rollback as do_rollback
     from ..launch.lane import launch, stop
 
     inv = load_inventory(ctx)
+    target = _release_generation(inv, lane, release_name) if release_name else None
     good, report = do_rollback(
         inv.root,
         lane,
@@ -201,6 +210,7 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
             generations_root=inv.root,
             on_event=_event,
         ),  # fmt: skip
+        target=target,
     )
     ok = bool(report.ready and report.ready.ok)
     if as_json:
@@ -255,3 +265,25 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
             click.echo(f"    rollback to {g['rolled_back_from']}")
         for r in g["reports"]:
             click.echo(f"    report {r}")
+
+
+def _release_generation(inv, lane: str, name: str) -> dict:
+    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
+    import tempfile
+    from pathlib import Path
+
+    from ..images.load import load_pushed
+    from ..images.release import load_release
+    from ..launch.generations import rollback_inventory
+
+    rel = load_release(inv.root, lane, name)
+    img = rel["image"]
+    gen = {"id": rel["generation"], "lane": lane, "recipe_text": rel["recipe_text"],
+           "fleet_text": rel["fleet_text"], "recipe_sha256": rel["recipe_sha256"],
+           "image": {"ref": f"{img['registry']}/{img['repo']}@{img['digest']}"}, "release": name}  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
+        frozen = rollback_inventory(gen, Path(tmp))
+        if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):
+            load_pushed(frozen, lane, rel["image"], on_event=_event)
+    return gen

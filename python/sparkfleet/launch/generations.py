@@ -235,9 +235,12 @@ def rollback(
     lane: str,
     stop: Callable[[], Any],
     launch: Callable[[Inventory], LaunchReport],
+    target: dict | None = None,
 ) -> tuple[dict, LaunchReport]:
-    """Stop the lane and relaunch its last good generation (same recipe, pins, image) on every host."""
-    good = last_good(root, lane)
+    """Stop the lane and relaunch its last good generation (same recipe, pins, image) on every host.
+
+    `target`: that generation instead (`rollback --to NAME`: a release's frozen generation)."""
+    good = target or last_good(root, lane)
     if good is None:
         raise GenerationError(
             f"lane {lane} has no good generation to roll back to",
