@@ -464,6 +464,19 @@ stop_s = 5
         assert img == builds["v1"][0]
         newest = generations.load_all(inv.root, "rl")[-1]
         assert newest["rolled_back_from"] == gen["id"]
+
+        # launch --release r1 after v2 was loaded again: r1's digest comes back, its recipe runs
+        lanes.stop(inv, "rl", 5)
+        load_image(inv, "rl", builds["v2"][1])
+        assert read_record(host.root / "state", "rl")["image_id"] == builds["v2"][0]
+        res = runner.invoke(cli, ["--root", str(inv.root), "launch", "rl", "--release", "r1", "--no-canary"])
+        assert res.exit_code == 0, res.output
+        assert read_record(host.root / "state", "rl")["image_id"] == builds["v1"][0]
+        running = lanes.status(inv, "rl")["ranks"][0]
+        assert (
+            dockerd.docker("inspect", "--format", "{{.Image}}", running["name"]).stdout.strip()
+            == builds["v1"][0]
+        )
     finally:
         if host is not None:
             with contextlib.suppress(Exception):

@@ -267,6 +267,14 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
             click.echo(f"    report {r}")
 
 
+def release_inventory(inv, lane: str, name: str, workdir):
+    """`launch LANE --release NAME`: the release's own fleet file and recipe (an inventory in
+    `workdir`), after every host pulled its image by digest."""
+    from ..launch.generations import rollback_inventory
+
+    return rollback_inventory(_release_generation(inv, lane, name), workdir)
+
+
 def _release_generation(inv, lane: str, name: str) -> dict:
     """Release NAME's frozen generation, with its image pulled by digest on every host first."""
     import tempfile
