@@ -1,10 +1,11 @@
 """The real gateway (smg, PyPI) in front of 2 and 4 launched demo lanes that are replicas of one model.
 
-Each lane is launched by sparkfleet (process runtime) with the gateway's key as its own; `gateway up`
-reads them from the inventory. Asserted through smg's own `x-smg-routed-worker-id` header: requests
-spread as the policy says (round_robin: evenly; cache_aware: one shared prefix sticks to one
-replica), a replica killed mid-run is taken out and its requests retried (all succeed), and a
-missing or wrong key is refused by the gateway.
+Each lane runs on its own network-namespace host (dgx1..dgx4, each with its own sshd), launched by
+sparkfleet over ssh (process runtime) with the gateway's key as its own; `gateway up` reads them
+from the inventory and the gateway reaches them over the bridge. Asserted through smg's own
+`x-smg-routed-worker-id` header: requests spread as the policy says (round_robin: evenly;
+cache_aware: one shared prefix sticks to one replica), a replica killed mid-run is taken out and
+its requests retried (all succeed), and a missing or wrong key is refused by the gateway.
 """
 
 from __future__ import annotations
@@ -34,35 +35,62 @@ from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.records import group_members
 from sparkfleet.serving import gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
 MODEL = "deepseek-v4.1-flash"
 
 
 def gateway_recipe(host: str, port: int, policy: str | None) -> str:
-    text = demo_recipe([host], port, ', "--api-key-env", "SPARKFLEET_API_KEY", "--decode-tps", "4000"')
+    extra = ', "--api-key-env", "SPARKFLEET_API_KEY", "--decode-tps", "4000"'
+    text = demo_recipe([host], port, extra, bind="0.0.0.0")
     return text + (f'\n[gateway]\npolicy = "{policy}"\n' if policy else "\n[gateway]\n")
 
 
-def make_fleet(tmp_path: Path, n: int, policy: str | None) -> inventory.Inventory:
-    nas = tmp_path / "nas" / "hub"
-    if not nas.exists():
-        build_nas_hub(nas, shard_bytes=16 * 1024)
+@pytest.fixture(scope="module")
+def ns_hosts(fleetnet, tmp_path_factory):
+    """dgx1..dgx4: network namespaces with their own sshd, for the whole module; torn down on failure.
+    Each lane serves on port 30000 of its own host; the gateway reaches them over the bridge."""
+    tmp = tmp_path_factory.mktemp("gw-hosts")
+    hosts = {}
+    try:
+        for i in range(1, 5):
+            hosts[f"dgx{i}"] = fleetnet.add_host(f"dgx{i}")
+        config = tmp / "ssh_config"
+        config.write_text(
+            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        )
+        nas = build_nas_hub(tmp / "nas" / "hub", shard_bytes=16 * 1024)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SPARKFLEET_SSH_CONFIG", str(config))
+            mp.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+            yield hosts, nas.root
+    finally:
+        for h in hosts.values():
+            fleetnet.remove_host(h)
+
+
+def make_fleet(tmp_path: Path, n: int, policy: str | None, ns=None) -> inventory.Inventory:
+    """n lanes r1..rn, replicas of one model, one per host: netns hosts (`ns`) or this machine."""
+    if ns is not None:
+        hosts_ns, nas = ns
+        hosts = {
+            f"dgx{i}": {"address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
+                        "local_hub": str(h.nvme / "hub"), "nas_hub": str(nas),
+                        "state_dir": str(h.root / "state")}
+            for i, h in ((i, hosts_ns[f"dgx{i}"]) for i in range(1, n + 1))
+        }  # fmt: skip
+        lanes_ = {f"r{i}": gateway_recipe(f"dgx{i}", 30000, policy) for i in range(1, n + 1)}
+        return inventory.load(write_fleet(tmp_path / "fleet", hosts, lanes_))
     hosts = {
-        f"s{i}": {
+        f"dgx{i}": {
             "address": "127.0.0.1",
             "ssh_user": "root",
-            "local_hub": str(tmp_path / f"s{i}" / "nvme" / "hub"),
-            "nas_hub": str(nas),
-            "state_dir": str(tmp_path / f"s{i}" / "state"),
+            "local_hub": str(tmp_path / f"dgx{i}" / "nvme" / "hub"),
+            "nas_hub": str(tmp_path / "nas"),
+            "state_dir": str(tmp_path / f"dgx{i}" / "state"),
         }
         for i in range(1, n + 1)
     }
-    ports = getattr(make_fleet, "ports", {})
-    lanes_ = {}
-    for i in range(1, n + 1):
-        port = ports.setdefault((str(tmp_path), i), free_port())
-        lanes_[f"r{i}"] = gateway_recipe(f"s{i}", port, policy)
-    make_fleet.ports = ports
+    lanes_ = {f"r{i}": gateway_recipe(f"dgx{i}", 30000 + i, policy) for i in range(1, n + 1)}
     return inventory.load(write_fleet(tmp_path / "fleet", hosts, lanes_))
 
 
@@ -82,13 +110,13 @@ def chat(url: str, key: str | None, prompt: str = "What is 19+23?") -> tuple[int
 
 
 @pytest.fixture
-def served(tmp_path):
-    """launch(n, policy) -> (inv, url, key); every lane and the gateway stopped afterwards."""
+def served(tmp_path, ns_hosts):
+    """launch(n, policy) -> (inv, url, key) on netns hosts; every lane and the gateway stopped after."""
     state = tmp_path / "gw"
     made: list[inventory.Inventory] = []
 
     def launch(n: int, policy: str | None = None):
-        inv = make_fleet(tmp_path, n, policy)
+        inv = make_fleet(tmp_path, n, policy, ns_hosts)
         made.append(inv)
         gateway.share_key(inv, state, lanes.call_agent)  # before launch: the lanes start with it
         with ThreadPoolExecutor(n) as pool:
@@ -113,7 +141,7 @@ def test_two_replicas_round_robin_a_killed_one_is_retried_and_a_wrong_key_refuse
     launch, state = served
     inv, url, key = launch(2)
     assert chat(url, None)[0] == 401 and chat(url, key + "x")[0] == 401  # refused by the gateway
-    lane_key = apikeys.read_key(Path(inv.host("s1").state_dir), "r1")
+    lane_key = apikeys.read_key(Path(inv.host("dgx1").state_dir), "r1")
     assert lane_key == key  # the lanes take only the gateway's key
     assert key not in Path(f"/proc/{gateway.load_record(state).pid}/cmdline").read_text()
 
@@ -155,14 +183,15 @@ def test_two_replicas_round_robin_a_killed_one_is_retried_and_a_wrong_key_refuse
     assert gateway.down(state) and not gateway.status(state)["running"]
 
 
-def test_four_replicas_spread_round_robin_while_cache_aware_sticks_a_shared_prefix(served):
+def test_four_replicas_spread_round_robin_while_cache_aware_sticks_a_shared_prefix(served, ns_hosts):
+    ns = ns_hosts
     launch, state = served
     inv, url, key = launch(4)
     seen = Counter(chat(url, key)[1] for _ in range(20))
     assert len(seen) == 4 and set(seen.values()) == {5}, seen
     gateway.down(state)
 
-    inv = make_fleet(Path(inv.root).parent, 4, "cache_aware")  # same lanes, the policy changed
+    inv = make_fleet(Path(inv.root).parent, 4, "cache_aware", ns)  # same lanes, the policy changed
     st = gateway.up(
         inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
     )
@@ -177,9 +206,9 @@ def test_plan_refuses_replicas_sharing_a_host_and_disagreeing_policies(tmp_path)
     assert gateway.plan(inv).policy == "round_robin"
     text = (Path(inv.root) / "recipes" / "r2" / "recipe.toml").read_text()
     (Path(inv.root) / "recipes" / "r2" / "recipe.toml").write_text(
-        text.replace("hosts = ['s2']", "hosts = ['s1']")
+        text.replace("hosts = ['dgx2']", "hosts = ['dgx1']")
     )
-    with pytest.raises(Exception, match="share host s1"):
+    with pytest.raises(Exception, match="share host dgx1"):
         gateway.plan(inventory.load(inv.root))
     (Path(inv.root) / "recipes" / "r2" / "recipe.toml").write_text(text + 'policy = "cache_aware"\n')
     with pytest.raises(Exception, match="different policies"):
