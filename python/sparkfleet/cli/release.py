@@ -18,7 +18,7 @@ def release() -> None:
 @release.command("cut")
 @click.argument("lane")
 @click.argument("name")
-@click.option("--generation", default=None, help="Generation id (default: the newest promoted one).")
+@click.option("--generation", default=None, show_default="the newest promoted one", help="Generation id.")
 @registry_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
