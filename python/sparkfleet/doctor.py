@@ -295,7 +295,9 @@ def _built_image_check(
     why = image_mismatch(built, state)
     if why:
         return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
-    return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded")
+    digest = (state.get("record") or {}).get("repo_digest")  # pulled from the fleet registry
+    came = f", pulled as {digest}" if digest else ""
+    return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded{came}")
 
 
 def _api_key_check(host_name: str, recipe: LaunchRecipe, facts: dict) -> Check:

@@ -477,6 +477,10 @@ stop_s = 5
             dockerd.docker("inspect", "--format", "{{.Image}}", running["name"]).stdout.strip()
             == builds["v1"][0]
         )
+        doc = json.loads(runner.invoke(cli, ["--root", str(inv.root), "doctor", "rl", "--json"]).output)
+        image = next(c for c in doc["checks"] if c["name"] == "image")
+        r1 = json.loads((inv.root / "recipes" / "rl" / "releases" / "r1.json").read_text())["image"]["digest"]
+        assert image["ok"] and f"pulled as {reg.address}/sparkfleet/rl@{r1}" in image["detail"], image
     finally:
         if host is not None:
             with contextlib.suppress(Exception):
