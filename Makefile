@@ -11,6 +11,8 @@ DEB_PACKAGES := nix-bin openssh-server openssh-client sshfs fuse3 rsync iproute2
 DEB_PACKAGES += proot busybox-static patch
 # Container engines: the docker and podman runtimes run end to end in the tests.
 DEB_PACKAGES += docker.io podman runc
+# The fleet registry (docs/images.md): Debian's distribution 2.8 and skopeo to copy into it by digest.
+DEB_PACKAGES += docker-registry skopeo
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.
 DEB_PACKAGES += chromium
 

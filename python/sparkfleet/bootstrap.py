@@ -487,6 +487,24 @@ def apply_change(runner: HostRunner, sudo: list[str], change: Change) -> None:
         _must(runner, [*sudo, *change.command], change.summary)
 
 
+# Where each engine looks for a registry's CA (docker: certs.d per host:port, no daemon restart;
+# podman/skopeo: /etc/containers/certs.d, containers-certs.d(5)).
+CA_DIRS = ("/etc/docker/certs.d", "/etc/containers/certs.d")
+
+
+def trust_changes(runner: HostRunner, registry: str, ca_pem: str, prefix: str = "") -> list[Change]:
+    """Install the fleet CA for `registry` (host:port) where docker and podman look for it."""
+    out = []
+    for base in CA_DIRS:
+        path = host_path(prefix, f"{base}/{registry}/ca.crt")
+        res = _run(runner, ["sh", "-c", 'cat "$1" 2>/dev/null || true', "sh", path])
+        before = res.stdout or None
+        if before != ca_pem:
+            out.append(Change("fleet-ca", f"trust the fleet CA for {registry} in {base}", path=path,
+                              before=before, after=ca_pem, mode="0644"))  # fmt: skip
+    return out
+
+
 def bootstrap(
     runner: HostRunner,
     user: str,
@@ -494,10 +512,13 @@ def bootstrap(
     prefix: str = "",
     dry_run: bool = False,
     on_change: Callable[[Change], None] = lambda _c: None,
+    extra: list[Change] | None = None,
 ) -> BootstrapReport:
-    """Plan, show and make each change, then read the host again and report every prerequisite."""
+    """Plan, show and make each change, then read the host again and report every prerequisite.
+
+    `extra`: changes the caller planned beside the host's own (the fleet CA: `trust_changes`)."""
     facts = gather(runner, user, prefix)
-    changes = plan(facts)
+    changes = plan(facts) + list(extra or [])
     report = BootstrapReport(runner.name, dry_run, changes)
     if changes and not dry_run and not facts.sudo_ok:
         raise BootstrapError(

@@ -100,6 +100,7 @@ def _host_checks(
             runtime=recipe.runtime,
             lane=recipe.lane,
             state_dir=str(state_dir_of(host)),
+            port=recipe.port,
         )
     built, built_error = None, None
     if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
@@ -231,6 +232,8 @@ def _host_checks(
             )
     else:
         out.append(Check(host_name, "fabric", None, "lane needs no RoCE fabric" if recipe else "no lane"))
+    if recipe and "api_key" in ans:
+        out.append(_api_key_check(host_name, recipe, ans["api_key"]))
     gpu = ans.get("gpu", {})
     if gpu.get("available"):
         busy = gpu.get("apps", [])
@@ -302,7 +305,38 @@ def _built_image_check(
     why = image_mismatch(built, state)
     if why:
         return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
-    return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded")
+    digest = (state.get("record") or {}).get("repo_digest")  # pulled from the fleet registry
+    came = f", pulled as {digest}" if digest else ""
+    return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded{came}")
+
+
+def _api_key_check(host_name: str, recipe: LaunchRecipe, facts: dict) -> Check:
+    """✗ when the lane's port answers without a key (open to the LAN) or the host holds no key."""
+    rotate = f"sparkfleet keys rotate {recipe.lane}"
+    if facts.get("error"):
+        return Check(host_name, "API key", False, facts["error"], rotate)
+    port = recipe.port
+    if facts.get("open_status") == 200:
+        return Check(
+            host_name, "API key", False,
+            f"port {port} answers /v1/models WITHOUT a key: lane {recipe.lane} is open to the LAN",
+            f"sparkfleet stop {recipe.lane}; {rotate}; sparkfleet launch {recipe.lane} "
+            "(its command must take the key: docs/serving.md)",
+        )  # fmt: skip
+    if not facts.get("present"):  # not serving here: launch (or bootstrap) installs one first
+        serving = "open_status" in facts
+        return Check(host_name, "API key", False if serving else None,
+                     f"no key for lane {recipe.lane} on this host", rotate)  # fmt: skip
+    if "open_status" not in facts:
+        return Check(host_name, "API key", True, f"key present for {recipe.lane} (lane not serving here)")
+    if facts.get("keyed_status") != 200:
+        return Check(
+            host_name, "API key", False,
+            f"port {port} refuses the lane's key (HTTP {facts.get('keyed_status')}): rotated since launch?",
+            f"sparkfleet launch {recipe.lane} again to serve with the current key",
+        )  # fmt: skip
+    shut = facts["open_status"]
+    return Check(host_name, "API key", True, f"port {port} refuses requests without the key ({shut})")
 
 
 def _stack_check(host, fp: HostFingerprint) -> Check:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -146,7 +148,7 @@ def _fleet(fleetnet, hosts, tmp_path, monkeypatch):
         tmp_path / "fleet",
         fields,
         {
-            "tp4": recipe(list(hosts), 4),
+            "tp4": recipe(list(hosts), 4, ', "--api-key-env", "SPARKFLEET_API_KEY"'),
             "withghost": recipe(["dgx1", "ghost"], 2),
             "badshape": recipe(["dgx1", "ghost"], 3),
             "workerdies": WORKER_DIES,
@@ -208,8 +210,26 @@ def test_four_node_lane_launch_to_stop(fleet):
 
     st = lanes.status(inv, "tp4")
     assert st["running"] == 4 and st["endpoints"]["health"] == 200
-    assert st["endpoints"]["models"] == ["deepseek-v4.1-flash"]
+    assert st["endpoints"]["models"] == ["deepseek-v4.1-flash"]  # the agent sent the lane's key
     head = inv.host("dgx1").address
+    # one key, 0600 under each host's state dir (launch made it); the head refuses anyone without it
+    key_files = [hosts[n].root / "state" / "keys" / "tp4.key" for n in hosts]
+    assert {oct(f.stat().st_mode & 0o777) for f in key_files} == {"0o600"}
+    assert len({f.read_text() for f in key_files}) == 1
+    key = key_files[0].read_text().strip()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{head}:{PORT}/v1/models", timeout=10)
+    assert refused.value.code == 401
+    bearer = {"Authorization": f"Bearer {key}"}
+    keyed = urllib.request.Request(f"http://{head}:{PORT}/v1/models", headers=bearer)
+    with urllib.request.urlopen(keyed, timeout=10) as resp:
+        assert resp.status == 200
+    res = CliRunner().invoke(cli, ["--root", str(inv.root), "smoke", "tp4"])  # the key read over ssh
+    assert res.exit_code == 0 and key not in res.output, res.output
+    doc = CliRunner().invoke(cli, ["--root", str(inv.root), "doctor", "tp4", "--json"])
+    api = [c for c in json.loads(doc.output)["checks"] if c["name"] == "API key"]
+    assert len(api) == 4 and all(c["ok"] for c in api), api
+    assert key not in doc.output
     for r in st["ranks"]:
         env = _server_env(r["pid"])
         i = int(r["host"][-1])

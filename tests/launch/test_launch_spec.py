@@ -284,3 +284,23 @@ def test_cache_dir_outside_state_dir_refused_by_the_spec(tmp_path):
     ):
         with pytest.raises(ShapeError, match="cache_dir"):
             cache_dir_of(dataclasses.replace(recipe, cache_dir=bad), host)
+
+
+def test_repo_sglang_lane_takes_its_key_from_a_bound_config_file_never_argv(tmp_path):
+    """SGLang reads no key variable: `--config {api_key_config}` names the 0600 YAML that launch
+    keeps beside the key, bound read-only into the container; the key itself is in no argv."""
+    inv = inventory.load(REPO_ROOT)
+    recipe = launch_recipe(inv, "dsv41-flash-4x-mia")
+    fabrics = {h: fabric(i) for i, h in enumerate(inv.lane("dsv41-flash-4x-mia").hosts, start=1)}
+    host = inv.host("dgx1")
+    m = build_manifest(
+        "dgx1", host.local_hub, host.nas_hub, [state("deepseek-ai/DeepSeek-V4.1-Flash")], "/hub"
+    )
+    spec = build_spec(inv, recipe, "dgx1", m, fabrics, "sha256:" + "ab" * 32)
+    i = spec.argv.index("--config")
+    assert spec.argv[i + 1] == "/run/sparkfleet/api-key.yaml"
+    bind = next(b for b in spec.binds if b.target == "/run/sparkfleet/api-key.yaml")
+    assert bind.read_only and bind.source.name == "dsv41-flash-4x-mia.sglang.yaml"
+    assert bind.source.parent.name == "keys"
+    argv = container_run_argv(spec, "docker", tmp_path / "rank0.env")
+    assert f"{bind.source}:/run/sparkfleet/api-key.yaml:ro" in argv and "--api-key" not in argv

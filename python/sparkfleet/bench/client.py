@@ -30,6 +30,10 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _decode = json.JSONDecoder().decode
 
 
+# smg (the gateway, sparkfleet.serving.gateway) names the worker that served each request here
+ROUTED_HEADER = "x-smg-routed-worker-id"
+
+
 class ResponseTooLarge(http.client.HTTPException):
     """A body or line beyond our caps: we stop reading instead of growing without bound."""
 
@@ -111,6 +115,7 @@ class StreamResult:
     done_seen: bool = False
     usage: dict[str, Any] | None = None  # the final usage record, if any
     continuous_usage: bool = False  # every content chunk carried cumulative usage
+    served_by: str | None = None  # the replica a gateway routed this request to (ROUTED_HEADER)
 
     @property
     def ok(self) -> bool:
@@ -402,6 +407,7 @@ def stream_chat(endpoint: Endpoint, body: dict[str, Any]) -> StreamResult:
             conn.sock.settimeout(None)
         resp = conn.getresponse()
         result.status = resp.status
+        result.served_by = resp.getheader(ROUTED_HEADER)
         if resp.status != 200:
             result.error = f"HTTP {resp.status}: {_error_text(_read_capped(resp, MAX_BODY_BYTES, watchdog))}"
             if 300 <= resp.status < 400:

@@ -34,6 +34,7 @@ class RequestMetrics:
     decode_tps: float | None = None
     chunks: int = 0
     itl_s: tuple[float, ...] = field(default=(), repr=False)
+    served_by: str | None = None  # the gateway's replica, when a gateway answered
 
     @property
     def ok(self) -> bool:
@@ -44,8 +45,9 @@ def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> Requ
     """Turn a timed stream into metrics; a failed or empty stream yields only its error."""
     if not result.ok:
         return RequestMetrics(
-            error=result.error, finish_reason=result.finish_reason, chunks=len(result.chunks)
-        )
+            error=result.error, finish_reason=result.finish_reason, chunks=len(result.chunks),
+            served_by=result.served_by,
+        )  # fmt: skip
     count: TokenCount | None = count_completion(result, tokenizer)
     if count is None:
         return RequestMetrics(error="the stream completed but carried no content", chunks=0)
@@ -69,6 +71,7 @@ def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> Requ
         decode_tps=decode,
         chunks=len(result.chunks),
         itl_s=gaps,
+        served_by=result.served_by,
     )
 
 

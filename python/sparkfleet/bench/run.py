@@ -125,6 +125,8 @@ class BenchRun:
     token_sources: list[str] = field(default_factory=list)
     # How far from the physical limit (roofline/section.py), for a lane; None for a bare --url.
     roofline: dict[str, Any] | None = None
+    # through `sparkfleet gateway`: its policy and replicas (each sweep level says who served what)
+    gateway: dict[str, Any] | None = None
     duration_s: float = 0.0
     client_cpu_s: float = 0.0
 
@@ -175,6 +177,7 @@ def run_bench(
         pins=target.pins,
         recipe_sha256=target.recipe_sha256,
         weights=target.weights,
+        gateway=target.gateway,
         settings=dataclasses.asdict(settings),
         fingerprints=fingerprint() if fingerprint else {},
     )

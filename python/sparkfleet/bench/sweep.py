@@ -42,6 +42,7 @@ class SweepLevel:
     tpot_s: Distribution | None
     token_sources: tuple[str, ...] = ()
     ttft_samples_s: tuple[float, ...] = ()  # for the report's TTFT distribution plot
+    served_by: tuple[str | None, ...] = ()  # per request, the replica a gateway routed it to
 
     @property
     def ok(self) -> bool:
@@ -83,6 +84,7 @@ def run_level(
             None,
             None,
             None,
+            served_by=_replicas(results),
         )
     total_tokens = sum(r.completion_tokens or 0 for r in results)
     return SweepLevel(
@@ -98,4 +100,11 @@ def run_level(
         tpot_s=Distribution.of([r.tpot_s for r in results if r.tpot_s is not None]),
         token_sources=tuple(sorted({r.token_source for r in results if r.token_source})),
         ttft_samples_s=tuple(r.ttft_s for r in results if r.ttft_s is not None),
+        served_by=_replicas(results),
     )
+
+
+def _replicas(results: list[RequestMetrics]) -> tuple[str | None, ...]:
+    """Which replica served each request, in request order; () when no gateway said so."""
+    seen = tuple(r.served_by for r in results)
+    return seen if any(seen) else ()

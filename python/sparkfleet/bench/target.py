@@ -8,8 +8,10 @@ in force (the lane's models and its launch image), the recipe's sha256 and the h
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,10 +54,20 @@ class BenchTarget:
     tokenizer: Path | None = None  # the model's own tokenizer.json, when a readable hub holds it
     # "weights from NAS on dgx2 (10 files)" when the serving generation was launched that way
     weights: str = ""
+    # a lane's own key (its head's key file, read once through the agent); never repr'd or stored
+    key_loader: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+    key_cache: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+    gateway: dict[str, Any] | None = None  # `bench --gateway`: the policy and the replicas behind it
 
     def api_key(self) -> str | None:
-        """The key from the environment (never from a file we write, never into a report)."""
-        return os.environ.get(self.api_key_env) or None
+        """$SPARKFLEET_API_KEY (or [bench] api_key_env) when set: a gateway or user key; else the
+        lane's key from its head host. Never from argv, never into a report."""
+        explicit = os.environ.get(self.api_key_env)
+        if explicit or self.key_loader is None:
+            return explicit or None
+        if "key" not in self.key_cache:
+            self.key_cache["key"] = self.key_loader()
+        return self.key_cache["key"]
 
     def endpoint(self, model: str | None, timeout: float) -> Endpoint:
         return Endpoint(self.url, model, self.api_key(), timeout, basic_auth=self.url_auth)
@@ -131,6 +143,18 @@ def staged_tokenizer(inv: Inventory, lane: Lane) -> Path | None:
     return None
 
 
+def head_key(inv: Inventory, name: str) -> str | None:
+    """The lane's API key from its head host's key file (apikeys), read through the launch agent."""
+    from ..hosts import HostUnreachable
+    from ..lanekeys import lane_key
+    from ..launch.lane import call_agent
+
+    try:
+        return lane_key(inv, name, call_agent)
+    except HostUnreachable:
+        return None  # the request itself will say the host is unreachable
+
+
 def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
     bench = _section(lane, "bench")
@@ -150,6 +174,23 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         api_key_env=bench.get("api_key_env", API_KEY_ENV),
         tokenizer=staged_tokenizer(inv, lane),
         weights=serving_weights(inv, lane.name),
+        key_loader=None if isinstance(bench.get("url"), str) else functools.partial(head_key, inv, name),
+    )
+
+
+def for_gateway(state_dir: Path, out: Path | None) -> BenchTarget:
+    """The running `sparkfleet gateway` (its URL, its key, its policy and replicas for the report)."""
+    from ..serving.gateway import gateway_key, status
+
+    st = status(state_dir)
+    if not st["running"]:
+        raise SparkfleetError("the gateway is not running", hint="sparkfleet gateway up")
+    workers = [{k: w[k] for k in ("lane", "model", "url")} for w in st["workers"]]
+    return BenchTarget(
+        url=st["url"],
+        reports_dir=out,
+        key_loader=functools.partial(gateway_key, state_dir),
+        gateway={"policy": st["policy"], "workers": workers},
     )
 
 

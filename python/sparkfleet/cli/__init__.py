@@ -39,6 +39,10 @@ COMMANDS: list[tuple[str, str]] = [
     ("image", "image"),
     ("bootstrap", "bootstrap"),
     ("power", "power"),
+    ("keys", "keys"),
+    ("gateway", "gateway"),
+    ("release", "release"),
+    ("registry", "registry"),
     ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
 ]
 

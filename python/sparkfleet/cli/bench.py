@@ -96,7 +96,17 @@ def _lane_fingerprinter(ctx: click.Context, lane: str):
     return lambda: lane_fingerprints(inv, lane, image)
 
 
-def _pick_target(ctx: click.Context, lane: str | None, url: str | None, out: Path | None) -> BenchTarget:
+def _pick_target(
+    ctx: click.Context, lane: str | None, url: str | None, out: Path | None, gateway: bool = False
+) -> BenchTarget:
+    if gateway:
+        if lane or url:
+            raise SparkfleetError("--gateway takes no LANE or --url", hint="sparkfleet bench --gateway")
+        from ..bench.target import for_gateway
+        from .gateway import STATE_ENV, default_state_dir
+
+        return for_gateway(Path(os.environ.get(STATE_ENV) or default_state_dir()),
+                           out or DEFAULT_URL_OUT)  # fmt: skip
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
@@ -243,6 +253,10 @@ def _dflt(get) -> str:
 @click.command()
 @click.argument("lane", required=False)
 @click.option("--url", help="Any OpenAI-compatible base URL instead of a lane.")
+@click.option(
+    "--gateway", "via_gateway", is_flag=True,
+    help="Through `sparkfleet gateway` (its key; the report records its policy and each request's replica).",
+)  # fmt: skip
 @click.option("--tag", default=None, show_default="bench; quick with --quick", help="Report name tag.")
 @click.option(
     "--out",
@@ -333,6 +347,7 @@ def bench(
     ctx: click.Context,
     lane: str | None,
     url: str | None,
+    via_gateway: bool,
     tag: str | None,
     out: Path | None,
     save_to_lane: bool,
@@ -364,12 +379,13 @@ def bench(
       sparkfleet bench dsv41-flash-4x-mia
       sparkfleet bench dsv41-flash-4x-mia --quick --tag first-look
       sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality
+      sparkfleet bench --gateway --quick
     """
-    if url and save_to_lane:
+    if (url or via_gateway) and save_to_lane:
         raise SparkfleetError(
             "--save-to-lane needs a LANE: a --url run has no lane", hint="use --out DIR to choose a folder"
         )
-    target = _pick_target(ctx, lane, url, None)
+    target = _pick_target(ctx, lane, url, None, gateway=via_gateway)
     assert target.reports_dir is not None
     writable_reports_dir(out if out is not None else target.reports_dir)  # before any request
     base = BenchSettings.quick() if quick else BenchSettings()

@@ -44,9 +44,15 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
         if diff:
             click.echo(diff.rstrip("\n"))
 
-    report = do_bootstrap(connect(h), h.ssh_user, prefix=root_prefix, dry_run=dry_run, on_change=show)
+    runner = connect(h)
+    extra = _fleet_ca(runner, root_prefix)
+    report = do_bootstrap(
+        runner, h.ssh_user, prefix=root_prefix, dry_run=dry_run, on_change=show, extra=extra
+    )
+    keys = {} if dry_run else _lane_keys(inv, host)
     if as_json:
-        echo_json({"ok": report.ok, **vars(report), "changes": [c.shown() for c in report.changes]})
+        echo_json({"ok": report.ok, **vars(report), "changes": [c.shown() for c in report.changes],
+                   "api_keys": keys})  # fmt: skip
     else:
         if not report.changes:
             click.echo(f"{host}: nothing to change")
@@ -55,5 +61,30 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
             click.echo(f"{mark} {host:8} {p.name:18} {p.detail}")
             if p.ok is False and p.fix and not dry_run:
                 click.echo(f"  {'':8} {'':18} fix: {p.fix}")
+        for lane, what in keys.items():
+            click.echo(f"{'✓' if not what.startswith('not') else '–'} {host:8} {'API key ' + lane:18} {what}")
     if not report.ok and not dry_run:
         sys.exit(ExitCode.SHORTFALL)
+
+
+def _lane_keys(inv, host: str) -> dict[str, str]:
+    """Each lane on HOST gets its API key there (needs sparkfleet on the host: after `deploy`, the
+    launch installs it anyway)."""
+    from ..lanekeys import install_for_host
+    from ..launch.lane import call_agent
+
+    return install_for_host(inv, host, call_agent)
+
+
+def _fleet_ca(runner, prefix: str) -> list:
+    """With $SPARKFLEET_REGISTRY set and a fleet CA made (docs/images.md), trust it on the host."""
+    import os
+
+    from ..bootstrap import trust_changes
+    from ..images.load import operator_state_dir
+
+    registry = os.environ.get("SPARKFLEET_REGISTRY")
+    ca = operator_state_dir() / "registry" / "ca" / "ca.crt"
+    if not registry or not ca.is_file():
+        return []
+    return trust_changes(runner, registry, ca.read_text(), prefix)

@@ -84,3 +84,51 @@ def load(
             click.echo("dry run: nothing loaded")
     if not report.ok:
         sys.exit(ExitCode.SHORTFALL)
+
+
+def registry_options(fn):
+    """--registry HOST:PORT and --cert-dir (the fleet CA), shared by `image push` and `release cut`."""
+    fn = click.option(
+        "--cert-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SPARKFLEET_REGISTRY_CERTS",
+        show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/ca",
+        help="Directory holding the fleet CA (ca.crt) the registry's certificate is signed by.",
+    )(fn)  # fmt: skip
+    return click.option(
+        "--registry", "address", envvar="SPARKFLEET_REGISTRY", show_envvar=True, required=True,
+        help="The fleet registry, HOST:PORT (docs/images.md).",
+    )(fn)  # fmt: skip
+
+
+def make_registry(address: str, cert_dir: Path | None):
+    from ..images.load import operator_state_dir
+    from ..images.registry import Registry
+
+    return Registry(address, cert_dir or operator_state_dir() / "registry" / "ca")
+
+
+@image.command("push")
+@click.argument("lane")
+@click.option(
+    "--image", "source", type=click.Path(dir_okay=False, path_type=Path), default=Path("result"),
+    show_default=True, help="The `nix build .#<package>` result (a stream script) or a docker-archive tar.",
+)  # fmt: skip
+@registry_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def push(
+    ctx: click.Context, lane: str, source: Path, address: str, cert_dir: Path | None, as_json: bool
+) -> None:
+    """Copy LANE's built image into the fleet registry (skopeo, by digest) and record the digest.
+
+    \b
+    Examples:
+      sparkfleet image push dsv41-flash-4x-mia --image ./result --registry 10.0.0.1:5000
+      SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet image push dsv41-flash-4x-mia --json
+    """
+    from ..images.release import push_lane
+
+    rec = push_lane(load_inventory(ctx), lane, source, make_registry(address, cert_dir))
+    if as_json:
+        echo_json(rec)
+    else:
+        click.echo(f"{lane}: {rec['image_id']} is {rec['registry']}/{rec['repo']}@{rec['digest']}")

@@ -189,22 +189,32 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
 @click.argument("lane")
 @click.option("--no-canary", is_flag=True, help="Skip the fabric canary.")
 @click.option("--allow-drift", is_flag=True, help="Launch even if a host's stack drifted from fleet.toml.")
+@click.option(
+    "--to", "release_name", default=None, help="A release (`release cut`): its generation and image digest."
+)
 @JSON
 @click.pass_context
-def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, as_json: bool) -> None:
+def rollback(
+    ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, release_name: str | None, as_json: bool
+) -> None:
     """Stop LANE and relaunch its last good generation (its recipe, pins and image) on every host.
+
+    With --to NAME: release NAME's generation, after every host pulled its image by digest.
 
     \b
     Examples:
       sparkfleet rollback dsv41-flash-4x-mia
+      sparkfleet rollback dsv41-flash-4x-mia --to r39
     """
-    from ..launch.generations import last_good
+    from ..launch.generations import find_generation, last_good
     from ..launch.generations import rollback as do_rollback
     from ..launch.lane import dry_run, launch, stop
 
     inv = load_inventory(ctx)
+    target = _release_generation(inv, lane, release_name) if release_name else None
     # the good generation served NAS weights by the operator's --allow-nas-weights: so does its rollback
-    nas_ok = bool((last_good(inv.root, lane) or {}).get("nas_weights"))
+    back_to = last_good(inv.root, lane) if target is None else find_generation(inv.root, lane, target["id"])
+    nas_ok = bool((back_to or {}).get("nas_weights"))
     good, report = do_rollback(
         inv.root,
         lane,
@@ -219,6 +229,7 @@ def rollback(ctx: click.Context, lane: str, no_canary: bool, allow_drift: bool, 
             on_event=_event,
             allow_nas_weights=nas_ok,
         ),  # fmt: skip
+        target=target,
     )
     ok = bool(report.ready and report.ready.ok)
     if as_json:
@@ -281,3 +292,33 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
         for r in g["reports"]:
             mark = "" if failed.get(r) is None else f"✕ {failed[r]} "
             click.echo(f"    report {mark}{r}")
+
+
+def release_inventory(inv, lane: str, name: str, workdir):
+    """`launch LANE --release NAME`: the release's own fleet file and recipe (an inventory in
+    `workdir`), after every host pulled its image by digest."""
+    from ..launch.generations import rollback_inventory
+
+    return rollback_inventory(_release_generation(inv, lane, name), workdir)
+
+
+def _release_generation(inv, lane: str, name: str) -> dict:
+    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
+    import tempfile
+    from pathlib import Path
+
+    from ..images.load import load_pushed
+    from ..images.release import load_release
+    from ..launch.generations import rollback_inventory
+
+    rel = load_release(inv.root, lane, name)
+    img = rel["image"]
+    gen = {"id": rel["generation"], "lane": lane, "recipe_text": rel["recipe_text"],
+           "fleet_text": rel["fleet_text"], "recipe_sha256": rel["recipe_sha256"],
+           "image": {"ref": f"{img['registry']}/{img['repo']}@{img['digest']}"}, "release": name}  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
+        frozen = rollback_inventory(gen, Path(tmp))
+        if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):
+            load_pushed(frozen, lane, rel["image"], on_event=_event)
+    return gen

@@ -174,6 +174,9 @@ def _event(msg: str) -> None:
     is_flag=True,
     help="Launch even if a rank's staged weights do not verify (it then reads them from the NAS).",
 )
+@click.option(
+    "--release", default=None, help="Run release NAME exactly: its recipe, fleet file and image digest."
+)
 @JSON
 @click.pass_context
 def launch(
@@ -188,6 +191,7 @@ def launch(
     no_canary: bool,
     allow_drift: bool,
     allow_nas_weights: bool,
+    release: str | None,
     as_json: bool,
 ) -> None:
     """Start LANE on its hosts (workers first, head last) and wait until it is ready.
@@ -206,17 +210,22 @@ def launch(
       sparkfleet launch dsv41-flash-4x-mia --no-wait
       sparkfleet launch dsv41-flash-exl3-2x --replace
       sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
+      sparkfleet launch dsv41-flash-4x-mia --release r39
     """
     if dry_run:
         _print_dry_run(ctx, lane, as_json)
         return
+    import tempfile
+    from pathlib import Path
+
     from ..launch.lane import launch as do_launch
+    from .lanes import release_inventory
     from .progress import BootView
 
     inv = load_inventory(ctx)
-    with BootView(as_json) as view:
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp, BootView(as_json) as view:
         report = do_launch(
-            inv,
+            release_inventory(inv, lane, release, Path(tmp)) if release else inv,
             lane,
             wait=not no_wait,
             keep_on_failure=keep_on_failure,
@@ -228,6 +237,7 @@ def launch(
             canary=not no_canary,
             allow_drift=allow_drift,
             allow_nas_weights=allow_nas_weights,
+            generations_root=inv.root,  # a release's generation is the lane's, recorded with the others
         )
     ok = report.ready is None or report.ready.ok
     if as_json:

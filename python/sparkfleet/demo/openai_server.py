@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import random
@@ -82,8 +83,6 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-
-from ..atomic import write_bytes
 
 READY_LINE = "The server is fired up and ready to roll!"
 PREFIX_BLOCK = 16  # words per simulated KV-cache block
@@ -368,7 +367,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         key = self.server.cfg.api_key
-        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+        sent = self.headers.get("Authorization") or ""
+        if key is None or hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
             return True
         self._error(HTTPStatus.UNAUTHORIZED, f"invalid api key{self._echo()}", "authentication_error")
         return False
@@ -793,8 +793,11 @@ def say(line: str) -> None:
 def fill_boot_caches() -> None:
     """Leave a compiled artifact in each boot cache the launch pointed us at, as an engine's JIT and
     autotuning do: the next boot of the same image x model x world then starts warm, truly."""
-    from ..launch.recipe import DEFAULT_BOOT_CACHE_ENV
-
+    try:  # the server also runs alone, with the stdlib only (a bare test image): then no cache to fill
+        from ..atomic import write_bytes
+        from ..launch.recipe import DEFAULT_BOOT_CACHE_ENV
+    except ImportError:
+        return
     for name in DEFAULT_BOOT_CACHE_ENV:
         d = os.environ.get(name)
         if d:
@@ -848,7 +851,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--error-rate", type=float, default=0.0, help="fraction of generation requests that fail")
     p.add_argument("--fail-status", type=int, default=500)
     p.add_argument("--no-prefix-cache", action="store_true")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (shows in ps)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="require the key held in env variable NAME (a lane's: SPARKFLEET_API_KEY)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reasoning-tokens", type=int, default=0, help="thinking words before each chat answer")
     p.add_argument("--max-running", type=int, default=0, help="requests decoding at once; others queue")
@@ -878,6 +883,11 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         if not 1 <= lo <= hi:
             p.error("--accept-range wants 1 <= LO <= HI")
         accept_range = (lo, hi)
+    api_key = a.api_key
+    if a.api_key_env:  # as vLLM reads VLLM_API_KEY: the key never needs to be on the command line
+        api_key = os.environ.get(a.api_key_env) or None
+        if api_key is None:
+            p.error(f"--api-key-env {a.api_key_env}: not set (refusing to serve without a key)")
     if a.tokens_per_chunk < 1 or a.decode_tps <= 0:
         p.error("--tokens-per-chunk must be >= 1 and --decode-tps > 0")
     return ServerConfig(
@@ -896,7 +906,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         error_rate=a.error_rate,
         fail_status=a.fail_status,
         prefix_cache=not a.no_prefix_cache,
-        api_key=a.api_key,
+        api_key=api_key,
         seed=a.seed,
         max_running=a.max_running,
         reasoning_tokens=a.reasoning_tokens,

@@ -49,6 +49,21 @@ def operator_record_path(lane: str) -> Path:
     return operator_state_dir() / "images" / f"{lane}.json"
 
 
+def push_record_path(lane: str) -> Path:
+    """`image push`'s record: which registry digest carries which built image ID."""
+    return operator_state_dir() / "registry" / f"{lane}.json"
+
+
+def read_push_record(lane: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(push_record_path(lane).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise SparkfleetError(f"{push_record_path(lane)}: not JSON ({exc})", hint="push again") from None
+    return doc if isinstance(doc, dict) else None
+
+
 def read_operator_record(lane: str) -> dict[str, Any] | None:
     path = operator_record_path(lane)
     try:
@@ -202,6 +217,30 @@ def _as_result(host: str, argv: list[str], returncode: int, out: bytes, err: byt
     )
 
 
+def _pull(
+    runner,
+    lane: str,
+    name: str,
+    engine: str,
+    build: BuildImage,
+    on_event: Callable[[str], None],
+    pushed: dict | None = None,
+) -> str | None:
+    """Pull by digest when `image push` put this very build in the registry (or `pushed`, a
+    release's image, names it); None: stream instead."""
+    pushed = pushed or read_push_record(lane)
+    if pushed is None or pushed.get("image_id") != build.image_id:
+        return None
+    req = {"engine": engine, **{k: pushed[k] for k in ("registry", "repo", "digest")}}
+    try:
+        ans = call_agent(runner, "image-pull", req, timeout=3600)
+    except SparkfleetError as exc:
+        on_event(f"{name}: registry pull failed ({exc.message}); streaming over ssh instead")
+        return None
+    on_event(f"{name}: {'pulled' if ans['pulled'] else 'already holds'} {ans['repo_digest']}")
+    return ans["repo_digest"]
+
+
 def _load_host(
     inv: Inventory,
     lane: str,
@@ -212,8 +251,9 @@ def _load_host(
     timeout_s: float,
     on_event: Callable[[str], None],
     on_bytes: Callable[[str, int], None],
+    pushed: dict | None = None,
 ) -> HostLoad:
-    """One host: what it holds, then (if it differs) show, stream, record."""
+    """One host: what it holds, then (if it differs) show, pull or stream, record."""
     host = inv.host(name)
     runner = connect(host)
     req = {"lane": lane, "state_dir": str(state_dir_of(host)), "engine": engine, "expect": build.image_id}
@@ -236,9 +276,12 @@ def _load_host(
         return HostLoad(name, engine, before, "load", build.image_id, before)
     t0 = time.monotonic()
     try:
-        if not st.get("expect_present"):
+        repo_digest = _pull(runner, lane, name, engine, build, on_event, pushed)
+        if repo_digest is None and build.kind == REGISTRY_KIND and not st.get("expect_present"):
+            raise SparkfleetError(f"{name}: the registry pull failed, and a release has no archive to stream")
+        if repo_digest is None and not st.get("expect_present"):
             stream_into(build, runner, engine, timeout_s, lambda n: on_bytes(name, n))
-        commit = {**req, "image_id": build.image_id, "source": build.source}
+        commit = {**req, "image_id": build.image_id, "source": build.source, "repo_digest": repo_digest}
         rec = call_agent(runner, "image-commit", commit)["record"]
     except SparkfleetError as exc:
         on_event(f"{name}: FAILED: {exc.message}")
@@ -279,6 +322,43 @@ def load(
         report.hosts = list(pool.map(one, names))  # lane order, whatever order they finish in
     if not dry_run:
         report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
+    return report
+
+
+REGISTRY_KIND = "registry"  # a BuildImage that exists only in the registry (a release's image)
+
+
+def load_pushed(
+    inv: Inventory,
+    lane: str,
+    pushed: dict,
+    *,
+    on_event: Callable[[str], None] = lambda _m: None,
+    jobs: int = 4,
+) -> LoadReport:
+    """Every host of the lane pulls `pushed` (registry, repo, digest, image_id: a release's image)
+    and records it; the operator record then names it as the lane's build, so `launch` runs it."""
+    recipe = _image_recipe(inv, lane)
+    ref = f"{pushed['registry']}/{pushed['repo']}@{pushed['digest']}"
+    build = BuildImage(ref, REGISTRY_KIND, pushed["image_id"], ())
+    report = LoadReport(lane, build)
+
+    def one(name: str) -> HostLoad:
+        return _load_host(
+            inv, lane, name, recipe.runtime, build, False, 3600, on_event, lambda _h, _n: None, pushed
+        )
+
+    names = list(inv.lane(lane).hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as pool:
+        report.hosts = list(pool.map(one, names))
+    failed = [h for h in report.hosts if h.action == "failed"]
+    if failed:
+        raise SparkfleetError(
+            f"lane {lane}: {ref} could not be brought to "
+            + "; ".join(f"{h.host}: {h.detail}" for h in failed),
+            hint="is the registry up and its CA installed? (docs/images.md)",
+        )
+    report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
     return report
 
 

@@ -105,6 +105,22 @@ def image_commit(req: dict) -> dict:
         "previous_image_id": previous,
         "source": req.get("source"),
         "loaded_at": time.time(),
+        # registry@sha256:... when it came by pull: what doctor and launch compare, and what a pull
+        # of the same digest finds already here (a docker load would have lost it: sparkrun#152)
+        "repo_digest": req.get("repo_digest"),
     }
     write_bytes(record_path(req["state_dir"], lane), (json.dumps(rec, indent=2) + "\n").encode())
     return {"record": rec}
+
+
+def image_pull(req: dict) -> dict:
+    """Pull `repo@digest` from the fleet registry into this host's engine (nothing if already held).
+
+    The fleet CA is where bootstrap installs it: /etc/docker/certs.d/<registry>/ca.crt for docker,
+    /etc/containers/certs.d/<registry>/ca.crt for podman (each engine's documented place).
+    """
+    from .registry import Registry, ensure_pulled
+
+    reg = Registry(req["registry"], Path(req.get("cert_dir") or f"/etc/containers/certs.d/{req['registry']}"))
+    pulled = ensure_pulled(_engine(req["engine"]), reg, req["repo"], req["digest"])
+    return {"pulled": pulled, "repo_digest": reg.ref(req["repo"], digest=req["digest"])}

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .. import apikeys
 from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..fabric import detect, scan_ports
@@ -50,9 +51,20 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
     return LaunchSpec(**d)
 
 
-def _http_status(port: int, path: str, timeout: float = 2.0) -> tuple[int | None, Any]:
+def _lane_key(req: dict) -> str | None:
+    """The lane's API key on this node (None without one, or without lane/state_dir in the request)."""
+    if not (req.get("state_dir") and req.get("lane")):
+        return None
+    return apikeys.read_key(Path(req["state_dir"]), req["lane"])
+
+
+def _http_status(
+    port: int, path: str, timeout: float = 2.0, key: str | None = None
+) -> tuple[int | None, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             body = resp.read(65536)
             try:
                 return resp.status, json.loads(body)
@@ -110,6 +122,9 @@ def start(req: dict) -> dict:
     """before_serve (receipt roots), refuse if this lane's rank already runs, start, record."""
     spec = spec_from_dict(req["spec"])
     state_dir = Path(spec.state_dir)
+    key = apikeys.read_key(state_dir, spec.lane)
+    if key:  # into the 0600 env file / the process env only: never the spec, argv or a record
+        spec = dataclasses.replace(spec, env={**spec.env, **dict.fromkeys(apikeys.ENGINE_ENV, key)})
     runtime = runtime_for(spec.runtime)
     for rec in records.load_all(state_dir, spec.lane):
         st = runtime_for(rec.runtime).state(rec) if rec.rank == spec.rank else None
@@ -189,14 +204,14 @@ def watch(req: dict) -> dict:
     st = runtime.state(rec)
     out: dict[str, Any] = {
         "found": True,
-        "data": data.decode("utf-8", errors="replace"),
+        "data": apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req)),
         "offset": offset,
         "running": st.running,
         "returncode": st.returncode,
     }
     if req.get("port") and st.running:
         out["health"], _ = _http_status(int(req["port"]), "/health")
-        out["models_status"], models = _http_status(int(req["port"]), "/v1/models")
+        out["models_status"], models = _http_status(int(req["port"]), "/v1/models", key=_lane_key(req))
         if isinstance(models, dict):
             out["models"] = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
     return out
@@ -215,9 +230,8 @@ def logs(req: dict) -> dict:
             data, _ = runtime_for(rec.runtime).read_log(rec, 0, 1 << 30)
         else:
             data = tail_bytes(rec.log_path)
-        out[str(rec.rank)] = "\n".join(
-            data.decode("utf-8", errors="replace").splitlines()[-int(req.get("lines", 50)) :]
-        )
+        text = apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req))
+        out[str(rec.rank)] = "\n".join(text.splitlines()[-int(req.get("lines", 50)) :])
         paths[str(rec.rank)] = rec.log_path
     return {"logs": out, "stopped": stopped, "log_paths": paths}
 
@@ -279,7 +293,22 @@ def doctor(req: dict) -> dict:
         out["gpu"] = {"available": False, "apps": []}
     if req.get("state_dir") and req.get("lane"):
         out["ranks"] = status(req)["ranks"]
+        out["api_key"] = _auth_facts(req, any(r["running"] for r in out["ranks"]))
     out["fingerprint"] = fingerprint(req)["fingerprint"]
+    return out
+
+
+def _auth_facts(req: dict, serving: bool) -> dict:
+    """Does this node hold the lane's key, and does its port answer /v1/models without one?"""
+    try:
+        key = _lane_key(req)
+    except SparkfleetError as exc:
+        return {"present": False, "error": exc.message}
+    out: dict[str, Any] = {"present": key is not None}
+    if serving and req.get("port"):
+        out["open_status"], _ = _http_status(int(req["port"]), "/v1/models")
+        if key:
+            out["keyed_status"], _ = _http_status(int(req["port"]), "/v1/models", key=key)
     return out
 
 
@@ -300,6 +329,12 @@ def image_state(req: dict) -> dict:
     return state(req)
 
 
+def image_pull(req: dict) -> dict:
+    from ..images.node import image_pull as pull
+
+    return pull(req)
+
+
 def image_commit(req: dict) -> dict:
     from ..images.node import image_commit as commit
 
@@ -315,10 +350,23 @@ def fingerprint(req: dict) -> dict:
     return {"fingerprint": fp.to_dict()}
 
 
+def api_key(req: dict) -> dict:
+    """The lane's key on this node, for the controller's clients (answered on stdout, never argv)."""
+    return {"key": apikeys.read_key(Path(req["state_dir"]), req["lane"])}
+
+
+def api_key_write(req: dict) -> dict:
+    """Install the lane's key (sent on stdin) on this node: bootstrap and `keys rotate`."""
+    return {"changed": apikeys.write_key(Path(req["state_dir"]), req["lane"], req["key"])}
+
+
 ACTIONS = {
+    "api-key": api_key,
+    "api-key-write": api_key_write,
     "occupancy": occupancy,
     "image-state": image_state,
     "image-commit": image_commit,
+    "image-pull": image_pull,
     "probe": probe,
     "start": start,
     "stop": stop,

@@ -49,7 +49,8 @@ def demo_launch_tables(port: int | None = None, boot_delay: float = 2.0, canary:
     """`[world]` + `[launch]` TOML for the demo lane (two ranks on one machine, process runtime)."""
     port = port or free_port_pair()
     args = ["-m", "sparkfleet.demo.openai_server", "--host", "127.0.0.1", "--port", "{rank_port}",
-            "--served-model-name", "{served_model_name}", "--boot-delay", str(boot_delay)]  # fmt: skip
+            "--served-model-name", "{served_model_name}", "--boot-delay", str(boot_delay),
+            "--api-key-env", "SPARKFLEET_API_KEY"]  # the lane's key: 401 without it  # fmt: skip
     for sig in SIGNATURES:
         args += ["--signature", sig]
     command = json.dumps([sys.executable, *args])

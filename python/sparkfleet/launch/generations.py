@@ -309,6 +309,11 @@ def current(root: Path, lane: str, strict: bool = False) -> dict | None:
     return gens[-1] if gens else None
 
 
+def find_generation(root: Path, lane: str, gid: str) -> dict | None:
+    """The valid generation `gid` of `lane`, or None (a release names the generation it froze)."""
+    return next((g for g in load_all(root, lane) if g["id"] == gid), None)
+
+
 def last_good(root: Path, lane: str, strict: bool = False) -> dict | None:
     gens = [g for g in (load_strict if strict else load_all)(root, lane) if g.get("good")]
     return gens[-1] if gens else None
@@ -379,14 +384,16 @@ def rollback(
     stop: Callable[[], Any],
     launch: Callable[[Inventory], LaunchReport],
     plan: Callable[[Inventory], Any] = lambda _inv: None,
+    target: dict | None = None,
 ) -> tuple[dict, LaunchReport]:
     """Relaunch the lane's last good generation (same recipe, pins, image) on every host.
 
+    `target`: that generation instead (`rollback --to NAME`: a release's frozen generation).
     Validate and plan first, stop second: the record (every generation of the lane, strictly), its
     fleet file and recipe (a full inventory load) and `plan(inventory)` (every check launch runs
     before touching a host) must all pass while the running lane is still serving.
     """
-    good = last_good(root, lane, strict=True)
+    good = target or last_good(root, lane, strict=True)
     if good is None:
         raise GenerationError(
             f"lane {lane} has no good generation to roll back to",

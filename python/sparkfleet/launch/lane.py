@@ -24,6 +24,7 @@ from ..fabric import FabricFacts
 from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
 from ..inventory import Host, Inventory
 from ..jsonable import to_jsonable
+from ..lanekeys import ensure as ensure_lane_key
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .preflight import PreflightReport, ports_for_probe, preflight
 from .readiness import BootWatch, RankExit, RankProgress, ReadyReport, wait_ready
@@ -598,6 +599,8 @@ def _launch(
     checks = preflight(
         inv, plan, call_agent, canary=gates.canary, allow_drift=gates.allow_drift, on_event=on_event
     )
+    if ensure_lane_key(inv, lane_name, call_agent).created:  # no lane serves without a key
+        on_event(f"API key created for {lane_name} on {', '.join(inv.lane(lane_name).hosts)}")
     started: list[StartedRank] = []
     boot_cache: dict[str, dict] = {}
     watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import apikeys
 from ..atomic import write_bytes
 from ..bench.sanitize import Secrets
 from . import canary_worker, records, watchdog
@@ -179,13 +180,14 @@ def incident(req: dict) -> dict:
     lines = int(req.get("lines", 200))
     ranks: list[dict[str, Any]] = []
     secrets: set[str] = set(req.get("secrets") or ())  # what the operator knows (the recipe's env)
+    key = apikeys.read_key(state_dir, req["lane"])
     for rec in records.load_all(state_dir, req["lane"]):
         runtime = runtime_for(rec.runtime)
         if rec.runtime == "process":
             data = tail_bytes(rec.log_path)
         else:
             data, _ = runtime.read_log(rec, 0, 1 << 30)
-        text = data.decode("utf-8", errors="replace")
+        text = apikeys.scrub(data.decode("utf-8", errors="replace"), key)  # engines log their args
         st = runtime.state(rec)
         env = _rank_env(rec)
         if isinstance(env, dict):

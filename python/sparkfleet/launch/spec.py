@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from .. import apikeys
 from ..errors import SparkfleetError
 from .bootcache import cache_key, env_subdir
 from .manifest import BindManifest, BindMount
@@ -295,8 +296,18 @@ def _static_values(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> dict
         "served_model_name": recipe.served_model_name or recipe.lane,
         "host_ip": host.fabric_ip or host.address,
         "cache_dir": recipe.cache_mount,
+        "api_key_config": api_key_config(recipe, state_dir_of(host)),
         **mem_fraction_value(recipe),
     }
+
+
+API_KEY_MOUNT = "/run/sparkfleet/api-key.yaml"  # where a container sees the lane's SGLang key config
+
+
+def api_key_config(recipe: LaunchRecipe, state_dir: Path) -> str:
+    """{api_key_config}: the 0600 `api-key: KEY` YAML an SGLang rank takes with `--config` (apikeys)."""
+    in_container = recipe.runtime in ("docker", "podman")
+    return API_KEY_MOUNT if in_container else str(apikeys.config_path(state_dir, recipe.lane))
 
 
 def mem_fraction_value(recipe: LaunchRecipe) -> dict[str, str]:
@@ -447,6 +458,7 @@ def build_spec(
         "served_model_name": recipe.served_model_name or lane.name,
         "host_ip": my_ip or host.address,
         "cache_dir": recipe.cache_mount if in_container else cache_dir,
+        "api_key_config": api_key_config(recipe, Path(state_dir)),
     }
     values.update(mem_fraction_value(recipe))
     argv = _substitute(recipe.command, values, where)
@@ -456,6 +468,9 @@ def build_spec(
     binds = list(manifest.binds) if in_container else []
     if in_container:
         binds.append(BindMount(Path(cache_dir), recipe.cache_mount, False, "cache"))
+    if in_container and "{api_key_config}" in " ".join(recipe.command):
+        key_config = apikeys.config_path(Path(state_dir), lane.name)
+        binds.append(BindMount(key_config, API_KEY_MOUNT, True, "apikey"))
     devices = []
     if in_container and recipe.fabric == "roce":
         devices.append("/dev/infiniband")

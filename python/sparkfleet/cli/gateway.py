@@ -1,0 +1,114 @@
+"""`sparkfleet gateway up|status|down`: one OpenAI endpoint (smg) in front of the serving lanes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import ExitCode
+from .render import echo_json, load_inventory
+
+STATE_ENV = "SPARKFLEET_GATEWAY_STATE"
+
+
+def default_state_dir() -> Path:
+    """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
+    from ..images.load import operator_state_dir
+
+    return operator_state_dir() / "gateway"
+
+
+STATE_OPTION = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar=STATE_ENV,
+    show_envvar=True,
+    default=None,
+    show_default="$SPARKFLEET_STATE_DIR/gateway",
+    help="The gateway's key (0600), config, record and log.",
+)
+
+
+@click.group("gateway")
+def gateway() -> None:
+    """One OpenAI endpoint for every lane with a [gateway] table (run it on the head host)."""
+
+
+@gateway.command("up")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Gateway port.")
+@click.option("--bind", default="0.0.0.0", show_default=True, help="Address the gateway listens on.")
+@click.option("--wait", "wait_s", type=float, default=60.0, show_default=True, help="Seconds to wait.")
+@STATE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def up(
+    ctx: click.Context, port: int, bind: str, wait_s: float, state_dir: Path | None, as_json: bool
+) -> None:
+    """Start the gateway: each lane's served_model_name is a model id, replicas share one.
+
+    The gateway's key becomes every gateway lane's key (a lane running with another key must be
+    launched again; `up` names it). Clients send the gateway's key as a Bearer token.
+
+    \b
+    Examples:
+      sparkfleet gateway up
+      sparkfleet gateway up --port 8080 --json
+    """
+    from ..launch.lane import call_agent
+    from ..serving.gateway import up as do_up
+
+    def event(msg: str) -> None:
+        if not as_json:
+            click.echo(f"· {msg}", err=True)
+
+    st = do_up(load_inventory(ctx), state_dir or default_state_dir(), call_agent, bind=bind, port=port,
+               wait_s=wait_s, on_event=event)  # fmt: skip
+    if as_json:
+        echo_json(st)
+        return
+    click.echo(f"gateway {st.get('url')} policy {st['policy']}: models {', '.join(st.get('models', []))}")
+    for lane, what in st["lanes"].items():
+        click.echo(f"  {lane}: {what}")
+
+
+@gateway.command("status")
+@STATE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def status(state_dir: Path | None, as_json: bool) -> None:
+    """Is the gateway running, on which port and policy, and which model ids it serves.
+
+    \b
+    Examples:
+      sparkfleet gateway status
+      sparkfleet gateway status --json
+    """
+    from ..serving.gateway import status as do_status
+
+    st = do_status(state_dir or default_state_dir())
+    if as_json:
+        echo_json(st)
+    elif not st["running"]:
+        click.echo("gateway: not running")
+    else:
+        click.echo(f"gateway {st['url']} (pid {st['pid']}) policy {st['policy']}: "
+                   f"models {', '.join(st['models']) or 'none yet'}")  # fmt: skip
+        for w in st["workers"]:
+            click.echo(f"  {w['model']} <- {w['lane']} {w['url']}")
+    if not st["running"]:
+        sys.exit(ExitCode.SHORTFALL)
+
+
+@gateway.command("down")
+@STATE_OPTION
+def down(state_dir: Path | None) -> None:
+    """Stop the gateway `up` started (its recorded process only).
+
+    \b
+    Examples:
+      sparkfleet gateway down
+    """
+    from ..serving.gateway import down as do_down
+
+    click.echo("gateway stopped" if do_down(state_dir or default_state_dir()) else "gateway was not running")

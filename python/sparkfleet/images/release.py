@@ -1,0 +1,161 @@
+"""`image push LANE` and `release cut LANE NAME`: the built image into the registry, a promoted
+generation frozen under a name.
+
+A push records which registry digest carries which built image ID (`<state>/registry/<lane>.json`,
+operator side). A cut takes a generation that `promote` marked good and freezes it as
+`recipes/<lane>/releases/<NAME>.json`. The file holds the image digest, the pins, the recipe's hash
+and text, the fingerprints and the promotion's passing reports. The same digest is tagged `NAME` in
+the registry. The record is created exclusively (a link that fails if the name exists) and is
+read-only, so a release is never overwritten. Cutting a generation that was never promoted is
+refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ..atomic import ensure_dir, temp_name, write_bytes
+from ..errors import ExitCode, SparkfleetError
+from ..inventory import RECIPES_DIR, Inventory
+from ..launch.generations import load_all
+from .archive import inspect_build
+from .load import push_record_path, read_push_record
+from .registry import Registry, push, tag
+
+RELEASES = "releases"
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
+def repo_of(lane: str) -> str:
+    return f"sparkfleet/{lane}"
+
+
+def push_lane(inv: Inventory, lane: str, source: Path, reg: Registry) -> dict[str, Any]:
+    """Copy LANE's built image into the registry by digest; record digest <-> image ID."""
+    inv.lane(lane)
+    build = inspect_build(source)
+    digest = push(reg, source, repo_of(lane), f"build-{build.image_id.split(':', 1)[-1][:12]}")
+    record = {
+        "lane": lane,
+        "registry": reg.address,
+        "repo": repo_of(lane),
+        "digest": digest,
+        "image_id": build.image_id,
+        "pushed_at": time.time(),
+    }
+    path = push_record_path(lane)
+    ensure_dir(path.parent, 0o700)
+    write_bytes(path, json.dumps(record, indent=1).encode(), mode=0o600)
+    return record
+
+
+def releases_dir(root: Path, lane: str) -> Path:
+    return root / RECIPES_DIR / lane / RELEASES
+
+
+def load_release(root: Path, lane: str, name: str) -> dict[str, Any]:
+    path = releases_dir(root, lane) / f"{name}.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SparkfleetError(f"lane {lane} has no release {name!r}",
+                              hint=f"sparkfleet release cut {lane} {name}") from None  # fmt: skip
+
+
+def _generation(root: Path, lane: str, generation: str | None) -> dict[str, Any]:
+    gens = load_all(root, lane)
+    if generation:
+        gen = next((g for g in gens if g["id"] == generation), None)
+        if gen is None:
+            raise SparkfleetError(
+                f"lane {lane} has no generation {generation}", hint=f"sparkfleet history {lane}"
+            )
+    else:
+        good = [g for g in gens if g.get("good")]
+        gen = good[-1] if good else (gens[-1] if gens else None)
+        if gen is None:
+            raise SparkfleetError(f"lane {lane} has no generation", hint=f"sparkfleet launch {lane}",
+                                  exit_code=ExitCode.REFUSED)  # fmt: skip
+    if not gen.get("good"):
+        raise SparkfleetError(
+            f"generation {gen['id']} of {lane} was never promoted: only a promoted generation is cut",
+            hint=f"sparkfleet bench {lane}, then sparkfleet promote {lane}",
+            exit_code=ExitCode.REFUSED,
+        )
+    return gen
+
+
+def _create_exclusive(path: Path, data: bytes) -> None:
+    """Write a file that must not exist yet: temp + fsync + link (fails on an existing name)."""
+    ensure_dir(path.parent)
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise SparkfleetError(f"release {path.stem} already exists ({path})",
+                              hint="a release is never overwritten: cut a new NAME",
+                              exit_code=ExitCode.REFUSED) from None  # fmt: skip
+    finally:
+        os.unlink(tmp)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def cut(root: Path, lane: str, name: str, reg: Registry, generation: str | None = None) -> dict[str, Any]:
+    """Freeze the lane's promoted generation (newest good one, or `generation`) as release NAME."""
+    if not NAME.fullmatch(name):
+        raise SparkfleetError(f"release name {name!r} is not a name", hint="e.g. r39 (a-z, 0-9, . _ -)")
+    path = releases_dir(root, lane) / f"{name}.json"
+    if path.exists():
+        raise SparkfleetError(f"release {name} of {lane} already exists ({path})",
+                              hint="a release is never overwritten: cut a new NAME",
+                              exit_code=ExitCode.REFUSED)  # fmt: skip
+    gen = _generation(root, lane, generation)
+    pushed = read_push_record(lane)
+    if pushed is None:
+        raise SparkfleetError(
+            f"lane {lane}: no image pushed to the registry", hint=f"sparkfleet image push {lane}"
+        )
+    ran = {i for i in (gen.get("image_ids") or {}).values() if i}
+    if ran and pushed["image_id"] not in ran:
+        raise SparkfleetError(
+            f"the pushed image {pushed['image_id']} is not the one generation {gen['id']} ran "
+            f"({', '.join(sorted(ran))})",
+            hint=f"push the build that generation ran: sparkfleet image push {lane} --image <its result>",
+            exit_code=ExitCode.REFUSED,
+        )
+    promotion = gen.get("promotion") or {}
+    release = {
+        "name": name,
+        "lane": lane,
+        "cut_at": time.time(),
+        "generation": gen["id"],
+        "image": {k: pushed[k] for k in ("registry", "repo", "digest", "image_id")},
+        "pins": gen.get("pins"),
+        "recipe_sha256": gen.get("recipe_sha256"),
+        "recipe_text": gen.get("recipe_text"),
+        "fleet_text": gen.get("fleet_text"),
+        "fingerprints": gen.get("fingerprints"),
+        "reports": {
+            "bench": promotion.get("bench_report"),
+            "gate": promotion.get("gate"),
+            "smoke": promotion.get("smoke"),
+        },  # fmt: skip
+    }
+    tag(reg, pushed["repo"], pushed["digest"], name)  # refuses to move an existing tag
+    _create_exclusive(path, json.dumps(release, indent=1, sort_keys=True).encode())
+    return release

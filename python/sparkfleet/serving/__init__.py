@@ -1,0 +1,1 @@
+"""Serving the lanes as one endpoint: the gateway (SGLang's Shepherd Model Gateway, `smg`) in front."""

@@ -1,0 +1,329 @@
+"""One OpenAI endpoint in front of the serving lanes: SGLang's gateway, run on the head host.
+
+The gateway is `smg` (Shepherd Model Gateway, PyPI `smg`), the maintained successor of
+`sglang-router`: the same authors and Rust router, 0.3.2 being sglang-router's last release while smg
+is at 1.13.0 (both checked with `pip index versions` on 2026-12-01); the sglang-router 0.3.2 wheel
+itself installs an `smg` console script. What sparkfleet relies on, each seen in the tests:
+- every worker's served model is a model id on the one endpoint (`/v1/models` lists them, a request
+  goes only to workers serving its `model`);
+- `--policy` picks the replica; the response header `x-smg-routed-worker-id` names it;
+- `--api-key` is required from clients (401 without it or with another) and is the key the workers
+  (the lanes) are called with; retries and health checks take a dead replica out.
+
+Lanes join by having a `[gateway]` table in their recipe. Lanes with the same served_model_name are
+replicas of one model id (e.g. two TP2 lanes on dgx1+2 and dgx3+4 against one TP4 lane); their host
+sets must be disjoint. The policy is the recipes' `[gateway] policy`, round_robin by default:
+MiaAI-Lab's docs/tp8.md measured cache_aware sending every stream of a shared-prefix run to one
+replica (prose at c32: 296 tok/s against 673 with round_robin), and a bench's prompts share a prefix.
+
+Keys: one gateway key, which is also every gateway lane's key (`lanekeys`): "lanes take only the
+gateway's key". It reaches smg through a 0600 JSON file (`gateway_main`), never argv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import apikeys
+from ..atomic import ensure_dir, write_bytes
+from ..errors import ExitCode, SparkfleetError
+from ..inventory import Inventory
+from ..lanekeys import Call, install
+from ..launch.recipe import launch_recipe
+from ..launch.records import boot_id, process_state, start_ticks
+
+POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
+DEFAULT_POLICY = "round_robin"
+ROUTED_HEADER = "x-smg-routed-worker-id"
+KEY_NAME = "gateway"  # the key file under the gateway's state dir (apikeys layout)
+DEFAULT_PORT = 8080
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One lane behind the gateway: a replica of the model id `model`."""
+
+    lane: str
+    model: str
+    url: str  # http://<head address>:<port> (the gateway adds the paths)
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GatewayPlan:
+    policy: str
+    workers: tuple[Worker, ...]
+
+    def models(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for w in self.workers:
+            out.setdefault(w.model, []).append(w.lane)
+        return out
+
+
+@dataclass(frozen=True)
+class GatewayRecord:
+    """What `up` started (0600 JSON beside the config; no key in it)."""
+
+    pid: int
+    start_ticks: int | None
+    boot_id: str
+    bind: str
+    port: int
+    policy: str
+    workers: list[dict[str, Any]]
+    log: str
+    started_at: float
+
+
+def plan(inv: Inventory) -> GatewayPlan:
+    """The serving lanes (those with a [gateway] table), their model ids and the one policy."""
+    workers, policies = [], {}
+    for name in sorted(inv.lanes):
+        lane = inv.lane(name)
+        section = lane.raw.get("gateway")
+        if not isinstance(section, dict):
+            continue
+        policy = section.get("policy", DEFAULT_POLICY)
+        if policy not in POLICIES:
+            raise SparkfleetError(
+                f"{lane.recipe_path}: gateway.policy {policy!r} is not one of {', '.join(POLICIES)}",
+                hint=f"{DEFAULT_POLICY} (the default) spreads shared-prefix streams: docs/serving.md",
+            )
+        policies[name] = policy
+        recipe = launch_recipe(inv, name)
+        head = inv.host(lane.hosts[0])
+        workers.append(
+            Worker(name, recipe.served_model_name or name, f"http://{head.address}:{recipe.port}", lane.hosts)
+        )
+    if not workers:
+        raise SparkfleetError(
+            "no lane serves through the gateway", hint="add a [gateway] table to the lanes' recipes"
+        )
+    if len(set(policies.values())) > 1:
+        raise SparkfleetError(
+            "the gateway lanes ask for different policies: "
+            + ", ".join(f"{lane} {p}" for lane, p in sorted(policies.items())),
+            hint="one gateway has one policy: make [gateway] policy agree",
+        )
+    _check_replicas(workers)
+    return GatewayPlan(next(iter(policies.values())), tuple(workers))
+
+
+def _check_replicas(workers: list[Worker]) -> None:
+    """Replicas of one model must not share a host (they would share its GPU)."""
+    by_model: dict[str, list[Worker]] = {}
+    for w in workers:
+        by_model.setdefault(w.model, []).append(w)
+    for model, group in by_model.items():
+        seen: dict[str, str] = {}
+        for w in group:
+            for h in w.hosts:
+                if h in seen:
+                    raise SparkfleetError(
+                        f"replicas of {model!r} share host {h}: lanes {seen[h]} and {w.lane}",
+                        hint="replicas run on disjoint host sets (e.g. dgx1+dgx2 and dgx3+dgx4)",
+                    )
+                seen[h] = w.lane
+
+
+def gateway_key(state_dir: Path) -> str:
+    """The gateway's key (made on first use), 0600 under the gateway's state dir."""
+    key = apikeys.read_key(state_dir, KEY_NAME)
+    if key is None:
+        key = apikeys.new_key()
+        apikeys.write_key(state_dir, KEY_NAME, key)
+    return key
+
+
+def share_key(inv: Inventory, state_dir: Path, call: Call) -> dict[str, bool]:
+    """Install the gateway's key as the key of every gateway lane (lane -> its key file changed).
+
+    A lane already running with its old key must be launched again to take it (`up` says which).
+    """
+    key = gateway_key(state_dir)
+    out = {}
+    for w in plan(inv).workers:
+        out[w.lane] = any(install(inv, w.lane, key, list(w.hosts), call).values())
+    return out
+
+
+def _get(url: str, key: str | None, timeout: float = 3.0) -> tuple[int | None, Any]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read(1 << 20) or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None, None
+
+
+def worker_states(p: GatewayPlan, key: str) -> dict[str, str]:
+    """lane -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
+    out = {}
+    for w in p.workers:
+        status, _ = _get(f"{w.url}/v1/models", key)
+        relaunch = f"sparkfleet stop {w.lane}; sparkfleet launch {w.lane}"
+        out[w.lane] = (
+            "serving" if status == 200
+            else f"refuses the gateway key (HTTP {status}): {relaunch}" if status in (401, 403)
+            else "not answering (the gateway adds it once it is up)"
+        )  # fmt: skip
+    return out
+
+
+def _paths(state_dir: Path) -> tuple[Path, Path, Path]:
+    return state_dir / "gateway.json", state_dir / "gateway.record.json", state_dir / "gateway.log"
+
+
+def load_record(state_dir: Path) -> GatewayRecord | None:
+    path = _paths(state_dir)[1]
+    try:
+        return GatewayRecord(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise SparkfleetError(f"{path}: not a gateway record ({exc})", hint=f"remove {path}") from exc
+
+
+def is_running(rec: GatewayRecord) -> bool:
+    """The recorded process runs and is the one `up` started (never a recycled PID)."""
+    if rec.boot_id != boot_id():
+        return False
+    state = process_state(rec.pid)
+    return state not in (None, "Z", "X") and start_ticks(rec.pid) == rec.start_ticks
+
+
+def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: int) -> list[str]:
+    """smg's arguments (they travel in the 0600 config file, not an argv)."""
+    return [
+        "--host", bind, "--port", str(port),
+        "--worker-urls", *[w.url for w in p.workers],
+        "--policy", p.policy,
+        "--api-key", key,
+        # metrics on loopback, on a port of our choosing (smg's default 0.0.0.0:29000 collides)
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
+        # a dead replica: out after 2 failed 1 s health checks; its requests are retried elsewhere
+        "--health-check-interval-secs", "1", "--health-failure-threshold", "2",
+        "--health-check-timeout-secs", "2",
+    ]  # fmt: skip
+
+
+def up(
+    inv: Inventory,
+    state_dir: Path,
+    call: Call,
+    *,
+    bind: str = "0.0.0.0",
+    port: int = DEFAULT_PORT,
+    metrics_port: int = 0,
+    wait_s: float = 60.0,
+    on_event: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """Start the gateway in front of the gateway lanes; wait until it lists every serving lane's model."""
+    state_dir = Path(state_dir)
+    ensure_dir(state_dir, 0o700)
+    rec = load_record(state_dir)
+    if rec is not None and is_running(rec):
+        raise SparkfleetError(
+            f"the gateway already runs (pid {rec.pid}, port {rec.port})",
+            hint="sparkfleet gateway down first",
+            exit_code=ExitCode.REFUSED,
+        )
+    p = plan(inv)
+    changed = share_key(inv, state_dir, call)
+    for lane, did in changed.items():
+        if did:
+            on_event(f"{lane}: now holds the gateway's key")
+    key = gateway_key(state_dir)
+    states = worker_states(p, key)
+    config, record_path, log = _paths(state_dir)
+    argv = router_argv(p, key, bind, port, metrics_port or port + 1)
+    write_bytes(config, json.dumps({"argv": argv}).encode(), mode=0o600)
+    with open(log, "ab") as out:
+        os.chmod(log, 0o600)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    rec = GatewayRecord(
+        pid=proc.pid,
+        start_ticks=start_ticks(proc.pid),
+        boot_id=boot_id(),
+        bind=bind,
+        port=port,
+        policy=p.policy,
+        workers=[asdict(w) for w in p.workers],
+        log=str(log),
+        started_at=time.time(),
+    )
+    write_bytes(record_path, json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
+    on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
+    want = {w.model for w in p.workers if states[w.lane] == "serving"}
+    deadline = time.monotonic() + wait_s
+    local = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+    while True:
+        if proc.poll() is not None:
+            tail = apikeys.scrub(Path(log).read_text(errors="replace")[-2000:], key)
+            raise SparkfleetError(f"the gateway exited ({proc.returncode}): {tail.strip()[-600:]}",
+                                  hint=f"its log: {log}")  # fmt: skip
+        got = set(_models(f"http://{local}:{port}", key))
+        if want <= got:
+            break
+        if time.monotonic() > deadline:
+            on_event(f"gateway lists {sorted(got)} of {sorted(want)} after {wait_s:g} s; it keeps trying")
+            break
+        time.sleep(0.3)
+    return {**status(state_dir), "lanes": states}
+
+
+def _models(base: str, key: str | None) -> list[str]:
+    code, body = _get(f"{base}/v1/models", key)
+    if code != 200 or not isinstance(body, dict):
+        return []
+    return [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+
+
+def status(state_dir: Path) -> dict[str, Any]:
+    """Running or not, and the model ids it serves (asked with the gateway's key)."""
+    rec = load_record(Path(state_dir))
+    if rec is None:
+        return {"running": False}
+    running = is_running(rec)
+    out: dict[str, Any] = {"running": running, "pid": rec.pid, "port": rec.port, "policy": rec.policy,
+                           "workers": rec.workers, "log": rec.log}  # fmt: skip
+    if running:
+        local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
+        out["url"] = f"http://{local}:{rec.port}/v1"
+        out["models"] = sorted(set(_models(f"http://{local}:{rec.port}", gateway_key(Path(state_dir)))))
+    return out
+
+
+def down(state_dir: Path, timeout: float = 15.0) -> bool:
+    """Stop the gateway `up` started (its recorded PID only); True if one was running."""
+    rec = load_record(Path(state_dir))
+    if rec is None or not is_running(rec):
+        return False
+    os.kill(rec.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while is_running(rec) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if is_running(rec):
+        os.kill(rec.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):  # reap our own child (`up` and `down` in one process)
+        os.waitpid(rec.pid, os.WNOHANG)
+    return True

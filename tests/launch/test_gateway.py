@@ -1,0 +1,217 @@
+"""The real gateway (smg, PyPI) in front of 2 and 4 launched demo lanes that are replicas of one model.
+
+Each lane runs on its own network-namespace host (dgx1..dgx4, each with its own sshd), launched by
+sparkfleet over ssh (process runtime) with the gateway's key as its own; `gateway up` reads them
+from the inventory and the gateway reaches them over the bridge. Asserted through smg's own
+`x-smg-routed-worker-id` header: requests spread as the policy says (round_robin: evenly;
+cache_aware: one shared prefix sticks to one replica), a replica killed mid-run is taken out and
+its requests retried (all succeed), and a missing or wrong key is refused by the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import smg  # noqa: F401 - the gateway binary: the test extra installs it (pyproject)
+from click.testing import CliRunner
+from launch_fleet import write_fleet
+from test_launch_local import demo_recipe, free_port
+
+from sparkfleet import apikeys, inventory
+from sparkfleet.cli import main as cli
+from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.records import group_members
+from sparkfleet.serving import gateway
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+MODEL = "deepseek-v4.1-flash"
+
+
+def gateway_recipe(host: str, port: int, policy: str | None) -> str:
+    extra = ', "--api-key-env", "SPARKFLEET_API_KEY", "--decode-tps", "4000"'
+    text = demo_recipe([host], port, extra, bind="0.0.0.0")
+    return text + (f'\n[gateway]\npolicy = "{policy}"\n' if policy else "\n[gateway]\n")
+
+
+@pytest.fixture(scope="module")
+def ns_hosts(fleetnet, tmp_path_factory):
+    """dgx1..dgx4: network namespaces with their own sshd, for the whole module; torn down on failure.
+    Each lane serves on port 30000 of its own host; the gateway reaches them over the bridge."""
+    tmp = tmp_path_factory.mktemp("gw-hosts")
+    hosts = {}
+    try:
+        for i in range(1, 5):
+            hosts[f"dgx{i}"] = fleetnet.add_host(f"dgx{i}")
+        config = tmp / "ssh_config"
+        config.write_text(
+            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        )
+        nas = build_nas_hub(tmp / "nas" / "hub", shard_bytes=16 * 1024)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SPARKFLEET_SSH_CONFIG", str(config))
+            mp.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+            yield hosts, nas.root
+    finally:
+        for h in hosts.values():
+            fleetnet.remove_host(h)
+
+
+def make_fleet(tmp_path: Path, n: int, policy: str | None, ns=None) -> inventory.Inventory:
+    """n lanes r1..rn, replicas of one model, one per host: netns hosts (`ns`) or this machine."""
+    if ns is not None:
+        hosts_ns, nas = ns
+        hosts = {
+            f"dgx{i}": {"address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
+                        "local_hub": str(h.nvme / "hub"), "nas_hub": str(nas),
+                        "state_dir": str(h.root / "state")}
+            for i, h in ((i, hosts_ns[f"dgx{i}"]) for i in range(1, n + 1))
+        }  # fmt: skip
+        lanes_ = {f"r{i}": gateway_recipe(f"dgx{i}", 30000, policy) for i in range(1, n + 1)}
+        return inventory.load(write_fleet(tmp_path / "fleet", hosts, lanes_))
+    hosts = {
+        f"dgx{i}": {
+            "address": "127.0.0.1",
+            "ssh_user": "root",
+            "local_hub": str(tmp_path / f"dgx{i}" / "nvme" / "hub"),
+            "nas_hub": str(tmp_path / "nas"),
+            "state_dir": str(tmp_path / f"dgx{i}" / "state"),
+        }
+        for i in range(1, n + 1)
+    }
+    lanes_ = {f"r{i}": gateway_recipe(f"dgx{i}", 30000 + i, policy) for i in range(1, n + 1)}
+    return inventory.load(write_fleet(tmp_path / "fleet", hosts, lanes_))
+
+
+def chat(url: str, key: str | None, prompt: str = "What is 19+23?") -> tuple[int, str | None]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+    req = urllib.request.Request(
+        f"{url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+            return resp.status, resp.headers.get(gateway.ROUTED_HEADER)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get(gateway.ROUTED_HEADER)
+
+
+@pytest.fixture
+def served(tmp_path, ns_hosts):
+    """launch(n, policy) -> (inv, url, key) on netns hosts; every lane and the gateway stopped after."""
+    state = tmp_path / "gw"
+    made: list[inventory.Inventory] = []
+
+    def launch(n: int, policy: str | None = None):
+        inv = make_fleet(tmp_path, n, policy, ns_hosts)
+        made.append(inv)
+        gateway.share_key(inv, state, lanes.call_agent)  # before launch: the lanes start with it
+        with ThreadPoolExecutor(n) as pool:
+            names = [f"r{i}" for i in range(1, n + 1)]
+            reports = list(pool.map(lambda name: lanes.launch(inv, name, allow_nas_weights=True), names))
+        assert all(r.ready.ok for r in reports), [r.ready for r in reports]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        st = gateway.up(inv, state, lanes.call_agent, bind="127.0.0.1", port=port, metrics_port=free_port())
+        assert st["running"] and st["models"] == [MODEL], st
+        assert set(st["lanes"].values()) == {"serving"}
+        return inv, st["url"], gateway.gateway_key(state)
+
+    yield launch, state
+    gateway.down(state)
+    for inv in made:
+        for name in inv.lanes:
+            lanes.stop(inv, name, 5)
+
+
+def test_two_replicas_round_robin_a_killed_one_is_retried_and_a_wrong_key_refused(served):
+    launch, state = served
+    inv, url, key = launch(2)
+    assert chat(url, None)[0] == 401 and chat(url, key + "x")[0] == 401  # refused by the gateway
+    lane_key = apikeys.read_key(Path(inv.host("dgx1").state_dir), "r1")
+    assert lane_key == key  # the lanes take only the gateway's key
+    assert key not in Path(f"/proc/{gateway.load_record(state).pid}/cmdline").read_text()
+
+    seen = Counter(chat(url, key)[1] for _ in range(20))
+    urls = {w.url for w in gateway.plan(inv).workers}
+    assert set(seen) == urls and sorted(seen.values()) == [10, 10], seen  # round_robin: even
+
+    # bench through the gateway: its key, and the report names the policy and each request's replica
+    out = Path(inv.root) / "gw-reports"
+    env = {"SPARKFLEET_GATEWAY_STATE": str(state), "SPARKFLEET_API_KEY": ""}
+    argv = ["bench", "--gateway", "--quick", "--no-quality", "--out", str(out), "--concurrency", "2",
+            "--requests", "4", "--json"]  # fmt: skip
+    res = CliRunner(env=env).invoke(cli, argv)
+    assert res.exit_code in (0, 1), res.output
+    assert key not in res.output
+    report = json.loads(next(out.rglob("*.json")).read_text())
+    assert report["gateway"]["policy"] == "round_robin"
+    assert {w["lane"] for w in report["gateway"]["workers"]} == {"r1", "r2"}
+    level = report["sweep"][0]
+    assert len(level["served_by"]) == 4 and set(level["served_by"]) == urls, level["served_by"]
+    assert not any(key in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+
+    # kill replica r2's server mid-run: every request still answers 200, from r1 once r2 is out
+    victim = max(group_members(lanes.status(inv, "r2")["ranks"][0]["pid"]))
+    r1 = next(w.url for w in gateway.plan(inv).workers if w.lane == "r1")
+
+    def one(i: int) -> tuple[int, str | None]:
+        if i == 10:
+            os.kill(victim, signal.SIGKILL)
+        return chat(url, key)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(40)))
+    assert all(code == 200 for code, _ in results), Counter(code for code, _ in results)
+    time.sleep(3)  # two failed 1 s health checks: out
+    assert {chat(url, key)[1] for _ in range(8)} == {r1}
+    st = gateway.status(state)
+    assert st["running"] and st["policy"] == "round_robin"
+    assert gateway.down(state) and not gateway.status(state)["running"]
+
+
+def test_four_replicas_spread_round_robin_while_cache_aware_sticks_a_shared_prefix(served, ns_hosts):
+    ns = ns_hosts
+    launch, state = served
+    inv, url, key = launch(4)
+    seen = Counter(chat(url, key)[1] for _ in range(20))
+    assert len(seen) == 4 and set(seen.values()) == {5}, seen
+    gateway.down(state)
+
+    inv = make_fleet(Path(inv.root).parent, 4, "cache_aware", ns)  # same lanes, the policy changed
+    st = gateway.up(
+        inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
+    )
+    assert st["policy"] == "cache_aware"
+    prefix = "You are a careful assistant. " * 40
+    sticky = Counter(chat(st["url"], key, prefix + f"Question {i}?")[1] for i in range(12))
+    assert len(sticky) == 1 and sum(sticky.values()) == 12, sticky  # MiaAI tp8.md: one replica
+
+
+def test_plan_refuses_replicas_sharing_a_host_and_disagreeing_policies(tmp_path):
+    inv = make_fleet(tmp_path, 2, None)
+    assert gateway.plan(inv).policy == "round_robin"
+    text = (Path(inv.root) / "recipes" / "r2" / "recipe.toml").read_text()
+    (Path(inv.root) / "recipes" / "r2" / "recipe.toml").write_text(
+        text.replace("hosts = ['dgx2']", "hosts = ['dgx1']")
+    )
+    with pytest.raises(Exception, match="share host dgx1"):
+        gateway.plan(inventory.load(inv.root))
+    (Path(inv.root) / "recipes" / "r2" / "recipe.toml").write_text(text + 'policy = "cache_aware"\n')
+    with pytest.raises(Exception, match="different policies"):
+        gateway.plan(inventory.load(inv.root))
+    assert sys.executable  # the demo lanes run on this interpreter
