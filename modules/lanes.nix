@@ -43,6 +43,17 @@ in
       description = "Container runtime the lane recipes use; enabled with the NVIDIA container toolkit (CDI).";
     };
 
+    watch = lib.mkOption {
+      type = lib.types.listOf lib.types.str;
+      default = [ ];
+      example = [ "dsv41-flash-4x-mia" ];
+      description = ''
+        Lanes headed here that `sparkfleet watch LANE` supervises, one unit each, started with the
+        lane. Restart=on-failure restarts the supervisor when it crashes (exit 70); exit 1 (its
+        restart budget for the lane is spent: a human is needed) is RestartPreventExitStatus.
+      '';
+    };
+
     autostart = lib.mkOption {
       type = lib.types.nullOr lib.types.str;
       default = null;
@@ -56,6 +67,10 @@ in
       {
         assertion = cfg.autostart == null || builtins.elem cfg.autostart laneNames;
         message = "sparkfleet.lanes.autostart = ${toString cfg.autostart}: not a lane headed by ${facts.host} (${lib.concatStringsSep ", " laneNames})";
+      }
+      {
+        assertion = builtins.all (w: builtins.elem w laneNames) cfg.watch;
+        message = "sparkfleet.lanes.watch = [ ${toString cfg.watch} ]: only lanes headed by ${facts.host} can be watched here (${lib.concatStringsSep ", " laneNames})";
       }
       {
         assertion = facts.lanes == [ ] || config.users.users ? ${facts.sshUser};
@@ -94,6 +109,25 @@ in
           };
         };
       }
-    ]) facts.lanes);
+    ]) facts.lanes
+    ++ map (l: {
+      name = builtins.replaceStrings [ "-lane-" ] [ "-watch-" ] l.unit;
+      value = let lane = units.toNixosService specs."${l.unit}.service"; in {
+        description = "sparkfleet: supervise lane ${l.lane} (known-answer probe, bundles, bounded restarts)";
+        after = [ "${l.unit}.service" ];
+        unitConfig.PartOf = [ "${l.unit}.service" ];
+        wantedBy = [ "${l.unit}.service" ];
+        inherit (lane) environment;
+        serviceConfig = {
+          User = lane.serviceConfig.User;
+          SupplementaryGroups = lane.serviceConfig.SupplementaryGroups;
+          ExecStart = units.execLine [ units.systemBin "watch" l.lane ];
+          Restart = "on-failure";
+          RestartSec = "30";
+          # exit 1: the restart budget for the lane is spent; a human is needed, not another run
+          RestartPreventExitStatus = "1";
+        };
+      };
+    }) (builtins.filter (l: builtins.elem l.lane cfg.watch) facts.lanes));
   };
 }

@@ -95,6 +95,7 @@ def test_activation_is_idempotent_and_restarts_only_what_changed(host_root: dict
     units = render_units(fleet, "dgx1")
     lanes = sorted(n for n in units if n.startswith("sparkfleet-lane-"))
     assert lanes == [
+        "sparkfleet-lane-dsv41-flash-4x-aiden.service",
         "sparkfleet-lane-dsv41-flash-4x-mia.service",
         "sparkfleet-lane-dsv41-flash-exl3-2x.service",
     ]
@@ -134,7 +135,7 @@ def test_activation_is_idempotent_and_restarts_only_what_changed(host_root: dict
     assert [n for n in units if units[n] != edited[n]] == ["sparkfleet-lane-dsv41-flash-exl3-2x.service"]
     third = activate(make_profile(host_root["tmp"] / "profile-2", edited), host_root)
     assert third == ["daemon-reload", "try-restart --no-block -- sparkfleet-lane-dsv41-flash-exl3-2x.service"]
-    assert (unit_dir / "sparkfleet-lane-dsv41-flash-exl3-2x.service").read_text() == edited[lanes[1]]
+    assert (unit_dir / "sparkfleet-lane-dsv41-flash-exl3-2x.service").read_text() == edited[lanes[2]]
 
     # a lane that no longer runs here is stopped, disabled and removed; nothing else restarts
     shutil.rmtree(fleet / "recipes" / "dsv41-flash-exl3-2x")
@@ -143,7 +144,9 @@ def test_activation_is_idempotent_and_restarts_only_what_changed(host_root: dict
     assert fourth == [
         "disable --now -- sparkfleet-lane-dsv41-flash-exl3-2x.service",
         "daemon-reload",
-        "try-restart --no-block -- sparkfleet-lane-dsv41-flash-4x-mia.service",  # its Conflicts= went away
+        # their Conflicts= went away
+        "try-restart --no-block -- sparkfleet-lane-dsv41-flash-4x-aiden.service",
+        "try-restart --no-block -- sparkfleet-lane-dsv41-flash-4x-mia.service",
     ]
     assert not (unit_dir / "sparkfleet-lane-dsv41-flash-exl3-2x.service").exists()
     assert activate(make_profile(host_root["tmp"] / "profile-3", fewer), host_root) == []

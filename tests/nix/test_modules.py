@@ -152,7 +152,7 @@ def test_a_group_that_does_not_exist_is_caught(fleet_root: Path) -> None:
 
 def test_lanes_land_on_their_head_only(fleet_root: Path) -> None:
     here = [s for s in evaluate(fleet_root, "dgx1")["services"] if s.startswith("sparkfleet-lane-")]
-    assert len([s for s in here if not s.endswith("-spec")]) == 2
+    assert len([s for s in here if not s.endswith("-spec")]) == 3  # the TP4, Aiden and EXL3 lanes
     assert [s for s in evaluate(fleet_root, "dgx3")["services"] if s.startswith("sparkfleet-lane-")] == []
 
 
@@ -306,7 +306,7 @@ def test_nixos_lane_units_and_companions_pass_systemd_analyze_verify(fleet_root:
     units = tmp_path / "units"
     units.mkdir()
     names = [n for n in cfg["services"] if n.startswith("sparkfleet-lane-")]
-    assert len(names) == 4  # two lanes, each with its -spec companion
+    assert len(names) == 6  # three lanes, each with its -spec companion
     for name in names:
         (units / f"{name}.service").write_text(_ini(cfg["services"][name], sw))
     proc = subprocess.run(
@@ -364,3 +364,20 @@ def test_unit_environment_keeps_the_spec_roots_string_context() -> None:
         "plain = builtins.hasContext s.environment.PYTHONUNBUFFERED; }"
     )
     assert nix_eval(expr) == {"root": True, "plain": False}
+
+
+def test_a_watched_lane_gets_a_supervisor_unit_that_restarts_on_a_crash_only(fleet_root: Path) -> None:
+    """`watch` exits 70 when it crashes (restart it) and 1 when a human is needed (leave it)."""
+    extra = '{ sparkfleet.lanes.watch = [ "dsv41-flash-4x-mia" ]; }'
+    cfg = evaluate(fleet_root, "dgx1", extra=extra)
+    assert cfg["failedAssertions"] == []
+    unit = cfg["services"]["sparkfleet-watch-dsv41-flash-4x-mia"]
+    sc = unit["serviceConfig"]
+    assert sc["ExecStart"] == '"/run/current-system/sw/bin/sparkfleet" "watch" "dsv41-flash-4x-mia"'
+    assert (sc["Restart"], sc["RestartPreventExitStatus"]) == ("on-failure", "1")
+    assert unit["wantedBy"] == ["sparkfleet-lane-dsv41-flash-4x-mia.service"]
+    lane = cfg["services"]["sparkfleet-lane-dsv41-flash-4x-mia"]
+    assert sc["User"] == lane["serviceConfig"]["User"]
+    assert "sparkfleet-watch-dsv41-flash-exl3-2x" not in cfg["services"]  # only the lanes named
+    bad = evaluate(fleet_root, "dgx3", extra=extra)  # dgx3 heads no lane
+    assert any("only lanes headed by dgx3 can be watched" in m for m in bad["failedAssertions"])

@@ -61,7 +61,7 @@ def test_the_profile_derivation_builds_and_activates(tmp_path: Path) -> None:
     assert build.returncode == 0, build.stderr
     assert os.readlink(out / "bin" / "sparkfleet") == f"{STORE}-sparkfleet/bin/sparkfleet"
     # the spec links: a content-addressed store copy of the fleet file and recipes
-    for link, lanes in (("stage-root", 2), ("fleet-root", 2)):
+    for link, lanes in (("stage-root", 3), ("fleet-root", 3)):  # the TP4, Aiden and EXL3 lanes
         spec = out / "share" / "sparkfleet" / link
         assert spec.resolve().parent == Path("/nix/store")
         assert (spec / "hosts" / "fleet.toml").read_text() == (fleet / "hosts" / "fleet.toml").read_text()
