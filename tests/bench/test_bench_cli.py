@@ -149,3 +149,33 @@ def test_a_quick_run_against_a_full_baseline_is_refused_not_a_regression(fake_la
     assert "REGRESSION" not in other.stdout
     compared = sparkfleet("report", "compare", "--lane", name, root=tmp_path)
     assert compared.returncode == 5 and "probe.prompt_tokens" in compared.stdout
+
+
+def test_bench_url_no_smoke_benches_a_model_that_fails_arithmetic(fake_lane, tmp_path):
+    """Issue 18 (2): a model that cannot do sums (a base or draft model) is still benched."""
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000", "--wrong-answer")
+    out = tmp_path / "reports"
+    failing = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), "--json", cwd=tmp_path)
+    assert failing.returncode == 1 and "smoke" in " ".join(json.loads(failing.stdout)["failures"])
+    done = sparkfleet(
+        "bench", "--url", lane.url, *QUICK, "--no-smoke", "--out", str(out), "--json", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(Path(json.loads(done.stdout)["report"]["json"]).read_text())
+    assert doc["smoke"] == [] and doc["settings"]["smoke"] is False and doc["status"] == "ok"
+
+
+def test_smoke_cut_off_hint_names_what_a_url_run_can_change(fake_lane, tmp_path):
+    """Issue 18 (2): with --url there is no recipe to edit; a model that never stops gets no budget advice."""
+    thinking = fake_lane("--reasoning-tokens", "40")
+    done = sparkfleet("smoke", "--url", thinking.url, "--max-tokens", "5", "--json")
+    problems = [c["problem"] for c in json.loads(done.stdout)["cases"]]
+    assert done.returncode == 1 and all("cut off after 5 tokens" in p for p in problems), problems
+    assert all("still reasoning" in p and "pass --max-tokens" in p for p in problems), problems
+    assert not any("recipe" in p for p in problems), problems
+    lane = fake_lane()
+    smoke = '[smoke]\n[[smoke.cases]]\nprompt = "count with me"\nexpect = "alpha"\nmax_tokens = 50\n'
+    name = write_fleet_root(tmp_path, lane.port, smoke=smoke)
+    problem = json.loads(sparkfleet("smoke", name, "--json", root=tmp_path).stdout)["cases"][0]["problem"]
+    assert "without stopping" in problem and "--no-smoke" in problem, problem
+    assert "smoke.max_tokens in the recipe" in problem, problem

@@ -54,8 +54,32 @@ def answer_matches(answer: str, expect: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(expect.strip())}(?![\w])", visible) is not None
 
 
-def run_smoke_case(endpoint: Endpoint, case: SmokeCase) -> SmokeOutcome:
-    """Ask one case and judge the *answer*: never the reasoning, and never a reply that was cut off."""
+URL_BUDGET_HINT = "pass --max-tokens"
+LANE_BUDGET_HINT = "raise smoke.max_tokens in the recipe or pass --max-tokens"
+
+
+def cut_off_problem(max_tokens: int, answer: str, thought: str, budget_hint: str) -> str:
+    """Why a reply that hit max_tokens failed, and what would change it.
+
+    More room helps a reply that was still reasoning; a reply that answered and kept going may be a
+    model that never stops (a base or draft model), which no budget fixes: it is benched without
+    the smoke (--no-smoke).
+    """
+    head = f"cut off after {max_tokens} tokens (finish_reason 'length')"
+    if not answer and thought:
+        return f"{head} while still reasoning: give it more room ({budget_hint})"
+    return (
+        f"{head} without stopping: a model that never stops (a base or draft model) fails here "
+        f"whatever the budget (bench it with --no-smoke); if the answer was only long, {budget_hint}"
+    )
+
+
+def run_smoke_case(endpoint: Endpoint, case: SmokeCase, budget_hint: str = URL_BUDGET_HINT) -> SmokeOutcome:
+    """Ask one case and judge the *answer*: never the reasoning, and never a reply that was cut off.
+
+    `budget_hint` is what the operator can change to give a cut-off reply more room: a --url run has
+    no recipe (URL_BUDGET_HINT), a lane has one (LANE_BUDGET_HINT).
+    """
     result = stream_chat(endpoint, chat_request(endpoint, case.prompt, case.max_tokens))
     if not result.ok:
         return SmokeOutcome(case.prompt, case.expect, False, None, result.finish_reason, None, result.error)
@@ -63,10 +87,8 @@ def run_smoke_case(endpoint: Endpoint, case: SmokeCase) -> SmokeOutcome:
     latency = (result.chunks[-1].at if result.chunks else result.ended) - result.started
     problem = None
     if result.finish_reason == "length":
-        problem = (
-            f"cut off after {case.max_tokens} tokens (finish_reason 'length'); "
-            "raise smoke.max_tokens in the recipe or pass --max-tokens"
-        )
+        thought = result.reasoning_text or (result.text if not answer else "")
+        problem = cut_off_problem(case.max_tokens, answer, thought, budget_hint)
     elif not answer_matches(answer, case.expect):
         problem = f"expected {case.expect!r} in the answer"
         if not answer and result.reasoning_text:

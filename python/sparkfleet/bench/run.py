@@ -20,6 +20,7 @@ from ..errors import SparkfleetError
 from .client import Endpoint, chat_request, discover_model, stream_chat
 from .metrics import measure
 from .probes import (
+    LANE_BUDGET_HINT,
     DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
@@ -199,7 +200,8 @@ def run_bench(
             return run
         if settings.smoke:
             for case in target.smoke:
-                outcome = run_smoke_case(endpoint, case)
+                hint = LANE_BUDGET_HINT if target.lane else "run `sparkfleet smoke --url ... --max-tokens N`"
+                outcome = run_smoke_case(endpoint, case, hint)
                 run.smoke.append(outcome)
                 progress.step("smoke")
                 if not outcome.passed:

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bench import report as reports
 from ..bench.client import discover_model
-from ..bench.probes import DecodeProbe, SmokeCase, run_smoke_case
+from ..bench.probes import LANE_BUDGET_HINT, URL_BUDGET_HINT, DecodeProbe, SmokeCase, run_smoke_case
 from ..bench.quality import QualitySettings
 from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
@@ -196,7 +196,8 @@ def smoke(
     target = _pick_target(ctx, lane, url, None)  # smoke writes no report
     endpoint = discover_model(target.endpoint(model, timeout))
     cases = [SmokeCase(c.prompt, c.expect, max_tokens or c.max_tokens) for c in target.smoke]
-    outcomes = [run_smoke_case(endpoint, case) for case in cases]
+    hint = LANE_BUDGET_HINT if target.lane else URL_BUDGET_HINT
+    outcomes = [run_smoke_case(endpoint, case, hint) for case in cases]
     ok = all(o.passed for o in outcomes)
     if as_json:
         echo_json(
@@ -300,6 +301,14 @@ def _dflt(get) -> str:
     show_default="quality; no-quality with --quick",
     help="Run tool-eval-bench.",
 )
+@click.option(
+    "--smoke/--no-smoke",
+    "with_smoke",
+    default=True,
+    show_default=True,
+    help="Ask the smoke questions first; --no-smoke benches a model that cannot answer them (a base or "
+    "draft model).",
+)
 @click.option("--quality-full", is_flag=True, help="All tool-eval-bench scenarios, not the core 15.")
 @click.option("--quality-scenarios", help="Only these scenario ids, e.g. 'TC-01,TC-07'.")
 @click.option(
@@ -337,6 +346,7 @@ def bench(
     sweep_prompt_tokens: int | None,
     sweep_max_tokens: int | None,
     quality: bool | None,
+    with_smoke: bool,
     quality_full: bool,
     quality_scenarios: str | None,
     tokenizer: Path | None,
@@ -381,6 +391,7 @@ def bench(
         )
         if want_quality
         else None,
+        smoke=with_smoke,
         is_quick=base.is_quick,
     )
     tag = tag or ("quick" if quick else "bench")
