@@ -117,7 +117,7 @@ class BenchRun:
     table: list[TableRow] = field(default_factory=list)
     sweep: list[SweepLevel] = field(default_factory=list)
     spec_accept: SpecAccept | None = None
-    client_rtt_s: float | None = None  # median TTFT of a one-token request: the client's own cost
+    client_rtt_s: float | None = None  # fastest GET /v1/models: the client's own cost (no engine step)
     cold_prefill_tps: float | None = None  # best pp at d0: the ceiling for every pp at depth
     quality: QualityResult | None = None
     quality_note: str | None = None

@@ -502,7 +502,7 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             f"({probe.completion_tokens} tokens, {probe.chunks} chunks, tokens from {probe.token_source})"
         )
     if run.client_rtt_s is not None:
-        click.echo(f"  client round trip (one-token request): {run.client_rtt_s * 1000:.1f} ms")
+        click.echo(f"  client round trip (GET /v1/models, no engine step): {run.client_rtt_s * 1000:.1f} ms")
     for row in run.table:
         click.echo(f"  {row.test:>7} @ d{row.depth:<5} {_row_text(row)}")
     for lv in run.sweep:

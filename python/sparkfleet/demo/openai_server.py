@@ -172,6 +172,7 @@ class ServerConfig:
     think_in_content: bool = False
     cache_report: bool = True
     overhead_ms: float = 0.0
+    step_ms: float = 0.0  # a forward pass's fixed cost, prefill's included (a real engine's step)
     spec_metrics: str = "sglang"  # sglang | vllm | none (only /get_server_info's lifetime average)
     spec_ranks: int = 1
     spec_history_drafts: int = 0
@@ -180,6 +181,7 @@ class ServerConfig:
     hostile_bytes: int = 512 * 1024 * 1024
 
     hang_generation_after: int | None = None  # a wedged engine: later generations never answer
+
     @property
     def speculative(self) -> bool:
         return self.tokens_per_chunk > 1 or self.accept_range is not None
@@ -499,7 +501,7 @@ class Handler(BaseHTTPRequestHandler):
             extra = self._echo() if cfg.hostile == "echo-key" else ESCAPES
             tokens[-1] += extra.replace(" ", "_")
         prefill_s = (len(words) - cached) / cfg.prefill_tps if cfg.prefill_tps > 0 else 0.0
-        prefill_s += cfg.overhead_ms / 1000
+        prefill_s += (cfg.overhead_ms + cfg.step_ms) / 1000
         usage: dict[str, Any] = {
             "prompt_tokens": len(words),
             "completion_tokens": len(tokens),
@@ -843,14 +845,20 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--think-in-content", action="store_true", help="no reasoning parser: </think> in content")
     p.add_argument("--no-cache-report", action="store_true", help="usage without prompt_tokens_details")
     p.add_argument("--overhead-ms", type=float, default=0.0, help="per-request cost before prefill")
+    p.add_argument("--step-ms", type=float, default=0.0, help="fixed cost of the prefill's forward step")
     p.add_argument("--spec-metrics", choices=("sglang", "vllm", "none"), default="sglang")
     p.add_argument("--spec-ranks", type=int, default=1, help="tp_rank series of the SGLang gauge")
     p.add_argument("--spec-history-drafts", type=int, default=0, help="decode steps before this run")
     p.add_argument("--spec-history-accept", type=float, default=0.0, help="their mean accept length")
     p.add_argument("--hostile", choices=HOSTILE_MODES, default=None)
     p.add_argument("--hostile-bytes", type=int, default=512 * 1024 * 1024)
-    p.add_argument("--hang-generation-after", type=int, default=None, metavar="N",
-                   help="a wedged engine: generation requests after the first N hang; /health stays 200")
+    p.add_argument(
+        "--hang-generation-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a wedged engine: generation requests after the first N hang; /health stays 200",
+    )
     a = p.parse_args(argv)
     accept_range = None
     if a.accept_range:
@@ -891,6 +899,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         think_in_content=a.think_in_content,
         cache_report=not a.no_cache_report,
         overhead_ms=a.overhead_ms,
+        step_ms=a.step_ms,
         spec_metrics=a.spec_metrics,
         spec_ranks=max(a.spec_ranks, 1),
         spec_history_drafts=a.spec_history_drafts,

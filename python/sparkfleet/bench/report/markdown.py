@@ -162,7 +162,8 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             "",
             "ppN @ dD: N new prompt tokens prefilled with D tokens of context already cached (README: "
             "Benchmarks that tell the truth). "
-            f"Client round trip (one-token request): {_fmt(doc.get('client_rtt_s'), 1, 1000)} ms; "
+            "Client round trip (GET /v1/models, no engine step): "
+            f"{_fmt(doc.get('client_rtt_s'), 1, 1000)} ms; "
             f"cold prefill ceiling: {_fmt(doc.get('cold_prefill_tps'))} tok/s.",
             "",
             "| test | depth | t/s | ± 95 % CI | t/s net of client RTT | runs | TTFT ms | note |",
