@@ -195,7 +195,8 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
                 f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | "
                 f"{_fmt(lv['aggregate_tps'])} | {_fmt(per['p50']) if per else '—'} | "
                 f"{_dist(lv.get('ttft_s'))} | "
-                f"{_dist(lv.get('itl_s'))} | {_dist(lv.get('tpot_s'))} |"
+                f"{_dist(lv.get('itl_s'))} ({lv.get('itl_basis') or 'per chunk'}) | "
+                f"{_dist(lv.get('tpot_s'))} |"
             )
             for err in lv.get("errors") or []:
                 lines.append(f"|  | | | **failed:** {err} | | | | |")
