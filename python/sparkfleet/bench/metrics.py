@@ -3,13 +3,13 @@
 Definitions (the ones vLLM's and SGLang's benchmark scripts use, so numbers compare):
 - TTFT: request sent → first non-empty content chunk.
 - ITL: per token where the server says how many tokens each chunk carried (continuous usage): a
-  gap before a chunk of k tokens is k gaps of 1/k each (vLLM merges tokens into one chunk when the
+  gap before a chunk of k tokens counts as k gaps of gap/k (vLLM merges tokens into one chunk when the
   client lags, and its own inter_token_latency is per step, so per-chunk gaps read high); else
   gaps between consecutive content chunks, labelled per chunk (`itl_basis`).
 - TPOT: (latency − TTFT) / (completion tokens − 1), latency = request sent → last content chunk.
-- decode tok/s: tokens after the first chunk / (last − first chunk); with continuous usage (every
-  chunk's count exact) a last chunk shorter than the usual step (a speculative step cut short by
-  max_tokens, which took a whole step's time) is left out (`decode_rate`).
+- decode tok/s: tokens after the first chunk / (last chunk − first chunk), as vLLM's
+  request_decode_time (first token to last) counts it; exact when a chunk carries several tokens,
+  because the token counts come from `tokens.count_completion`.
 A request that failed has `error` set and no numbers at all.
 """
 
@@ -49,37 +49,6 @@ ITL_PER_TOKEN = "per token"
 ITL_PER_CHUNK = "per chunk"
 
 
-def cumulative_tokens(result: StreamResult, count: TokenCount) -> list[float]:
-    """Tokens received up to and including each chunk: the server's running usage where it sent
-    one on every chunk, else the later chunks' share of the total split by their characters."""
-    chunks = result.chunks
-    if result.continuous_usage:
-        return [float(c.usage_completion_tokens or 0) for c in chunks]
-    later = [len(c.text) for c in chunks[1:]]
-    rest, chars = count.completion_tokens - count.first_chunk_tokens, sum(later)
-    out, seen = [count.first_chunk_tokens], 0
-    for n in later:
-        seen += n
-        out.append(count.first_chunk_tokens + (rest * seen / chars if chars else 0.0))
-    return out
-
-
-def decode_rate(times: list[float], cumulative: list[float]) -> float | None:
-    """Tokens/s from the first chunk to the last full step.
-
-    A last chunk that carries fewer tokens than the stream's usual step (median) is a step cut
-    short by max_tokens: the engine spent a whole step's time on it, so counting it would read a
-    short speculative run low (tg128 in steps of 3: the last step yields 1 token, −1.6 %). It is
-    left out; with one token a chunk, or counts known only in total, nothing is.
-    """
-    if len(times) >= 4:
-        steps = sorted(b - a for a, b in zip(cumulative[1:], cumulative[2:], strict=False))
-        if cumulative[-1] - cumulative[-2] < steps[len(steps) // 2]:
-            times, cumulative = times[:-1], cumulative[:-1]
-    span, tokens = times[-1] - times[0], cumulative[-1] - cumulative[0]
-    return tokens / span if span > 0 and tokens > 0 else None
-
-
 def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> RequestMetrics:
     """Turn a timed stream into metrics; a failed or empty stream yields only its error."""
     if not result.ok:
@@ -93,17 +62,13 @@ def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> Requ
     ttft = first - result.started
     latency = last - result.started
     tpot = (latency - ttft) / (count.completion_tokens - 1) if count.completion_tokens > 1 else None
-    times = [c.at for c in result.chunks]
-    cumulative = cumulative_tokens(result, count)
-    # a partial last step shows only in exact per-chunk counts; a split by characters is right in total
-    decode = decode_rate(
-        times if result.continuous_usage else [first, last],
-        cumulative if result.continuous_usage else [cumulative[0], cumulative[-1]],
-    )
-    gaps = tuple(b - a for a, b in zip(times, times[1:], strict=False))
+    after_first = count.completion_tokens - count.first_chunk_tokens
+    decode = after_first / (last - first) if last > first and after_first > 0 else None
+    gaps = tuple(b.at - a.at for a, b in zip(result.chunks, result.chunks[1:], strict=False))
     basis = ITL_PER_CHUNK
-    if result.continuous_usage:
-        steps = [b - a for a, b in zip(cumulative, cumulative[1:], strict=False)]
+    if result.continuous_usage:  # every chunk's count is the server's own: ITL per token
+        done = [c.usage_completion_tokens or 0 for c in result.chunks]
+        steps = [b - a for a, b in zip(done, done[1:], strict=False)]
         if all(k >= 1 for k in steps):
             gaps = tuple(g / k for g, k in zip(gaps, steps, strict=True) for _ in range(int(k)))
             basis = ITL_PER_TOKEN
