@@ -179,3 +179,18 @@ def test_smoke_cut_off_hint_names_what_a_url_run_can_change(fake_lane, tmp_path)
     problem = json.loads(sparkfleet("smoke", name, "--json", root=tmp_path).stdout)["cases"][0]["problem"]
     assert "without stopping" in problem and "--no-smoke" in problem, problem
     assert "smoke.max_tokens in the recipe" in problem, problem
+
+
+def test_headline_ttft_is_repeated_with_a_confidence_interval(fake_lane, tmp_path):
+    """Issue 18 (4): the headline ttft_s was one request with no interval."""
+    from sparkfleet.bench.report import key_intervals, key_metrics
+
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "20000", "--overhead-ms", "5")
+    out = tmp_path / "reports"
+    done = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(Path(json.loads(done.stdout)["report"]["json"]).read_text())
+    ttft = doc["ttft"]
+    assert len(ttft["samples"]) >= 3 and ttft["ci95"] is not None and ttft["prompt_tokens"] > 0
+    assert key_metrics(doc)["ttft_s"] == ttft["mean"] and key_intervals(doc)["ttft_s"] == ttft["ci95"]
+    assert all(0.005 <= s < 0.5 for s in ttft["samples"]), ttft  # 5 ms overhead + prefill, never less

@@ -125,6 +125,37 @@ def run_decode_probe(
     return DecodeProbeResult(probe, measure(stream_chat(endpoint, body), tokenizer))
 
 
+@dataclass(frozen=True)
+class TtftFigure:
+    """The headline time to first token: the decode probe's prompt size, asked `runs` times (each
+    prompt unique, max_tokens 1), with the 95 % CI of the mean like every other repeated figure."""
+
+    mean: float | None
+    ci95: float | None
+    samples: tuple[float, ...]
+    prompt_tokens: int | None
+    error: str | None = None
+
+
+def run_ttft(
+    endpoint: Endpoint,
+    prompt_tokens: int,
+    runs: int,
+    prefix: Callable[[], str],
+    tokenizer: TokenCounter | None = None,
+) -> TtftFigure:
+    samples, prompt = [], None
+    for _ in range(runs):
+        m = measure(
+            stream_chat(endpoint, chat_request(endpoint, make_prompt(prompt_tokens, prefix(), tokenizer), 1))
+        )
+        if not m.ok or m.ttft_s is None:
+            return TtftFigure(None, None, tuple(samples), prompt, m.error or "no first token")
+        samples.append(m.ttft_s)
+        prompt = m.prompt_tokens
+    return TtftFigure(sum(samples) / len(samples), ci95(samples), tuple(samples), prompt)
+
+
 # -- pp/tg table (llama-bench style) --------------------------------------------------------------
 PP_DEFINITION = """\
 ppN @ dD: how fast the engine prefills N new prompt tokens when D tokens of context are already

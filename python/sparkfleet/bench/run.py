@@ -25,12 +25,14 @@ from .probes import (
     DecodeProbeResult,
     SmokeOutcome,
     TableRow,
+    TtftFigure,
     client_round_trip,
     cold_prefill_rate,
     run_decode_probe,
     run_pp,
     run_smoke_case,
     run_tg,
+    run_ttft,
     within_ceiling,
 )
 from .prompts import run_nonce
@@ -85,10 +87,15 @@ class BenchSettings:
             is_quick=True,
         )
 
+    @property
+    def ttft_runs(self) -> int:
+        return max(self.table_runs, 3)  # at least 3: the headline TTFT carries a CI
+
     def steps(self, smoke_cases: int) -> int:
         table = len(self.depths) * (len(self.pp) + len(self.tg)) * self.table_runs
         sweep = sum(max(self.sweep.requests_per_level, c) for c in self.sweep.levels)
-        return 1 + (smoke_cases if self.smoke else 0) + 1 + table + sweep + (1 if self.quality else 0)
+        smoke = smoke_cases if self.smoke else 0
+        return 1 + smoke + 1 + self.ttft_runs + table + sweep + (1 if self.quality else 0)
 
 
 @dataclass
@@ -114,6 +121,7 @@ class BenchRun:
     warmup_error: str | None = None
     smoke: list[SmokeOutcome] = field(default_factory=list)
     decode_probe: DecodeProbeResult | None = None
+    ttft: TtftFigure | None = None  # the headline TTFT: the probe's prompt, repeated, with a CI
     table: list[TableRow] = field(default_factory=list)
     sweep: list[SweepLevel] = field(default_factory=list)
     spec_accept: SpecAccept | None = None
@@ -214,6 +222,11 @@ def run_bench(
             run.fail(f"decode probe: {run.decode_probe.metrics.error}")
         elif run.decode_probe.metrics.decode_tps is None:
             run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
+        progress.step("ttft", 0)
+        run.ttft = run_ttft(endpoint, settings.probe.prompt_tokens, settings.ttft_runs, prefix, tokenizer)
+        progress.step("ttft", settings.ttft_runs)
+        if run.ttft.error:
+            run.fail(f"ttft: {run.ttft.error}")
         run.client_rtt_s = client_round_trip(endpoint)
         for depth in settings.depths:
             for pp in settings.pp:

@@ -501,6 +501,11 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms{net} "
             f"({probe.completion_tokens} tokens, {probe.chunks} chunks, tokens from {probe.token_source})"
         )
+    if run.ttft is not None and run.ttft.mean is not None:
+        click.echo(
+            f"  TTFT ({run.ttft.prompt_tokens}-token prompt, {len(run.ttft.samples)} runs): "
+            f"{run.ttft.mean * 1000:.1f}{_pm(run.ttft.ci95 * 1000 if run.ttft.ci95 is not None else None)} ms"
+        )
     if run.client_rtt_s is not None:
         click.echo(f"  client round trip (GET /v1/models, no engine step): {run.client_rtt_s * 1000:.1f} ms")
     for row in run.table:

@@ -155,6 +155,13 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
                 f"({_fmt(m['completion_tokens'] / max(m['chunks'], 1), 2)} tokens/chunk)",
                 f"- prompt tokens (server): {m.get('prompt_tokens')}; cached: {m.get('cached_tokens')}",
             ]
+    t = doc.get("ttft") or {}
+    if t.get("mean") is not None:
+        ci = f" ± {_fmt(t['ci95'], 1, 1000)}" if t.get("ci95") is not None else ""
+        lines.append(
+            f"- headline TTFT: **{_fmt(t['mean'], 1, 1000)}{ci} ms** (95 % CI; {len(t['samples'])} runs of "
+            f"a {t.get('prompt_tokens')}-token prompt, max_tokens 1)"
+        )
     if doc.get("table"):
         lines += [
             "",
