@@ -194,3 +194,18 @@ def test_headline_ttft_is_repeated_with_a_confidence_interval(fake_lane, tmp_pat
     assert len(ttft["samples"]) >= 3 and ttft["ci95"] is not None and ttft["prompt_tokens"] > 0
     assert key_metrics(doc)["ttft_s"] == ttft["mean"] and key_intervals(doc)["ttft_s"] == ttft["ci95"]
     assert all(0.005 <= s < 0.5 for s in ttft["samples"]), ttft  # 5 ms overhead + prefill, never less
+
+
+def test_prompt_sizes_use_the_engines_tokenize_or_say_words(fake_lane, tmp_path):
+    """Issue 18 (5): without --tokenizer, prompts were words labelled tokens (128 "tokens" = 318)."""
+    for flags, sizing in (((), "tokens (the engine's /tokenize)"), (("--no-tokenize",), "words")):
+        lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000", *flags)
+        out = tmp_path / sizing.split()[0]
+        done = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        paths = json.loads(done.stdout)["report"]
+        doc = json.loads(Path(paths["json"]).read_text())
+        assert doc["prompt_sizing"].startswith(sizing), doc["prompt_sizing"]
+        unit = "word" if sizing == "words" else "token"
+        assert f"128-{unit} prompt" in Path(paths["markdown"]).read_text()
+    assert doc["decode_probe"]["metrics"]["prompt_tokens"] >= 128  # words: each one token or more

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..errors import SparkfleetError
 from .client import Endpoint, chat_request, discover_model, stream_chat
+from .engine_tokens import SIZED_ENGINE, SIZED_LOCAL, SIZED_WORDS, engine_tokenizer
 from .metrics import measure
 from .probes import (
     LANE_BUDGET_HINT,
@@ -130,6 +131,7 @@ class BenchRun:
     quality: QualityResult | None = None
     quality_note: str | None = None
     token_sources: list[str] = field(default_factory=list)
+    prompt_sizing: str | None = None  # what a prompt's size counts: SIZED_LOCAL | SIZED_ENGINE | SIZED_WORDS
     # How far from the physical limit (roofline/section.py), for a lane; None for a bare --url.
     roofline: dict[str, Any] | None = None
     duration_s: float = 0.0
@@ -198,6 +200,10 @@ def run_bench(
             run.fail(f"server: {exc.message}")
             return run
         run.model = endpoint.model
+        run.prompt_sizing = SIZED_LOCAL
+        if tokenizer is None:
+            tokenizer = engine_tokenizer(endpoint)
+            run.prompt_sizing = SIZED_ENGINE if tokenizer is not None else SIZED_WORDS
         progress.start(settings.steps(len(target.smoke)))
         progress.step("warmup", 0)
         warm = measure(stream_chat(endpoint, chat_request(endpoint, "Say hello in one word.", 8)))

@@ -490,6 +490,8 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
     click.secho(f"bench {run.status.upper()}: {run.lane or run.url} ({run.model}), tag {run.tag}", fg=color)
     for failure in run.failures:
         click.secho(f"  failed: {failure}", fg="red")
+    if run.prompt_sizing:
+        click.echo(f"  prompt sizes in {run.prompt_sizing}")
     probe = run.decode_probe.metrics if run.decode_probe else None
     if probe and probe.ok and probe.decode_tps is not None and probe.ttft_s is not None:
         net = (

@@ -142,7 +142,9 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             "",
             "## Decode probe",
             "",
-            f"{p['prompt_tokens']}-token prompt, max_tokens {p['max_tokens']}, temperature 0, streaming",
+            f"{p['prompt_tokens']}-{_unit(doc)} prompt, max_tokens {p['max_tokens']}, temperature 0, "
+            "streaming "
+            f"(prompt sizes in {doc.get('prompt_sizing') or 'words or tokens (not recorded)'})",
             "",
         ]
         if m.get("error"):
@@ -235,3 +237,9 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
     if isinstance(roof, dict) and roof:
         lines += ["", *markdown_lines(roof)]
     return "\n".join(lines) + "\n"
+
+
+def _unit(doc: dict) -> str:
+    """What a prompt size counted: tokens when a tokenizer (local or the engine's) sized it."""
+    sizing = doc.get("prompt_sizing") or ""
+    return "word" if sizing.startswith("words") else "token"
