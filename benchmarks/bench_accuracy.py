@@ -16,6 +16,12 @@ book cache goes to a temporary HOME. Prints one JSON line. If llama-benchy canno
 says why (field "llama_benchy.reason") and still carries our numbers.
 
     .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3] [--skip-benchy]
+
+A real engine too (issue 18): `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
+vLLM's CPU build (or `--engine-url` names a running server and `--engine-tokenizer` its model
+folder); sparkfleet (request by request), `vllm bench serve` and llama-benchy 0.4.0 then each run
+on it, held to the engine's own counters over their own windows (`engine` in the JSON line;
+`--engine-only` for that section alone).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ from sparkfleet.bench.probes import (
 from sparkfleet.bench.prompts import make_prompt
 from sparkfleet.bench.spec import SpecSampler, read_metrics
 from sparkfleet.demo.openai_server import VOCAB
+from sparkfleet.demo.tinyqwen import build_tiny_qwen
+from sparkfleet.demo.vllm_engine import engine_ready, start_engine
 from sparkfleet.hosts import stop_process
 
 PROMPT_TOKENS, TG = 487, 128
@@ -504,16 +512,32 @@ def main() -> None:
         "--vllm", type=Path, default=Path(".venv-vllm/bin/vllm"), help="for `vllm bench serve`"
     )
     parser.add_argument("--engine-only", action="store_true", help="only the real-engine section")
+    parser.add_argument(
+        "--engine-venv",
+        type=Path,
+        help="start the engine here: the tiny Qwen2 on this venv's vllm (.venv-vllm)",
+    )
     args = parser.parse_args()
-    if args.engine_url:
+    if args.engine_url or args.engine_venv:
         with tempfile.TemporaryDirectory(prefix="sparkfleet-bench-accuracy-") as scratch:
             benchy = Benchy(Path(scratch), args.skip_benchy)
+            server = None
             try:
+                if args.engine_venv:
+                    vllm = engine_ready(args.engine_venv)
+                    if vllm is None:
+                        raise SystemExit(f"no engine venv at {args.engine_venv}: make engine-venv")
+                    model = build_tiny_qwen(Path(scratch) / "hub")
+                    server = start_engine(vllm, model, Path(scratch) / "vllm-serve.log")
+                    args.engine_url, args.engine_tokenizer, args.vllm = server.url, model.snapshot, vllm
+                    args.engine_model = model.repo
                 engine = engine_cases(
                     args.engine_url, args.engine_model, args.engine_tokenizer, args.vllm, args.runs, benchy
                 )
             finally:
                 benchy.close()
+                if server is not None:
+                    server.stop()
         if args.engine_only:
             print(json.dumps({"benchmark": "bench_accuracy", "engine": engine}))
             return
@@ -538,7 +562,7 @@ def main() -> None:
         "spec_worst_abs_error_pct_ours": worst(out["spec_accept_length"], "ours_error_pct"),
         "client_cpu_pct_of_decode_at_100_tps": out["client_cpu_at_100_tps"]["cpu_pct_of_decode"],
     }
-    if args.engine_url:
+    if args.engine_url or args.engine_venv:
         out["engine"] = engine
     print(json.dumps(out))
 
