@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT
 
 
+
 class SparkfleetError(Exception):
     """An error the user can act on: what went wrong, where, and what to do about it."""
 

@@ -65,7 +65,6 @@ class Host:
     # The known-good host stack (kernel, driver, cuda, nccl, firmware): [defaults.stack] + [hosts.X.stack].
     stack: dict[str, str] = field(default_factory=dict, compare=False)
 
-
 # The peers' `--ulimit memlock=-1 --ulimit stack=67108864`, unless a host says otherwise.
 DEFAULT_ULIMITS = Host.ulimits
 

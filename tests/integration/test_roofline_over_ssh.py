@@ -53,7 +53,7 @@ def test_roofline_and_measure_run_on_the_head_host(tmp_path, fleet_hosts, ssh_co
 
     fleet_toml = root / "hosts" / "fleet.toml"
     fleet_toml.write_text(
-        fleet_toml.read_text().replace("reserve_gib = 0\n", 'reserve_gib = 0\nkind = "k"\n')
+        fleet_toml.read_text().replace('reserve_gib = 0\n', 'reserve_gib = 0\nkind = "k"\n')
         + '[host_kinds.k]\nmemory_bandwidth = { value = 100, unit = "GB/s", source = "test" }\n'
     )
     after = cli(root, "roofline", "one", "--json", "--context", "4096")

@@ -81,7 +81,6 @@ def test_container_runtime_without_engine(monkeypatch):
 
 def test_a_host_without_sparkfleet_gets_one_clear_error(monkeypatch):
     """ssh worked, but the remote shell has no `sparkfleet` (exit 127): say deploy/bootstrap first."""
-
     class NoSparkfleet:
         name = "dgx3"
 

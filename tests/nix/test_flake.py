@@ -155,7 +155,7 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
         "nixosConfigurations",
         apply="builtins.mapAttrs (_: c: { inherit (c) system; "
         "services = builtins.attrNames c.config.systemd.services; "
-        'root = c.config.environment.etc."sparkfleet/stage-root".source; '
+        "root = c.config.environment.etc.\"sparkfleet/stage-root\".source; "
         "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; "
         "packages = map (p: p.name) c.config.environment.systemPackages; })",
     )

@@ -138,7 +138,7 @@ def test_kernel_wheels_are_pinned_fetches_installed_like_pip(tmp_path: Path) -> 
     assert "image_tools.py install-wheels root $out" in kernels
     # row_store.cpp: the Dockerfile's own RUN line, run with the base image's g++ inside its rootfs
     assert "image_tools.py run " in kernels and "/Dockerfile.canary-roce row_store.cpp)" in kernels
-    assert "image_tools.py in-image root" in kernels and '/opt/dsv41 "$build"' in kernels
+    assert "image_tools.py in-image root" in kernels and "/opt/dsv41 \"$build\"" in kernels
     assert "librow_store.so $out/opt/dsv41/adapter/librow_store.so" in kernels
     tests = nix_eval(f"({image}).tests")
     assert "image_tools.py run-checks" in tests and "image_tools.py check-env" in tests
@@ -237,7 +237,8 @@ def test_fetch_stage_script_runs_offline_with_the_pinned_downloads(tmp_path: Pat
         "runCommand = n: e: script: { name = n; outPath = script; };"
     )
     text = nix_eval(
-        f"let x = ({call('mia-tp4-image.nix', root, extra=fetchers + ' writeText = n: t: t;')}); in x.tree"
+        f"let x = ({call('mia-tp4-image.nix', root, extra=fetchers + ' writeText = n: t: t;')}); "
+        "in x.tree"
     )
     assert f"https://example.org/roce-1234.tar.gz\t{download}\n" in text
     tsv.write_text(f"https://example.org/roce-1234.tar.gz\t{download}\n")

@@ -169,7 +169,11 @@ def test_same_name_different_content_is_not_reused(nas, local, tmp_path):
     assert (run.results[0].reused_files, run.ok) == (0, True)
     d = Path(
         os.path.realpath(
-            local / repo_folder(DRAFTER_REPO) / "snapshots" / nas.drafter.commits["main"] / EMBED_FILE
+            local
+            / repo_folder(DRAFTER_REPO)
+            / "snapshots"
+            / nas.drafter.commits["main"]
+            / EMBED_FILE
         )
     )
     assert d.read_bytes() == nas.drafter.files[nas.drafter.commits["main"]][EMBED_FILE]

@@ -140,7 +140,6 @@ def collective_phase(store, rank: int, world: int, backend: str, size: int, iter
                 "stage": "all_reduce",
                 "error": f"all-reduce gave {float(x[0])}, expected {want}",
             }
-
         def timed(t) -> float:
             """Seconds per all-reduce of `t`, averaged over `iters` (device work finished)."""
             if device is not None:
