@@ -182,7 +182,6 @@ class ServerConfig:
     hostile_bytes: int = 512 * 1024 * 1024
 
     hang_generation_after: int | None = None  # a wedged engine: later generations never answer
-
     @property
     def speculative(self) -> bool:
         return self.tokens_per_chunk > 1 or self.accept_range is not None
@@ -863,13 +862,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--spec-history-accept", type=float, default=0.0, help="their mean accept length")
     p.add_argument("--hostile", choices=HOSTILE_MODES, default=None)
     p.add_argument("--hostile-bytes", type=int, default=512 * 1024 * 1024)
-    p.add_argument(
-        "--hang-generation-after",
-        type=int,
-        default=None,
-        metavar="N",
-        help="a wedged engine: generation requests after the first N hang; /health stays 200",
-    )
+    p.add_argument("--hang-generation-after", type=int, default=None, metavar="N",
+                   help="a wedged engine: generation requests after the first N hang; /health stays 200")
     a = p.parse_args(argv)
     accept_range = None
     if a.accept_range:
