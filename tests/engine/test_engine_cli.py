@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # an engine boot is minutes on 2 cores
 
 
 def sparkfleet(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
