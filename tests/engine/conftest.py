@@ -43,6 +43,15 @@ def _serve(model: TinyModel, log: Path, speculative: bool = False):
 
 
 @pytest.fixture(scope="session")
+def vllm_cli() -> Path:
+    """The engine venv's `vllm` (skips without it)."""
+    vllm = engine_ready(ENGINE_VENV)
+    if vllm is None:
+        pytest.skip(f"no vLLM CPU engine venv at {ENGINE_VENV}: build it with `make engine-venv`")
+    return vllm
+
+
+@pytest.fixture(scope="session")
 def engine(tiny_model, tmp_path_factory):
     """The plain engine: one token a step."""
     yield from _serve(tiny_model, tmp_path_factory.mktemp("engine") / "vllm-serve.log")
