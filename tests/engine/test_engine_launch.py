@@ -7,7 +7,11 @@ waits for vLLM's own ready line, reads /v1/models and /health, and `stop` leaves
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
 from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.launch import records  # noqa: E402
+from sparkfleet.launch.watch import WatchSettings, watch_lane  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -62,10 +67,10 @@ pin = "tiny"
 """
 
 
-def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
-    vllm = vllm_cli
+def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
+    """A fleet of this machine with one lane, `vllm`, serving the tiny model from its NAS hub."""
     port = free_port()
-    nas = build_tiny_qwen(tmp_path / "nas" / "hub")  # the same content, so the same commit
+    nas = build_tiny_qwen(tmp_path / "nas" / "hub")
     host = {
         "address": "localhost",
         "ssh_user": "root",
@@ -74,13 +79,13 @@ def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
         "state_dir": str(tmp_path / "state"),
     }
     pins = f'\n[pins.tiny]\nkind = "hf"\nrepo = "{nas.repo}"\nrevision = "main"\n'
-    root = write_fleet(
-        tmp_path / "fleet",
-        {"spark": host},
-        {"vllm": vllm_recipe(vllm, nas.hub, nas.repo, port)},
-        pins,
-    )
-    inv = inventory.load(root)
+    recipe = vllm_recipe(vllm, nas.hub, nas.repo, port) + watch
+    root = write_fleet(tmp_path / "fleet", {"spark": host}, {"vllm": recipe}, pins)
+    return inventory.load(root), nas, port
+
+
+def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
+    inv, nas, port = vllm_fleet(vllm_cli, tmp_path)
     try:
         report = lanes.launch(inv, "vllm")
         assert report.ready is not None and report.ready.ok, report.ready
@@ -96,6 +101,60 @@ def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
         res = lanes.stop(inv, "vllm", 30)
     assert [r["stopped"] for r in res] == [True]
     assert records.group_members(pid) == []  # the API server and its EngineCore child are gone
+
+
+def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
+    """vLLM's engine core stopped (SIGSTOP, by the PID in this lane's own process group): /health
+    stays 200 while generation hangs. watch must catch it within the latency bound, bundle an
+    incident, and (no restart budget) stop the lane and hand it to a human."""
+    inv, nas, port = vllm_fleet(vllm_cli, tmp_path)
+    stopped: list[int] = []
+    try:
+        assert lanes.launch(inv, "vllm").ready.ok
+        pid = lanes.status(inv, "vllm")["ranks"][0]["pid"]
+        ep = report_endpoint(port, nas.repo)
+        prompt = "Name one colour."
+        # the random model's own greedy answer is the known answer (nothing else is right for it)
+        reply = measure_text(ep, prompt, 16)
+        expect = next(w for w in reply.replace("\n", " ").split(" ") if w.isalpha())
+        settings = WatchSettings(interval_s=4.0, latency_s=4.0, prompt=prompt, expect=expect, max_tokens=16,
+                                 max_restarts=0, backoff_s=0.2)  # fmt: skip
+        healthy = watch_lane(inv, "vllm", settings, max_probes=2)
+        assert healthy.failures == 0 and not healthy.needs_human, healthy
+        cores = [
+            p for p in records.group_members(pid) if b"EngineCore" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        assert len(cores) == 1, cores
+        os.kill(cores[0], signal.SIGSTOP)
+        stopped.append(cores[0])
+        assert report_health(port) == 200  # the wedge: healthy by /health, dead to generation
+        out = watch_lane(inv, "vllm", settings, max_probes=3)
+        assert out.needs_human and out.restarts == 0 and len(out.incidents) == 1, out
+        assert out.incidents[0].reason.startswith(
+            "generation probe failed: no answer within the latency bound"
+        )
+        assert all(d <= 2 * settings.interval_s for d in out.detect_s)
+    finally:
+        for p in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+        lanes.stop(inv, "vllm", 30)
+    assert records.group_members(pid) == []
+
+
+def measure_text(ep, prompt: str, tokens: int) -> str:
+    result = stream_chat(ep, chat_request(ep, prompt, tokens))
+    assert result.ok, result.error
+    return result.answer
+
+
+def report_health(port: int) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    finally:
+        conn.close()
 
 
 def report_endpoint(port: int, model: str):
