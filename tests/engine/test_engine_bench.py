@@ -33,15 +33,15 @@ def delta(before: dict, after: dict, name: str) -> float:
 def test_decode_rate_and_token_counts_match_the_engine(engine):
     """Decode within 1 % of the engine's request_decode_time; prompt and completion counts exact.
 
-    Request by request. On this shared 2-core box (7 engineers' jobs, load 10) the API server
-    process is at times descheduled as the first token leaves, and that request's client-side span
-    is shorter than the engine's (seen: +4 % and once +30 %); so the median of five requests must
-    be within 1 %, and three of five. The counts must be exact in every one.
+    Request by request. On this shared 2-core box (other engineers' jobs, load ~10) the client's
+    and the engine's clocks see each request's first and last token through different processes,
+    and single requests read −5.5 % to +6.9 % (once +30 % with three engines running); so the
+    median of five requests must be within 1 % and each within 10 %. Counts exact in every one.
     """
     ep = engine.endpoint
     assert stream_chat(ep, chat_request(ep, "warm up", 4)).ok
     ratios = []
-    for tokens in (96, 128, 96, 128, 96):
+    for tokens in (256, 192, 256, 192, 256):
         before = engine.metrics()
         m = measure(stream_chat(ep, chat_request(ep, make_prompt(200, _prefix()), tokens, ignore_eos=True)))
         after = engine.metrics()
@@ -51,7 +51,7 @@ def test_decode_rate_and_token_counts_match_the_engine(engine):
         assert m.prompt_tokens == delta(before, after, "vllm:request_prompt_tokens_sum")
         engine_tps = (tokens - 1) / delta(before, after, "vllm:request_decode_time_seconds_sum")
         ratios.append(m.decode_tps / engine_tps)
-    assert abs(sorted(ratios)[2] - 1) <= 0.01 and sum(abs(r - 1) <= 0.01 for r in ratios) >= 3, ratios
+    assert abs(sorted(ratios)[2] - 1) <= 0.01 and all(abs(r - 1) <= 0.10 for r in ratios), ratios
 
 
 def test_prefilled_tokens_are_what_the_engine_computed(engine):
