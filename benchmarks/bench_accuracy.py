@@ -16,6 +16,12 @@ book cache goes to a temporary HOME. Prints one JSON line. If llama-benchy canno
 says why (field "llama_benchy.reason") and still carries our numbers.
 
     .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3] [--skip-benchy]
+
+A real engine too (issue 18): `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
+vLLM's CPU build (or `--engine-url` names a running server and `--engine-tokenizer` its model
+folder); sparkfleet (request by request), `vllm bench serve` and llama-benchy 0.4.0 then each run
+on it, held to the engine's own counters over their own windows (`engine` in the JSON line;
+`--engine-only` for that section alone).
 """
 
 from __future__ import annotations
@@ -44,11 +50,14 @@ from sparkfleet.bench.probes import (
     cold_prefill_rate,
     run_decode_probe,
     run_pp,
+    run_tg,
     within_ceiling,
 )
 from sparkfleet.bench.prompts import make_prompt
 from sparkfleet.bench.spec import SpecSampler, read_metrics
 from sparkfleet.demo.openai_server import VOCAB
+from sparkfleet.demo.tinyqwen import build_tiny_qwen
+from sparkfleet.demo.vllm_engine import engine_ready, start_engine
 from sparkfleet.hosts import stop_process
 
 PROMPT_TOKENS, TG = 487, 128
@@ -163,7 +172,16 @@ class Benchy:
         self.books.shutdown()
         self.books.server_close()
 
-    def run(self, url: str, runs: int, pp: int, tg: int, depth: int = 0) -> dict:
+    def run(
+        self,
+        url: str,
+        runs: int,
+        pp: int,
+        tg: int,
+        depth: int = 0,
+        model: str = "deepseek-v4.1-flash",
+        tokenizer: Path | None = None,
+    ) -> dict:
         """{"pp_tps", "tg_tps"} of the measured (not the context-prefill) phase, or {"error"}."""
         if self.reason:
             return {"error": self.reason}
@@ -171,7 +189,7 @@ class Benchy:
         result.unlink(missing_ok=True)
         argv = [
             self.exe, "--base-url", url, "--model", "local/wordlevel",
-            "--served-model-name", "deepseek-v4.1-flash", "--tokenizer", str(self.work / "tokenizer"),
+            "--served-model-name", model, "--tokenizer", str(tokenizer or self.work / "tokenizer"),
             "--book-url", self.book_url, "--pp", str(pp), "--tg", str(tg), "--runs", str(runs),
             "--exact-tg", "--latency-mode", "generation", "--skip-coherence", "--format", "json",
             "--save-result", str(result),
@@ -196,6 +214,7 @@ class Benchy:
         return {
             "pp_tps": pp_stats["mean"] if pp_stats else None,
             "tg_tps": tg_stats["mean"] if tg_stats else None,
+            "ttfr_ms": (measured.get("ttfr") or {}).get("mean"),
         }
 
 
@@ -375,13 +394,153 @@ def worst(cases: list[dict], key: str) -> float | None:
     return max(values) if values else None
 
 
+# -- a real engine: vLLM's CPU build serving the tiny Qwen2 (tests/engine) --------------------------
+def engine_window(url: str) -> dict:
+    """The engine's histogram sums and counts now (read before and after one tool's run)."""
+    root = url.rstrip("/").removesuffix("/v1")
+    metrics = read_metrics(Endpoint(root + "/v1", "m")) or {}
+    names = (
+        "request_decode_time_seconds", "request_prefill_time_seconds", "request_generation_tokens",
+        "request_prefill_kv_computed_tokens", "time_to_first_token_seconds", "inter_token_latency_seconds",
+    )  # fmt: skip
+    return {f"{n}_{k}": sum(metrics.get(f"vllm:{n}_{k}", [0.0])) for n in names for k in ("sum", "count")}
+
+
+def engine_figures(before: dict, after: dict) -> dict:
+    """The engine's own rates over one window: decode (first to last token), prefill, TTFT, ITL."""
+    d = {k: after[k] - before[k] for k in after}
+    decode_s, prefill_s = d["request_decode_time_seconds_sum"], d["request_prefill_time_seconds_sum"]
+    after_first = d["request_generation_tokens_sum"] - d["request_decode_time_seconds_count"]
+    itl_n, ttft_n = d["inter_token_latency_seconds_count"], d["time_to_first_token_seconds_count"]
+    return {
+        "requests": int(d["request_decode_time_seconds_count"]),
+        "decode_tps": after_first / decode_s if decode_s > 0 else None,
+        "prefill_tps": d["request_prefill_kv_computed_tokens_sum"] / prefill_s if prefill_s > 0 else None,
+        "ttft_ms": 1000 * d["time_to_first_token_seconds_sum"] / ttft_n if ttft_n else None,
+        "itl_ms": 1000 * d["inter_token_latency_seconds_sum"] / itl_n if itl_n else None,
+    }
+
+
+def _vs(ours: float | None, engine: float | None) -> float | None:
+    return pct(ours, engine) if ours is not None and engine else None
+
+
+def engine_cases(url: str, model: str, tokenizer: Path, vllm: Path, runs: int, benchy: Benchy) -> dict:
+    """Each tool on the same real server, each held to the engine's counters over its own window."""
+    endpoint = Endpoint(url, model, timeout=600)
+    counter = itertools.count()
+
+    def prefix() -> str:
+        return f"sf-engine-acc-{next(counter)}"
+
+    assert stream_chat(endpoint, chat_request(endpoint, "warm up", 4)).ok
+    out: dict = {"url": url, "model": model, "runs": runs}
+
+    # sparkfleet, request by request: each request is its own window
+    tg_pct, pp_pct, tg_ours, tg_engine, pp_ours, pp_engine = [], [], [], [], [], []
+    rtt = client_round_trip(endpoint)
+    for _ in range(runs):
+        before = engine_window(url)
+        tg = run_tg(endpoint, TG, 0, 1, prefix)
+        e_tg = engine_figures(before, engine_window(url))
+        before = engine_window(url)
+        pp = run_pp(endpoint, 512, 0, 1, prefix, rtt)
+        e_pp = engine_figures(before, engine_window(url))
+        tg_ours.append(tg.tps_mean)
+        tg_engine.append(e_tg["decode_tps"])
+        tg_pct.append(_vs(tg.tps_mean, e_tg["decode_tps"]))
+        pp_ours.append(pp.tps_net_mean)
+        pp_engine.append(e_pp["prefill_tps"])
+        pp_pct.append(_vs(pp.tps_net_mean, e_pp["prefill_tps"]))
+    out["sparkfleet"] = {
+        "tg128_tps": tg_ours, "engine_decode_tps": tg_engine, "tg128_vs_engine_pct": tg_pct,
+        "pp512_net_tps": pp_ours, "engine_prefill_tps": pp_engine, "pp512_net_vs_engine_pct": pp_pct,
+        "client_rtt_ms": 1000 * (rtt or 0),
+    }  # fmt: skip
+
+    before = engine_window(url)
+    result = Path(tempfile.mkdtemp(prefix="vllm-bench-serve-"))
+    argv = [
+        str(vllm), "bench", "serve", "--backend", "openai-chat", "--base-url", url.removesuffix("/v1"),
+        "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
+        "--dataset-name", "random", "--random-input-len", str(PROMPT_TOKENS), "--random-output-len", str(TG),
+        "--num-prompts", str(runs), "--max-concurrency", "1", "--ignore-eos", "--save-result",
+        "--result-dir", str(result), "--result-filename", "vbs.json",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1200)
+    e = engine_figures(before, engine_window(url))
+    if done.returncode == 0 and (result / "vbs.json").is_file():
+        doc = json.loads((result / "vbs.json").read_text())
+        tps = 1000 / doc["mean_tpot_ms"] if doc.get("mean_tpot_ms") else None
+        out["vllm_bench_serve"] = {
+            "decode_tps_from_mean_tpot": tps, "engine_decode_tps": e["decode_tps"],
+            "decode_vs_engine_pct": _vs(tps, e["decode_tps"]),
+            "mean_ttft_ms": doc.get("mean_ttft_ms"), "engine_ttft_ms": e["ttft_ms"],
+            "mean_itl_ms": doc.get("mean_itl_ms"), "engine_itl_ms": e["itl_ms"],
+            "itl_vs_engine_pct": _vs(doc.get("mean_itl_ms"), e["itl_ms"]),
+        }  # fmt: skip
+    else:
+        out["vllm_bench_serve"] = {"error": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
+    shutil.rmtree(result, ignore_errors=True)
+
+    before = engine_window(url)
+    theirs = benchy.run(url, runs, 512, TG, model=model, tokenizer=tokenizer)
+    e = engine_figures(before, engine_window(url))
+    if "error" in theirs:
+        out["llama_benchy"] = theirs
+    else:
+        out["llama_benchy"] = {
+            "tg128_tps": theirs["tg_tps"], "engine_decode_tps": e["decode_tps"],
+            "tg128_vs_engine_pct": _vs(theirs["tg_tps"], e["decode_tps"]),
+            "pp512_tps": theirs["pp_tps"], "engine_prefill_tps": e["prefill_tps"],
+            "pp512_vs_engine_pct": _vs(theirs["pp_tps"], e["prefill_tps"]),
+        }  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--decode-tps", type=float, default=400.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-benchy", action="store_true", help="our numbers only (faster)")
     parser.add_argument("--only-first-decode-shape", action="store_true", help="a smoke run of this script")
+    parser.add_argument("--engine-url", help="also a real engine: a vLLM server's base URL (…/v1)")
+    parser.add_argument("--engine-model", default="sparkfleet-test/tiny-qwen2")
+    parser.add_argument("--engine-tokenizer", type=Path, help="the served model's folder (tokenizer.json)")
+    parser.add_argument(
+        "--vllm", type=Path, default=Path(".venv-vllm/bin/vllm"), help="for `vllm bench serve`"
+    )
+    parser.add_argument("--engine-only", action="store_true", help="only the real-engine section")
+    parser.add_argument(
+        "--engine-venv",
+        type=Path,
+        help="start the engine here: the tiny Qwen2 on this venv's vllm (.venv-vllm)",
+    )
     args = parser.parse_args()
+    if args.engine_url or args.engine_venv:
+        with tempfile.TemporaryDirectory(prefix="sparkfleet-bench-accuracy-") as scratch:
+            benchy = Benchy(Path(scratch), args.skip_benchy)
+            server = None
+            try:
+                if args.engine_venv:
+                    vllm = engine_ready(args.engine_venv)
+                    if vllm is None:
+                        raise SystemExit(f"no engine venv at {args.engine_venv}: make engine-venv")
+                    model = build_tiny_qwen(Path(scratch) / "hub")
+                    server = start_engine(vllm, model, Path(scratch) / "vllm-serve.log")
+                    args.engine_url, args.engine_tokenizer, args.vllm = server.url, model.snapshot, vllm
+                    args.engine_model = model.repo
+                engine = engine_cases(
+                    args.engine_url, args.engine_model, args.engine_tokenizer, args.vllm, args.runs, benchy
+                )
+            finally:
+                benchy.close()
+                if server is not None:
+                    server.stop()
+        if args.engine_only:
+            print(json.dumps({"benchmark": "bench_accuracy", "engine": engine}))
+            return
     out: dict = {"benchmark": "bench_accuracy", "truth_decode_tps": args.decode_tps, "runs": args.runs}
     with tempfile.TemporaryDirectory(prefix="sparkfleet-bench-accuracy-") as scratch:
         benchy = Benchy(Path(scratch), args.skip_benchy)
@@ -403,6 +562,8 @@ def main() -> None:
         "spec_worst_abs_error_pct_ours": worst(out["spec_accept_length"], "ours_error_pct"),
         "client_cpu_pct_of_decode_at_100_tps": out["client_cpu_at_100_tps"]["cpu_pct_of_decode"],
     }
+    if args.engine_url or args.engine_venv:
+        out["engine"] = engine
     print(json.dumps(out))
 
 

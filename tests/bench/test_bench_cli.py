@@ -192,3 +192,63 @@ def test_a_quick_run_against_a_full_baseline_is_refused_not_a_regression(fake_la
     assert "REGRESSION" not in other.stdout
     compared = sparkfleet("report", "compare", "--lane", name, root=tmp_path)
     assert compared.returncode == 5 and "probe.prompt_tokens" in compared.stdout
+
+
+def test_bench_url_no_smoke_benches_a_model_that_fails_arithmetic(fake_lane, tmp_path):
+    """Issue 18 (2): a model that cannot do sums (a base or draft model) is still benched."""
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000", "--wrong-answer")
+    out = tmp_path / "reports"
+    failing = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), "--json", cwd=tmp_path)
+    assert failing.returncode == 1 and "smoke" in " ".join(json.loads(failing.stdout)["failures"])
+    done = sparkfleet(
+        "bench", "--url", lane.url, *QUICK, "--no-smoke", "--out", str(out), "--json", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(Path(json.loads(done.stdout)["report"]["json"]).read_text())
+    assert doc["smoke"] == [] and doc["settings"]["smoke"] is False and doc["status"] == "ok"
+
+
+def test_smoke_cut_off_hint_names_what_a_url_run_can_change(fake_lane, tmp_path):
+    """Issue 18 (2): with --url there is no recipe to edit; a model that never stops gets no budget advice."""
+    thinking = fake_lane("--reasoning-tokens", "40")
+    done = sparkfleet("smoke", "--url", thinking.url, "--max-tokens", "5", "--json")
+    problems = [c["problem"] for c in json.loads(done.stdout)["cases"]]
+    assert done.returncode == 1 and all("cut off after 5 tokens" in p for p in problems), problems
+    assert all("still reasoning" in p and "pass --max-tokens" in p for p in problems), problems
+    assert not any("recipe" in p for p in problems), problems
+    lane = fake_lane()
+    smoke = '[smoke]\n[[smoke.cases]]\nprompt = "count with me"\nexpect = "alpha"\nmax_tokens = 50\n'
+    name = write_fleet_root(tmp_path, lane.port, smoke=smoke)
+    problem = json.loads(sparkfleet("smoke", name, "--json", root=tmp_path).stdout)["cases"][0]["problem"]
+    assert "without stopping" in problem and "--no-smoke" in problem, problem
+    assert "smoke.max_tokens in the recipe" in problem, problem
+
+
+def test_headline_ttft_is_repeated_with_a_confidence_interval(fake_lane, tmp_path):
+    """Issue 18 (4): the headline ttft_s was one request with no interval."""
+    from sparkfleet.bench.report import key_intervals, key_metrics
+
+    lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "20000", "--overhead-ms", "5")
+    out = tmp_path / "reports"
+    done = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(Path(json.loads(done.stdout)["report"]["json"]).read_text())
+    ttft = doc["ttft"]
+    assert len(ttft["samples"]) >= 3 and ttft["ci95"] is not None and ttft["prompt_tokens"] > 0
+    assert key_metrics(doc)["ttft_s"] == ttft["mean"] and key_intervals(doc)["ttft_s"] == ttft["ci95"]
+    assert all(0.005 <= s < 0.5 for s in ttft["samples"]), ttft  # 5 ms overhead + prefill, never less
+
+
+def test_prompt_sizes_use_the_engines_tokenize_or_say_words(fake_lane, tmp_path):
+    """Issue 18 (5): without --tokenizer, prompts were words labelled tokens (128 "tokens" = 318)."""
+    for flags, sizing in (((), "tokens (the engine's /tokenize)"), (("--no-tokenize",), "words")):
+        lane = fake_lane("--decode-tps", "3000", "--prefill-tps", "50000", *flags)
+        out = tmp_path / sizing.split()[0]
+        done = sparkfleet("bench", "--url", lane.url, *QUICK, "--out", str(out), "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        paths = json.loads(done.stdout)["report"]
+        doc = json.loads(Path(paths["json"]).read_text())
+        assert doc["prompt_sizing"].startswith(sizing), doc["prompt_sizing"]
+        unit = "word" if sizing == "words" else "token"
+        assert f"128-{unit} prompt" in Path(paths["markdown"]).read_text()
+    assert doc["decode_probe"]["metrics"]["prompt_tokens"] >= 128  # words: each one token or more

@@ -49,7 +49,8 @@ def test_cut_off_reasoning_says_so_and_names_the_knob(fake_lane):
     lane = fake_lane("--reasoning-tokens", "100", "--decode-tps", "5000")
     outcome = run_smoke_case(Endpoint(lane.url, "m"), SmokeCase(ASK, "11303", 64))
     assert not outcome.passed and outcome.finish_reason == "length"
-    assert outcome.problem.startswith("cut off after 64 tokens") and "smoke.max_tokens" in outcome.problem
+    assert outcome.problem.startswith("cut off after 64 tokens") and "still reasoning" in outcome.problem
+    assert "--max-tokens" in outcome.problem  # a bare URL: no recipe to name (issue 18)
 
 
 def test_the_default_budget_leaves_room_to_think(fake_lane):

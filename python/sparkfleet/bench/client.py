@@ -285,6 +285,30 @@ def request(
         conn.close()
 
 
+def post_json(
+    endpoint: Endpoint, path: str, payload: Any, *, root: bool = False, timeout: float = 10.0
+) -> Any:
+    """POST a JSON body to a path under the base URL (or the server root); the JSON answer, or None
+    when there is none (not 200, not JSON, too big, unreachable, too slow)."""
+    seconds = min(timeout, endpoint.timeout)
+    base = endpoint.server_root if root else endpoint.base_url.rstrip("/")
+    conn, full = _connection(base + path, seconds)
+    watchdog = _Watchdog(conn, seconds)
+    try:
+        headers = _headers(endpoint, {"Content-Type": "application/json"})
+        conn.request("POST", full, body=json.dumps(payload).encode(), headers=headers)
+        resp = conn.getresponse()
+        body = _read_capped(resp, MAX_BODY_BYTES)
+        if watchdog.expired or resp.status != 200:
+            return None
+        return json.loads(body)
+    except (OSError, http.client.HTTPException, ValueError, RecursionError):
+        return None
+    finally:
+        watchdog.cancel()
+        conn.close()
+
+
 def get_json(endpoint: Endpoint, path: str, *, root: bool = False, timeout: float = 10.0) -> Any | None:
     """A JSON document, or None when the server does not have it (404, 5xx, not JSON, too big or too
     deeply nested, unreachable, too slow)."""

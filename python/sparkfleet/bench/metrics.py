@@ -2,10 +2,14 @@
 
 Definitions (the ones vLLM's and SGLang's benchmark scripts use, so numbers compare):
 - TTFT: request sent → first non-empty content chunk.
-- ITL: gaps between consecutive content chunks (one gap per chunk, whatever it carries).
+- ITL: per token where the server says how many tokens each chunk carried (continuous usage): a
+  gap before a chunk of k tokens counts as k gaps of gap/k (vLLM merges tokens into one chunk when the
+  client lags, and its own inter_token_latency is per step, so per-chunk gaps read high); else
+  gaps between consecutive content chunks, labelled per chunk (`itl_basis`).
 - TPOT: (latency − TTFT) / (completion tokens − 1), latency = request sent → last content chunk.
-- decode tok/s: tokens after the first chunk / (last chunk − first chunk). This is exact when a
-  chunk carries several tokens, because the token counts come from `tokens.count_completion`.
+- decode tok/s: tokens after the first chunk / (last chunk − first chunk), as vLLM's
+  request_decode_time (first token to last) counts it; exact when a chunk carries several tokens,
+  because the token counts come from `tokens.count_completion`.
 A request that failed has `error` set and no numbers at all.
 """
 
@@ -35,10 +39,15 @@ class RequestMetrics:
     chunks: int = 0
     itl_s: tuple[float, ...] = field(default=(), repr=False)
     served_by: str | None = None  # the gateway's replica, when a gateway answered
+    itl_basis: str | None = None  # ITL_PER_TOKEN | ITL_PER_CHUNK
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+ITL_PER_TOKEN = "per token"
+ITL_PER_CHUNK = "per chunk"
 
 
 def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> RequestMetrics:
@@ -58,6 +67,13 @@ def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> Requ
     after_first = count.completion_tokens - count.first_chunk_tokens
     decode = after_first / (last - first) if last > first and after_first > 0 else None
     gaps = tuple(b.at - a.at for a, b in zip(result.chunks, result.chunks[1:], strict=False))
+    basis = ITL_PER_CHUNK
+    if result.continuous_usage:  # every chunk's count is the server's own: ITL per token
+        done = [c.usage_completion_tokens or 0 for c in result.chunks]
+        steps = [b - a for a, b in zip(done, done[1:], strict=False)]
+        if all(k >= 1 for k in steps):
+            gaps = tuple(g / k for g, k in zip(gaps, steps, strict=True) for _ in range(int(k)))
+            basis = ITL_PER_TOKEN
     return RequestMetrics(
         error=None,
         prompt_tokens=result.prompt_tokens,
@@ -72,6 +88,7 @@ def measure(result: StreamResult, tokenizer: TokenCounter | None = None) -> Requ
         chunks=len(result.chunks),
         itl_s=gaps,
         served_by=result.served_by,
+        itl_basis=basis,
     )
 
 

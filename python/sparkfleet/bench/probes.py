@@ -7,11 +7,13 @@ and why), never as a number.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .client import Endpoint, chat_request, stream_chat
+from .client import Endpoint, chat_request, get, stream_chat
 from .metrics import RequestMetrics, ci95, measure
 from .prompts import make_prompt
 from .tokens import TokenCounter
@@ -54,8 +56,32 @@ def answer_matches(answer: str, expect: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(expect.strip())}(?![\w])", visible) is not None
 
 
-def run_smoke_case(endpoint: Endpoint, case: SmokeCase) -> SmokeOutcome:
-    """Ask one case and judge the *answer*: never the reasoning, and never a reply that was cut off."""
+URL_BUDGET_HINT = "pass --max-tokens"
+LANE_BUDGET_HINT = "raise smoke.max_tokens in the recipe or pass --max-tokens"
+
+
+def cut_off_problem(max_tokens: int, answer: str, thought: str, budget_hint: str) -> str:
+    """Why a reply that hit max_tokens failed, and what would change it.
+
+    More room helps a reply that was still reasoning; a reply that answered and kept going may be a
+    model that never stops (a base or draft model), which no budget fixes: it is benched without
+    the smoke (--no-smoke).
+    """
+    head = f"cut off after {max_tokens} tokens (finish_reason 'length')"
+    if not answer and thought:
+        return f"{head} while still reasoning: give it more room ({budget_hint})"
+    return (
+        f"{head} without stopping: a model that never stops (a base or draft model) fails here "
+        f"whatever the budget (bench it with --no-smoke); if the answer was only long, {budget_hint}"
+    )
+
+
+def run_smoke_case(endpoint: Endpoint, case: SmokeCase, budget_hint: str = URL_BUDGET_HINT) -> SmokeOutcome:
+    """Ask one case and judge the *answer*: never the reasoning, and never a reply that was cut off.
+
+    `budget_hint` is what the operator can change to give a cut-off reply more room: a --url run has
+    no recipe (URL_BUDGET_HINT), a lane has one (LANE_BUDGET_HINT).
+    """
     result = stream_chat(endpoint, chat_request(endpoint, case.prompt, case.max_tokens))
     if not result.ok:
         return SmokeOutcome(case.prompt, case.expect, False, None, result.finish_reason, None, result.error)
@@ -63,10 +89,8 @@ def run_smoke_case(endpoint: Endpoint, case: SmokeCase) -> SmokeOutcome:
     latency = (result.chunks[-1].at if result.chunks else result.ended) - result.started
     problem = None
     if result.finish_reason == "length":
-        problem = (
-            f"cut off after {case.max_tokens} tokens (finish_reason 'length'); "
-            "raise smoke.max_tokens in the recipe or pass --max-tokens"
-        )
+        thought = result.reasoning_text or (result.text if not answer else "")
+        problem = cut_off_problem(case.max_tokens, answer, thought, budget_hint)
     elif not answer_matches(answer, case.expect):
         problem = f"expected {case.expect!r} in the answer"
         if not answer and result.reasoning_text:
@@ -101,6 +125,37 @@ def run_decode_probe(
     return DecodeProbeResult(probe, measure(stream_chat(endpoint, body), tokenizer))
 
 
+@dataclass(frozen=True)
+class TtftFigure:
+    """The headline time to first token: the decode probe's prompt size, asked `runs` times (each
+    prompt unique, max_tokens 1), with the 95 % CI of the mean like every other repeated figure."""
+
+    mean: float | None
+    ci95: float | None
+    samples: tuple[float, ...]
+    prompt_tokens: int | None
+    error: str | None = None
+
+
+def run_ttft(
+    endpoint: Endpoint,
+    prompt_tokens: int,
+    runs: int,
+    prefix: Callable[[], str],
+    tokenizer: TokenCounter | None = None,
+) -> TtftFigure:
+    samples, prompt = [], None
+    for _ in range(runs):
+        m = measure(
+            stream_chat(endpoint, chat_request(endpoint, make_prompt(prompt_tokens, prefix(), tokenizer), 1))
+        )
+        if not m.ok or m.ttft_s is None:
+            return TtftFigure(None, None, tuple(samples), prompt, m.error or "no first token")
+        samples.append(m.ttft_s)
+        prompt = m.prompt_tokens
+    return TtftFigure(sum(samples) / len(samples), ci95(samples), tuple(samples), prompt)
+
+
 # -- pp/tg table (llama-bench style) --------------------------------------------------------------
 PP_DEFINITION = """\
 ppN @ dD: how fast the engine prefills N new prompt tokens when D tokens of context are already
@@ -108,9 +163,9 @@ in its KV cache (prefix cache). Each run sends a unique D-token context once (ma
 server caches it, then that context + N unique new tokens; tok/s = tokens actually prefilled /
 time to first token. Tokens prefilled = prompt − cached_tokens when the server reports
 cached_tokens, else N (the context is assumed cached). Both figures are given: with the client's
-own round trip (the fastest TTFT of a one-token request) and without it. A figure above what the engine's
-cold prefill rate (pp at d0, nothing cached) makes possible is not a prefill rate: it is
-reported as unknown, with the reason."""
+own round trip (the fastest GET /v1/models, which runs no engine step) and without it. A figure
+above what the engine's cold prefill rate (pp at d0, nothing cached) makes possible is not a
+prefill rate: it is reported as unknown, with the reason."""
 CEILING_SLACK = 1.10  # a deep prefill can read this far above the best cold one (noise), no further
 
 
@@ -175,18 +230,24 @@ def _row(
 
 
 def client_round_trip(endpoint: Endpoint, tries: int = 9) -> float | None:
-    """The fastest time to first token of `tries` one-token requests: what the client, HTTP and the
-    server's per-request work cost by themselves.
+    """The fastest of `tries` `GET /v1/models`: what the client and HTTP cost by themselves.
 
-    The fastest, not the median: noise only ever adds time, so the minimum is the estimate that
-    never takes away more than the fixed cost — a pp figure net of it can read low, never high.
+    Why not a one-token chat request (as before): it pays a real forward step, and so does every
+    prefill; subtracting it took part of the engine's own prefill time away and read pp up to 22 %
+    above vLLM's own prefill rate (issue 18). /v1/models runs no engine step. The fastest, not the
+    median: noise only ever adds time. What the round trip leaves in (tokenizing, scheduling, the
+    step) stays in the net figure, so it can read low, never high.
     """
-    ttfts = []
+    times = []
     for _ in range(tries):
-        m = measure(stream_chat(endpoint, chat_request(endpoint, ".", 1)))
-        if m.ok and m.ttft_s is not None:
-            ttfts.append(m.ttft_s)
-    return min(ttfts) if ttfts else None
+        started = time.perf_counter()
+        try:
+            status, _body = get(endpoint, "/models")
+        except (OSError, http.client.HTTPException):
+            continue
+        if status == 200:
+            times.append(time.perf_counter() - started)
+    return min(times) if times else None
 
 
 def run_pp(

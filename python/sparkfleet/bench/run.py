@@ -19,18 +19,22 @@ from .. import __version__
 from ..errors import SparkfleetError
 from ..units import wire_bytes
 from .client import Endpoint, chat_request, discover_model, stream_chat
+from .engine_tokens import SIZED_ENGINE, SIZED_LOCAL, SIZED_WORDS, engine_tokenizer
 from .metrics import measure
 from .probes import (
+    LANE_BUDGET_HINT,
     DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
     TableRow,
+    TtftFigure,
     client_round_trip,
     cold_prefill_rate,
     run_decode_probe,
     run_pp,
     run_smoke_case,
     run_tg,
+    run_ttft,
     within_ceiling,
 )
 from .prompts import run_nonce
@@ -85,10 +89,15 @@ class BenchSettings:
             is_quick=True,
         )
 
+    @property
+    def ttft_runs(self) -> int:
+        return max(self.table_runs, 3)  # at least 3: the headline TTFT carries a CI
+
     def steps(self, smoke_cases: int) -> int:
         table = len(self.depths) * (len(self.pp) + len(self.tg)) * self.table_runs
         sweep = sum(max(self.sweep.requests_per_level, c) for c in self.sweep.levels)
-        return 1 + (smoke_cases if self.smoke else 0) + 1 + table + sweep + (1 if self.quality else 0)
+        smoke = smoke_cases if self.smoke else 0
+        return 1 + smoke + 1 + self.ttft_runs + table + sweep + (1 if self.quality else 0)
 
 
 @dataclass
@@ -115,14 +124,16 @@ class BenchRun:
     warmup_error: str | None = None
     smoke: list[SmokeOutcome] = field(default_factory=list)
     decode_probe: DecodeProbeResult | None = None
+    ttft: TtftFigure | None = None  # the headline TTFT: the probe's prompt, repeated, with a CI
     table: list[TableRow] = field(default_factory=list)
     sweep: list[SweepLevel] = field(default_factory=list)
     spec_accept: SpecAccept | None = None
-    client_rtt_s: float | None = None  # median TTFT of a one-token request: the client's own cost
+    client_rtt_s: float | None = None  # fastest GET /v1/models: the client's own cost (no engine step)
     cold_prefill_tps: float | None = None  # best pp at d0: the ceiling for every pp at depth
     quality: QualityResult | None = None
     quality_note: str | None = None
     token_sources: list[str] = field(default_factory=list)
+    prompt_sizing: str | None = None  # what a prompt's size counts: SIZED_LOCAL | SIZED_ENGINE | SIZED_WORDS
     # How far from the physical limit (roofline/section.py), for a lane; None for a bare --url.
     roofline: dict[str, Any] | None = None
     # through `sparkfleet gateway`: its policy and replicas (each sweep level says who served what)
@@ -195,6 +206,10 @@ def run_bench(
             run.fail(f"server: {exc.message}")
             return run
         run.model = endpoint.model
+        run.prompt_sizing = SIZED_LOCAL
+        if tokenizer is None:
+            tokenizer = engine_tokenizer(endpoint)
+            run.prompt_sizing = SIZED_ENGINE if tokenizer is not None else SIZED_WORDS
         progress.start(settings.steps(len(target.smoke)))
         progress.step("warmup", 0)
         warm = measure(stream_chat(endpoint, chat_request(endpoint, "Say hello in one word.", 8)))
@@ -205,7 +220,8 @@ def run_bench(
             return run
         if settings.smoke:
             for case in target.smoke:
-                outcome = run_smoke_case(endpoint, case)
+                hint = LANE_BUDGET_HINT if target.lane else "run `sparkfleet smoke --url ... --max-tokens N`"
+                outcome = run_smoke_case(endpoint, case, hint)
                 run.smoke.append(outcome)
                 progress.step("smoke")
                 if not outcome.passed:
@@ -218,6 +234,11 @@ def run_bench(
             run.fail(f"decode probe: {run.decode_probe.metrics.error}")
         elif run.decode_probe.metrics.decode_tps is None:
             run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
+        progress.step("ttft", 0)
+        run.ttft = run_ttft(endpoint, settings.probe.prompt_tokens, settings.ttft_runs, prefix, tokenizer)
+        progress.step("ttft", settings.ttft_runs)
+        if run.ttft.error:
+            run.fail(f"ttft: {run.ttft.error}")
         run.client_rtt_s = client_round_trip(endpoint)
         for depth in settings.depths:
             for pp in settings.pp:

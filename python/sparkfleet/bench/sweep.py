@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .client import Endpoint, chat_request, stream_chat
-from .metrics import Distribution, RequestMetrics, measure
+from .metrics import ITL_PER_CHUNK, Distribution, RequestMetrics, measure
 from .prompts import make_prompt
 from .tokens import TokenCounter
 
@@ -43,6 +43,7 @@ class SweepLevel:
     token_sources: tuple[str, ...] = ()
     ttft_samples_s: tuple[float, ...] = ()  # for the report's TTFT distribution plot
     served_by: tuple[str | None, ...] = ()  # per request, the replica a gateway routed it to
+    itl_basis: str | None = None  # "per token" when every request's chunks carried known counts
 
     @property
     def ok(self) -> bool:
@@ -96,11 +97,12 @@ def run_level(
         aggregate_tps=total_tokens / wall if wall > 0 else None,
         per_request_tps=Distribution.of([r.decode_tps for r in results if r.decode_tps is not None]),
         ttft_s=Distribution.of([r.ttft_s for r in results if r.ttft_s is not None]),
-        itl_s=Distribution.of([gap for r in results for gap in r.itl_s]),
+        itl_s=Distribution.of([gap for r in results for gap in r.itl_s]),  # mixed bases: per chunk
         tpot_s=Distribution.of([r.tpot_s for r in results if r.tpot_s is not None]),
         token_sources=tuple(sorted({r.token_source for r in results if r.token_source})),
         ttft_samples_s=tuple(r.ttft_s for r in results if r.ttft_s is not None),
         served_by=_replicas(results),
+        itl_basis=bases.pop() if len(bases := {r.itl_basis for r in results}) == 1 else ITL_PER_CHUNK,
     )
 
 

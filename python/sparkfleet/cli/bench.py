@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bench import report as reports
 from ..bench.client import discover_model
-from ..bench.probes import DecodeProbe, SmokeCase, run_smoke_case
+from ..bench.probes import LANE_BUDGET_HINT, URL_BUDGET_HINT, DecodeProbe, SmokeCase, run_smoke_case
 from ..bench.quality import QualitySettings
 from ..bench.run import BenchSettings, run_bench
 from ..bench.sweep import SweepSettings
@@ -217,7 +217,8 @@ def smoke(
     target = _pick_target(ctx, lane, url, None)  # smoke writes no report
     endpoint = discover_model(target.endpoint(model, timeout))
     cases = [SmokeCase(c.prompt, c.expect, max_tokens or c.max_tokens) for c in target.smoke]
-    outcomes = [run_smoke_case(endpoint, case) for case in cases]
+    hint = LANE_BUDGET_HINT if target.lane else URL_BUDGET_HINT
+    outcomes = [run_smoke_case(endpoint, case, hint) for case in cases]
     ok = all(o.passed for o in outcomes)
     if as_json:
         echo_json(
@@ -326,6 +327,14 @@ def _dflt(get) -> str:
     show_default="quality; no-quality with --quick",
     help="Run tool-eval-bench.",
 )
+@click.option(
+    "--smoke/--no-smoke",
+    "with_smoke",
+    default=True,
+    show_default=True,
+    help="Ask the smoke questions first; --no-smoke benches a model that cannot answer them (a base or "
+    "draft model).",
+)
 @click.option("--quality-full", is_flag=True, help="All tool-eval-bench scenarios, not the core 15.")
 @click.option("--quality-scenarios", help="Only these scenario ids, e.g. 'TC-01,TC-07'.")
 @click.option(
@@ -364,6 +373,7 @@ def bench(
     sweep_prompt_tokens: int | None,
     sweep_max_tokens: int | None,
     quality: bool | None,
+    with_smoke: bool,
     quality_full: bool,
     quality_scenarios: str | None,
     tokenizer: Path | None,
@@ -409,6 +419,7 @@ def bench(
         )
         if want_quality
         else None,
+        smoke=with_smoke,
         is_quick=base.is_quick,
     )
     tag = tag or ("quick" if quick else "bench")
@@ -509,6 +520,8 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
         click.secho(f"  failed: {failure}", fg="red")
     if run.weights:
         click.secho(f"  {run.weights} (launched with --allow-nas-weights)", fg="yellow")
+    if run.prompt_sizing:
+        click.echo(f"  prompt sizes in {run.prompt_sizing}")
     probe = run.decode_probe.metrics if run.decode_probe else None
     if probe and probe.ok and probe.decode_tps is not None and probe.ttft_s is not None:
         net = (
@@ -520,8 +533,13 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
             f"  decode probe: {probe.decode_tps:.1f} tok/s, TTFT {probe.ttft_s * 1000:.0f} ms{net} "
             f"({probe.completion_tokens} tokens, {probe.chunks} chunks, tokens from {probe.token_source})"
         )
+    if run.ttft is not None and run.ttft.mean is not None:
+        click.echo(
+            f"  TTFT ({run.ttft.prompt_tokens}-token prompt, {len(run.ttft.samples)} runs): "
+            f"{run.ttft.mean * 1000:.1f}{_pm(run.ttft.ci95 * 1000 if run.ttft.ci95 is not None else None)} ms"
+        )
     if run.client_rtt_s is not None:
-        click.echo(f"  client round trip (one-token request): {run.client_rtt_s * 1000:.1f} ms")
+        click.echo(f"  client round trip (GET /v1/models, no engine step): {run.client_rtt_s * 1000:.1f} ms")
     for row in run.table:
         click.echo(f"  {row.test:>7} @ d{row.depth:<5} {_row_text(row)}")
     for lv in run.sweep:

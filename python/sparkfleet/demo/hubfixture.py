@@ -154,6 +154,18 @@ class _Writer:
         path.write_text(commit)  # no trailing newline, as huggingface_hub writes it
 
 
+def write_repo(hub: Path, repo: str, commit: str, files: dict[str, bytes]) -> Path:
+    """One repo at one commit, laid out as huggingface_hub does (blobs, a snapshot, refs/main).
+
+    Every file is a blob behind a snapshot link; `.safetensors` blobs are named by sha256 (LFS),
+    the rest by git blob sha1. Returns the snapshot folder.
+    """
+    writer = _Writer(Path(hub).resolve(), repo)
+    writer.snapshot(commit, {p: (d, p.endswith(".safetensors"), None) for p, d in files.items()}, real=set())
+    writer.ref("main", commit)
+    return writer.dir / "snapshots" / commit
+
+
 def build_nas_hub(
     root: Path, shard_bytes: int = 256 * 1024, shards: int = 4, seed: int = 7, absolute_links: bool = True
 ) -> HubFixture:

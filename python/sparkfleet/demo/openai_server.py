@@ -174,6 +174,8 @@ class ServerConfig:
     think_in_content: bool = False
     cache_report: bool = True
     overhead_ms: float = 0.0
+    no_tokenize: bool = False  # no POST /tokenize (an engine that does not offer one)
+    step_ms: float = 0.0  # a forward pass's fixed cost, prefill's included (a real engine's step)
     spec_metrics: str = "sglang"  # sglang | vllm | none (only /get_server_info's lifetime average)
     spec_ranks: int = 1
     spec_history_drafts: int = 0
@@ -463,6 +465,15 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if self._redirect() or self._booting() or not self._authorized():
             return
+        if path == "/tokenize" and not self.server.cfg.no_tokenize:  # vLLM's shape: {"count", "tokens"}
+            try:
+                words = prompt_words(json.loads(raw or b"{}"))
+            except (json.JSONDecodeError, AttributeError, TypeError):
+                self._error(HTTPStatus.BAD_REQUEST, "body is not a tokenize request")
+                return
+            ids = [sum(map(ord, w)) % 1000 for w in words]
+            self._send_json(HTTPStatus.OK, {"count": len(ids), "max_model_len": 1 << 20, "tokens": ids})
+            return
         if path not in ("/v1/chat/completions", "/v1/completions"):
             self._error(HTTPStatus.NOT_FOUND, f"no route {path}")
             return
@@ -502,7 +513,7 @@ class Handler(BaseHTTPRequestHandler):
             extra = self._echo() if cfg.hostile == "echo-key" else ESCAPES
             tokens[-1] += extra.replace(" ", "_")
         prefill_s = (len(words) - cached) / cfg.prefill_tps if cfg.prefill_tps > 0 else 0.0
-        prefill_s += cfg.overhead_ms / 1000
+        prefill_s += (cfg.overhead_ms + cfg.step_ms) / 1000
         usage: dict[str, Any] = {
             "prompt_tokens": len(words),
             "completion_tokens": len(tokens),
@@ -865,6 +876,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--think-in-content", action="store_true", help="no reasoning parser: </think> in content")
     p.add_argument("--no-cache-report", action="store_true", help="usage without prompt_tokens_details")
     p.add_argument("--overhead-ms", type=float, default=0.0, help="per-request cost before prefill")
+    p.add_argument("--no-tokenize", action="store_true", help="no POST /tokenize endpoint")
+    p.add_argument("--step-ms", type=float, default=0.0, help="fixed cost of the prefill's forward step")
     p.add_argument("--spec-metrics", choices=("sglang", "vllm", "none"), default="sglang")
     p.add_argument("--spec-ranks", type=int, default=1, help="tp_rank series of the SGLang gauge")
     p.add_argument("--spec-history-drafts", type=int, default=0, help="decode steps before this run")
@@ -918,6 +931,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         think_in_content=a.think_in_content,
         cache_report=not a.no_cache_report,
         overhead_ms=a.overhead_ms,
+        step_ms=a.step_ms,
+        no_tokenize=a.no_tokenize,
         spec_metrics=a.spec_metrics,
         spec_ranks=max(a.spec_ranks, 1),
         spec_history_drafts=a.spec_history_drafts,

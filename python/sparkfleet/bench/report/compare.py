@@ -40,7 +40,7 @@ def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
             out[f"{p.get('test')}@d{p.get('depth')}_pct_of_bound"] = number(p.get("pct_of_bound"))
     probe = (doc.get("decode_probe") or {}).get("metrics") or {}
     out["decode_tps"] = number(probe.get("decode_tps"))
-    out["ttft_s"] = number(probe.get("ttft_s"))
+    out["ttft_s"] = number(doc.get("ttft") or probe.get("ttft_s"))  # repeated (with a CI) since issue 18
     for row in doc.get("table") or []:
         out[f"{row['test']}@d{row['depth']}"] = number(row.get("tps_mean"))
     for lv in doc.get("sweep") or []:
@@ -62,7 +62,7 @@ def key_intervals(doc: dict[str, Any]) -> dict[str, float]:
 
     probe = (doc.get("decode_probe") or {}).get("metrics") or {}
     put("decode_tps", probe.get("decode_tps"))
-    put("ttft_s", probe.get("ttft_s"))
+    put("ttft_s", doc.get("ttft") or probe.get("ttft_s"))
     for row in doc.get("table") or []:
         put(f"{row['test']}@d{row['depth']}", row.get("tps_mean"), row.get("tps_ci95"))
     for lv in doc.get("sweep") or []:

@@ -143,7 +143,9 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             "",
             "## Decode probe",
             "",
-            f"{p['prompt_tokens']}-token prompt, max_tokens {p['max_tokens']}, temperature 0, streaming",
+            f"{p['prompt_tokens']}-{_unit(doc)} prompt, max_tokens {p['max_tokens']}, temperature 0, "
+            "streaming "
+            f"(prompt sizes in {doc.get('prompt_sizing') or 'words or tokens (not recorded)'})",
             "",
         ]
         if m.get("error"):
@@ -156,6 +158,13 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
                 f"({_fmt(m['completion_tokens'] / max(m['chunks'], 1), 2)} tokens/chunk)",
                 f"- prompt tokens (server): {m.get('prompt_tokens')}; cached: {m.get('cached_tokens')}",
             ]
+    t = doc.get("ttft") or {}
+    if t.get("mean") is not None:
+        ci = f" ± {_fmt(t['ci95'], 1, 1000)}" if t.get("ci95") is not None else ""
+        lines.append(
+            f"- headline TTFT: **{_fmt(t['mean'], 1, 1000)}{ci} ms** (95 % CI; {len(t['samples'])} runs of "
+            f"a {t.get('prompt_tokens')}-token prompt, max_tokens 1)"
+        )
     if doc.get("table"):
         lines += [
             "",
@@ -163,7 +172,8 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             "",
             "ppN @ dD: N new prompt tokens prefilled with D tokens of context already cached (docs/bench.md: "
             "Benchmarks that tell the truth). "
-            f"Client round trip (one-token request): {_fmt(doc.get('client_rtt_s'), 1, 1000)} ms; "
+            "Client round trip (GET /v1/models, no engine step): "
+            f"{_fmt(doc.get('client_rtt_s'), 1, 1000)} ms; "
             f"cold prefill ceiling: {_fmt(doc.get('cold_prefill_tps'))} tok/s.",
             "",
             "| test | depth | t/s | ± 95 % CI | t/s net of client RTT | runs | TTFT ms | note |",
@@ -195,7 +205,8 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
                 f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | "
                 f"{_fmt(lv['aggregate_tps'])} | {_fmt(per['p50']) if per else '—'} | "
                 f"{_dist(lv.get('ttft_s'))} | "
-                f"{_dist(lv.get('itl_s'))} | {_dist(lv.get('tpot_s'))} |"
+                f"{_dist(lv.get('itl_s'))} ({lv.get('itl_basis') or 'per chunk'}) | "
+                f"{_dist(lv.get('tpot_s'))} |"
             )
             for err in lv.get("errors") or []:
                 lines.append(f"|  | | | **failed:** {err} | | | | |")
@@ -227,3 +238,9 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
     if isinstance(roof, dict) and roof:
         lines += ["", *markdown_lines(roof)]
     return "\n".join(lines) + "\n"
+
+
+def _unit(doc: dict) -> str:
+    """What a prompt size counted: tokens when a tokenizer (local or the engine's) sized it."""
+    sizing = doc.get("prompt_sizing") or ""
+    return "word" if sizing.startswith("words") else "token"

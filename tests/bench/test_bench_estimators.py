@@ -1,0 +1,40 @@
+"""Estimators on streams of known truth, built chunk by chunk (issue 18, items 3 and 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkfleet.bench.client import Chunk, StreamResult
+from sparkfleet.bench.metrics import ITL_PER_CHUNK, ITL_PER_TOKEN, measure
+
+RATE = 400.0
+
+
+def _stream(steps: list[int], step_tokens: int = 1, continuous: bool = True) -> StreamResult:
+    """The prefill's token alone at t=0.1 s, then one chunk per step of `steps[i]` tokens; every
+    step takes `step_tokens` / RATE however many of its tokens were kept (a real engine's step)."""
+    result = StreamResult(started=0.0, done_seen=True, finish_reason="length")
+    done, at = 1, 0.1
+    result.chunks.append(Chunk(at, "w ", 1 if continuous else None))
+    for k in steps:
+        done += k
+        at += max(k, step_tokens) / RATE
+        result.chunks.append(Chunk(at, "w " * k, done if continuous else None))
+    result.usage = {"prompt_tokens": 10, "completion_tokens": done}
+    result.continuous_usage = continuous
+    return result
+
+
+def test_tg128_in_steps_of_3_reads_exactly():
+    """Issue 18 (6): step-quantised (the prefill token alone, then steps of 3) and short."""
+    m = measure(_stream([3] * 42 + [1]))
+    assert m.decode_tps == pytest.approx(RATE, rel=1e-9)
+
+
+def test_itl_is_per_token_where_chunk_counts_are_known_else_labelled_per_chunk():
+    """vLLM merges tokens into one chunk when the client lags: per-chunk gaps read high."""
+    m = measure(_stream([1, 1, 3, 1, 2, 1]))
+    assert m.itl_basis == ITL_PER_TOKEN and len(m.itl_s) == 9
+    assert all(gap == pytest.approx(1 / RATE) for gap in m.itl_s)
+    chunked = measure(_stream([1, 1, 3, 1, 2, 1], continuous=False))
+    assert chunked.itl_basis == ITL_PER_CHUNK and len(chunked.itl_s) == 6

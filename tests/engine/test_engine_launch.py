@@ -1,0 +1,163 @@
+"""`launch` of a lane whose command is the real `vllm serve`, through the process runtime.
+
+On this machine (LocalHost, the process runtime as in tests/launch/test_launch_local.py), not on
+the namespace fleet: the lane serves the tiny Qwen2 from the hub cache the host declares, sparkfleet
+waits for vLLM's own ready line, reads /v1/models and /health, and `stop` leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
+from launch_fleet import write_fleet  # noqa: E402
+
+from sparkfleet import inventory  # noqa: E402
+from sparkfleet.bench.client import chat_request, stream_chat  # noqa: E402
+from sparkfleet.bench.metrics import measure  # noqa: E402
+from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
+from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
+from sparkfleet.launch import lane as lanes  # noqa: E402
+from sparkfleet.launch import records  # noqa: E402
+from sparkfleet.launch.watch import WatchSettings, watch_lane  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def vllm_recipe(vllm: Path, hub: Path, repo: str, port: int) -> str:
+    env = [
+        f"HF_HUB_CACHE={hub}", "HF_HUB_OFFLINE=1", "VLLM_TARGET_DEVICE=cpu", "VLLM_CPU_KVCACHE_SPACE=1",
+        "VLLM_CPU_OMP_THREADS_BIND=nobind", "OMP_NUM_THREADS=1", "VLLM_NO_USAGE_STATS=1",
+    ]  # fmt: skip
+    command = [
+        "env", *env, str(vllm), "serve", repo, "--host", "127.0.0.1", "--port", "{port}",
+        "--served-model-name", "{served_model_name}", "--max-model-len", "2048", "--max-num-seqs", "4",
+        "--dtype", "bfloat16", "--enforce-eager",
+    ]  # fmt: skip
+    return f"""
+[lane]
+hosts = ["spark"]
+
+[world]
+tp = 1
+
+[launch]
+runtime = "process"
+port = {port}
+served_model_name = "{repo}"
+fabric = "none"
+command = {json.dumps(command)}
+ready_signatures = ["Application startup complete."]
+receipt_roots = []
+[launch.timeouts]
+ready_s = 900
+poll_s = 1.0
+stop_s = 30
+
+[[models]]
+pin = "tiny"
+"""
+
+
+def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
+    """A fleet of this machine with one lane, `vllm`, serving the tiny model from its NAS hub."""
+    port = free_port()
+    nas = build_tiny_qwen(tmp_path / "nas" / "hub")
+    host = {
+        "address": "localhost",
+        "ssh_user": "root",
+        "local_hub": str(tmp_path / "nvme" / "hub"),
+        "nas_hub": str(nas.hub),
+        "state_dir": str(tmp_path / "state"),
+    }
+    pins = f'\n[pins.tiny]\nkind = "hf"\nrepo = "{nas.repo}"\nrevision = "main"\n'
+    recipe = vllm_recipe(vllm, nas.hub, nas.repo, port) + watch
+    root = write_fleet(tmp_path / "fleet", {"spark": host}, {"vllm": recipe}, pins)
+    return inventory.load(root), nas, port
+
+
+def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
+    inv, nas, port = vllm_fleet(vllm_cli, tmp_path)
+    try:
+        report = lanes.launch(inv, "vllm")
+        assert report.ready is not None and report.ready.ok, report.ready
+        assert report.ready.models == [nas.repo] and report.ready.health == 200
+        st = lanes.status(inv, "vllm")
+        assert st["running"] == 1
+        pid = st["ranks"][0]["pid"]
+        ep = report_endpoint(port, nas.repo)
+        m = measure(stream_chat(ep, chat_request(ep, "Say hello.", 8, ignore_eos=True)))
+        assert m.ok and m.completion_tokens == 8, m.error
+        assert "Application startup complete." in lanes.logs(inv, "vllm")["spark"]["0"]
+    finally:
+        res = lanes.stop(inv, "vllm", 30)
+    assert [r["stopped"] for r in res] == [True]
+    assert records.group_members(pid) == []  # the API server and its EngineCore child are gone
+
+
+def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
+    """vLLM's engine core stopped (SIGSTOP, by the PID in this lane's own process group): /health
+    stays 200 while generation hangs. watch must catch it within the latency bound, bundle an
+    incident, and (no restart budget) stop the lane and hand it to a human."""
+    inv, nas, port = vllm_fleet(vllm_cli, tmp_path)
+    stopped: list[int] = []
+    try:
+        assert lanes.launch(inv, "vllm").ready.ok
+        pid = lanes.status(inv, "vllm")["ranks"][0]["pid"]
+        ep = report_endpoint(port, nas.repo)
+        prompt = "Name one colour."
+        # the random model's own greedy answer is the known answer (nothing else is right for it)
+        reply = measure_text(ep, prompt, 16)
+        expect = next(w for w in reply.replace("\n", " ").split(" ") if w.isalpha())
+        settings = WatchSettings(interval_s=4.0, latency_s=4.0, prompt=prompt, expect=expect, max_tokens=16,
+                                 max_restarts=0, backoff_s=0.2)  # fmt: skip
+        healthy = watch_lane(inv, "vllm", settings, max_probes=2)
+        assert healthy.failures == 0 and not healthy.needs_human, healthy
+        cores = [
+            p for p in records.group_members(pid) if b"EngineCore" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        assert len(cores) == 1, cores
+        os.kill(cores[0], signal.SIGSTOP)
+        stopped.append(cores[0])
+        assert report_health(port) == 200  # the wedge: healthy by /health, dead to generation
+        out = watch_lane(inv, "vllm", settings, max_probes=3)
+        assert out.needs_human and out.restarts == 0 and len(out.incidents) == 1, out
+        assert out.incidents[0].reason.startswith(
+            "generation probe failed: no answer within the latency bound"
+        )
+        assert all(d <= 2 * settings.interval_s for d in out.detect_s)
+    finally:
+        for p in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+        lanes.stop(inv, "vllm", 30)
+    assert records.group_members(pid) == []
+
+
+def measure_text(ep, prompt: str, tokens: int) -> str:
+    result = stream_chat(ep, chat_request(ep, prompt, tokens))
+    assert result.ok, result.error
+    return result.answer
+
+
+def report_health(port: int) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def report_endpoint(port: int, model: str):
+    from sparkfleet.bench.client import Endpoint
+
+    return Endpoint(f"http://127.0.0.1:{port}/v1", model, timeout=300.0)
