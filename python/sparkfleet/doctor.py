@@ -333,7 +333,7 @@ def _api_key_check(host_name: str, recipe: LaunchRecipe, facts: dict) -> Check:
         return Check(
             host_name, "API key", False,
             f"port {port} refuses the lane's key (HTTP {facts.get('keyed_status')}): rotated since launch?",
-            f"sparkfleet launch {recipe.lane} again to serve with the current key",
+            f"relaunch it to serve with the current key: `sparkfleet launch {recipe.lane} --replace`",
         )  # fmt: skip
     shut = facts["open_status"]
     return Check(host_name, "API key", True, f"port {port} refuses requests without the key ({shut})")

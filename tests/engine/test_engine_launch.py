@@ -87,13 +87,13 @@ def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
 def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
     inv, nas, port = vllm_fleet(vllm_cli, tmp_path)
     try:
-        report = lanes.launch(inv, "vllm")
+        report = lanes.launch(inv, "vllm", allow_nas_weights=True)  # the NAS hub only
         assert report.ready is not None and report.ready.ok, report.ready
         assert report.ready.models == [nas.repo] and report.ready.health == 200
         st = lanes.status(inv, "vllm")
         assert st["running"] == 1
         pid = st["ranks"][0]["pid"]
-        ep = report_endpoint(port, nas.repo)
+        ep = report_endpoint(port, nas.repo, tmp_path / "state")
         m = measure(stream_chat(ep, chat_request(ep, "Say hello.", 8, ignore_eos=True)))
         assert m.ok and m.completion_tokens == 8, m.error
         assert "Application startup complete." in lanes.logs(inv, "vllm")["spark"]["0"]
@@ -110,9 +110,9 @@ def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
     inv, nas, port = vllm_fleet(vllm_cli, tmp_path)
     stopped: list[int] = []
     try:
-        assert lanes.launch(inv, "vllm").ready.ok
+        assert lanes.launch(inv, "vllm", allow_nas_weights=True).ready.ok
         pid = lanes.status(inv, "vllm")["ranks"][0]["pid"]
-        ep = report_endpoint(port, nas.repo)
+        ep = report_endpoint(port, nas.repo, tmp_path / "state")
         prompt = "Name one colour."
         # the random model's own greedy answer is the known answer (nothing else is right for it)
         reply = measure_text(ep, prompt, 16)
@@ -157,7 +157,11 @@ def report_health(port: int) -> int:
         conn.close()
 
 
-def report_endpoint(port: int, model: str):
+def report_endpoint(port: int, model: str, state_dir: Path):
+    """The lane's endpoint with the lane's own key (launch made it; vLLM reads it as VLLM_API_KEY)."""
+    from sparkfleet.apikeys import read_key
     from sparkfleet.bench.client import Endpoint
 
-    return Endpoint(f"http://127.0.0.1:{port}/v1", model, timeout=300.0)
+    key = read_key(state_dir, "vllm")
+    assert key, "launch gives every lane a key"
+    return Endpoint(f"http://127.0.0.1:{port}/v1", model, key, timeout=300.0)

@@ -64,7 +64,8 @@ def load_release(root: Path, lane: str, name: str) -> dict[str, Any]:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise SparkfleetError(f"lane {lane} has no release {name!r}",
-                              hint=f"sparkfleet release cut {lane} {name}") from None  # fmt: skip
+                              hint=f"`sparkfleet release cut {lane} {name} --registry HOST:PORT` "
+                                   "(or with $SPARKFLEET_REGISTRY set)") from None  # fmt: skip
 
 
 def _generation(root: Path, lane: str, generation: str | None) -> dict[str, Any]:
@@ -128,14 +129,16 @@ def cut(root: Path, lane: str, name: str, reg: Registry, generation: str | None 
     pushed = read_push_record(lane)
     if pushed is None:
         raise SparkfleetError(
-            f"lane {lane}: no image pushed to the registry", hint=f"sparkfleet image push {lane}"
+            f"lane {lane}: no image pushed to the registry",
+            hint=f"`sparkfleet image push {lane} --registry HOST:PORT` (or with $SPARKFLEET_REGISTRY set)",
         )
     ran = {i for i in (gen.get("image_ids") or {}).values() if i}
     if ran and pushed["image_id"] not in ran:
         raise SparkfleetError(
             f"the pushed image {pushed['image_id']} is not the one generation {gen['id']} ran "
             f"({', '.join(sorted(ran))})",
-            hint=f"push the build that generation ran: sparkfleet image push {lane} --image <its result>",
+            hint=f"push the build that generation ran: "
+            f"`sparkfleet image push {lane} --image RESULT --registry HOST:PORT`",
             exit_code=ExitCode.REFUSED,
         )
     promotion = gen.get("promotion") or {}

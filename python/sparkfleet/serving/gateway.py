@@ -240,7 +240,7 @@ def up(
     if rec is not None and is_running(rec):
         raise SparkfleetError(
             f"the gateway already runs (pid {rec.pid}, port {rec.port})",
-            hint="sparkfleet gateway down first",
+            hint="stop it first: `sparkfleet gateway down`",
             exit_code=ExitCode.REFUSED,
         )
     p = plan(inv)
