@@ -67,12 +67,16 @@ def test_slow_models_is_one_clear_error_within_the_timeout(fake_lane):
 
 
 def _peak_rss_mib_of(code: str) -> tuple[str, float]:
-    """Run `code` in a fresh interpreter; its last stdout line and its peak RSS."""
+    """Run `code` in a fresh interpreter; its last stdout line and its peak RSS.
+
+    The peak is the new process's own VmHWM: getrusage's ru_maxrss survives execve on Linux, so a
+    child spawned (vfork) by a large pytest process would report pytest's peak, not its own."""
+    hwm = "[int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]"
     done = subprocess.run(
         [
             sys.executable,
             "-c",
-            code + "\nimport resource\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)",
+            code + f"\nprint({hwm})",
         ],
         capture_output=True,
         text=True,

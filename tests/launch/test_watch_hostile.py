@@ -63,13 +63,17 @@ def test_a_trickled_body_ends_at_the_latency_bound():
     assert took < S.latency_s + 1.5, took
 
 
+# The process's own peak (VmHWM): getrusage's ru_maxrss survives execve on Linux, so a child of a
+# large pytest would start at pytest's peak and a growth below it would read as 0.
 PROBE_RSS = """
-import resource, sys
+import sys
 from sparkfleet.launch.watch import WatchSettings, probe_generation
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak():
+    return [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+before = peak()
 res = probe_generation(sys.argv[1], "m", WatchSettings(interval_s=60, latency_s=60))
 print(res.error)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+print((peak() - before) // 1024)
 """
 
 
