@@ -74,7 +74,9 @@ def transport_mbps(hosts: dict, root: Path, ssh_config: Path, rounds: int = 3) -
     secret = os.urandom(24).hex()
     options = remote.StageOptions(peer_transport="rsyncd", ssh_config=ssh_config)
     times: dict[str, list[float]] = {t: [] for t in TRANSPORTS}
-    with remote.serving(load(root), ["dgx1", "dgx2"], options, secret, lambda h, e: None) as ports:
+    inv = load(root)  # namespaces share this filesystem: every host reads the same fleet root
+    served = remote.serving(inv, ["dgx1", "dgx2"], options, secret, lambda h, e: None, lambda h: inv.root)
+    with served as ports:
         peers = {
             t: PeerSource("dgx2", hub, ("ssh", "-F", str(ssh_config)), "dgx2", t)
             for t in TRANSPORTS
