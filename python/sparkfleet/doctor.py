@@ -96,7 +96,7 @@ def _host_checks(
     if recipe:
         req.update(
             receipt_roots=_receipt_host_paths(inv, recipe, host_name),
-            image=f"{recipe.image.source}@{recipe.image.value}" if recipe.image else None,
+            image=recipe.image.ref if recipe.image else None,
             runtime=recipe.runtime,
             lane=recipe.lane,
             state_dir=str(state_dir_of(host)),
@@ -204,7 +204,7 @@ def _host_checks(
                     "image",
                     bool(img.get("present")),
                     img.get("detail", ""),
-                    f"load {recipe.image.source}@{recipe.image.value} on the node",
+                    f"load {recipe.image.ref} on the node",
                 )
             )
     elif recipe:

@@ -12,11 +12,12 @@ import logging
 import os
 import shlex
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from .errors import ExitCode, SparkfleetError
 from .inventory import Host
@@ -30,6 +31,29 @@ REMOTE_COMMAND_ENV = "SPARKFLEET_REMOTE"
 SSH_CONNECT_FAILED = 255
 # Loopback is this machine: no ssh needed (the demo fleet lives on one machine).
 LOCAL_ADDRESSES = ("localhost", "local", "127.0.0.1", "::1")
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# At most this many hosts (or items) are worked on at once: a fleet is a handful of hosts, and an
+# operator's machine opening one ssh session per host is the cost that bounds it.
+FAN_OUT_LIMIT = 8
+
+
+def fan_out(fn: Callable[[T], R], items: Iterable[T], limit: int = FAN_OUT_LIMIT) -> list[R]:
+    """`fn` over every item at once (threads, at most `limit`), results in the items' order whatever
+    order they finish in. One item, or a limit of 1, runs inline: no pool for nothing to share.
+
+    The one fan-out of the package: every "ask all hosts" goes through it, so the width and the
+    ordering rule are decided once. An exception from `fn` propagates (after the others finish);
+    callers that must record a host's failure and go on catch it inside `fn`.
+    """
+    items = list(items)
+    if limit <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(limit, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 class HostUnreachable(SparkfleetError):

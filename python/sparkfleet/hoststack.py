@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .hosts import HostRunner, RunResult
+from .hosts import HostRunner, RunResult, fan_out
 
 STACK_KEYS = ("kernel", "driver", "cuda", "nccl", "firmware")
 ENGINES = ("docker", "podman")
@@ -207,8 +207,6 @@ def fingerprint_hosts(
     missing, or the host unreachable: a failed command reads as "no tool") is such an entry too —
     two unreachable hosts must not compare as two identical stacks.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     def one(host: str) -> dict[str, Any]:
         try:
             fp = collect_one(host)
@@ -220,8 +218,7 @@ def fingerprint_hosts(
         return facts
 
     hosts = list(hosts)
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
-        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+    return dict(zip(hosts, fan_out(one, hosts, limit=workers), strict=True))
 
 
 def lane_fingerprints(inv, lane_name: str, image: str | None = None) -> dict[str, dict[str, Any]]:

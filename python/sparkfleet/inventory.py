@@ -124,6 +124,12 @@ class Pin:
             return _SHA256.fullmatch(self.value) is not None
         return _HEX40.fullmatch(self.value) is not None
 
+    @property
+    def ref(self) -> str:
+        """`source@value`: how a pin is named to a person, a record and an engine (an OCI reference
+        `image@sha256:…`, a repo at its revision), spelled the same everywhere."""
+        return f"{self.source}@{self.value}"
+
 
 @dataclass(frozen=True)
 class ModelNeed:

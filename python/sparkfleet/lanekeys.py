@@ -9,12 +9,11 @@ launch layer's `call_agent` (passed in, as preflight takes it, so this module im
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .apikeys import new_key
 from .errors import ExitCode, SparkfleetError
-from .hosts import HostUnreachable, connect
+from .hosts import HostUnreachable, connect, fan_out
 from .inventory import Inventory
 from .launch.spec import state_dir_of
 
@@ -55,8 +54,7 @@ def install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) -
         except HostUnreachable as exc:
             return host, exc.message
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
-        done = dict(pool.map(one, hosts))
+    done = dict(fan_out(one, hosts))
     failed = {h: why for h, why in done.items() if isinstance(why, str)}
     if failed:
         raise SparkfleetError(

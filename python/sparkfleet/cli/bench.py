@@ -92,7 +92,7 @@ def _lane_fingerprinter(ctx: click.Context, lane: str):
     image = None
     if "launch" in inv.lane(lane).raw:
         pin = launch_recipe(inv, lane).image
-        image = f"{pin.source}@{pin.value}" if pin is not None else None
+        image = pin.ref if pin is not None else None
     return lambda: lane_fingerprints(inv, lane, image)
 
 

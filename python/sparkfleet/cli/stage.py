@@ -12,6 +12,7 @@ import click
 
 from .. import __version__
 from ..errors import ExitCode, SparkfleetError
+from ..hosts import fan_out
 from ..hubcache import parse_repo_spec, repo_folder
 from ..inventory import GIB
 from ..launch.spec import state_dir_of
@@ -399,8 +400,6 @@ def _ignore(host: str, event: dict) -> None:
 def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> None:
     """Ask every host for its plan (each sees the NAS and its own free space), then show who
     would take what from where, and whether each host has the space the real run checks first."""
-    from concurrent.futures import ThreadPoolExecutor
-
     def ask(host: str) -> dict:
         def argv_for(prefix: list[str]) -> list[str]:
             return [*remote.stage_argv(prefix, inv.root.resolve(), host, options), "--dry-run"]
@@ -416,8 +415,7 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
                 exit_code=outcome.exit_code,
             ) from None
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
-        answers = dict(zip(hosts, pool.map(ask, hosts), strict=True))
+    answers = dict(zip(hosts, fan_out(ask, hosts), strict=True))
     plans = answers[hosts[0]]["plans"]
     spaces = {h: a.get("space") for h, a in answers.items() if a.get("space")}
     # what the NAS must send: the files some host lacks or holds known-wrong (a complete tree: none)

@@ -172,7 +172,7 @@ def _table_refs(
     if not layers:
         raise SourceError(
             f"{spec.recipe_path}: engram.pattern {spec.patterns[0]!r} matches no tensor in {index_name} "
-            f"of {spec.pin.source}@{spec.pin.value}",
+            f"of {spec.pin.ref}",
             hint=_near(spec.patterns[0].replace(LAYER_FIELD, "1"), weight_map),
         )
     return [

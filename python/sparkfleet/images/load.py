@@ -16,14 +16,13 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..atomic import write_bytes
 from ..errors import ExitCode, SparkfleetError
-from ..hosts import RunResult, SshHost, check_reachable, connect
+from ..hosts import RunResult, SshHost, check_reachable, connect, fan_out
 from ..inventory import Inventory
 from ..launch.lane import call_agent
 from ..launch.recipe import LaunchRecipe, launch_recipe
@@ -318,8 +317,7 @@ def load(
         return _load_host(inv, lane, name, engine, build, dry_run, timeout_s, on_event, on_bytes)
 
     names = list(inv.lane(lane).hosts)
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as pool:
-        report.hosts = list(pool.map(one, names))  # lane order, whatever order they finish in
+    report.hosts = fan_out(one, names, limit=jobs)  # lane order, whatever order they finish in
     if not dry_run:
         report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
     return report
@@ -349,8 +347,7 @@ def load_pushed(
         )
 
     names = list(inv.lane(lane).hosts)
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as pool:
-        report.hosts = list(pool.map(one, names))
+    report.hosts = fan_out(one, names, limit=jobs)
     failed = [h for h in report.hosts if h.action == "failed"]
     if failed:
         raise SparkfleetError(

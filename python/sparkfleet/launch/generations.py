@@ -269,7 +269,7 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
         if report.ready and report.ready.ok
         else ("started" if report.ready is None else "failed"),
         "good": False,
-        "image": {"pin": image.name, "ref": f"{image.source}@{image.value}"} if image else None,
+        "image": {"pin": image.name, "ref": image.ref} if image else None,
         "image_ids": {h: fp.get("image_id") for h, fp in fps.items()},
         "pins": pins,
         "recipe_sha256": hashlib.sha256(recipe_text.encode()).hexdigest(),

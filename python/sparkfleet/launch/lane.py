@@ -14,14 +14,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ExitCode, SparkfleetError
 from ..fabric import FabricFacts
-from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, remote_sparkfleet
+from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, fan_out, remote_sparkfleet
 from ..inventory import Host, Inventory
 from ..jsonable import to_jsonable
 from ..lanekeys import ensure as ensure_lane_key
@@ -77,11 +76,6 @@ def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict
             exit_code=answer.get("exit_code"),
         )
     return answer
-
-
-def _parallel(fn: Callable, items: list) -> list:
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(items)))) as pool:
-        return list(pool.map(fn, items))
 
 
 @dataclass
@@ -266,7 +260,7 @@ def prepare(
             return not_probed(name, f"unreachable: {exc.message}")
         return node_facts(name, answers[name])
 
-    facts = {f.host: f for f in _parallel(probe_one, names)}
+    facts = {f.host: f for f in fan_out(probe_one, names)}
     if built:
         check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in answers})
     if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
@@ -420,7 +414,7 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
         except HostUnreachable as exc:
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
-    results = [r for rs in _parallel(stop_one, list(lane.hosts)) for r in rs]
+    results = [r for rs in fan_out(stop_one, list(lane.hosts)) for r in rs]
     if any(r.get("was_running") for r in results) and all(r["stopped"] for r in results):
         from .generations import mark_stopped
 
@@ -439,7 +433,7 @@ def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.
         boot.feed(spec.rank, ans, clock())
         return [] if ans.get("running", True) else [RankExit(spec.host, spec.rank, ans.get("returncode"))]
 
-    return [g for gs in _parallel(check, plan.by_rank()[1:]) for g in gs]
+    return [g for gs in fan_out(check, plan.by_rank()[1:]) for g in gs]
 
 
 class LaunchInterrupted(SparkfleetError):
@@ -480,7 +474,7 @@ def occupants(inv: Inventory, lane_name: str) -> dict[str, list[dict]]:
         return [{"host": name, **r} for r in call_agent(connect(inv.host(name)), "occupancy", req)["running"]]
 
     out: dict[str, list[dict]] = {}
-    for r in (r for rs in _parallel(ask, list(lane.hosts)) for r in rs):
+    for r in (r for rs in fan_out(ask, list(lane.hosts)) for r in rs):
         if r["lane"] != lane_name:
             out.setdefault(r["lane"], []).append(r)
     return out
@@ -692,7 +686,7 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         except SparkfleetError as exc:
             return {"error": exc.message, "code": int(exc.exit_code)}
 
-    for name, ans in zip(lane.hosts, _parallel(ask, list(lane.hosts)), strict=True):
+    for name, ans in zip(lane.hosts, fan_out(ask, list(lane.hosts)), strict=True):
         if "error" in ans:
             errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
             continue
@@ -781,6 +775,5 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
     return runner.stream(argv)
 
 
-# Public names for the other controller rooms (watch, generations) that fan out over a lane's hosts.
-parallel = _parallel
+# Public name for the other controller rooms (watch, generations) that ask a lane's hosts.
 state_request = _state_request

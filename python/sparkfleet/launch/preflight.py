@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExitCode, SparkfleetError
-from ..hosts import connect
+from ..hosts import connect, fan_out
 from ..hoststack import HostFingerprint, drift
 from ..memory import MemoryFacts, admit, summary
 
@@ -47,11 +46,6 @@ class PreflightReport:
     drift: list[str] = field(default_factory=list)
     drift_allowed: bool = False
     canary: CanaryReport | None = None
-
-
-def _parallel(fn: Callable, items: list) -> list:
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(items)))) as pool:
-        return list(pool.map(fn, items))
 
 
 def check_memory(plan: LanePlan) -> dict[str, str]:
@@ -113,7 +107,7 @@ def fingerprints(inv: Inventory, plan: LanePlan, call_agent: Callable) -> dict[s
         return HostFingerprint.from_dict(ans["fingerprint"])
 
     hosts = list(plan.specs)
-    return dict(zip(hosts, _parallel(one, hosts), strict=True))
+    return dict(zip(hosts, fan_out(one, hosts), strict=True))
 
 
 def check_drift(inv: Inventory, fps: dict[str, HostFingerprint], allow: bool) -> list[str]:
@@ -153,7 +147,7 @@ def run_canary(inv: Inventory, plan: LanePlan, call_agent: Callable) -> CanaryRe
         except SparkfleetError as exc:
             return {"host": spec.host, "rank": spec.rank, "ok": False, "stage": "agent", "error": exc.message}
 
-    results = _parallel(one, specs)
+    results = fan_out(one, specs)
     report = judge_canary(results, {s.rank: s.host for s in specs}, backend, c.min_busbw_gbps)
     if not report.ok:
         raise GateRefused(

@@ -510,7 +510,7 @@ def build_spec(
         nnodes=world.nnodes,
         runtime=recipe.runtime,
         name=f"sparkfleet-{lane.name}-r{rank}",
-        image=(f"{recipe.image.source}@{recipe.image.value}" if recipe.image else built_image)
+        image=(recipe.image.ref if recipe.image else built_image)
         if in_container
         else None,
         argv=argv,

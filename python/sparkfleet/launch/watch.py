@@ -332,9 +332,9 @@ def lane_secrets(inv, lane_name: str) -> set[str]:
 
 def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None) -> Path:
     """Ask every host of the lane for its bundle (in parallel) and write them under incidents/."""
-    from ..hosts import connect
+    from ..hosts import connect, fan_out
     from .generations import current, scan
-    from .lane import call_agent, parallel, state_request
+    from .lane import call_agent, state_request
     from .recipe import launch_recipe
 
     lane = inv.lane(lane_name)
@@ -349,7 +349,7 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
         except SparkfleetError as exc:
             return {"error": exc.message}
 
-    per_host = dict(zip(lane.hosts, parallel(one, list(lane.hosts)), strict=True))
+    per_host = dict(zip(lane.hosts, fan_out(one, list(lane.hosts)), strict=True))
     gen = current(root or inv.root, lane_name)
     skipped = [str(s) for s in scan(root or inv.root, lane_name)[1]]
     extra = {"generation": gen["id"] if gen else None, "skipped_generations": skipped}

@@ -56,7 +56,7 @@ def read_pin(host: Host, pin: Pin, options: CostOptions) -> tuple[ModelCost, str
         local_problem = exc.message
         snap, origin = snapshot_dir(host.nas_hub, pin), f"nas (not staged locally: {local_problem})"
         config, files = snapshot_files(snap, host.nas_hub)
-    return model_cost(f"{pin.name} ({pin.source}@{pin.value})", config, files, options), origin
+    return model_cost(f"{pin.name} ({pin.ref})", config, files, options), origin
 
 
 def lane_inputs(inv: Inventory, lane: Lane, host: Host) -> dict[str, Any]:

@@ -19,8 +19,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +27,7 @@ from typing import Protocol
 from .. import atomic
 from ..digests import Verdict, compare
 from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
+from ..hosts import fan_out
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key, tree_position, tree_sources
@@ -177,14 +177,6 @@ def preflight(dest_hub: Path, needed: int, reserve: int, sizes: Sequence[int] = 
     return free
 
 
-def _parallel(jobs: int, fn, items: Iterable) -> list:
-    items = list(items)
-    if jobs <= 1 or len(items) <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(fn, items))
-
-
 @dataclass
 class _Decision:
     file: PlannedFile
@@ -212,7 +204,7 @@ def _decide(
             progress.item_done(f.rel)
 
     progress.phase(f"check {plan.repo}", 0, len(plan.files))
-    return _parallel(jobs, decide, plan.files)
+    return fan_out(decide, plan.files, limit=jobs)
 
 
 def _reuse_within_run(decided: list[tuple[SourceScan, StagePlan, list[_Decision]]]) -> None:
@@ -289,7 +281,7 @@ def _write_files(scan, decisions, mode, jobs, result: StageResult, progress: Sta
         progress.item_done(f.rel)
 
     progress.phase(f"copy {scan.request.repo}", sum(d.file.size for d in todo), len(todo))
-    _parallel(jobs, write, todo)
+    fan_out(write, todo, limit=jobs)
 
 
 def inside(dest: Path, path: Path) -> Path:

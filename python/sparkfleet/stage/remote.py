@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from ..hosts import (
     SshHost,
     StreamLines,
     connect,
+    fan_out,
     remote_sparkfleet,
     stop_process,
 )
@@ -295,12 +295,12 @@ def stage_hosts(
     def wave(
         make_argv: Callable[[int, str], Callable[[list[str]], list[str]]], secret: str | None = None
     ) -> list[HostStage]:
-        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            futures = [
-                pool.submit(run_host_stage, inv, h, make_argv(i, h), safe_sink, options.ssh_config, secret)
-                for i, h in enumerate(hosts)
-            ]
-            return [f.result() for f in futures]
+        # every host at once (no cap): a wave's hosts wait on each other's shares (fan-out)
+        return fan_out(
+            lambda ih: run_host_stage(inv, ih[1], make_argv(*ih), safe_sink, options.ssh_config, secret),
+            list(enumerate(hosts)),
+            limit=len(hosts),
+        )
 
     local = inv.root.resolve()
 

@@ -8,12 +8,11 @@ SshHost) and collects the JSON answers; ssh's own failure becomes HostUnreachabl
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SparkfleetError
-from ..hosts import HostUnreachable, LocalHost, check_reachable, connect
+from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, fan_out
 from ..inventory import Inventory
 from .remote import is_this_host, sparkfleet_argv
 
@@ -84,5 +83,4 @@ def verify_hosts(inv: Inventory, hosts: list[str], options: VerifyOptions) -> li
     """Verify every host on the host itself, all at once."""
     if not hosts:
         raise SparkfleetError("no host to verify")
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
-        return list(pool.map(lambda h: verify_host(inv, h, options), hosts))
+    return fan_out(lambda h: verify_host(inv, h, options), hosts)
