@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest, model_state
+from sparkfleet.launch.agent import model_state
+from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
 from sparkfleet.stage.execute import stage
 from sparkfleet.stage.plan import StageRequest
 

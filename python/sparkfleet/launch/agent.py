@@ -31,24 +31,55 @@ from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
 from . import records, watchdog
 from .bootcache import cache_state
-from .manifest import BindMount, model_state
+from .manifest import ModelState, SnapshotFile, snapshot_rel
 from .node_checks import canary, incident, ports_in_use
 from .receipts import clear_receipts
+from .records import tail_bytes
 from .runtimes import runtime_for
-from .spec import LaunchSpec
+from .spec import spec_from_dict
 
 LOG_CHUNK = 256 * 1024
 
 
-def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
-    d = dict(d)
-    d["binds"] = tuple(
-        BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
-        for b in d["binds"]
+def _bad_paths(snapshot: str, entries, problems: list[str]) -> set[str]:
+    """Entry paths a verify report names, by the entry's own path or the file it resolves to."""
+    named = set()
+    for p in problems:
+        parts = p.split(": ", 2)
+        if len(parts) >= 2:
+            named.add(parts[1].split(" ", 1)[0])
+    return {e.path for e in entries if f"{snapshot}/{e.path}" in named or e.final in named}
+
+
+def model_state(
+    repo: str,
+    revision: str,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    local_hub: Path,
+    nas_hub: Path,
+    verify_mode: str = "sample",
+) -> ModelState:
+    """Read the NAS snapshot and verify the local tree on this node (reads only)."""
+    from ..stage.plan import StageRequest, plan_stage, scan_source  # lazy: only `probe` reads a hub
+    from ..stage.verify import verify_plan
+
+    request = StageRequest(
+        source_hub=nas_hub, dest_hub=local_hub, repo=repo, revision=revision, include=include, exclude=exclude
     )
-    for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
-        d[key] = tuple(d.get(key) or ())
-    return LaunchSpec(**d)
+    scan = scan_source(request)
+    plan = plan_stage(scan, {})
+    report = verify_plan(scan, plan, verify_mode)
+    snapshot = snapshot_rel(repo, plan.commit)
+    bad = _bad_paths(snapshot, plan.included, report.problems)
+    return ModelState(
+        repo=repo,
+        commit=plan.commit,
+        files=tuple(SnapshotFile(e.path, e.excluded) for e in plan.entries),
+        local_verified=report.ok,
+        bad_paths=tuple(sorted(bad)),
+        problems=tuple(report.problems[:20]),
+    )
 
 
 def _lane_key(req: dict) -> str | None:
@@ -234,17 +265,6 @@ def logs(req: dict) -> dict:
         out[str(rec.rank)] = "\n".join(text.splitlines()[-int(req.get("lines", 50)) :])
         paths[str(rec.rank)] = rec.log_path
     return {"logs": out, "stopped": stopped, "log_paths": paths}
-
-
-def tail_bytes(path: str, limit: int = 1 << 20) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read()
-    except OSError:
-        return b""
 
 
 def doctor(req: dict) -> dict:

@@ -8,8 +8,8 @@ come from that night:
   * a local tree that does not verify is never bound (51 wrong blobs crashed EngineCore).
 Decisions are per directory, binds per entry, so the counts match the kit's manifest.
 
-`build_manifest` is pure; `model_state` (run on the node itself) reads the staging plan and
-the verify report of the local tree.
+`build_manifest` is pure; the node's agent (`agent.model_state`) reads the staging plan and
+the verify report of the local tree, and sends the ModelState records this module decides on.
 """
 
 from __future__ import annotations
@@ -175,44 +175,3 @@ def build_manifest(
             usable = all(o == LOCAL or all(f.excluded for f in by_dir[d]) for d, o in origin_of.items())
             model_paths[state.repo] = str((local_hub if usable else nas_hub) / rel)
     return BindManifest(host, tuple(binds), tuple(decisions), model_paths)
-
-
-def _bad_paths(snapshot: str, entries, problems: list[str]) -> set[str]:
-    """Entry paths a verify report names, by the entry's own path or the file it resolves to."""
-    named = set()
-    for p in problems:
-        parts = p.split(": ", 2)
-        if len(parts) >= 2:
-            named.add(parts[1].split(" ", 1)[0])
-    return {e.path for e in entries if f"{snapshot}/{e.path}" in named or e.final in named}
-
-
-def model_state(
-    repo: str,
-    revision: str,
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-    local_hub: Path,
-    nas_hub: Path,
-    verify_mode: str = "sample",
-) -> ModelState:
-    """Read the NAS snapshot and verify the local tree on this node (reads only)."""
-    from ..stage.plan import StageRequest, plan_stage, scan_source
-    from ..stage.verify import verify_plan
-
-    request = StageRequest(
-        source_hub=nas_hub, dest_hub=local_hub, repo=repo, revision=revision, include=include, exclude=exclude
-    )
-    scan = scan_source(request)
-    plan = plan_stage(scan, {})
-    report = verify_plan(scan, plan, verify_mode)
-    snapshot = snapshot_rel(repo, plan.commit)
-    bad = _bad_paths(snapshot, plan.included, report.problems)
-    return ModelState(
-        repo=repo,
-        commit=plan.commit,
-        files=tuple(SnapshotFile(e.path, e.excluded) for e in plan.entries),
-        local_verified=report.ok,
-        bad_paths=tuple(sorted(bad)),
-        problems=tuple(report.problems[:20]),
-    )

@@ -22,8 +22,10 @@ from .. import apikeys
 from ..atomic import write_bytes
 from ..bench.sanitize import Secrets
 from . import canary_worker, records, watchdog
-from .runtimes import container_run_argv
-from .spec import LaunchSpec, redact_env, secret_values
+from .manifest import BindMount
+from .records import tail_bytes
+from .runtimes import container_run_argv, runtime_for
+from .spec import LaunchSpec, redact_env, secret_values, spec_from_dict
 
 WORKER_MOUNT = "/opt/sparkfleet/canary_worker.py"
 
@@ -61,8 +63,6 @@ def canary_argv(spec: LaunchSpec, req: dict, worker: str, python: str) -> list[s
 def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Path, worker: str) -> list[str]:
     """`docker|podman run --rm` of the canary in the lane's image: the lane's own flags (network, ipc,
     GPUs, RDMA devices, memlock, env file), the worker bind-mounted read-only, no model binds."""
-    from .manifest import BindMount
-
     cspec = dataclasses.replace(
         spec,
         name=f"{spec.name}-canary",
@@ -77,8 +77,6 @@ def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Pa
 
 def canary(req: dict) -> dict:
     """Run this rank's canary in the lane's runtime (its image for docker/podman) and return its JSON."""
-    from .agent import spec_from_dict
-
     spec = spec_from_dict(req["spec"])
     timeout = float(req["canary"]["timeout"]) + 60
     worker = str(Path(canary_worker.__file__).resolve())
@@ -173,9 +171,6 @@ def boot_stage(log_text: str, signatures: list[str]) -> str | None:
 
 def incident(req: dict) -> dict:
     """Everything a human needs about this node's ranks of the lane, at the moment of failure."""
-    from .agent import tail_bytes
-    from .runtimes import runtime_for
-
     state_dir = Path(req["state_dir"])
     lines = int(req.get("lines", 200))
     ranks: list[dict[str, Any]] = []

@@ -155,3 +155,15 @@ def group_members(pgid: int) -> list[int]:
         if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
             out.append(int(entry.name))
     return out
+
+
+def tail_bytes(path: str, limit: int = 1 << 20) -> bytes:
+    """The last `limit` bytes of a rank's log file (empty when it cannot be read): for logs and incidents."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read()
+    except OSError:
+        return b""

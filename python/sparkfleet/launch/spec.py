@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import apikeys
 from ..errors import SparkfleetError
@@ -536,3 +536,15 @@ def build_spec(
 def ulimit_args(ulimits: tuple[tuple[str, int | str], ...]) -> tuple[str, ...]:
     """The host's container ulimits as `--ulimit` values: soft = hard, "unlimited" = -1."""
     return tuple(f"{k}={-1 if v == 'unlimited' else v}:{-1 if v == 'unlimited' else v}" for k, v in ulimits)
+
+
+def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
+    """A LaunchSpec from its JSON form (`to_jsonable(spec)`), as the agent receives it from the controller."""
+    d = dict(d)
+    d["binds"] = tuple(
+        BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
+        for b in d["binds"]
+    )
+    for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
+        d[key] = tuple(d.get(key) or ())
+    return LaunchSpec(**d)
