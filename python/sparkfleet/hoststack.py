@@ -219,15 +219,3 @@ def fingerprint_hosts(
 
     hosts = list(hosts)
     return dict(zip(hosts, fan_out(one, hosts, limit=workers), strict=True))
-
-
-def lane_fingerprints(inv, lane_name: str, image: str | None = None) -> dict[str, dict[str, Any]]:
-    """{host: fingerprint dict} for every host of a lane, read on each node by its agent (one ssh call
-    per host, all at once): what a bench report carries. A host that cannot answer gets {"error": ...}."""
-    from .hosts import connect
-    from .launch.lane import call_agent
-
-    def one(h: str) -> dict[str, Any]:
-        return call_agent(connect(inv.host(h)), "fingerprint", {"host": h, "image": image})["fingerprint"]
-
-    return fingerprint_hosts(inv.lane(lane_name).hosts, one)

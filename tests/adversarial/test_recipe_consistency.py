@@ -6,7 +6,7 @@ itself reported, so it could never find a bad recipe the checker accepts).
 
 Hypothesis edits the TP4 recipe's world shape, env, command flags, cache dir, receipt roots and
 weight-load regex. When `inventory check` (schema + cross-file + every pre-node check launch runs)
-finds nothing, launch's own gate (`lane.check_shape`) and the per-rank spec (`build_spec`, with
+finds nothing, launch's own gate (`plan.check_shape`) and the per-rank spec (`build_spec`, with
 every node's fabric facts) must succeed for every host; when it finds something, launch refuses.
 """
 
@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from sparkfleet import inventory
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.fabric import FabricFacts
-from sparkfleet.launch.lane import check_shape
 from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
+from sparkfleet.launch.plan import check_shape
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.spec import DERIVED_KEYS, build_spec, recipe_problems
 

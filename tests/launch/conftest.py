@@ -14,9 +14,9 @@ def _agent_timing(monkeypatch):
     if not os.environ.get("SPARKFLEET_TEST_TIMING"):
         yield
         return
-    from sparkfleet.launch import lane
+    from sparkfleet.launch import lane, nodecall, plan
 
-    real = lane.call_agent
+    real = nodecall.call_agent
 
     def timed(runner, action, request, timeout=120):
         t = time.monotonic()
@@ -25,5 +25,6 @@ def _agent_timing(monkeypatch):
         finally:
             sys.__stderr__.write(f"[agent] {runner.name} {action} {time.monotonic() - t:.2f}s\n")
 
-    monkeypatch.setattr(lane, "call_agent", timed)
+    for floor in (lane, plan):  # the two floors that ask nodes during a launch
+        monkeypatch.setattr(floor, "call_agent", timed)
     yield

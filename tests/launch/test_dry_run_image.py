@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from sparkfleet.cli import main
 from sparkfleet.errors import ExitCode
-from sparkfleet.images.load import host_span
+from sparkfleet.images.record import host_span
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,10 +27,9 @@ from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode
-from sparkfleet.hoststack import lane_fingerprints
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.preflight import GateRefused
+from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
 from sparkfleet.launch.records import group_members
 from sparkfleet.launch.watch import watch_lane, watch_settings
 

@@ -32,6 +32,7 @@ from sparkfleet import apikeys, inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.nodecall import call_agent
 from sparkfleet.launch.records import group_members
 from sparkfleet.serving import gateway
 
@@ -118,7 +119,7 @@ def served(tmp_path, ns_hosts):
     def launch(n: int, policy: str | None = None):
         inv = make_fleet(tmp_path, n, policy, ns_hosts)
         made.append(inv)
-        gateway.share_key(inv, state, lanes.call_agent)  # before launch: the lanes start with it
+        gateway.share_key(inv, state, call_agent)  # before launch: the lanes start with it
         with ThreadPoolExecutor(n) as pool:
             names = [f"r{i}" for i in range(1, n + 1)]
             reports = list(pool.map(lambda name: lanes.launch(inv, name, allow_nas_weights=True), names))
@@ -126,7 +127,7 @@ def served(tmp_path, ns_hosts):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        st = gateway.up(inv, state, lanes.call_agent, bind="127.0.0.1", port=port, metrics_port=free_port())
+        st = gateway.up(inv, state, call_agent, bind="127.0.0.1", port=port, metrics_port=free_port())
         assert st["running"] and st["models"] == [MODEL], st
         assert set(st["lanes"].values()) == {"serving"}
         return inv, st["url"], gateway.gateway_key(state)
@@ -194,7 +195,7 @@ def test_four_replicas_spread_round_robin_while_cache_aware_sticks_a_shared_pref
 
     inv = make_fleet(Path(inv.root).parent, 4, "cache_aware", ns)  # same lanes, the policy changed
     st = gateway.up(
-        inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
+        inv, state, call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
     )
     assert st["policy"] == "cache_aware"
     prefix = "You are a careful assistant. " * 40

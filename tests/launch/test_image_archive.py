@@ -109,8 +109,8 @@ def test_an_engine_that_dies_mid_stream_is_an_error_not_a_hang(tmp_path):
 
 def test_the_tp4_lane_needs_a_loaded_build_and_every_host_holding_it(tmp_path, monkeypatch):
     from sparkfleet.errors import ExitCode, SparkfleetError
-    from sparkfleet.images.load import built_image_id
-    from sparkfleet.launch.lane import check_built_image
+    from sparkfleet.images.record import built_image_id
+    from sparkfleet.launch.plan import check_built_image
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")
@@ -212,7 +212,7 @@ def test_a_well_formed_archive_with_dot_slash_names_still_reads(tmp_path):
 )  # fmt: skip
 def test_a_tampered_operator_record_is_an_error_naming_the_key(tmp_path, monkeypatch, doc, key):
     from sparkfleet.errors import SparkfleetError
-    from sparkfleet.images.load import built_image_id, operator_record_path
+    from sparkfleet.images.record import built_image_id, operator_record_path
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")

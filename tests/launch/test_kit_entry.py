@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import inventory
-from sparkfleet.launch.lane import dry_run
+from sparkfleet.launch.plan import dry_run
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN_DIGEST = "sha256:" + "5e" * 32  # the production tag's digest is not published in the kit

@@ -11,7 +11,7 @@ from launch_fleet import fake_roce_sysfs
 
 from sparkfleet.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
 from sparkfleet.inventory import Host
-from sparkfleet.launch.lane import AgentError, call_agent
+from sparkfleet.launch.nodecall import AgentError, call_agent
 from sparkfleet.launch.runtimes import ContainerRuntime, RuntimeError_
 
 

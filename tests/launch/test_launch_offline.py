@@ -15,7 +15,7 @@ from test_launch_spec import TP4, make_inv
 
 from sparkfleet.cli import main
 from sparkfleet.errors import ExitCode
-from sparkfleet.launch import lane as lanes
+from sparkfleet.launch import plan
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def no_ssh(monkeypatch):
     def tripwire(*a, **k):
         raise AssertionError("a host was contacted")
 
-    monkeypatch.setattr(lanes, "connect", tripwire)
+    monkeypatch.setattr(plan, "connect", tripwire)
 
 
 def cli(root, *args):

@@ -236,7 +236,7 @@ def test_podman_gets_no_shm_size_beside_ipc_host(tmp_path):
 
 
 def test_unresolved_image_refused_before_any_node(tmp_path):
-    from sparkfleet.launch.lane import check_shape
+    from sparkfleet.launch.plan import check_shape
 
     inv = _bad(tmp_path, 'image = "lane-image"', 'image = "short-image"')
     with pytest.raises(ShapeError, match="not resolved"):

@@ -323,7 +323,7 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
         # the registry down (a wrong address in the push record): a new build streams over ssh
         other = tmp_path / "other.tar"
         other_id = docker_archive(b"\0" * 2048, other, "sparkfleet/other:build", "r2")
-        from sparkfleet.images.load import push_record_path
+        from sparkfleet.images.record import push_record_path
 
         rec = json.loads(push_record_path("ld").read_text())
         rec.update(image_id=other_id, registry="127.0.0.1:9")

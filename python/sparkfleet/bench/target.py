@@ -147,7 +147,7 @@ def head_key(inv: Inventory, name: str) -> str | None:
     """The lane's API key from its head host's key file (apikeys), read through the launch agent."""
     from ..hosts import HostUnreachable
     from ..lanekeys import lane_key
-    from ..launch.lane import call_agent
+    from ..launch.nodecall import call_agent
 
     try:
         return lane_key(inv, name, call_agent)

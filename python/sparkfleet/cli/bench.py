@@ -85,7 +85,7 @@ def writable_reports_dir(folder: Path) -> Path:
 
 def _lane_fingerprinter(ctx: click.Context, lane: str):
     """Reads every lane host's stack (kernel, driver, CUDA, NCCL, firmware, clocks, image) on the node."""
-    from ..hoststack import lane_fingerprints
+    from ..launch.preflight import lane_fingerprints
     from ..launch.recipe import launch_recipe
 
     inv = load_inventory(ctx)

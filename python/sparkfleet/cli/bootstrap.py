@@ -71,7 +71,7 @@ def _lane_keys(inv, host: str) -> dict[str, str]:
     """Each lane on HOST gets its API key there (needs sparkfleet on the host: after `deploy`, the
     launch installs it anyway)."""
     from ..lanekeys import install_for_host
-    from ..launch.lane import call_agent
+    from ..launch.nodecall import call_agent
 
     return install_for_host(inv, host, call_agent)
 
@@ -81,7 +81,7 @@ def _fleet_ca(runner, prefix: str) -> list:
     import os
 
     from ..bootstrap import trust_changes
-    from ..images.load import operator_state_dir
+    from ..images.record import operator_state_dir
 
     registry = os.environ.get("SPARKFLEET_REGISTRY")
     ca = operator_state_dir() / "registry" / "ca" / "ca.crt"

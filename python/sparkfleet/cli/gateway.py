@@ -15,7 +15,7 @@ STATE_ENV = "SPARKFLEET_GATEWAY_STATE"
 
 def default_state_dir() -> Path:
     """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
-    from ..images.load import operator_state_dir
+    from ..images.record import operator_state_dir
 
     return operator_state_dir() / "gateway"
 
@@ -56,7 +56,7 @@ def up(
       sparkfleet gateway up
       sparkfleet gateway up --port 8080 --json
     """
-    from ..launch.lane import call_agent
+    from ..launch.nodecall import call_agent
     from ..serving.gateway import up as do_up
 
     def event(msg: str) -> None:

@@ -100,7 +100,7 @@ def registry_options(fn):
 
 
 def make_registry(address: str, cert_dir: Path | None):
-    from ..images.load import operator_state_dir
+    from ..images.record import operator_state_dir
     from ..images.registry import Registry
 
     return Registry(address, cert_dir or operator_state_dir() / "registry" / "ca")

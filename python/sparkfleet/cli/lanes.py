@@ -208,7 +208,8 @@ def rollback(
     """
     from ..launch.generations import find_generation, last_good
     from ..launch.generations import rollback as do_rollback
-    from ..launch.lane import dry_run, launch, stop
+    from ..launch.lane import launch, stop
+    from ..launch.plan import dry_run
 
     inv = load_inventory(ctx)
     target = _release_generation(inv, lane, release_name) if release_name else None

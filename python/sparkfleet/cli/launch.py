@@ -22,7 +22,7 @@ OFFLINE_WHY = "offline: no host contacted"
 
 def _plan_one(ctx: click.Context, lane: str, host: str, offline: bool):
     """HOST's plan; an unreachable HOST is planned offline (the caller exits UNREACHABLE after showing it)."""
-    from ..launch.lane import prepare
+    from ..launch.plan import prepare
 
     inv = load_inventory(ctx)
     inv.host(host)
@@ -278,7 +278,7 @@ def launch(
 
 def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
     """Every rank as it would start, workers first, head last, without touching a host."""
-    from ..launch.lane import dry_run, planned_argv
+    from ..launch.plan import dry_run, planned_argv
     from ..launch.spec import redact_env
 
     plan = dry_run(load_inventory(ctx), lane)

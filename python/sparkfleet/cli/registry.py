@@ -32,7 +32,7 @@ def init(address: str, storage: Path, as_json: bool) -> None:
       sparkfleet registry init --address 10.0.0.1:5000
       SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet registry init --json
     """
-    from ..images.load import operator_state_dir
+    from ..images.record import operator_state_dir
     from ..images.registry import init as do_init
 
     out = do_init(operator_state_dir(), address, storage)

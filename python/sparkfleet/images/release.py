@@ -24,7 +24,7 @@ from ..errors import ExitCode, SparkfleetError
 from ..inventory import RECIPES_DIR, Inventory
 from ..launch.generations import load_all
 from .archive import inspect_build
-from .load import push_record_path, read_push_record
+from .record import push_record_path, read_push_record
 from .registry import Registry, push, tag
 
 RELEASES = "releases"

@@ -18,7 +18,8 @@ from pathlib import Path
 from .. import inventory
 from ..errors import SparkfleetError
 from ..inventory import Inventory
-from .lane import launch, prepare, status, stop
+from .lane import launch, status, stop
+from .plan import prepare
 from .recipe import launch_recipe
 
 SIGNATURES = (

@@ -35,7 +35,8 @@ from ..stage.lock import open_lock_file
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
-    from .lane import LanePlan, LaunchReport
+    from .plan import LanePlan
+    from .report import LaunchReport
 
 GENERATIONS = "generations"
 

@@ -1,404 +1,33 @@
-"""The controller side of a lane: probe every node, compute specs, start, wait, stop, report.
+"""The lane's lifecycle: launch, stop, status, logs — on a plan, through the node agent.
 
-Facts → plan → action → record: `prepare` probes each node (fabric, staged/verified models)
-through the agent and computes every rank's LaunchSpec with pure code, refusing a bad shape
-before any node is touched; `launch` starts workers first and the head last (the head's
-dist-init listener must find every worker dialling in), then waits for readiness and stops
-the whole lane if it does not come up. Nodes are reached only through hosts.connect().
+Plan → gates → action → record: `launch` takes the plan (`plan.prepare`), passes the gates
+(`preflight`), starts workers first and the head last (the head's dist-init listener must find
+every worker dialling in), then waits for readiness and stops the whole lane if it does not come
+up; the generation is recorded either way. Nodes are reached only through hosts.connect() and
+the agent client (`nodecall`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import ExitCode, SparkfleetError
-from ..fabric import FabricFacts
-from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, fan_out, remote_sparkfleet
-from ..inventory import Host, Inventory
+from ..hosts import HostUnreachable, connect, fan_out
+from ..inventory import Inventory
 from ..jsonable import to_jsonable
 from ..lanekeys import ensure as ensure_lane_key
-from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
-from .preflight import PreflightReport, ports_for_probe, preflight
-from .readiness import BootWatch, RankExit, RankProgress, ReadyReport, wait_ready
-from .recipe import LaunchRecipe, launch_recipe
-from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems, state_dir_of
-
-
-class AgentError(SparkfleetError):
-    """The node-side agent refused or failed."""
-
-
-def agent_argv(runner) -> list[str]:
-    """The agent command on a node: this interpreter locally, else `<$SPARKFLEET_REMOTE> agent`."""
-    if isinstance(runner, LocalHost):
-        return [sys.executable, "-m", "sparkfleet.launch.agent"]
-    return [*remote_sparkfleet(), "agent"]
-
-
-def call_agent(runner, action: str, request: dict, timeout: float = 120) -> dict:
-    """Run one agent action on a node and return its JSON answer (raising on ssh or agent errors)."""
-    res = check_reachable(
-        runner.run([*agent_argv(runner), action], input=json.dumps(request), timeout=timeout)
-    )
-    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict) and res.returncode == 127:  # the remote shell found no such command
-        raise AgentError(
-            f"{runner.name}: sparkfleet is not installed there ({agent_argv(runner)[0]}: command not found)",
-            hint=f"deploy it first: `sparkfleet bootstrap {runner.name}` once, then `deploy .#{runner.name}` "
-            "(or set SPARKFLEET_REMOTE to how sparkfleet starts on the hosts)",
-        )
-    if not isinstance(answer, dict):
-        err = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        if "Traceback" in res.stderr:
-            raise AgentError(
-                f"{runner.name}: sparkfleet agent {action} crashed: {err}",
-                hint="a sparkfleet bug, or different sparkfleet versions on controller and node",
-            )
-        raise AgentError(
-            f"{runner.name}: sparkfleet agent {action} failed (exit {res.returncode}): {err}",
-            hint="is sparkfleet installed on the node? $SPARKFLEET_REMOTE names the remote command",
-        )
-    if not answer.get("ok"):
-        raise AgentError(
-            f"{runner.name}: {answer.get('error')}",
-            hint=answer.get("hint"),
-            exit_code=answer.get("exit_code"),
-        )
-    return answer
-
-
-@dataclass
-class NodeFacts:
-    """What one node told us: fabric detection and model states (or why not)."""
-
-    host: str
-    fabric: FabricFacts | None
-    fabric_error: str | None
-    models: list[ModelState]
-    model_errors: list[str] = field(default_factory=list)
-    not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
-    memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
-    memory_error: str | None = None
-    ports_in_use: list[int] = field(default_factory=list)
-
-
-@dataclass
-class LanePlan:
-    """Every rank's spec and manifest, computed before anything starts.
-
-    A plan made without some node (`--offline`, `--dry-run`, or the host did not answer) holds
-    every value the inventory and recipe decide; what only the node can tell (fabric HCA/GID/
-    interfaces, which model entries are staged and verify) is listed in `unknown[host]` with
-    the reason, never guessed.
-    """
-
-    lane: str
-    recipe: LaunchRecipe
-    facts: dict[str, NodeFacts]
-    manifests: dict[str, BindManifest]
-    specs: dict[str, LaunchSpec]  # host -> spec
-    unknown: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {value: why unknown}
-    unreachable: dict[str, str] = field(default_factory=dict)  # host -> the ssh error
-    image_note: str = ""  # dry run of a Nix-built image: what the operator record says of it
-
-    def by_rank(self) -> list[LaunchSpec]:
-        return sorted(self.specs.values(), key=lambda s: s.rank)
-
-    def start_order(self) -> list[LaunchSpec]:
-        """Workers first, head last: the head's dist-init listener must find every worker dialling in."""
-        return list(reversed(self.by_rank()))
-
-
-def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
-    lane = inv.lane(recipe.lane)
-    rank = recipe.world.ranks.get(host.name, 0)
-    return {
-        "memory": True,
-        "ports": ports_for_probe(recipe, rank, recipe.world.nnodes),
-        "fabric": {"needed": recipe.fabric == "roce", "fabric_ip": host.fabric_ip},
-        "models": [
-            {"repo": m.repo, "revision": m.revision, "include": list(m.include), "exclude": list(m.exclude)}
-            for m in lane.models
-        ],
-        "local_hub": str(host.local_hub),
-        "nas_hub": str(host.nas_hub),
-    }
-
-
-def node_facts(host: str, answer: dict) -> NodeFacts:
-    """NodeFacts from an agent `probe` (or `doctor`) answer: shared by launch and doctor."""
-    fabric = None
-    if answer.get("fabric"):
-        f = answer["fabric"]
-        fabric = FabricFacts(f["fabric_ip"], tuple(f["hcas"]), int(f["gid_index"]), f["netdev"])
-    err = answer.get("fabric_error")
-    models, errors = [], []
-    for m in answer.get("models", []):
-        if "error" in m:
-            errors.append(f"{m['repo']}: {m['error']}")
-            continue
-        models.append(
-            ModelState(
-                repo=m["repo"],
-                commit=m["commit"],
-                files=tuple(SnapshotFile(f["path"], f["excluded"]) for f in m["files"]),
-                local_verified=m["local_verified"],
-                bad_paths=tuple(m.get("bad_paths", ())),
-                problems=tuple(m.get("problems", ())),
-            )
-        )
-    return NodeFacts(
-        host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
-        memory=answer.get("memory"), memory_error=answer.get("memory_error"),
-        ports_in_use=list(answer.get("ports_in_use", [])),
-    )  # fmt: skip
-
-
-def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
-    """The checks that need no node: run before any ssh."""
-    lane = inv.lane(recipe.lane)
-    problems = recipe_problems(inv, recipe)
-    if problems:
-        raise problems[0][1]
-    if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
-        raise ShapeError(
-            f"lane {lane.name}: image pin {recipe.image.name} is not resolved "
-            f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
-            hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
-        )
-
-
-def not_probed(host: str, why: str) -> NodeFacts:
-    """The facts of a node we did not (or could not) ask: nothing known, and why."""
-    return NodeFacts(host, None, None, [], not_probed=why)
-
-
-def unknowns(inv: Inventory, recipe: LaunchRecipe, facts: dict[str, NodeFacts], host_name: str) -> dict:
-    """{value: why} for what `host_name`'s spec lacks because a node was not probed."""
-    from ..fabric import NODE_ENV_KEYS
-
-    out: dict[str, str] = {}
-    nf = facts[host_name]
-    head = recipe.world.head
-    head_facts = facts.get(head)
-    if (
-        recipe.fabric == "roce"
-        and not inv.host(head).fabric_ip
-        and (head_facts is None or head_facts.fabric is None)
-    ):
-        out["DIST_INIT_ADDR"] = f"the head {head}'s fabric IP: not in hosts/fleet.toml and not detected"
-    if nf.not_probed is None:
-        return out
-    if nf.fabric is None and recipe.fabric == "roce":
-        why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
-        out.update({k: why for k in NODE_ENV_KEYS})
-        if not inv.host(host_name).fabric_ip:
-            out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
-    lane = inv.lane(recipe.lane)
-    if lane.models:
-        why = (
-            f"staged state on {host_name}: each snapshot directory binds from its local hub when "
-            f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
-        )
-        out["MODEL_PATH"] = why
-        out["model binds"] = why
-    return out
-
-
-def prepare(
-    inv: Inventory,
-    lane_name: str,
-    hosts: list[str] | None = None,
-    offline: str | None = None,
-    tolerate_unreachable: bool = False,
-) -> LanePlan:
-    """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything.
-
-    `offline`: contact no node; the reason is what `unknown` says. `tolerate_unreachable`: a node
-    that ssh cannot reach is planned as if offline and named in `unreachable` (the caller exits
-    with ExitCode.UNREACHABLE after showing what could be derived).
-    """
-    recipe = launch_recipe(inv, lane_name)
-    check_shape(inv, recipe)
-    lane = inv.lane(lane_name)
-    names = hosts or list(lane.hosts)
-    for name in names:
-        inv.host(name)
-    in_container = recipe.runtime in ("docker", "podman")
-    unreachable: dict[str, str] = {}
-    built = None
-    if in_container and recipe.image_build and offline is None:
-        from ..images.load import built_image_id  # lazy: the images module imports this one
-
-        built = built_image_id(recipe)
-    answers: dict[str, dict] = {}
-
-    def probe_one(name: str) -> NodeFacts:
-        if offline is not None:
-            return not_probed(name, offline)
-        host = inv.host(name)
-        req = probe_request(inv, recipe, host)
-        if built:
-            req["built_image"] = image_request(recipe, host, built)
-        try:
-            answers[name] = call_agent(connect(host), "probe", req, timeout=600)
-        except HostUnreachable as exc:
-            if not tolerate_unreachable:
-                raise
-            unreachable[name] = exc.message
-            return not_probed(name, f"unreachable: {exc.message}")
-        return node_facts(name, answers[name])
-
-    facts = {f.host: f for f in fan_out(probe_one, names)}
-    if built:
-        check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in answers})
-    if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
-        head = recipe.world.head
-        facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
-    manifests, specs = {}, {}
-    for name in names:
-        nf = facts[name]
-        if nf.model_errors:
-            raise SparkfleetError(
-                f"{name}: cannot read the lane's models: {'; '.join(nf.model_errors)}",
-                hint="is the NAS hub mounted on the node? (sparkfleet doctor " + name + ")",
-            )
-        probed = offline is None and name not in unreachable
-        if recipe.fabric == "roce" and nf.fabric is None and probed:
-            raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
-        host = inv.host(name)
-        manifests[name] = build_manifest(
-            name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None
-        )
-    fabrics = {n: f.fabric for n, f in facts.items()}
-    partial = offline is not None or bool(unreachable)
-    for name in names:
-        specs[name] = build_spec(
-            inv, recipe, name, manifests[name], fabrics, built, fabric_unknown_ok=partial
-        )
-    unknown = {name: unknowns(inv, recipe, facts, name) for name in names} if partial else {}
-    for name, missing in unknown.items():  # the command must not show a guess as a value either
-        specs[name] = dataclasses.replace(specs[name], argv=_mark_unknown(specs[name], missing))
-    return LanePlan(lane_name, recipe, facts, manifests, specs, unknown, unreachable)
-
-
-def _mark_unknown(spec: LaunchSpec, missing: dict[str, str]) -> tuple[str, ...]:
-    """argv with every value taken from an unknown env key written as `<KEY unknown>`."""
-    argv = list(spec.argv)
-    for key in missing:
-        value = spec.env.get(key)
-        if value is None:
-            continue
-        mark = f"<{key} unknown>"
-        if value == "":
-            argv = [mark if a == "" else a for a in argv]
-        else:
-            argv = [a.replace(value, mark) for a in argv]
-    return tuple(argv)
-
-
-DRY_RUN_WHY = "dry run: no host contacted"
-
-
-def dry_run(inv: Inventory, lane_name: str) -> LanePlan:
-    """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh.
-
-    A lane whose image is a Nix build previews before any `image load`: the image is shown as not
-    loaded (from the operator's record), never a reason to refuse the preview."""
-    plan = prepare(inv, lane_name, offline=DRY_RUN_WHY)
-    if plan.recipe.image_build and plan.recipe.runtime in ("docker", "podman"):
-        from ..images.load import planned_image  # lazy: the images module imports this one
-
-        ref, plan.image_note = planned_image(plan.recipe, list(plan.specs))
-        plan.specs = {h: dataclasses.replace(s, image=s.image or ref) for h, s in plan.specs.items()}
-    return plan
-
-
-def planned_argv(spec: LaunchSpec) -> list[str]:
-    """The full argv the rank's runtime would run: `docker|podman run ...`, else the serve command."""
-    if spec.runtime not in ("docker", "podman"):
-        return list(spec.argv)
-    from . import records
-    from .runtimes import container_run_argv
-
-    env_file = records.log_path(Path(spec.state_dir), spec.lane, spec.rank).with_suffix(".env")
-    return container_run_argv(spec, spec.runtime, env_file)
-
-
-def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
-    """What the agent needs to say which image ID `host` holds for the lane."""
-    return {
-        "lane": recipe.lane,
-        "state_dir": str(state_dir_of(host)),
-        "engine": recipe.runtime,
-        "expect": built,
-    }
-
-
-def image_mismatch(built: str, state: dict) -> str | None:
-    """Why a host's image is not the build's (None when it is, and the engine still holds it)."""
-    held = state.get("recorded")
-    if held != built:
-        return f"holds {held or 'no recorded image'}, the build is {built}"
-    if not state.get("present"):
-        return f"recorded {held} but the engine no longer has it"
-    return None
-
-
-def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
-    """Refuse (before anything starts) when a host's recorded image ID is not the build's."""
-    bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
-    if bad:
-        raise SparkfleetError(
-            f"lane {recipe.lane}: image differs from the build of {recipe.image_build} on "
-            + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
-            hint=f"sparkfleet image load {recipe.lane}",
-            exit_code=ExitCode.REFUSED,
-        )
-
-
-def _state_request(inv: Inventory, lane: str, host: str, **extra: Any) -> dict:
-    return {"lane": lane, "state_dir": str(state_dir_of(inv.host(host))), **extra}
-
-
-@dataclass
-class StartedRank:
-    host: str
-    rank: int
-    name: str
-    pid: int | None
-    container_id: str | None
-    log_path: str
-    receipts_cleared: list[str]
-
-
-@dataclass
-class LaunchReport:
-    lane: str
-    started: list[StartedRank]
-    ready: ReadyReport | None
-    stopped_after_failure: bool = False
-    preflight: PreflightReport | None = None
-    boot_cache: dict[str, dict] = field(default_factory=dict)  # host -> warm/cold, key, dir
-    generation: dict | None = None  # the lane generation this launch recorded (launch/generations)
-    nas_weights: dict[str, dict] = field(default_factory=dict)  # host -> non-optional NAS files (allowed)
-
-    def weights_note(self) -> str:
-        """The line "weights from NAS on dgx2 (10 files)" when --allow-nas-weights let such a rank through."""
-        from .weights import weights_note
-
-        return weights_note(self.nas_weights)
+from .generations import current, mark_stopped, record_launch
+from .nodecall import call_agent, state_request
+from .plan import LanePlan, prepare
+from .preflight import preflight
+from .readiness import BootWatch, RankExit, RankProgress, wait_ready
+from .recipe import launch_recipe
+from .report import LaunchReport, StartedRank
+from .spec import LaunchSpec, state_dir_of
+from .weights import check_local_weights, host_weights, weights_note
 
 
 def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[dict]:
@@ -408,7 +37,7 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
 
     def stop_one(name: str) -> list[dict]:
         try:
-            req = _state_request(inv, lane_name, name, timeout=wait)
+            req = state_request(inv, lane_name, name, timeout=wait)
             ans = call_agent(connect(inv.host(name)), "stop", req, timeout=wait + 60)
             return [{"host": name, **s} for s in ans["stopped"]]
         except HostUnreachable as exc:
@@ -416,8 +45,6 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
 
     results = [r for rs in fan_out(stop_one, list(lane.hosts)) for r in rs]
     if any(r.get("was_running") for r in results) and all(r["stopped"] for r in results):
-        from .generations import mark_stopped
-
         mark_stopped(inv.root, lane_name)  # history: this generation was stopped, not still "ready"
     return results
 
@@ -426,7 +53,7 @@ def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.
     """Workers that stopped running; each worker's new log lines go to `boot` on the way."""
 
     def check(spec: LaunchSpec) -> list[RankExit]:
-        req = _state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
+        req = state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
         ans = call_agent(connect(inv.host(spec.host)), "watch", req)
         if not ans.get("found", True):
             return [RankExit(spec.host, spec.rank, None)]
@@ -503,7 +130,7 @@ def check_occupancy(
         else:  # a lane no longer in the inventory: stop it where its records are
             results = []
             for host in sorted({r["host"] for r in taken[other]}):
-                req = _state_request(inv, other, host)
+                req = state_request(inv, other, host)
                 results += call_agent(connect(inv.host(host)), "stop", req, timeout=120)["stopped"]
         if not all(r["stopped"] for r in results):
             raise SparkfleetError(
@@ -567,8 +194,6 @@ def _launch(
 ) -> LaunchReport:
     plan = prepare(inv, lane_name)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
-    from .weights import check_local_weights, host_weights
-
     weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
     nas_weights = check_local_weights(lane_name, weights, gates.allow_nas_weights, on_event)
     running = [r for r in status(inv, lane_name)["ranks"] if r["running"] or r.get("orphan_pid")]
@@ -622,8 +247,6 @@ def _launch(
         if started:
             stop(inv, lane_name, plan.recipe.timeouts.stop_s)
         raise
-    from .generations import record_launch
-
     if not wait:
         report = LaunchReport(
             lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights
@@ -637,7 +260,7 @@ def _launch(
     )
 
     def poll_head(offset: int) -> dict:
-        req = _state_request(inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
+        req = state_request(inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
         ans = call_agent(head_runner, "watch", req)
         boot.feed(0, ans, time.monotonic())
         on_progress(boot.snapshot(time.monotonic()))
@@ -680,7 +303,7 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
 
     def ask(name: str) -> dict:
         try:
-            return call_agent(connect(inv.host(name)), "status", _state_request(inv, lane_name, name))
+            return call_agent(connect(inv.host(name)), "status", state_request(inv, lane_name, name))
         except HostUnreachable as exc:  # a Spark that is off looks like this too
             return {"error": f"powered off or unreachable: {exc.message}", "code": int(exc.exit_code)}
         except SparkfleetError as exc:
@@ -703,7 +326,7 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
     if any(r["rank"] == 0 and r["running"] for r in ranks):
         try:
             ans = call_agent(
-                connect(inv.host(head)), "watch", _state_request(inv, lane_name, head, rank=0, offset=0,
+                connect(inv.host(head)), "watch", state_request(inv, lane_name, head, rank=0, offset=0,
                                                                 max_bytes=0, port=recipe.port)
             )  # fmt: skip
             health = {"health": ans.get("health"), "models_status": ans.get("models_status"),
@@ -711,9 +334,6 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         except SparkfleetError as exc:
             errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
     running = sum(1 for r in ranks if r["running"])
-    from .generations import current
-    from .weights import weights_note
-
     gen = current(generations_root or inv.root, lane_name) if running else None
     return {
         "weights": weights_note((gen or {}).get("nas_weights")),
@@ -742,7 +362,7 @@ def logs(
         )
     out = {}
     for name in names:
-        ans = call_agent(connect(inv.host(name)), "logs", _state_request(inv, lane_name, name, lines=lines))
+        ans = call_agent(connect(inv.host(name)), "logs", state_request(inv, lane_name, name, lines=lines))
         out[name] = ans if answers else ans["logs"]
     return out
 
@@ -755,9 +375,9 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
             f"{host} is not in lane {lane_name}", hint=f"lane hosts: {', '.join(lane.hosts)}"
         )
     runner = connect(inv.host(host))
-    ans = call_agent(runner, "status", _state_request(inv, lane_name, host))
+    ans = call_agent(runner, "status", state_request(inv, lane_name, host))
     if not ans["ranks"]:
-        last = call_agent(runner, "logs", _state_request(inv, lane_name, host, lines=0))
+        last = call_agent(runner, "logs", state_request(inv, lane_name, host, lines=0))
         if last.get("stopped"):
             raise SparkfleetError(
                 f"{lane_name} is not running on {host}: nothing to follow",
@@ -773,7 +393,3 @@ def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
     else:
         argv = [rec["runtime"], "logs", "--tail", str(lines), "-f", rec["container_id"]]
     return runner.stream(argv)
-
-
-# Public name for the other controller rooms (watch, generations) that ask a lane's hosts.
-state_request = _state_request

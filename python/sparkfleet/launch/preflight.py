@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ExitCode, SparkfleetError
 from ..hosts import connect, fan_out
-from ..hoststack import HostFingerprint, drift
+from ..hoststack import HostFingerprint, drift, fingerprint_hosts
 from ..memory import MemoryFacts, admit, summary
+from .nodecall import call_agent
+from .recipe import rank_port
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
-    from .lane import LanePlan
+    from .plan import LanePlan
 
 
 class GateRefused(SparkfleetError):
@@ -85,29 +87,37 @@ def check_ports(plan: LanePlan) -> None:
 
 def _lane_ports(plan: LanePlan, host: str) -> list[tuple[int, str]]:
     spec = plan.specs[host]
-    rank_port = plan.recipe.port + spec.rank if "{rank_port}" in plan.recipe.command else plan.recipe.port
-    out = [(rank_port, "serving")]
+    out = [(rank_port(plan.recipe, spec.rank), "serving")]
     if spec.rank == 0 and spec.nnodes > 1:
         out.append((plan.recipe.dist_port, "rendezvous (dist-init)"))
     return out
 
 
-def ports_for_probe(plan_recipe, rank: int, nnodes: int) -> list[int]:
-    """The ports the probe checks on a node before the plan exists."""
-    port = plan_recipe.port + rank if "{rank_port}" in plan_recipe.command else plan_recipe.port
-    return [port, plan_recipe.dist_port] if rank == 0 and nnodes > 1 else [port]
+def read_fingerprint(inv: Inventory, host: str, image: str | None, call_agent: Callable) -> dict[str, Any]:
+    """One host's stack, read on the node by its agent (one ssh call): the one way both the drift
+    gate and a bench report read it."""
+    return call_agent(connect(inv.host(host)), "fingerprint", {"host": host, "image": image})["fingerprint"]
 
 
 def fingerprints(inv: Inventory, plan: LanePlan, call_agent: Callable) -> dict[str, HostFingerprint]:
-    """Every host's stack, each read on the node by the agent (one ssh call per host, all at once)."""
+    """Every host's stack for the drift gate (all at once); a host that cannot answer refuses the launch."""
     image = plan.by_rank()[0].image
 
     def one(h: str) -> HostFingerprint:
-        ans = call_agent(connect(inv.host(h)), "fingerprint", {"host": h, "image": image})
-        return HostFingerprint.from_dict(ans["fingerprint"])
+        return HostFingerprint.from_dict(read_fingerprint(inv, h, image, call_agent))
 
     hosts = list(plan.specs)
     return dict(zip(hosts, fan_out(one, hosts), strict=True))
+
+
+def lane_fingerprints(
+    inv: Inventory, lane_name: str, image: str | None = None, call_agent: Callable = call_agent
+) -> dict[str, dict[str, Any]]:
+    """{host: fingerprint dict} for every host of a lane, all at once: what a bench report carries.
+    A host that cannot answer gets {"error": ...} (`fingerprint_hosts`), never a crash."""
+    return fingerprint_hosts(
+        inv.lane(lane_name).hosts, lambda h: read_fingerprint(inv, h, image, call_agent)
+    )
 
 
 def check_drift(inv: Inventory, fps: dict[str, HostFingerprint], allow: bool) -> list[str]:

@@ -228,3 +228,15 @@ def canary_settings(doc: dict) -> CanarySettings:
         timeout_s=float(doc.get("timeout_s", 120)),
         python=doc.get("python", "python3"),
     )
+
+
+def rank_port(recipe: LaunchRecipe, rank: int) -> int:
+    """The port a rank serves on: the lane's port, plus the rank when the command says {rank_port}."""
+    return recipe.port + rank if "{rank_port}" in recipe.command else recipe.port
+
+
+def ports_for_probe(recipe: LaunchRecipe, rank: int, nnodes: int) -> list[int]:
+    """The ports the probe checks on a node before the plan exists: its serving port, and the
+    head's rendezvous (dist-init) port when the lane spans nodes."""
+    port = rank_port(recipe, rank)
+    return [port, recipe.dist_port] if rank == 0 and nnodes > 1 else [port]

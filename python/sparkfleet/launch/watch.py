@@ -311,7 +311,7 @@ def lane_secrets(inv, lane_name: str) -> set[str]:
     """The secret values the operator knows for a lane: its ranks' env (recipe [launch.env] and
     what is derived from it) by the rule of spec.secret_values, and the lane's API key."""
     from ..bench.target import for_lane
-    from .lane import dry_run
+    from .plan import dry_run
     from .spec import secret_values
 
     found: set[str] = set()
@@ -334,7 +334,7 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
     """Ask every host of the lane for its bundle (in parallel) and write them under incidents/."""
     from ..hosts import connect, fan_out
     from .generations import current, scan
-    from .lane import call_agent, state_request
+    from .nodecall import call_agent, state_request
     from .recipe import launch_recipe
 
     lane = inv.lane(lane_name)

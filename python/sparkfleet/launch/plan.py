@@ -1,0 +1,306 @@
+"""The lane's plan: probe every node, compute every rank's spec, refuse a bad shape before anything starts.
+
+Facts → plan: `prepare` asks each node (fabric, staged/verified models, memory, busy ports, the
+image it holds) through the agent and computes every rank's LaunchSpec with pure code (`build_spec`,
+`build_manifest`); `dry_run` does the same from the inventory and recipe alone. Nothing here
+starts, stops or records anything: that is the lifecycle's (`lane.py`), which runs on a plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ExitCode, SparkfleetError
+from ..fabric import NODE_ENV_KEYS, FabricFacts
+from ..hosts import HostUnreachable, connect, fan_out
+from ..images.record import built_image_id, planned_image
+from ..inventory import Host, Inventory
+from . import records
+from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
+from .nodecall import call_agent
+from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
+from .runtimes import container_run_argv
+from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems, state_dir_of
+
+
+@dataclass
+class NodeFacts:
+    """What one node told us: fabric detection and model states (or why not)."""
+
+    host: str
+    fabric: FabricFacts | None
+    fabric_error: str | None
+    models: list[ModelState]
+    model_errors: list[str] = field(default_factory=list)
+    not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
+    memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
+    memory_error: str | None = None
+    ports_in_use: list[int] = field(default_factory=list)
+
+
+@dataclass
+class LanePlan:
+    """Every rank's spec and manifest, computed before anything starts.
+
+    A plan made without some node (`--offline`, `--dry-run`, or the host did not answer) holds
+    every value the inventory and recipe decide; what only the node can tell (fabric HCA/GID/
+    interfaces, which model entries are staged and verify) is listed in `unknown[host]` with
+    the reason, never guessed.
+    """
+
+    lane: str
+    recipe: LaunchRecipe
+    facts: dict[str, NodeFacts]
+    manifests: dict[str, BindManifest]
+    specs: dict[str, LaunchSpec]  # host -> spec
+    unknown: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {value: why unknown}
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> the ssh error
+    image_note: str = ""  # dry run of a Nix-built image: what the operator record says of it
+
+    def by_rank(self) -> list[LaunchSpec]:
+        return sorted(self.specs.values(), key=lambda s: s.rank)
+
+    def start_order(self) -> list[LaunchSpec]:
+        """Workers first, head last: the head's dist-init listener must find every worker dialling in."""
+        return list(reversed(self.by_rank()))
+
+
+def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
+    lane = inv.lane(recipe.lane)
+    rank = recipe.world.ranks.get(host.name, 0)
+    return {
+        "memory": True,
+        "ports": ports_for_probe(recipe, rank, recipe.world.nnodes),
+        "fabric": {"needed": recipe.fabric == "roce", "fabric_ip": host.fabric_ip},
+        "models": [
+            {"repo": m.repo, "revision": m.revision, "include": list(m.include), "exclude": list(m.exclude)}
+            for m in lane.models
+        ],
+        "local_hub": str(host.local_hub),
+        "nas_hub": str(host.nas_hub),
+    }
+
+
+def node_facts(host: str, answer: dict) -> NodeFacts:
+    """NodeFacts from an agent `probe` (or `doctor`) answer: shared by launch and doctor."""
+    fabric = None
+    if answer.get("fabric"):
+        f = answer["fabric"]
+        fabric = FabricFacts(f["fabric_ip"], tuple(f["hcas"]), int(f["gid_index"]), f["netdev"])
+    err = answer.get("fabric_error")
+    models, errors = [], []
+    for m in answer.get("models", []):
+        if "error" in m:
+            errors.append(f"{m['repo']}: {m['error']}")
+            continue
+        models.append(
+            ModelState(
+                repo=m["repo"],
+                commit=m["commit"],
+                files=tuple(SnapshotFile(f["path"], f["excluded"]) for f in m["files"]),
+                local_verified=m["local_verified"],
+                bad_paths=tuple(m.get("bad_paths", ())),
+                problems=tuple(m.get("problems", ())),
+            )
+        )
+    return NodeFacts(
+        host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
+        memory=answer.get("memory"), memory_error=answer.get("memory_error"),
+        ports_in_use=list(answer.get("ports_in_use", [])),
+    )  # fmt: skip
+
+
+def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
+    """The checks that need no node: run before any ssh."""
+    lane = inv.lane(recipe.lane)
+    problems = recipe_problems(inv, recipe)
+    if problems:
+        raise problems[0][1]
+    if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
+        raise ShapeError(
+            f"lane {lane.name}: image pin {recipe.image.name} is not resolved "
+            f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
+            hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
+        )
+
+
+def not_probed(host: str, why: str) -> NodeFacts:
+    """The facts of a node we did not (or could not) ask: nothing known, and why."""
+    return NodeFacts(host, None, None, [], not_probed=why)
+
+
+def unknowns(inv: Inventory, recipe: LaunchRecipe, facts: dict[str, NodeFacts], host_name: str) -> dict:
+    """{value: why} for what `host_name`'s spec lacks because a node was not probed."""
+    out: dict[str, str] = {}
+    nf = facts[host_name]
+    head = recipe.world.head
+    head_facts = facts.get(head)
+    if (
+        recipe.fabric == "roce"
+        and not inv.host(head).fabric_ip
+        and (head_facts is None or head_facts.fabric is None)
+    ):
+        out["DIST_INIT_ADDR"] = f"the head {head}'s fabric IP: not in hosts/fleet.toml and not detected"
+    if nf.not_probed is None:
+        return out
+    if nf.fabric is None and recipe.fabric == "roce":
+        why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
+        out.update({k: why for k in NODE_ENV_KEYS})
+        if not inv.host(host_name).fabric_ip:
+            out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
+    lane = inv.lane(recipe.lane)
+    if lane.models:
+        why = (
+            f"staged state on {host_name}: each snapshot directory binds from its local hub when "
+            f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
+        )
+        out["MODEL_PATH"] = why
+        out["model binds"] = why
+    return out
+
+
+def prepare(
+    inv: Inventory,
+    lane_name: str,
+    hosts: list[str] | None = None,
+    offline: str | None = None,
+    tolerate_unreachable: bool = False,
+) -> LanePlan:
+    """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything.
+
+    `offline`: contact no node; the reason is what `unknown` says. `tolerate_unreachable`: a node
+    that ssh cannot reach is planned as if offline and named in `unreachable` (the caller exits
+    with ExitCode.UNREACHABLE after showing what could be derived).
+    """
+    recipe = launch_recipe(inv, lane_name)
+    check_shape(inv, recipe)
+    lane = inv.lane(lane_name)
+    names = hosts or list(lane.hosts)
+    for name in names:
+        inv.host(name)
+    in_container = recipe.runtime in ("docker", "podman")
+    unreachable: dict[str, str] = {}
+    built = None
+    if in_container and recipe.image_build and offline is None:
+        built = built_image_id(recipe)
+    answers: dict[str, dict] = {}
+
+    def probe_one(name: str) -> NodeFacts:
+        if offline is not None:
+            return not_probed(name, offline)
+        host = inv.host(name)
+        req = probe_request(inv, recipe, host)
+        if built:
+            req["built_image"] = image_request(recipe, host, built)
+        try:
+            answers[name] = call_agent(connect(host), "probe", req, timeout=600)
+        except HostUnreachable as exc:
+            if not tolerate_unreachable:
+                raise
+            unreachable[name] = exc.message
+            return not_probed(name, f"unreachable: {exc.message}")
+        return node_facts(name, answers[name])
+
+    facts = {f.host: f for f in fan_out(probe_one, names)}
+    if built:
+        check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in answers})
+    if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
+        head = recipe.world.head
+        facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
+    manifests, specs = {}, {}
+    for name in names:
+        nf = facts[name]
+        if nf.model_errors:
+            raise SparkfleetError(
+                f"{name}: cannot read the lane's models: {'; '.join(nf.model_errors)}",
+                hint="is the NAS hub mounted on the node? (sparkfleet doctor " + name + ")",
+            )
+        probed = offline is None and name not in unreachable
+        if recipe.fabric == "roce" and nf.fabric is None and probed:
+            raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
+        host = inv.host(name)
+        manifests[name] = build_manifest(
+            name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None
+        )
+    fabrics = {n: f.fabric for n, f in facts.items()}
+    partial = offline is not None or bool(unreachable)
+    for name in names:
+        specs[name] = build_spec(
+            inv, recipe, name, manifests[name], fabrics, built, fabric_unknown_ok=partial
+        )
+    unknown = {name: unknowns(inv, recipe, facts, name) for name in names} if partial else {}
+    for name, missing in unknown.items():  # the command must not show a guess as a value either
+        specs[name] = dataclasses.replace(specs[name], argv=_mark_unknown(specs[name], missing))
+    return LanePlan(lane_name, recipe, facts, manifests, specs, unknown, unreachable)
+
+
+def _mark_unknown(spec: LaunchSpec, missing: dict[str, str]) -> tuple[str, ...]:
+    """argv with every value taken from an unknown env key written as `<KEY unknown>`."""
+    argv = list(spec.argv)
+    for key in missing:
+        value = spec.env.get(key)
+        if value is None:
+            continue
+        mark = f"<{key} unknown>"
+        if value == "":
+            argv = [mark if a == "" else a for a in argv]
+        else:
+            argv = [a.replace(value, mark) for a in argv]
+    return tuple(argv)
+
+
+DRY_RUN_WHY = "dry run: no host contacted"
+
+
+def dry_run(inv: Inventory, lane_name: str) -> LanePlan:
+    """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh.
+
+    A lane whose image is a Nix build previews before any `image load`: the image is shown as not
+    loaded (from the operator's record), never a reason to refuse the preview."""
+    plan = prepare(inv, lane_name, offline=DRY_RUN_WHY)
+    if plan.recipe.image_build and plan.recipe.runtime in ("docker", "podman"):
+        ref, plan.image_note = planned_image(plan.recipe, list(plan.specs))
+        plan.specs = {h: dataclasses.replace(s, image=s.image or ref) for h, s in plan.specs.items()}
+    return plan
+
+
+def planned_argv(spec: LaunchSpec) -> list[str]:
+    """The full argv the rank's runtime would run: `docker|podman run ...`, else the serve command."""
+    if spec.runtime not in ("docker", "podman"):
+        return list(spec.argv)
+    env_file = records.log_path(Path(spec.state_dir), spec.lane, spec.rank).with_suffix(".env")
+    return container_run_argv(spec, spec.runtime, env_file)
+
+
+def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
+    """What the agent needs to say which image ID `host` holds for the lane."""
+    return {
+        "lane": recipe.lane,
+        "state_dir": str(state_dir_of(host)),
+        "engine": recipe.runtime,
+        "expect": built,
+    }
+
+
+def image_mismatch(built: str, state: dict) -> str | None:
+    """Why a host's image is not the build's (None when it is, and the engine still holds it)."""
+    held = state.get("recorded")
+    if held != built:
+        return f"holds {held or 'no recorded image'}, the build is {built}"
+    if not state.get("present"):
+        return f"recorded {held} but the engine no longer has it"
+    return None
+
+
+def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
+    """Refuse (before anything starts) when a host's recorded image ID is not the build's."""
+    bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
+    if bad:
+        raise SparkfleetError(
+            f"lane {recipe.lane}: image differs from the build of {recipe.image_build} on "
+            + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
+            hint=f"sparkfleet image load {recipe.lane}",
+            exit_code=ExitCode.REFUSED,
+        )
