@@ -27,7 +27,7 @@ from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
 from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.launch import records  # noqa: E402
-from sparkfleet.launch.watch import WatchSettings, watch_lane  # noqa: E402
+from sparkfleet.launch.supervisor import WatchSettings, watch_lane  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

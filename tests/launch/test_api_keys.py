@@ -33,7 +33,7 @@ from sparkfleet.doctor import doctor
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.records import group_members
-from sparkfleet.launch.watch import collect_incident
+from sparkfleet.launch.supervisor import collect_incident
 
 # The serve command prints the key it got (like an engine logging its arguments), then execs the
 # demo server, which takes the key from the env file's SPARKFLEET_API_KEY (never from argv).

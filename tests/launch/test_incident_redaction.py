@@ -21,7 +21,7 @@ from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.spec import redact_env, secret_values
-from sparkfleet.launch.watch import collect_incident
+from sparkfleet.launch.supervisor import collect_incident
 
 SECRETS = {
     "HF_TOKEN": "hf_incident_token_0123456789",

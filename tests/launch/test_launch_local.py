@@ -226,7 +226,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
 def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     """`watch` after kill -9 of a supervisor tried three relaunches, each "serving port … already in
     use", and ended "needs a human" with the server still up. Its restart now ends the group first."""
-    from sparkfleet.launch.watch import WatchSettings, watch_lane
+    from sparkfleet.launch.supervisor import WatchSettings, watch_lane
 
     inv, port, _ = local_fleet
     assert lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).ready.ok

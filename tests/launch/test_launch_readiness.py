@@ -128,7 +128,7 @@ def test_rank_logs_are_capped_and_rotated(tmp_path):
     log, exit_file = tmp_path / "rank0.log", tmp_path / "rank0.exit"
     writer = "import sys\nfor i in range(40000): sys.stdout.write(f'line {i:08d} ' + 'x' * 64 + '\\n')\n"
     cp = subprocess.run(
-        [sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file),
+        [sys.executable, "-m", "sparkfleet.launch.rank_parent", "--exit-file", str(exit_file),
          "--log", str(log), "--max-log-bytes", str(512 * 1024), "--", sys.executable, "-c", writer],
         capture_output=True, timeout=120,
     )  # fmt: skip

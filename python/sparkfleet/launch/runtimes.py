@@ -132,14 +132,14 @@ class ProcessRuntime:
         exit_file.unlink(missing_ok=True)
         child_path(str(exit_file)).unlink(missing_ok=True)
         env = {**os.environ, **spec.env}
-        supervise = [
-            sys.executable, "-m", "sparkfleet.launch.supervise", "--exit-file", str(exit_file),
+        rank_parent = [
+            sys.executable, "-m", "sparkfleet.launch.rank_parent", "--exit-file", str(exit_file),
             "--log", str(log), "--max-log-bytes", str(MAX_LOG_BYTES),
             "--child-file", str(child_path(str(exit_file))), "--",
         ]  # fmt: skip
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [*supervise, *spec.argv],
+                [*rank_parent, *spec.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

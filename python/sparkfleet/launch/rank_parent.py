@@ -5,7 +5,7 @@ tell later whether it died, or with which code. This tiny parent (the session le
 and start time the launch record keeps) waits for the serve command, forwards SIGTERM/SIGINT to
 it, and leaves `{"returncode": N}` at --exit-file (temp + fsync + os.replace).
 
-    python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N]
+    python -m sparkfleet.launch.rank_parent --exit-file PATH [--log PATH --max-log-bytes N]
         [--child-file PATH] -- ARGV...
 
 With --log, the command's output goes through this parent into PATH, which is rotated to PATH.1
@@ -32,7 +32,7 @@ from . import records
 
 DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
 USAGE = (
-    "usage: python -m sparkfleet.launch.supervise --exit-file PATH [--log PATH --max-log-bytes N]"
+    "usage: python -m sparkfleet.launch.rank_parent --exit-file PATH [--log PATH --max-log-bytes N]"
     " [--child-file PATH] -- ARGV..."
 )
 

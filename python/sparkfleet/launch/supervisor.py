@@ -243,7 +243,7 @@ class Supervisor:
 
 
 def crash_text(exc: BaseException) -> str:
-    """`TypeError: ... (at watch.py:123)`: what an event or an incident says about an exception."""
+    """`TypeError: ... (at supervisor.py:123)`: what an event or an incident says about an exception."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {str(exc)[:300]}{where}"
