@@ -2,7 +2,9 @@
 
 - the core never imports the CLI (formatting belongs to cli/, the CLI calls the core);
 - engram's launch wiring runs one way: launch imports engram, engram never imports launch;
-- no module imports another module's `_private` name.
+- no module imports another module's `_private` name;
+- no import circle, function-level imports included (TYPE_CHECKING blocks excluded), and launch/
+  in three floors whose arrows run down only: pure <- node side <- controller.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.importgraph import circles, graph, path_to, reachable
+
 PKG = Path(__file__).resolve().parents[2] / "python" / "sparkfleet"
+LAUNCH = "sparkfleet.launch."
+# launch/'s floors. Pure: computes from its arguments, reads no node and calls no agent. Node side:
+# runs on the node (the agent and what it starts). Controller: runs on the operator's machine and
+# reaches nodes through the agent. A new launch module must be placed on one of them.
+PURE = {"recipe", "spec", "manifest", "readiness", "bootcache", "weights"}
+NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
+CONTROLLER = {"nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "demo"}
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -75,3 +86,59 @@ def test_the_node_side_agent_verb_does_not_import_rich():
     code = "import sys, sparkfleet.cli.launch, sparkfleet.launch.agent; print('rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_the_circle_checker_finds_a_planted_circle_even_behind_a_lazy_import(tmp_path):
+    """a imports b at the top, b imports a inside a function (the lazy import that used to hide
+    circles); c imports a only for annotations (TYPE_CHECKING), which is no arrow."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from . import b\nfrom .c import C\n",
+        "pkg/b.py": "def f():\n    from .a import thing  # lazy\n    return thing\n",
+        "pkg/c.py": "from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from pkg.a import A\nclass C: ...\n",
+        "pkg/sub/__init__.py": "from .d import D\n",
+        "pkg/sub/d.py": "import pkg.sub\nclass D: ...\n",
+    })  # fmt: skip
+    g = graph(tmp_path, "pkg")
+    assert g["pkg.b"] == {"pkg.a"} and g["pkg.c"] == set()  # the lazy import counts, TYPE_CHECKING not
+    assert circles(g) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_package_has_no_import_circle():
+    assert circles(graph(PKG.parent, "sparkfleet")) == []
+
+
+def test_every_launch_module_stands_on_one_floor():
+    launch = {m.removeprefix(LAUNCH) for m in graph(PKG.parent, "sparkfleet") if m.startswith(LAUNCH)}
+    assert launch - (PURE | NODE | CONTROLLER) == set()
+    assert not (PURE & NODE or PURE & CONTROLLER or NODE & CONTROLLER)
+
+
+def test_launch_arrows_run_down_only():
+    """Pure modules reach no node-side or controller module, the node side no controller module,
+    not even through a module outside launch/ (each arrow counted transitively)."""
+    g = graph(PKG.parent, "sparkfleet")
+    bad = []
+    for floor, above in ((PURE, NODE | CONTROLLER), (NODE, CONTROLLER)):
+        for name in sorted(floor):
+            via = reachable(g, LAUNCH + name)
+            ups = [LAUNCH + up for up in sorted(above) if LAUNCH + up in via]
+            bad += [" -> ".join(path_to(via, LAUNCH + name, up)) for up in ups]
+    assert bad == []
+
+
+def test_images_and_hoststack_do_not_reach_the_lane_lifecycle():
+    """images/ reads its records and calls the agent client, never the lane's lifecycle or plan;
+    hoststack reads a host's stack through `hosts` alone."""
+    g = graph(PKG.parent, "sparkfleet")
+    images = {m: sorted(t for t in ts if t in {LAUNCH + "lane", LAUNCH + "plan"})
+              for m, ts in g.items() if m.startswith("sparkfleet.images")}  # fmt: skip
+    assert {m: ts for m, ts in images.items() if ts} == {}
+    assert g["sparkfleet.hoststack"] == {"sparkfleet.hosts"}
