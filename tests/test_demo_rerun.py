@@ -48,7 +48,7 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
         assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
     try:
         assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
-        old = [r["pid"] for r in lanes.status(inv, DEMO_LANE)["ranks"]]
+        old = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
         assert len(old) == 2 and all(records.group_members(p) for p in old)
         proc = subprocess.run(
             [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh",

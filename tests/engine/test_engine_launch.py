@@ -91,8 +91,8 @@ def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
         assert report.ready is not None and report.ready.ok, report.ready
         assert report.ready.models == [nas.repo] and report.ready.health == 200
         st = lanes.status(inv, "vllm")
-        assert st["running"] == 1
-        pid = st["ranks"][0]["pid"]
+        assert st.running == 1
+        pid = st.ranks[0].pid
         ep = report_endpoint(port, nas.repo, tmp_path / "state")
         m = measure(stream_chat(ep, chat_request(ep, "Say hello.", 8, ignore_eos=True)))
         assert m.ok and m.completion_tokens == 8, m.error
@@ -111,7 +111,7 @@ def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
     stopped: list[int] = []
     try:
         assert lanes.launch(inv, "vllm", allow_nas_weights=True).ready.ok
-        pid = lanes.status(inv, "vllm")["ranks"][0]["pid"]
+        pid = lanes.status(inv, "vllm").ranks[0].pid
         ep = report_endpoint(port, nas.repo, tmp_path / "state")
         prompt = "Name one colour."
         # the random model's own greedy answer is the known answer (nothing else is right for it)

@@ -164,10 +164,10 @@ def test_a_lane_serves_only_with_its_key_and_every_client_sends_it(keyed_fleet, 
     url = f"http://127.0.0.1:{port}/v1/models"
     assert _get(url) == 401 and _get(url, key) == 200
     st = lanes.status(inv, "keyed")
-    assert st["endpoints"]["models"] == ["deepseek-v4.1-flash"]
+    assert st.endpoints["models"] == ["deepseek-v4.1-flash"]
 
     # the engine got it through the 0600 env file / env, never argv
-    pid = st["ranks"][0]["pid"]
+    pid = st.ranks[0].pid
     server = max(group_members(pid))
     environ = Path(f"/proc/{server}/environ").read_bytes().decode()
     assert f"SPARKFLEET_API_KEY={key}" in environ and f"VLLM_API_KEY={key}" in environ

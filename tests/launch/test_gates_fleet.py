@@ -199,15 +199,15 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
     report = lanes.launch(inv, "fit", allow_nas_weights=True)
     try:
         assert report.ready.ok, report.ready.reason
-        assert lanes.status(inv, "fit")["running"] == 2
+        assert lanes.status(inv, "fit").running == 2
         set_mem(memdir, "dgx2", 0.4)  # 410 MiB: under coolbho3k's 512 MiB floor
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and lanes.status(inv, "fit")["running"] == 2:
+        while time.monotonic() < deadline and lanes.status(inv, "fit").running == 2:
             time.sleep(0.3)
         st = lanes.status(inv, "fit")
-        by_host = {r["host"]: r["running"] for r in st["ranks"]}
+        by_host = {r.host: r.running for r in st.ranks}
         assert by_host == {"dgx1": True, "dgx2": False}  # only the starving host's rank was stopped
-        (err,) = [e["error"] for e in st["errors"] if e["host"] == "dgx2"]
+        (err,) = [e["error"] for e in st.errors if e["host"] == "dgx2"]
         assert err.startswith("memory watchdog: MemAvailable 0.4 GiB fell under the floor 0.5 GiB")
         memstop = json.loads((hosts["dgx2"].root / "state" / "lanes" / "fit" / "memstop.json").read_text())
         assert memstop["mem_available"] == int(0.4 * GIB_KB) * 1024 and memstop["floor"] == 512 * 1024**2
@@ -218,7 +218,7 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
         assert out.needs_human and out.restarts == 0 and out.probes == 1
         assert "1 of 2 ranks running (rank 1 on dgx2" in out.incidents[0].reason
         assert "dgx2: memory watchdog: MemAvailable 0.4 GiB" in out.message
-        assert lanes.status(inv, "fit")["running"] == 0
+        assert lanes.status(inv, "fit").running == 0
         summary = json.loads((Path(out.incidents[0].bundle) / "summary.json").read_text())
         assert summary["memstop"]["dgx2"]["floor"] == 512 * 1024**2
     finally:
@@ -375,9 +375,9 @@ def test_generations_boot_cache_promote_rollback_history(gates):
         rb = json.loads(res.stdout)
         assert rb["rolled_back_to"] == g1["id"] and rb["ok"]
         st = lanes.status(inv2, "gen")
-        assert st["running"] == 2
-        for r in st["ranks"]:
-            server = max(group_members(r["pid"]))
+        assert st.running == 2
+        for r in st.ranks:
+            server = max(group_members(r.pid))
             assert b"77" not in Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
     finally:
         lanes.stop(inv2, "gen", 5)

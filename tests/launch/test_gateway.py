@@ -167,7 +167,7 @@ def test_two_replicas_round_robin_a_killed_one_is_retried_and_a_wrong_key_refuse
     assert not any(key in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
 
     # kill replica r2's server mid-run: every request still answers 200, from r1 once r2 is out
-    victim = max(group_members(lanes.status(inv, "r2")["ranks"][0]["pid"]))
+    victim = max(group_members(lanes.status(inv, "r2").ranks[0].pid))
     r1 = next(w.url for w in gateway.plan(inv).workers if w.lane == "r1")
 
     def one(i: int) -> tuple[int, str | None]:

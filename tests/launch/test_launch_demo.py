@@ -34,7 +34,7 @@ def test_demo_lane_launches_after_staging(tmp_path):
     assert "before_serve on dgx1 removed" in text
     assert "status: 2/2 ranks running; /health=200" in text
     assert "dgx1 rank 0 stopped" in text and "dgx2 rank 1 stopped" in text
-    assert lanes.status(inv, DEMO_LANE)["running"] == 0
+    assert lanes.status(inv, DEMO_LANE).running == 0
 
 
 def test_ctrl_c_during_the_demo_launch_says_one_consistent_thing(tmp_path, monkeypatch):
@@ -66,4 +66,4 @@ def test_ctrl_c_during_the_demo_launch_says_one_consistent_thing(tmp_path, monke
         lanes.stop(inv, DEMO_LANE, 5)
     assert "stopped" in err.value.message and "still running" not in err.value.message
     assert not any(line.startswith("stop: ") for line in lines)  # nothing left for a second stop
-    assert lanes.status(inv, DEMO_LANE)["running"] == 0
+    assert lanes.status(inv, DEMO_LANE).running == 0

@@ -209,8 +209,8 @@ def test_four_node_lane_launch_to_stop(fleet):
         assert str(stale[name]) in started.receipts_cleared
 
     st = lanes.status(inv, "tp4")
-    assert st["running"] == 4 and st["endpoints"]["health"] == 200
-    assert st["endpoints"]["models"] == ["deepseek-v4.1-flash"]  # the agent sent the lane's key
+    assert st.running == 4 and st.endpoints["health"] == 200
+    assert st.endpoints["models"] == ["deepseek-v4.1-flash"]  # the agent sent the lane's key
     head = inv.host("dgx1").address
     # one key, 0600 under each host's state dir (launch made it); the head refuses anyone without it
     key_files = [hosts[n].root / "state" / "keys" / "tp4.key" for n in hosts]
@@ -230,17 +230,17 @@ def test_four_node_lane_launch_to_stop(fleet):
     api = [c for c in json.loads(doc.output)["checks"] if c["name"] == "API key"]
     assert len(api) == 4 and all(c["ok"] for c in api), api
     assert key not in doc.output
-    for r in st["ranks"]:
-        env = _server_env(r["pid"])
-        i = int(r["host"][-1])
+    for r in st.ranks:
+        env = _server_env(r.pid)
+        i = int(r.host[-1])
         assert env["NODE_RANK"] == str(i - 1)
         assert (env["TP_SIZE"], env["EP_SIZE"], env["DSV41_TP_PAD"], env["NNODES"]) == ("4", "1", "0", "4")
         assert env["DSV41_LAUNCHER"] == "tp4"
         assert env["DIST_INIT_ADDR"] == f"{head}:20000"
-        local_model = str(hosts[r["host"]].nvme / "hub")
+        local_model = str(hosts[r.host].nvme / "hub")
         assert env["MODEL_PATH"].startswith(local_model if i < 4 else str(nas.root))
         # the rank really runs inside its node's network namespace
-        assert r["pid"] in netns_pids(hosts[r["host"]].netns)
+        assert r.pid in netns_pids(hosts[r.host].netns)
 
     res = runner.invoke(cli, ["--root", str(inv.root), "logs", "tp4", "dgx2", "-n", "20"])
     assert res.exit_code == 0 and "RoCEnante ready: world=4" in res.output and "dgx2 rank 1" in res.output
@@ -251,7 +251,7 @@ def test_four_node_lane_launch_to_stop(fleet):
     assert res.exit_code == 0, res.output
     for name, h in hosts.items():
         assert netns_pids(h.netns) == [h.sshd_pid], f"{name} still runs something"
-    assert lanes.status(inv, "tp4")["running"] == 0
+    assert lanes.status(inv, "tp4").running == 0
 
 
 def test_unreachable_host_refused_before_anything_starts(fleet):

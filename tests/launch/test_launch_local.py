@@ -107,8 +107,8 @@ def test_launch_ready_status_logs_stop(local_fleet):
     assert not (cache / "ds41-backend-attestation").exists()
 
     st = lanes.status(inv, "demo")
-    assert st["running"] == 1 and st["endpoints"]["health"] == 200
-    pid = st["ranks"][0]["pid"]
+    assert st.running == 1 and st.endpoints["health"] == 200
+    pid = st.ranks[0].pid
     env = Path(f"/proc/{pid}/environ")
     # the supervisor carries the derived env to the serve command
     child = records.group_members(pid)
@@ -135,7 +135,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
     res = lanes.stop(inv, "demo", 5)
     assert [r["stopped"] for r in res] == [True]
     assert records.group_members(pid) == []
-    assert lanes.status(inv, "demo")["running"] == 0
+    assert lanes.status(inv, "demo").running == 0
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
@@ -147,7 +147,7 @@ def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
     assert "rank 0 exited with code 1" in report.ready.reason
     assert "last boot stage" in report.ready.reason
     assert report.stopped_after_failure
-    assert lanes.status(inv, "dies")["running"] == 0
+    assert lanes.status(inv, "dies").running == 0
 
 
 def test_missing_ready_line_times_out_naming_the_stage(local_fleet):
@@ -159,7 +159,7 @@ def test_missing_ready_line_times_out_naming_the_stage(local_fleet):
     assert not r.ok and r.reason.startswith("timeout after 3 s: last boot stage 'RoCEnante ready: world=1'")
     assert r.missing == ["The server is fired up and ready to roll!"]
     assert any("RoCEnante ready" in line for line in r.tail)
-    assert lanes.status(inv, "silent")["ranks"] == []  # stopped and forgotten
+    assert lanes.status(inv, "silent").ranks == []  # stopped and forgotten
 
 
 def test_stop_never_kills_a_recycled_pid(tmp_path):
@@ -195,7 +195,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     inv, port, tmp = local_fleet
     assert lanes.launch(inv, "demo", allow_nas_weights=True).ready.ok
     st = lanes.status(inv, "demo")
-    sup = st["ranks"][0]["pid"]
+    sup = st.ranks[0].pid
     server = [p for p in records.group_members(sup) if p != sup]
     assert server
     os.kill(sup, signal.SIGKILL)
@@ -205,10 +205,10 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     socket.create_connection(("127.0.0.1", port), timeout=2).close()  # the server still serves
 
     st = lanes.status(inv, "demo")
-    rank = st["ranks"][0]
-    assert st["running"] == 0 and not st["ok"]
-    assert rank["orphan_pid"] in server
-    assert rank["detail"].startswith("supervisor dead, server alive")
+    rank = st.ranks[0]
+    assert st.running == 0 and not st.ok
+    assert rank.orphan_pid in server
+    assert rank.detail.startswith("supervisor dead, server alive")
     with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
         lanes.launch(inv, "demo", allow_nas_weights=True)
     from sparkfleet.launch import watchdog
@@ -220,7 +220,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     assert records.group_members(sup) == []
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    assert lanes.status(inv, "demo")["ranks"] == []
+    assert lanes.status(inv, "demo").ranks == []
 
 
 def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
@@ -230,7 +230,7 @@ def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
 
     inv, port, _ = local_fleet
     assert lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).ready.ok
-    sup = lanes.status(inv, "demo")["ranks"][0]["pid"]
+    sup = lanes.status(inv, "demo").ranks[0].pid
     old = [p for p in records.group_members(sup) if p != sup]
     os.kill(sup, signal.SIGKILL)
     settings = WatchSettings(interval_s=2, latency_s=2, max_restarts=1, backoff_s=0)
@@ -240,5 +240,5 @@ def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     assert "0 of 1 ranks running" in out.incidents[0].reason
     assert not any("already in use" in e for e in events)
     st = lanes.status(inv, "demo")
-    assert st["running"] == 1 and st["ranks"][0]["pid"] != sup
+    assert st.running == 1 and st.ranks[0].pid != sup
     assert all(records.process_state(p) in (None, "Z") for p in old)  # the orphaned server is gone

@@ -90,13 +90,13 @@ def test_ctrl_c_names_running_ranks_or_stops_them(fleet, stop_on_interrupt):
     proc = _spawn(root, "slow", *(["--stop-on-interrupt"] if stop_on_interrupt else []))
     err = _interrupt_after_start(proc)
     assert proc.returncode == ExitCode.INTERRUPTED, err
-    running = lanes.status(inv, "slow")["ranks"]
+    running = lanes.status(inv, "slow").ranks
     if stop_on_interrupt:
         assert "slow stopped (--stop-on-interrupt)" in err
-        assert not any(r["running"] for r in running)
+        assert not any(r.running for r in running)
     else:
-        pid = running[0]["pid"]
-        assert running[0]["running"]
+        pid = running[0].pid
+        assert running[0].running
         assert f"ranks still running: rank 0 on spark (pid {pid})" in err
         assert "hint: sparkfleet stop slow" in err
 

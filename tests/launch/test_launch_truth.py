@@ -96,7 +96,7 @@ def test_occupied_host_is_refused_naming_the_lane_unless_replace(fleet):
     assert exc.value.exit_code == ExitCode.REFUSED
     assert "occupied by lane alpha (rank 0 on spark)" in exc.value.message
     assert "--replace" in exc.value.hint
-    assert lanes.status(inv, "alpha")["running"] == 1  # refused before touching anything
+    assert lanes.status(inv, "alpha").running == 1  # refused before touching anything
     refused = CliRunner().invoke(
         main, ["--root", str(root), "launch", "beta", "--json", "--allow-nas-weights"]
     )
@@ -105,4 +105,4 @@ def test_occupied_host_is_refused_naming_the_lane_unless_replace(fleet):
     res = cli(root, "launch", "beta", "--replace", "--allow-nas-weights")
     assert res.exit_code == ExitCode.OK, res.output
     assert "replaced lane alpha" in res.stderr
-    assert lanes.status(inv, "alpha")["running"] == 0 and lanes.status(inv, "beta")["running"] == 1
+    assert lanes.status(inv, "alpha").running == 0 and lanes.status(inv, "beta").running == 1

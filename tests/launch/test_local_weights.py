@@ -57,7 +57,7 @@ def test_changed_staged_shard_refuses_launch(tmp_path):
     assert "REFUSED" in exc.message
     assert "dgx1" not in exc.message.split("dgx2", 1)[0]  # dgx1 verifies: not named as a culprit
     assert f"sparkfleet stage dgx2 --lane {DEMO_LANE}" in (exc.hint or "")
-    assert lanes.status(inv, DEMO_LANE)["running"] == 0  # nothing was started
+    assert lanes.status(inv, DEMO_LANE).running == 0  # nothing was started
 
 
 def test_allow_nas_weights_says_so_everywhere(tmp_path):
@@ -79,7 +79,7 @@ def test_allow_nas_weights_says_so_everywhere(tmp_path):
         gen = generations.current(gens, DEMO_LANE)
         assert gen is not None and gen["nas_weights"]["dgx2"]["files"] == nas["dgx2"]["files"]
         st = lanes.status(inv, DEMO_LANE, generations_root=gens)
-        assert said in st["weights"]
+        assert said in st.weights
     finally:
         lanes.stop(inv, DEMO_LANE, 5)
 
@@ -138,6 +138,6 @@ def test_replace_relaunches_the_same_lane_after_a_recipe_edit(tmp_path):
         assert again.ready is not None and again.ready.ok
         assert any(f"replaced the running {DEMO_LANE}" in e for e in events), events
         assert first.generation["recipe_sha256"] != again.generation["recipe_sha256"]
-        assert lanes.status(inv, DEMO_LANE)["running"] == 2
+        assert lanes.status(inv, DEMO_LANE).running == 2
     finally:
         lanes.stop(inv, DEMO_LANE, 5)

@@ -461,8 +461,8 @@ stop_s = 5
         assert rec["image_id"] == builds["v1"][0] and rec["repo_digest"].endswith(
             json.loads((inv.root / "recipes" / "rl" / "releases" / "r1.json").read_text())["image"]["digest"]
         )
-        running = lanes.status(inv, "rl")["ranks"][0]
-        img = dockerd.docker("inspect", "--format", "{{.Image}}", running["name"]).stdout.strip()
+        running = lanes.status(inv, "rl").ranks[0]
+        img = dockerd.docker("inspect", "--format", "{{.Image}}", running.name).stdout.strip()
         assert img == builds["v1"][0]
         newest = generations.load_all(inv.root, "rl")[-1]
         assert newest["rolled_back_to"] == gen["id"]  # the good generation it brought back
@@ -475,9 +475,9 @@ stop_s = 5
                                           "--allow-nas-weights"])
         assert res.exit_code == 0, res.output
         assert read_record(host.root / "state", "rl")["image_id"] == builds["v1"][0]
-        running = lanes.status(inv, "rl")["ranks"][0]
+        running = lanes.status(inv, "rl").ranks[0]
         assert (
-            dockerd.docker("inspect", "--format", "{{.Image}}", running["name"]).stdout.strip()
+            dockerd.docker("inspect", "--format", "{{.Image}}", running.name).stdout.strip()
             == builds["v1"][0]
         )
         doc = json.loads(runner.invoke(cli, ["--root", str(inv.root), "doctor", "rl", "--json"]).output)

@@ -204,13 +204,13 @@ def test_rendered_lane_unit_starts_and_stops_the_lane(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             st = lanes.status(inv, "demo")
-            if st["running"] == 1 and st["endpoints"].get("health") == 200:
+            if st.running == 1 and st.endpoints.get("health") == 200:
                 break
             time.sleep(0.3)
-        assert st["running"] == 1 and st["endpoints"]["health"] == 200, st
+        assert st.running == 1 and st.endpoints["health"] == 200, st
         proc = subprocess.run(stop, env=run_env, capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr
-        assert lanes.status(inv, "demo")["running"] == 0
+        assert lanes.status(inv, "demo").running == 0
     finally:
         lanes.stop(inv, "demo", 5)
 

@@ -171,7 +171,7 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
         cmp = reports.compare(reports.load_document(base), doc, target.thresholds, base.stem, path.stem)
         return str(path), cmp.ok, f"against baseline {base.stem}", cmp.regressions
 
-    res = do_promote(inv.root, lane, st["running"] == st["expected"] and st["running"] > 0, smoke, bench_gate)
+    res = do_promote(inv.root, lane, st.running == st.expected and st.running > 0, smoke, bench_gate)
     if as_json:
         echo_json(res)
     else:

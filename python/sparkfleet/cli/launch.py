@@ -370,30 +370,30 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
 
     st = do_status(load_inventory(ctx), lane)
     if as_json:
-        echo_json(st)
+        echo_json(st.to_dict())
     else:
-        click.echo(f"{lane}: {st['running']}/{st['expected']} ranks running")
-        if st.get("weights"):
-            click.secho(f"  {st['weights']}", fg="yellow")
-        for r in st["ranks"]:
+        click.echo(f"{lane}: {st.running}/{st.expected} ranks running")
+        if st.weights:
+            click.secho(f"  {st.weights}", fg="yellow")
+        for r in st.ranks:
             state = (
                 "running"
-                if r["running"]
-                else r["detail"]
-                if r.get("orphan_pid")
-                else f"stopped ({r['detail']}, code {r['returncode']})"
+                if r.running
+                else r.detail
+                if r.orphan_pid
+                else f"stopped ({r.detail}, code {r.returncode})"
             )
-            click.echo(f"  rank {r['rank']} {r['host']}: {r['name']} {state}")
-        if st["endpoints"]:
-            e = st["endpoints"]
+            click.echo(f"  rank {r.rank} {r.host}: {r.name} {state}")
+        if st.endpoints:
+            e = st.endpoints
             click.echo(
-                f"  head {st['head']}:{st['port']} /health={e['health']} /v1/models={e['models_status']}"
+                f"  head {st.head}:{st.port} /health={e['health']} /v1/models={e['models_status']}"
             )
-        for e in st["errors"]:
+        for e in st.errors:
             click.echo(f"  {e['host']}: {e['error']}")
-    if any(e.get("code") == ExitCode.UNREACHABLE for e in st["errors"]):
+    if any(e.get("code") == ExitCode.UNREACHABLE for e in st.errors):
         sys.exit(ExitCode.UNREACHABLE)
-    if not st["ok"]:
+    if not st.ok:
         sys.exit(ExitCode.SHORTFALL)
 
 

@@ -127,9 +127,9 @@ def run_demo_launch(
         for sig, t in rd.stages.items():
             echo(f"  {t:6.2f} s  {sig}")
         st = status(inv, lane)
-        e = st["endpoints"] or {}
+        e = st.endpoints or {}
         echo(
-            f"status: {st['running']}/{st['expected']} ranks running; /health={e.get('health')} "
+            f"status: {st.running}/{st.expected} ranks running; /health={e.get('health')} "
             f"/v1/models={e.get('models')}"
         )
         return while_up() if while_up else True

@@ -25,7 +25,7 @@ from .plan import LanePlan, prepare
 from .preflight import preflight
 from .readiness import BootWatch, RankExit, RankProgress, wait_ready
 from .recipe import launch_recipe
-from .report import LaunchReport, StartedRank
+from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
 from .spec import LaunchSpec, state_dir_of
 from .weights import check_local_weights, host_weights, weights_note
 
@@ -79,12 +79,11 @@ def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s
         return LaunchInterrupted(
             f"interrupted: {lane_name} did not stop everywhere: {where}", hint=f"sparkfleet stop {lane_name}"
         )
-    running = [r for r in status(inv, lane_name)["ranks"] if r["running"]]
+    running = [r for r in status(inv, lane_name).ranks if r.running]
     if not running:
         return LaunchInterrupted(f"interrupted: no rank of {lane_name} is running")
     where = ", ".join(
-        f"rank {r['rank']} on {r['host']} ({'pid ' + str(r['pid']) if r['pid'] else r['container_id']})"
-        for r in running
+        f"rank {r.rank} on {r.host} ({'pid ' + str(r.pid) if r.pid else r.container_id})" for r in running
     )
     return LaunchInterrupted(
         f"interrupted: {lane_name} ranks still running: {where}",
@@ -196,11 +195,10 @@ def _launch(
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
     nas_weights = check_local_weights(lane_name, weights, gates.allow_nas_weights, on_event)
-    running = [r for r in status(inv, lane_name)["ranks"] if r["running"] or r.get("orphan_pid")]
+    running = [r for r in status(inv, lane_name).ranks if r.running or r.orphan_pid]
     if running:  # refuse before starting anything: a half-started relaunch would stop the live ranks
         where = ", ".join(
-            f"rank {r['rank']} on {r['host']}" + (f": {r['detail']}" if r.get("orphan_pid") else "")
-            for r in running
+            f"rank {r.rank} on {r.host}" + (f": {r.detail}" if r.orphan_pid else "") for r in running
         )
         if not gates.replace:
             raise SparkfleetError(
@@ -294,12 +292,13 @@ def _launch(
     return report
 
 
-def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> dict:
+def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> LaneStatus:
     """Per rank: running or not (and how it ended), plus the head's /health and /v1/models, and
     "weights from NAS on HOST (N files)" when the serving generation was let through that way."""
     lane = inv.lane(lane_name)
     recipe = launch_recipe(inv, lane_name)
-    ranks, errors = [], []
+    ranks: list[RankStatus] = []
+    errors: list[dict] = []
 
     def ask(name: str) -> dict:
         try:
@@ -316,14 +315,13 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         if ans.get("memstop"):
             errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"]})
         for r in ans["ranks"]:
-            ranks.append({"host": name, "rank": r["record"]["rank"], "name": r["record"]["name"],
-                          "running": r["running"], "returncode": r["returncode"], "detail": r["detail"],
-                          "orphan_pid": r.get("orphan_pid"),
-                          "pid": r["record"].get("pid"), "container_id": r["record"].get("container_id"),
-                          "started_at": r["record"]["started_at"]})  # fmt: skip
+            rec = r["record"]
+            ranks.append(RankStatus(name, rec["rank"], rec["name"], r["running"], r["returncode"],
+                                    r["detail"], r.get("orphan_pid"), rec.get("pid"),
+                                    rec.get("container_id"), rec["started_at"]))  # fmt: skip
     head = recipe.world.head
     health = None
-    if any(r["rank"] == 0 and r["running"] for r in ranks):
+    if any(r.rank == 0 and r.running for r in ranks):
         try:
             ans = call_agent(
                 connect(inv.host(head)), "watch", state_request(inv, lane_name, head, rank=0, offset=0,
@@ -333,20 +331,20 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
                       "models": ans.get("models", [])}  # fmt: skip
         except SparkfleetError as exc:
             errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
-    running = sum(1 for r in ranks if r["running"])
+    running = sum(1 for r in ranks if r.running)
     gen = current(generations_root or inv.root, lane_name) if running else None
-    return {
-        "weights": weights_note((gen or {}).get("nas_weights")),
-        "lane": lane_name,
-        "ok": running == len(lane.hosts) and not errors,
-        "ranks": sorted(ranks, key=lambda r: r["rank"]),
-        "running": running,
-        "expected": len(lane.hosts),
-        "head": head,
-        "port": recipe.port,
-        "endpoints": health,
-        "errors": errors,
-    }
+    return LaneStatus(
+        weights=weights_note((gen or {}).get("nas_weights")),
+        lane=lane_name,
+        ok=running == len(lane.hosts) and not errors,
+        ranks=sorted(ranks, key=lambda r: r.rank),
+        running=running,
+        expected=len(lane.hosts),
+        head=head,
+        port=recipe.port,
+        endpoints=health,
+        errors=errors,
+    )
 
 
 def logs(

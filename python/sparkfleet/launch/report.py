@@ -1,11 +1,14 @@
-"""What a launch did: the ranks it started, readiness, the gates' report, the generation it recorded.
+"""What a launch did (the ranks it started, readiness, the gates' report, the generation it
+recorded), and what a lane is doing now (`status`).
 
-A record of its own so that the plan, the gates and the generation history can name a launch's
-report without importing the lifecycle that produced it.
+Records of their own so that the plan, the gates, the generation history, the supervisor and the
+CLI can name them without importing the lifecycle that produced them; their fields are the keys of
+`status --json`, in that order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from .preflight import PreflightReport
@@ -38,3 +41,43 @@ class LaunchReport:
     def weights_note(self) -> str:
         """The line "weights from NAS on dgx2 (10 files)" when --allow-nas-weights let such a rank through."""
         return weights_note(self.nas_weights)
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """One rank's record on its node and whether it still runs (else how it ended)."""
+
+    host: str
+    rank: int
+    name: str
+    running: bool
+    returncode: int | None
+    detail: str
+    orphan_pid: int | None  # the rank's parent is gone but its server still runs (stop ends it)
+    pid: int | None
+    container_id: str | None
+    started_at: float
+
+
+@dataclass
+class LaneStatus:
+    """A lane now: every recorded rank, the head's endpoints, and what could not be asked.
+
+    `errors`: {host, error[, code]} per host that did not answer (code: its exit code, UNREACHABLE
+    for a host ssh cannot reach) or whose memory watchdog stopped ranks. `endpoints`: the head's
+    {health, models_status, models} when rank 0 runs and answered."""
+
+    weights: str  # "weights from NAS on HOST (N files)" when the serving generation was let through so
+    lane: str
+    ok: bool
+    ranks: list[RankStatus]
+    running: int
+    expected: int
+    head: str
+    port: int
+    endpoints: dict | None
+    errors: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The JSON form (`status --json`): the fields as keys, in order."""
+        return dataclasses.asdict(self)

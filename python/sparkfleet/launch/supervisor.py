@@ -391,16 +391,16 @@ def watch_lane(
         if not res.ok:
             return res
         st = status(inv, lane_name)
-        if st["running"] < st["expected"]:
-            down = [f"rank {r['rank']} on {r['host']}" for r in st["ranks"] if not r["running"]]
-            why = "; ".join([*down, *(e["error"] for e in st["errors"])])
+        if st.running < st.expected:
+            down = [f"rank {r.rank} on {r.host}" for r in st.ranks if not r.running]
+            why = "; ".join([*down, *(e["error"] for e in st.errors)])
             return ProbeResult(False, res.latency_s, res.answer,
-                               f"{st['running']} of {st['expected']} ranks running ({why})")  # fmt: skip
+                               f"{st.running} of {st.expected} ranks running ({why})")  # fmt: skip
         return res
 
     def hold() -> str | None:
         """A node's memory watchdog stopped ranks: relaunching into memory pressure locks hosts up."""
-        errs = [e for e in status(inv, lane_name)["errors"] if e["error"].startswith("memory watchdog:")]
+        errs = [e for e in status(inv, lane_name).errors if e["error"].startswith("memory watchdog:")]
         return "; ".join(f"{e['host']}: {e['error']}" for e in errs) or None
 
     sup = Supervisor(
