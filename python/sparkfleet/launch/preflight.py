@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ExitCode, SparkfleetError
 from ..hosts import connect, fan_out
 from ..hoststack import HostFingerprint, drift, fingerprint_hosts
+from ..jsonable import to_jsonable
 from ..memory import MemoryFacts, admit, summary
 from .nodecall import call_agent
 from .recipe import rank_port
@@ -140,8 +141,6 @@ def canary_backend(plan: LanePlan) -> str:
 
 def run_canary(inv: Inventory, plan: LanePlan, call_agent: Callable) -> CanaryReport:
     """All ranks' canaries at once; refuse with the rank pair and interface on any failure."""
-    from ..jsonable import to_jsonable
-
     c = plan.recipe.canary
     backend = canary_backend(plan)
     specs = plan.by_rank()

@@ -29,8 +29,16 @@ from typing import Any
 
 from ..atomic import ensure_dir, write_bytes
 from ..bench.sanitize import Secrets
+from ..bench.target import for_lane
 from ..errors import SparkfleetError
+from ..hosts import connect, fan_out
 from ..inventory import RECIPES_DIR
+from .generations import current, scan
+from .lane import launch, status, stop
+from .nodecall import call_agent, state_request
+from .plan import dry_run
+from .recipe import launch_recipe
+from .spec import secret_values
 
 
 @dataclass(frozen=True)
@@ -310,10 +318,6 @@ def write_bundle(
 def lane_secrets(inv, lane_name: str) -> set[str]:
     """The secret values the operator knows for a lane: its ranks' env (recipe [launch.env] and
     what is derived from it) by the rule of spec.secret_values, and the lane's API key."""
-    from ..bench.target import for_lane
-    from .plan import dry_run
-    from .spec import secret_values
-
     found: set[str] = set()
     try:
         for spec in dry_run(inv, lane_name).by_rank():
@@ -332,11 +336,6 @@ def lane_secrets(inv, lane_name: str) -> set[str]:
 
 def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None) -> Path:
     """Ask every host of the lane for its bundle (in parallel) and write them under incidents/."""
-    from ..hosts import connect, fan_out
-    from .generations import current, scan
-    from .nodecall import call_agent, state_request
-    from .recipe import launch_recipe
-
     lane = inv.lane(lane_name)
     recipe = launch_recipe(inv, lane_name)
     secrets = lane_secrets(inv, lane_name)
@@ -365,11 +364,6 @@ def watch_lane(
     on_event: Callable[[str], None] = lambda _m: None,
 ) -> WatchOutcome:
     """Supervise a running lane: the real probe, bundle collection and relaunch."""
-    from ..bench.target import for_lane
-    from .generations import current
-    from .lane import launch, status, stop
-    from .recipe import launch_recipe
-
     target = for_lane(inv, lane_name)
     recipe = launch_recipe(inv, lane_name)
     model = recipe.served_model_name or lane_name
