@@ -39,7 +39,7 @@ from .probes import (
 )
 from .prompts import run_nonce
 from .quality import QualityResult, QualitySettings, run_quality
-from .spec import SpecAccept, SpecSampler
+from .spec_decode import SpecAccept, SpecSampler
 from .sweep import SweepLevel, SweepSettings, run_level
 from .target import BenchTarget
 from .tokens import TokenCounter

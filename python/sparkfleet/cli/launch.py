@@ -219,7 +219,7 @@ def launch(
     from pathlib import Path
 
     from ..launch.lane import launch as do_launch
-    from .lanes import release_inventory
+    from .generations import release_inventory
     from .progress import BootView
 
     inv = load_inventory(ctx)
