@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from pathlib import Path
 
@@ -73,10 +72,9 @@ def _pick_target(
         if lane or url:
             raise SparkfleetError("--gateway takes no LANE or --url", hint="sparkfleet bench --gateway")
         from ..bench.target import for_gateway
-        from .gateway import STATE_ENV, default_state_dir
+        from ..serving.gateway import state_dir_in_force
 
-        return for_gateway(Path(os.environ.get(STATE_ENV) or default_state_dir()),
-                           out or DEFAULT_URL_OUT)  # fmt: skip
+        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT)
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
