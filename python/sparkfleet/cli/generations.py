@@ -196,19 +196,10 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
       sparkfleet history dsv41-flash-4x-mia
       sparkfleet history dsv41-flash-4x-mia --json
     """
-    from ..bench import report as reports
-    from ..bench.target import for_lane
-    from ..launch.generations import history as do_history
-    from ..launch.generations import scan
+    from ..bench.generation_reports import lane_history
 
-    inv = load_inventory(ctx)
-    target = for_lane(inv, lane)
-    found = (
-        reports.list_reports(target.reports_dir) if target.reports_dir and target.reports_dir.is_dir() else []
-    )
-    rows = do_history(inv.root, lane, [(r.path.stat().st_mtime, str(r.path)) for r in found])
-    skipped = [str(s) for s in scan(inv.root, lane)[1]]
-    failed = {str(r.path): r.status for r in found if r.status != "ok"}  # marked ✕ in the list
+    found = lane_history(load_inventory(ctx), lane)
+    rows, skipped, failed = found.generations, found.skipped, found.failed  # failed: marked ✕ in the list
     if as_json:
         echo_json({"lane": lane, "generations": rows, "skipped": skipped})
         return
