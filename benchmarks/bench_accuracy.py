@@ -54,7 +54,7 @@ from sparkfleet.bench.probes import (
     within_ceiling,
 )
 from sparkfleet.bench.prompts import make_prompt
-from sparkfleet.bench.spec import SpecSampler, read_metrics
+from sparkfleet.bench.spec_decode import SpecSampler, read_metrics
 from sparkfleet.demo.openai_server import VOCAB
 from sparkfleet.demo.tinyqwen import build_tiny_qwen
 from sparkfleet.demo.vllm_engine import engine_ready, start_engine

@@ -102,7 +102,7 @@ def test_pp_rows_measure_prefill_with_unique_prefixes_and_a_cached_depth(fake_la
 
 
 def test_spec_accept_length_sources():
-    from sparkfleet.bench.spec import _find_accept, parse_prometheus
+    from sparkfleet.bench.spec_decode import _find_accept, parse_prometheus
 
     assert (
         _find_accept({"internal_states": [{"avg_spec_accept_length": 2.5}, {"avg_spec_accept_length": 3.5}]})

@@ -13,7 +13,7 @@ import dataclasses
 
 from sparkfleet.bench.client import Endpoint
 from sparkfleet.bench.run import BenchSettings, run_bench
-from sparkfleet.bench.spec import SOURCE_LIFETIME, SOURCE_SGLANG, SOURCE_VLLM, read_metrics
+from sparkfleet.bench.spec_decode import SOURCE_LIFETIME, SOURCE_SGLANG, SOURCE_VLLM, read_metrics
 from sparkfleet.bench.target import for_url
 
 SETTINGS = dataclasses.replace(BenchSettings.quick(), spec_sample_s=0.1)

@@ -15,7 +15,7 @@ from sparkfleet.bench.client import chat_request, stream_chat
 from sparkfleet.bench.metrics import measure
 from sparkfleet.bench.probes import client_round_trip, run_pp
 from sparkfleet.bench.prompts import make_prompt
-from sparkfleet.bench.spec import SOURCE_VLLM, SpecSampler
+from sparkfleet.bench.spec_decode import SOURCE_VLLM, SpecSampler
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # an engine boot is minutes on 2 cores
 

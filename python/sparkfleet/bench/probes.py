@@ -10,7 +10,7 @@ import dataclasses
 import http.client
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .client import Endpoint, chat_request, get, stream_chat
@@ -100,6 +100,27 @@ def run_smoke_case(endpoint: Endpoint, case: SmokeCase, budget_hint: str = URL_B
     return SmokeOutcome(
         case.prompt, case.expect, problem is None, answer, result.finish_reason, latency, problem
     )
+
+
+def smoke(
+    endpoint: Endpoint,
+    cases: Iterable[SmokeCase],
+    budget_hint: str = URL_BUDGET_HINT,
+    on_case: Callable[[SmokeOutcome], None] | None = None,
+) -> list[SmokeOutcome]:
+    """Ask every case in order, each judged alone: one wrong answer never skips the rest.
+
+    The one smoke loop (`sparkfleet smoke`, the bench's smoke step and promote's smoke all run
+    it). `on_case` sees each outcome as it lands, so a run interrupted mid-way keeps the answers
+    it already has.
+    """
+    outcomes = []
+    for case in cases:
+        outcome = run_smoke_case(endpoint, case, budget_hint)
+        outcomes.append(outcome)
+        if on_case is not None:
+            on_case(outcome)
+    return outcomes
 
 
 # -- decode probe -------------------------------------------------------------------------------

@@ -32,14 +32,14 @@ from .probes import (
     cold_prefill_rate,
     run_decode_probe,
     run_pp,
-    run_smoke_case,
     run_tg,
     run_ttft,
+    smoke,
     within_ceiling,
 )
 from .prompts import run_nonce
 from .quality import QualityResult, QualitySettings, run_quality
-from .spec import SpecAccept, SpecSampler
+from .spec_decode import SpecAccept, SpecSampler
 from .sweep import SweepLevel, SweepSettings, run_level
 from .target import BenchTarget
 from .tokens import TokenCounter
@@ -219,13 +219,15 @@ def run_bench(
             run.fail(f"warmup: {warm.error}")
             return run
         if settings.smoke:
-            for case in target.smoke:
-                hint = LANE_BUDGET_HINT if target.lane else "run `sparkfleet smoke --url ... --max-tokens N`"
-                outcome = run_smoke_case(endpoint, case, hint)
+
+            def smoked(outcome: SmokeOutcome) -> None:
                 run.smoke.append(outcome)
                 progress.step("smoke")
                 if not outcome.passed:
-                    run.fail(f"smoke {case.prompt!r}: {outcome.problem}")
+                    run.fail(f"smoke {outcome.prompt!r}: {outcome.problem}")
+
+            hint = LANE_BUDGET_HINT if target.lane else "run `sparkfleet smoke --url ... --max-tokens N`"
+            smoke(endpoint, target.smoke, hint, on_case=smoked)
         progress.step("decode probe", 0)
         sampler = SpecSampler(endpoint, settings.spec_sample_s)
         run.decode_probe = run_decode_probe(endpoint, settings.probe, prefix(), tokenizer)

@@ -43,7 +43,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("gateway", "gateway"),
     ("release", "release"),
     ("registry", "registry"),
-    ("lanes", "watch"), ("lanes", "promote"), ("lanes", "rollback"), ("lanes", "history"),
+    ("generations", "watch"), ("generations", "promote"), ("generations", "rollback"),
+    ("generations", "history"),
 ]
 
 

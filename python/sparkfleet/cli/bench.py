@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from pathlib import Path
 
@@ -21,10 +20,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..bench import report as reports
-from ..bench.client import discover_model
-from ..bench.probes import LANE_BUDGET_HINT, URL_BUDGET_HINT, DecodeProbe, SmokeCase, run_smoke_case
+from ..bench import session
+from ..bench.probes import DecodeProbe
 from ..bench.quality import QualitySettings
-from ..bench.run import BenchSettings, run_bench
+from ..bench.run import BenchSettings
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
 from ..bench.tokens import LocalTokenizer
@@ -66,36 +65,6 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float | None) ->
     return value
 
 
-def writable_reports_dir(folder: Path) -> Path:
-    """Refuse, before a bench runs, a reports folder that cannot be written (creates nothing).
-
-    `nix run .#bench` starts sparkfleet with the flake source as its fleet root: a store path,
-    read-only, so recipes/<lane>/reports there is never a place for a report.
-    """
-    hint = "pass --out DIR (e.g. --out ./reports), or run from a writable checkout (--root)"
-    resolved = folder.absolute()
-    if resolved.parts[:3] == ("/", "nix", "store"):
-        raise SparkfleetError(f"reports folder {folder} is inside the Nix store (read-only)", hint=hint)
-    existing = next((p for p in (resolved, *resolved.parents) if p.exists()), Path("/"))
-    if not os.access(existing, os.W_OK):
-        why = f"reports folder {folder} is read-only ({existing} cannot be written)"
-        raise SparkfleetError(why, hint=hint)
-    return folder
-
-
-def _lane_fingerprinter(ctx: click.Context, lane: str):
-    """Reads every lane host's stack (kernel, driver, CUDA, NCCL, firmware, clocks, image) on the node."""
-    from ..launch.preflight import lane_fingerprints
-    from ..launch.recipe import launch_recipe
-
-    inv = load_inventory(ctx)
-    image = None
-    if "launch" in inv.lane(lane).raw:
-        pin = launch_recipe(inv, lane).image
-        image = pin.ref if pin is not None else None
-    return lambda: lane_fingerprints(inv, lane, image)
-
-
 def _pick_target(
     ctx: click.Context, lane: str | None, url: str | None, out: Path | None, gateway: bool = False
 ) -> BenchTarget:
@@ -103,10 +72,9 @@ def _pick_target(
         if lane or url:
             raise SparkfleetError("--gateway takes no LANE or --url", hint="sparkfleet bench --gateway")
         from ..bench.target import for_gateway
-        from .gateway import STATE_ENV, default_state_dir
+        from ..serving.gateway import state_dir_in_force
 
-        return for_gateway(Path(os.environ.get(STATE_ENV) or default_state_dir()),
-                           out or DEFAULT_URL_OUT)  # fmt: skip
+        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT)
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
@@ -215,15 +183,10 @@ def smoke(
       sparkfleet smoke --url http://127.0.0.1:30000/v1 --max-tokens 4096
     """
     target = _pick_target(ctx, lane, url, None)  # smoke writes no report
-    endpoint = discover_model(target.endpoint(model, timeout))
-    cases = [SmokeCase(c.prompt, c.expect, max_tokens or c.max_tokens) for c in target.smoke]
-    hint = LANE_BUDGET_HINT if target.lane else URL_BUDGET_HINT
-    outcomes = [run_smoke_case(endpoint, case, hint) for case in cases]
-    ok = all(o.passed for o in outcomes)
+    result = session.smoke_target(target, model=model, timeout=timeout, max_tokens=max_tokens)
+    ok, outcomes = result.ok, result.cases
     if as_json:
-        echo_json(
-            {"ok": ok, "url": target.url, "lane": target.lane, "model": endpoint.model, "cases": outcomes}
-        )
+        echo_json(result)
     else:
         for o in outcomes:
             took = f"{o.latency_s:.2f} s" if o.latency_s is not None else "-"
@@ -235,7 +198,7 @@ def smoke(
             )
         click.echo(
             f"smoke {'passed' if ok else 'FAILED'}: {sum(o.passed for o in outcomes)}/{len(outcomes)} "
-            f"at {target.url} ({endpoint.model})"
+            f"at {target.url} ({result.model})"
         )
     ctx.exit(0 if ok else 1)
 
@@ -397,7 +360,7 @@ def bench(
         )
     target = _pick_target(ctx, lane, url, None, gateway=via_gateway)
     assert target.reports_dir is not None
-    writable_reports_dir(out if out is not None else target.reports_dir)  # before any request
+    session.writable_reports_dir(out if out is not None else target.reports_dir)  # before any request
     base = BenchSettings.quick() if quick else BenchSettings()
     sweep = SweepSettings(
         levels=concurrency or base.sweep.levels,
@@ -424,14 +387,17 @@ def bench(
     )
     tag = tag or ("quick" if quick else "bench")
     counter = LocalTokenizer(tokenizer) if tokenizer else _staged_counter(target)
+    inv = load_inventory(ctx) if target.lane else None
+    fingerprint = session.lane_fingerprinter(inv, target.lane) if inv is not None and target.lane else None
 
-    fingerprint = _lane_fingerprinter(ctx, target.lane) if target.lane else None
-
-    def go(progress: RichBenchProgress | None = None):
-        return run_bench(
+    def go(progress: RichBenchProgress | None = None) -> session.Recorded:
+        return session.bench(
             target,
             settings,
             tag,
+            inv=inv,
+            out=out,
+            save_to_lane=save_to_lane,
             model=model,
             tokenizer=counter,
             progress=progress,
@@ -441,60 +407,38 @@ def bench(
 
     if wants_bar(as_json):
         with RichBenchProgress() as bar:
-            run = go(bar)
+            done = go(bar)
     else:
-        run = go(None if as_json or quiet() else LineBenchProgress())  # type: ignore[arg-type]
-    if target.lane:
-        from ..roofline.service import section_for_report
-
-        run.roofline = section_for_report(load_inventory(ctx), target.lane, reports.to_document(run))
-    lane_reports = target.reports_dir if target.lane else None
-    folder = reports.destination(lane_reports, run.status == "ok", out=out, save_to_lane=save_to_lane)
-    paths = reports.write_report(run, folder)
-    comparison = None
-    if target.baseline and run.status == "ok":
-        try:
-            base_path = reports.resolve(target.baseline, lane_reports)
-            comparison = reports.compare(
-                reports.load_document(base_path),
-                reports.load_document(paths.json),
-                target.thresholds,
-                base_path.stem,
-                paths.json.stem,
-            )
-        except SparkfleetError as exc:
-            click.echo(f"warning: baseline {target.baseline!r} not compared: {exc.message}", err=True)
-    doc_metrics = reports.key_metrics(reports.to_document(run))
+        done = go(None if as_json or quiet() else LineBenchProgress())  # type: ignore[arg-type]
+    run, paths, comparison = done.run, done.paths, done.comparison
+    for warning in done.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         echo_json(
             {
                 "status": run.status,
                 "failures": run.failures,
                 "report": paths,
-                "metrics": doc_metrics,
+                "metrics": done.metrics,
                 "token_sources": run.token_sources,
                 "comparison": comparison,
             }
         )
     else:
-        _print_bench(run, paths, doc_metrics, comparison)
+        _print_bench(run, paths, done.metrics, comparison)
     if run.status == "interrupted":
         click.secho(f"interrupted: the report of what was measured is {paths.json}", fg="yellow", err=True)
         ctx.exit(ExitCode.INTERRUPTED)
     # a refused baseline comparison (other settings or hosts) is printed, not a failed bench
-    failed = run.status != "ok" or (comparison is not None and bool(comparison.regressions))
-    ctx.exit(1 if failed else 0)
+    ctx.exit(1 if done.failed else 0)
 
 
 def _staged_counter(target: BenchTarget) -> LocalTokenizer | None:
     """The model's own tokenizer from the staged hub, when there is one and `tokenizers` is installed."""
-    if target.tokenizer is None:
-        return None
-    try:
-        return LocalTokenizer(target.tokenizer)
-    except SparkfleetError as exc:
-        click.echo(f"note: not using {target.tokenizer}: {exc.message}", err=True)
-        return None
+    counter, why_not = session.staged_counter(target)
+    if why_not:
+        click.echo(f"note: {why_not}", err=True)
+    return counter
 
 
 def _pm(ci: float | None) -> str:

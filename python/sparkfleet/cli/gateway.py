@@ -8,17 +8,8 @@ from pathlib import Path
 import click
 
 from ..errors import ExitCode
+from ..serving.gateway import STATE_ENV, default_state_dir
 from .render import echo_json, load_inventory
-
-STATE_ENV = "SPARKFLEET_GATEWAY_STATE"
-
-
-def default_state_dir() -> Path:
-    """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
-    from ..images.record import operator_state_dir
-
-    return operator_state_dir() / "gateway"
-
 
 STATE_OPTION = click.option(
     "--state-dir",

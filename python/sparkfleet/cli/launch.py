@@ -219,13 +219,13 @@ def launch(
     from pathlib import Path
 
     from ..launch.lane import launch as do_launch
-    from .lanes import release_inventory
+    from ..launch.revert import release_inventory
     from .progress import BootView
 
     inv = load_inventory(ctx)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp, BootView(as_json) as view:
         report = do_launch(
-            release_inventory(inv, lane, release, Path(tmp)) if release else inv,
+            release_inventory(inv, lane, release, Path(tmp), on_event=_event) if release else inv,
             lane,
             wait=not no_wait,
             keep_on_failure=keep_on_failure,

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import SparkfleetError
 from ..roofline import service
-from ..roofline.bound import StepTerms, decode_terms
-from ..roofline.lane import cost_from_doc
 from ..roofline.machine import figure_text
 from .render import echo_json, load_inventory
 
@@ -52,34 +49,7 @@ def roofline(
     if here:
         echo_json(service.inputs_here(inv, the_lane, the_host or inv.host(the_lane.hosts[0])))
         return
-    inputs = service.lane_roofline_inputs(inv, the_lane, the_host)
-    figures = service.figures_for(inv, the_lane, inputs, trust_measured)
-    shape = service.lane_shape(the_lane)
-    target = cost_from_doc(inputs["target"])
-    drafter = cost_from_doc(inputs["drafter"]) if inputs.get("drafter") else None
-    try:
-        terms, notes = decode_terms(target, figures, shape, context, drafter)
-    except SparkfleetError as exc:  # no bandwidth figure: the model's side still stands on its own
-        terms, notes = None, [f"no decode bound: {exc.message} ({exc.hint})"]
-    out = {
-        "lane": lane,
-        "host": inputs["host"],
-        "read_from": inputs["origin"],
-        "tp": shape.tp,
-        "context": context,
-        "model": {
-            "name": target.name,
-            "total_bytes": target.total_bytes,
-            "decode_bytes_per_token": target.step_weight_bytes(1),
-            "decode_bytes_per_token_per_rank": target.step_weight_bytes(1) / shape.tp,
-            "breakdown": target.decode_breakdown(1),
-            "kv_bytes_per_token": target.kv_bytes_per_token,
-            "flops_per_token": target.flops_per_token(context),
-        },
-        "step": _step_doc(terms, shape.draft_tokens) if terms else None,
-        "machine": service.machine_doc(inv, the_lane, inputs, trust_measured),
-        "notes": list(dict.fromkeys([*figures.warnings, *notes, *target.notes])),
-    }
+    out = service.lane_roofline(inv, the_lane, the_host, context, trust_measured)
     if as_json:
         echo_json(out)
         return
@@ -87,7 +57,7 @@ def roofline(
     click.echo(f"{lane}: {m['name']}, read from {out['read_from']} on {out['host']}")
     click.echo(
         f"  per decode token: {m['decode_bytes_per_token'] / 1e9:.4f} GB of weights "
-        f"({m['decode_bytes_per_token_per_rank'] / 1e9:.4f} GB a rank at TP{shape.tp})"
+        f"({m['decode_bytes_per_token_per_rank'] / 1e9:.4f} GB a rank at TP{out['tp']})"
     )
     for category, nbytes in sorted(m["breakdown"].items(), key=lambda x: -x[1]):
         click.echo(f"    {category:<14} {nbytes / 1e9:10.4f} GB")
@@ -107,18 +77,6 @@ def roofline(
         click.echo(f"  {name}: {figure_text(name, f['value'])} ({f['origin']}; {how})")
     for note in out["notes"]:
         click.echo(f"  note: {note}")
-
-
-def _step_doc(terms: StepTerms, draft_tokens: int | None) -> dict:
-    return {
-        "memory_ms": terms.memory_s * 1000,
-        "compute_ms": None if terms.compute_s is None else terms.compute_s * 1000,
-        "fabric_ms": None if terms.fabric_s is None else terms.fabric_s * 1000,
-        "bound_step_ms": terms.bound_s * 1000,
-        "binding": terms.binding(),
-        "bound_tps_at_1_token_per_step": 1.0 / terms.bound_s,
-        "bound_tps_if_every_draft_accepted": (draft_tokens + 1) / terms.bound_s if draft_tokens else None,
-    }
 
 
 @click.command()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import sys
 from pathlib import Path
 
@@ -12,13 +11,11 @@ import click
 
 from .. import __version__
 from ..errors import ExitCode, SparkfleetError
-from ..hosts import fan_out
 from ..hubcache import parse_repo_spec, repo_folder
 from ..inventory import GIB
 from ..launch.spec import state_dir_of
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
-from ..stage.fanout import fanout_plan
 from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import requests_for_host
@@ -398,39 +395,13 @@ def _ignore(host: str, event: dict) -> None:
 
 
 def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> None:
-    """Ask every host for its plan (each sees the NAS and its own free space), then show who
-    would take what from where, and whether each host has the space the real run checks first."""
-    def ask(host: str) -> dict:
-        def argv_for(prefix: list[str]) -> list[str]:
-            return [*remote.stage_argv(prefix, inv.root.resolve(), host, options), "--dry-run"]
+    """Show every host's plan, who would take what from where, and whether each host has the space
+    the real run checks first (stage/fleet_dry_run.py decides)."""
+    from ..stage.fleet_dry_run import fleet_dry_run
 
-        outcome = remote.run_host_stage(inv, host, argv_for, _ignore, options.ssh_config)
-        text = "\n".join(outcome.log)
-        try:
-            return json.loads(text[text.index("{") :])
-        except ValueError:
-            raise SparkfleetError(
-                outcome.error or f"{host}: no plan came back",
-                hint=outcome.hint or outcome.log_tail,
-                exit_code=outcome.exit_code,
-            ) from None
-
-    answers = dict(zip(hosts, fan_out(ask, hosts), strict=True))
-    plans = answers[hosts[0]]["plans"]
-    spaces = {h: a.get("space") for h, a in answers.items() if a.get("space")}
-    # what the NAS must send: the files some host lacks or holds known-wrong (a complete tree: none)
-    def needs(a: dict) -> set[tuple]:
-        return {(f[0], f[1], f[3]) for p in a["plans"] for f in p["file_list"]
-                if f[2] == "copy" or f[0] in set(p.get("repair_list", []))}  # fmt: skip
-
-    per_host = {h: needs(a) for h, a in answers.items()}
-    files = sorted(set().union(*per_host.values()))
-    sizes = {rel: size for rel, size, _ in files}
-    wave1, pulls = (
-        fanout_plan(files, hosts) if fanout else ({h: sorted(f[0] for f in per_host[h]) for h in hosts}, [])
-    )
-    nas_reads = {h: sum(sizes[r] for r in rels) for h, rels in wave1.items()}
-    short = [h for h, s in spaces.items() if not s["ok"]]
+    dry = fleet_dry_run(inv, hosts, options, fanout)
+    answers, plans, spaces, short = dry.answers, dry.plans, dry.spaces, dry.short
+    wave1, pulls, nas_reads = dry.wave1, dry.pulls, dry.nas_reads
     if as_json:
         echo_json(
             {"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bench.client import Endpoint
-from ..bench.spec import parse_series
+from ..bench.spec_decode import parse_series
 from ..errors import SparkfleetError
 from .tinyqwen import TinyModel
 

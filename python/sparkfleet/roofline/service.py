@@ -16,8 +16,8 @@ from ..hosts import LocalHost, check_reachable, connect
 from ..inventory import Host, Inventory, Lane
 from ..launch.spec import state_dir_of
 from ..stage.remote import is_this_host, sparkfleet_argv
-from .bound import LaneShape
-from .lane import RooflineConfig, lane_inputs
+from .bound import LaneShape, StepTerms, decode_terms
+from .lane import RooflineConfig, cost_from_doc, lane_inputs
 from .machine import (
     MachineFigures,
     Measurement,
@@ -198,3 +198,52 @@ def staging_bound(
             "so the probe does not bound it"
         )
     return out
+
+
+def _step_doc(terms: StepTerms, draft_tokens: int | None) -> dict:
+    return {
+        "memory_ms": terms.memory_s * 1000,
+        "compute_ms": None if terms.compute_s is None else terms.compute_s * 1000,
+        "fabric_ms": None if terms.fabric_s is None else terms.fabric_s * 1000,
+        "bound_step_ms": terms.bound_s * 1000,
+        "binding": terms.binding(),
+        "bound_tps_at_1_token_per_step": 1.0 / terms.bound_s,
+        "bound_tps_if_every_draft_accepted": (draft_tokens + 1) / terms.bound_s if draft_tokens else None,
+    }
+
+
+def lane_roofline(
+    inv: Inventory, lane: Lane, host: Host | None, context: int, trust_measured: bool = False
+) -> dict[str, Any]:
+    """`sparkfleet roofline LANE`: what one token costs the lane's model and the decode bound it sets.
+
+    A missing bandwidth figure leaves the model's side standing on its own: no step, a note says why.
+    """
+    inputs = lane_roofline_inputs(inv, lane, host)
+    figures = figures_for(inv, lane, inputs, trust_measured)
+    shape = lane_shape(lane)
+    target = cost_from_doc(inputs["target"])
+    drafter = cost_from_doc(inputs["drafter"]) if inputs.get("drafter") else None
+    try:
+        terms, notes = decode_terms(target, figures, shape, context, drafter)
+    except SparkfleetError as exc:  # no bandwidth figure: the model's side still stands on its own
+        terms, notes = None, [f"no decode bound: {exc.message} ({exc.hint})"]
+    return {
+        "lane": lane.name,
+        "host": inputs["host"],
+        "read_from": inputs["origin"],
+        "tp": shape.tp,
+        "context": context,
+        "model": {
+            "name": target.name,
+            "total_bytes": target.total_bytes,
+            "decode_bytes_per_token": target.step_weight_bytes(1),
+            "decode_bytes_per_token_per_rank": target.step_weight_bytes(1) / shape.tp,
+            "breakdown": target.decode_breakdown(1),
+            "kv_bytes_per_token": target.kv_bytes_per_token,
+            "flops_per_token": target.flops_per_token(context),
+        },
+        "step": _step_doc(terms, shape.draft_tokens) if terms else None,
+        "machine": machine_doc(inv, lane, inputs, trust_measured),
+        "notes": list(dict.fromkeys([*figures.warnings, *notes, *target.notes])),
+    }

@@ -48,6 +48,19 @@ POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load"
 DEFAULT_POLICY = "round_robin"
 ROUTED_HEADER = "x-smg-routed-worker-id"
 KEY_NAME = "gateway"  # the key file under the gateway's state dir (apikeys layout)
+STATE_ENV = "SPARKFLEET_GATEWAY_STATE"  # where `gateway up` keeps its key, config, record and log
+
+
+def default_state_dir() -> Path:
+    """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
+    from ..images.record import operator_state_dir
+
+    return operator_state_dir() / "gateway"
+
+
+def state_dir_in_force() -> Path:
+    """The gateway's state dir as every verb finds it: $SPARKFLEET_GATEWAY_STATE, else the default."""
+    return Path(os.environ.get(STATE_ENV) or default_state_dir())
 DEFAULT_PORT = 8080
 
 

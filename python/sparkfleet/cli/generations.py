@@ -125,53 +125,9 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
       sparkfleet promote dsv41-flash-4x-mia
       sparkfleet promote dsv41-flash-4x-mia --first
     """
-    from ..bench import report as reports
-    from ..bench.client import Endpoint, discover_model
-    from ..bench.probes import run_smoke_case
-    from ..bench.target import for_lane
-    from ..errors import SparkfleetError
-    from ..jsonable import to_jsonable
-    from ..launch.generations import promote as do_promote
-    from ..launch.lane import status
+    from ..bench.gate import promote_lane
 
-    inv = load_inventory(ctx)
-    target = for_lane(inv, lane)
-    st = status(inv, lane)
-
-    def smoke():
-        endpoint = discover_model(Endpoint(target.url, None, target.api_key(), 120.0))
-        cases = [run_smoke_case(endpoint, c) for c in target.smoke]
-        return all(c.passed for c in cases), [to_jsonable(c) for c in cases]
-
-    def bench_gate(since: float):
-        assert target.reports_dir is not None
-        if report_ref:
-            path = reports.resolve(report_ref, target.reports_dir)
-        else:
-            fresh = [r for r in reports.list_reports(target.reports_dir) if r.path.stat().st_mtime >= since]
-            if not fresh:
-                return (
-                    None,
-                    False,
-                    "no bench report since this generation came up",
-                    [f"run sparkfleet bench {lane}"],
-                )
-            path = fresh[-1].path
-        doc = reports.load_document(path)
-        if doc.get("status") != "ok":
-            return str(path), False, "bench report failed", list(doc.get("failures") or ["failed"])
-        if not target.baseline:
-            if first:
-                return str(path), True, "first good generation (no baseline declared yet)", []
-            return str(path), False, "no [bench] baseline declared", ["set [bench] baseline or pass --first"]
-        try:
-            base = reports.resolve(target.baseline, target.reports_dir)
-        except SparkfleetError as exc:
-            return str(path), False, f"baseline {target.baseline}", [exc.message]
-        cmp = reports.compare(reports.load_document(base), doc, target.thresholds, base.stem, path.stem)
-        return str(path), cmp.ok, f"against baseline {base.stem}", cmp.regressions
-
-    res = do_promote(inv.root, lane, st.running == st.expected and st.running > 0, smoke, bench_gate)
+    res = promote_lane(load_inventory(ctx), lane, report_ref=report_ref, first=first)
     if as_json:
         echo_json(res)
     else:
@@ -206,33 +162,17 @@ def rollback(
       sparkfleet rollback dsv41-flash-4x-mia
       sparkfleet rollback dsv41-flash-4x-mia --to r39
     """
-    from ..launch.generations import find_generation, last_good
-    from ..launch.generations import rollback as do_rollback
-    from ..launch.lane import launch, stop
-    from ..launch.plan import dry_run
+    from ..launch.revert import rollback_lane
 
-    inv = load_inventory(ctx)
-    target = _release_generation(inv, lane, release_name) if release_name else None
-    # the good generation served NAS weights by the operator's --allow-nas-weights: so does its rollback
-    back_to = last_good(inv.root, lane) if target is None else find_generation(inv.root, lane, target["id"])
-    nas_ok = bool((back_to or {}).get("nas_weights"))
-    good, report = do_rollback(
-        inv.root,
+    back = rollback_lane(
+        load_inventory(ctx),
         lane,
-        stop=lambda: stop(inv, lane),
-        plan=lambda old: dry_run(old, lane),  # every launch check, before the running lane is stopped
-        launch=lambda old: launch(
-            old,
-            lane,
-            canary=not no_canary,
-            allow_drift=allow_drift,
-            generations_root=inv.root,
-            on_event=_event,
-            allow_nas_weights=nas_ok,
-        ),  # fmt: skip
-        target=target,
+        release_name=release_name,
+        canary=not no_canary,
+        allow_drift=allow_drift,
+        on_event=_event,
     )
-    ok = bool(report.ready and report.ready.ok)
+    good, report, ok = back.good, back.report, back.ok
     if as_json:
         echo_json({"rolled_back_to": good["id"], "ok": ok, "generation": (report.generation or {}).get("id"),
                    "ready": report.ready})  # fmt: skip
@@ -256,19 +196,10 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
       sparkfleet history dsv41-flash-4x-mia
       sparkfleet history dsv41-flash-4x-mia --json
     """
-    from ..bench import report as reports
-    from ..bench.target import for_lane
-    from ..launch.generations import history as do_history
-    from ..launch.generations import scan
+    from ..bench.generation_reports import lane_history
 
-    inv = load_inventory(ctx)
-    target = for_lane(inv, lane)
-    found = (
-        reports.list_reports(target.reports_dir) if target.reports_dir and target.reports_dir.is_dir() else []
-    )
-    rows = do_history(inv.root, lane, [(r.path.stat().st_mtime, str(r.path)) for r in found])
-    skipped = [str(s) for s in scan(inv.root, lane)[1]]
-    failed = {str(r.path): r.status for r in found if r.status != "ok"}  # marked ✕ in the list
+    found = lane_history(load_inventory(ctx), lane)
+    rows, skipped, failed = found.generations, found.skipped, found.failed  # failed: marked ✕ in the list
     if as_json:
         echo_json({"lane": lane, "generations": rows, "skipped": skipped})
         return
@@ -293,33 +224,3 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
         for r in g["reports"]:
             mark = "" if failed.get(r) is None else f"✕ {failed[r]} "
             click.echo(f"    report {mark}{r}")
-
-
-def release_inventory(inv, lane: str, name: str, workdir):
-    """`launch LANE --release NAME`: the release's own fleet file and recipe (an inventory in
-    `workdir`), after every host pulled its image by digest."""
-    from ..launch.generations import rollback_inventory
-
-    return rollback_inventory(_release_generation(inv, lane, name), workdir)
-
-
-def _release_generation(inv, lane: str, name: str) -> dict:
-    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
-    import tempfile
-    from pathlib import Path
-
-    from ..images.load import load_pushed
-    from ..images.release import load_release
-    from ..launch.generations import rollback_inventory
-
-    rel = load_release(inv.root, lane, name)
-    img = rel["image"]
-    gen = {"id": rel["generation"], "lane": lane, "recipe_text": rel["recipe_text"],
-           "fleet_text": rel["fleet_text"], "recipe_sha256": rel["recipe_sha256"],
-           "image": {"ref": f"{img['registry']}/{img['repo']}@{img['digest']}"}, "release": name}  # fmt: skip
-
-    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
-        frozen = rollback_inventory(gen, Path(tmp))
-        if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):
-            load_pushed(frozen, lane, rel["image"], on_event=_event)
-    return gen
