@@ -14,8 +14,6 @@ from .. import __version__
 from ..errors import ExitCode, SparkfleetError
 from ..hosts import fan_out
 from ..hubcache import parse_repo_spec, repo_folder
-from ..inventory import GIB
-from ..launch.spec import state_dir_of
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
 from ..stage.fanout import fanout_plan
@@ -194,6 +192,8 @@ def stage(
             return
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
+        from ..inventory import GIB  # lazy, as below: direct mode reads no inventory
+
         reserve = int(reserve_gib * GIB)
     if dry_run:
         plans = execute.plan(requests)
@@ -236,6 +236,9 @@ def stage(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
         wait_seconds=wait_seconds, share=share, peers=peers,
     )  # fmt: skip
+    if host:
+        from ..launch.spec import state_dir_of  # lazy: the launch spec is for the fleet, not direct mode
+
     state_dir = state_dir_of(load_inventory(ctx).host(host)) if host else None
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
     # once more on every host: the bound is for a plain stage only.
@@ -263,7 +266,7 @@ def stage(
 
 def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | None) -> dict:
     """The run summary plus its throughput as a % of this host's source-read / dest-write bound."""
-    from ..roofline.service import staging_bound_of_run
+    from ..roofline.stagebound import staging_bound_of_run
 
     hubs = sorted({Path(r.source_hub) for r in requests})
     folders = sorted({repo_folder(r.repo) for r in requests})

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..deployed import not_deployed, remote_root
@@ -36,9 +37,11 @@ from ..hosts import (
     remote_sparkfleet,
     stop_process,
 )
-from ..inventory import Host, Inventory
 from .events import parse_event
 from .transport import DEFAULT_TRANSPORT, PeerSource, resolve_transport
+
+if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
+    from ..inventory import Host, Inventory
 
 THIS_HOST_ENV = "SPARKFLEET_HOST"  # names the inventory host this machine is
 
