@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -319,6 +318,8 @@ def stage_hosts(
             sink(outcome.host, {"event": "log", "line": f"wave 1 failed on {outcome.host}: {outcome.error}"})
     if options.peer_transport != "rsyncd":
         return wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
+    import secrets  # here, not at start-up: a plain stage never makes a secret (~10 ms of imports)
+
     secret = secrets.token_urlsafe(32)  # this run only; on stdin, never argv, never logged
     with serving(inv, hosts, options, secret, safe_sink, root) as ports:
         return wave(
