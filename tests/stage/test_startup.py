@@ -33,7 +33,8 @@ try:
 except SystemExit as exc:
     code = exc.code
 heavy = sorted({name.split(".")[0] for name in sys.modules} & set(HEAVY))
-fleet = sorted(m for m in sys.modules if m == "sparkfleet.inventory" or m.startswith("sparkfleet.launch"))
+unneeded = ("sparkfleet.inventory", "sparkfleet.launch", "sparkfleet.roofline.machine", "secrets")
+fleet = sorted(m for m in sys.modules if m.startswith(unneeded))
 with open(report, "w") as f:
     json.dump({"code": code, "heavy": heavy, "fleet_modules": fleet}, f)
 """.replace("{heavy!r}", repr(HEAVY))
@@ -66,4 +67,5 @@ def test_a_direct_mode_rerun_of_a_complete_tree_pulls_neither(tmp_path: Path, na
     args = ("stage", "--source", str(nas.root), "--dest", str(local), "--repo", f"{WEIGHTS_REPO}@main")
     assert probe(tmp_path, *args, "--json")["code"] == 0  # the first run copies
     result = probe(tmp_path, *args, "--json")
-    assert result == {"code": 0, "heavy": [], "fleet_modules": []}  # no inventory, no launch spec either
+    # nor the inventory, the launch spec, the roofline's probes (nothing copied, nothing to bound), secrets
+    assert result == {"code": 0, "heavy": [], "fleet_modules": []}

@@ -2,16 +2,14 @@
 
 Its own module (out of roofline/service) so that `sparkfleet stage` on the node, whose every
 run asks for it, imports the probes and the measurements file only, not the inventory, the launch
-spec and the roofline's model side.
+spec and the roofline's model side; and those only when there is a run to bound (a rerun that
+copied nothing has none, and is mostly start-up).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-from .machine import load_measurements, record_measurements
-from .measure import largest_files, read_rate, write_rate
 
 STREAMS = 4  # parallel readers/writers in the probes: staging's default --jobs
 # Staging's own probes, once per host (recorded after): 32 MiB each way, a small cost beside a stage.
@@ -37,7 +35,10 @@ def staging_bound(
     else measures both now (PROBE_BYTES each) and records them for next time.
     """
     if seconds <= 0 or copied_bytes <= 0:
-        return None
+        return None  # a rerun that copied nothing: returned before importing the probes (start-up)
+    from .machine import load_measurements, record_measurements
+    from .measure import largest_files, read_rate, write_rate
+
     known = load_measurements(state_dir) if state_dir else {}
     read = known["nas_read"].value if "nas_read" in known else None
     write = known["nvme_write"].value if "nvme_write" in known else None
