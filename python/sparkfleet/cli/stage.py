@@ -236,10 +236,11 @@ def stage(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
         wait_seconds=wait_seconds, share=share, peers=peers,
     )  # fmt: skip
+    state_dir = None
     if host:
         from ..launch.spec import state_dir_of  # lazy: the launch spec is for the fleet, not direct mode
 
-    state_dir = state_dir_of(load_inventory(ctx).host(host)) if host else None
+        state_dir = state_dir_of(load_inventory(ctx).host(host))
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
     # once more on every host: the bound is for a plain stage only.
     bound = (lambda r: with_io_bound(r, requests, state_dir)) if share is None and not peers else dict
