@@ -16,6 +16,7 @@ book cache goes to a temporary HOME. Prints one JSON line. If llama-benchy canno
 says why (field "llama_benchy.reason") and still carries our numbers.
 
     .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3] [--skip-benchy]
+    .venv/bin/python benchmarks/bench_accuracy.py --smoke   # seconds: the script itself cannot rot
 
 A real engine too (issue 18): `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
 vLLM's CPU build (or `--engine-url` names a running server and `--engine-tokenizer` its model
@@ -517,7 +518,12 @@ def main() -> None:
         type=Path,
         help="start the engine here: the tiny Qwen2 on this venv's vllm (.venv-vllm)",
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="seconds: one run, the first decode shape, no llama-benchy"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.only_first_decode_shape, args.skip_benchy = 1, True, True
     if args.engine_url or args.engine_venv:
         with tempfile.TemporaryDirectory(prefix="sparkfleet-bench-accuracy-") as scratch:
             benchy = Benchy(Path(scratch), args.skip_benchy)

@@ -16,6 +16,7 @@ One run, side by side, one JSON line:
 Needs root (namespaces, FUSE, tc).
 
 Usage: python benchmarks/fanout_bench.py [--hosts 4] [--scale 8,16] [--shard-mib 64] [--nas-mbit 100]
+       python benchmarks/fanout_bench.py --smoke   # seconds: 2 hosts (+3 scaled), 1 MiB shards
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from sparkfleet.demo.hubfixture import build_nas_hub  # noqa: E402
 from sparkfleet.stage.transport import DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport  # noqa: E402
 
 DEFAULT = resolve_transport(DEFAULT_TRANSPORT, fabric_declared=True)  # every bench host has a fabric_ip
-from support.fleetnet import FleetNet, sshfs_mount, write_ssh_config  # noqa: E402
+from support.fleetnet import (  # noqa: E402
+    FleetNet,
+    fuse_skip_reason,
+    netns_skip_reason,
+    sshfs_mount,
+    tc_skip_reason,
+    write_ssh_config,
+)
 from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet  # noqa: E402
 
 
@@ -109,7 +117,15 @@ def main() -> None:
     ap.add_argument("--nas-mbit", type=float, default=100.0, help="NAS link rate (tbf); 0 = unshaped")
     ap.add_argument("--fabric-ratio", type=float, default=20.0, help="host links vs NAS link; 0 = unshaped")
     ap.add_argument("--transports", default=",".join(TRANSPORTS))
+    ap.add_argument("--smoke", action="store_true", help="tiny: 2 hosts, 3 scaled, 1 MiB shards")
     args = ap.parse_args()
+    if args.smoke:  # every code path and every key of the full run, on tiny data
+        args.hosts, args.scale, args.shard_mib, args.shards = 2, "3", 1, 2
+        args.transports = resolve_transport(DEFAULT_TRANSPORT, fabric_declared=True)
+    cannot = netns_skip_reason() or fuse_skip_reason() or (tc_skip_reason() if args.nas_mbit > 0 else None)
+    if cannot:  # one JSON line that says why, and exit 2 (as measure_gpu.py does without CUDA)
+        print(json.dumps({"bench": "fanout", "error": f"cannot run here: {cannot}"}))
+        raise SystemExit(2)
     scale = [int(n) for n in args.scale.split(",") if n]
     transports = [t for t in args.transports.split(",") if t]
     names = [f"dgx{i + 1}" for i in range(max([args.hosts, *scale]))]
@@ -193,7 +209,9 @@ def main() -> None:
             independent = run(args.hosts, None)
             fanout = {t: run(args.hosts, t) for t in transports}
             os.environ["SPARKFLEET_REMOTE"] = env["SPARKFLEET_REMOTE"]
-            pull_mbps = transport_mbps(hosts, roots[args.hosts], Path(env["SPARKFLEET_SSH_CONFIG"]))
+            pull_mbps = transport_mbps(
+                hosts, roots[args.hosts], Path(env["SPARKFLEET_SSH_CONFIG"]), rounds=1 if args.smoke else 3
+            )
 
             def summary(r: dict, n: int) -> dict:
                 out = {
@@ -236,6 +254,7 @@ def main() -> None:
                         "goals": "fanout NAS bytes <= 1.05x one copy; wall <= 0.5x independent; "
                         "scaling: waves <= log2(hosts)",
                         "scaling": scaling,
+                        "smoke": args.smoke,
                     }
                 )
             )

@@ -16,6 +16,7 @@ One run, side by side, one JSON line:
 Needs root (namespaces, tc), docker-registry, skopeo and podman.
 
 Usage: python benchmarks/image_bench.py [--hosts 4] [--head-mbit 200] [--fabric-ratio 20]
+       python benchmarks/image_bench.py --smoke   # 2 hosts, links unshaped: the script cannot rot
 """
 
 from __future__ import annotations
@@ -36,8 +37,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "python"), str(REPO / "tests")]
 
 from sparkfleet.images import registry as reg_mod  # noqa: E402
-from support.engines import docker_archive, layer_tar, make_rootfs, podman_cleanup, podman_env  # noqa: E402
-from support.fleetnet import FleetNet  # noqa: E402
+from support.engines import (  # noqa: E402
+    docker_archive,
+    engines_skip_reason,
+    layer_tar,
+    make_rootfs,
+    podman_cleanup,
+    podman_env,
+)
+from support.fleetnet import FleetNet, netns_skip_reason, tc_skip_reason  # noqa: E402
 from support.stagefleet import nas_tx_bytes, shape_fleet  # noqa: E402
 
 PORT = 5000
@@ -63,7 +71,17 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--head-mbit", type=float, default=200.0, help="head link rate (tbf); 0 = unshaped")
     ap.add_argument("--fabric-ratio", type=float, default=20.0, help="host links vs head link")
+    ap.add_argument("--smoke", action="store_true", help="2 hosts, head link unshaped (the same image)")
     args = ap.parse_args()
+    if args.smoke:
+        args.hosts, args.head_mbit = 2, 0.0
+    cannot = netns_skip_reason() or engines_skip_reason("podman")
+    cannot = cannot or (tc_skip_reason() if args.head_mbit > 0 else None)
+    missing = [t for t in ("docker-registry", "skopeo") if not shutil.which(t)]
+    cannot = cannot or (f"`{missing[0]}` not found (Debian package {missing[0]})" if missing else None)
+    if cannot:  # one JSON line that says why, and exit 2 (as measure_gpu.py does without CUDA)
+        print(json.dumps({"error": f"cannot run here: {cannot}"}))
+        raise SystemExit(2)
     work = Path(tempfile.mkdtemp(prefix="image-bench-"))
     stores: list[tuple[dict, Path]] = []
     certs_d: list[Path] = []
@@ -141,6 +159,7 @@ def main() -> None:
                 "pull_vs_stream_seconds": round(pull_s / ssh_s, 3) if ssh_s else None,
                 "shaping": shaping,
                 "digest": digest,
+                "smoke": args.smoke,
             }))  # fmt: skip
     finally:
         for env, base in stores:

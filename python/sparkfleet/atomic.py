@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +26,7 @@ def temp_name(final: Path) -> Path:
     A 240–255-byte final name must still get a temp that fits NAME_MAX: the stem is shortened
     (by bytes, keeping non-UTF-8 names intact as bytes) rather than failing with ENAMETOOLONG.
     """
-    suffix = f"{TEMP_MARK}{secrets.token_hex(4)}".encode()
+    suffix = f"{TEMP_MARK}{os.urandom(4).hex()}".encode()  # what secrets.token_hex does, unimported
     stem = os.fsencode(final.name)
     room = NAME_MAX - len(suffix) - 1
     return final.with_name(os.fsdecode(b"." + stem[:room] + suffix))

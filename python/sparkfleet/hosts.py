@@ -17,10 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from .errors import ExitCode, SparkfleetError
-from .inventory import Host
+
+if TYPE_CHECKING:  # annotations only: staging imports fan_out, and direct mode reads no inventory
+    from .inventory import Host
 
 log = logging.getLogger(__name__)  # `sparkfleet -v` shows each command sent to a host
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from .errors import InventoryError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 FLEET_FILE = Path("hosts/fleet.toml")
 RECIPES_DIR = Path("recipes")
@@ -220,22 +221,32 @@ def _python_regex(pattern: str) -> re.Pattern:
 
 
 def _pattern(validator, pattern, instance, schema_):
+    from jsonschema import ValidationError
+
     if validator.is_type(instance, "string") and not _python_regex(pattern).search(instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def _property_names(validator, property_names, instance, schema_):
     # Like the standard keyword, but the error points at the offending key itself.
+    from jsonschema import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     for name in instance:
         for error in validator.descend(instance=name, schema=property_names):
-            yield jsonschema.ValidationError(f"key {name!r}: {error.message}", path=[name])
+            yield ValidationError(f"key {name!r}: {error.message}", path=[name])
 
 
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"pattern": _pattern, "propertyNames": _property_names}
-)
+@cache
+def _validator_class() -> type:
+    """Draft 2020-12 with the two keywords above, built on first use: importing jsonschema costs
+    ~130 ms, which a verb that reads no inventory (`stage --source/--dest`) must not pay."""
+    import jsonschema
+
+    return jsonschema.validators.extend(
+        jsonschema.Draft202012Validator, {"pattern": _pattern, "propertyNames": _property_names}
+    )
 
 
 def _key_path(parts: Any) -> str:
@@ -278,7 +289,7 @@ def _message(err: jsonschema.ValidationError) -> str:
 
 def schema_problems(document: dict[str, Any], schema_name: str, path: Path) -> list[Problem]:
     """Every schema violation of `document`, each naming file, key path and expectation."""
-    validator = _Validator(schema(schema_name))
+    validator = _validator_class()(schema(schema_name))
     errors = sorted(
         validator.iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
     )

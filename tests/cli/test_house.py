@@ -21,7 +21,9 @@ LAUNCH = "sparkfleet.launch."
 # reaches nodes through the agent. A new launch module must be placed on one of them.
 PURE = {"recipe", "spec", "manifest", "readiness", "bootcache", "weights"}
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
-CONTROLLER = {"nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "revert", "demo"}
+CONTROLLER = {
+    "nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "revert", "demo",
+}
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:

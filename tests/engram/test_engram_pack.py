@@ -295,6 +295,16 @@ def test_enospc_on_a_small_tmpfs_refuses_before_writing(fleet, tmpfs):
     assert st.f_bfree == st.f_blocks or st.f_blocks - st.f_bfree <= 2  # nothing was spent (a dir or two)
 
 
+def test_too_few_inodes_on_a_tmpfs_refuses_before_writing(fleet, tmpfs):
+    """Bytes to spare but inodes short: refused before byte one, as staging would be (one space.py)."""
+    mnt = tmpfs(16 * 1024 * 1024, options="nr_inodes=6")  # root, out dir, .locks, lock: 2 left
+    fleet.add_lane("inodes", ["h1"], f'out_dir = "{mnt}/packs"\n' + PARTS_TABLES)
+    with pytest.raises(SpaceError, match=r"not enough inodes on .*packs.*: need 4 files") as exc:
+        pack(fleet.inv(), "inodes", "h1")  # one rank = 2 packs, the journal and the receipt's temp
+    assert str(mnt) in exc.value.message
+    assert [p.name for p in (mnt / "packs").iterdir() if p.is_file()] == []
+
+
 def test_interleave_with_and_without_numpy_is_identical():
     blocks = [bytes(range(256)) * 3, bytes(range(100, 124))]
     with_np = bytes(interleave(blocks, [256, 8], 3))

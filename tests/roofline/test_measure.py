@@ -9,7 +9,7 @@ import pytest
 
 from sparkfleet.roofline.machine import load_measurements, record_measurements
 from sparkfleet.roofline.measure import largest_files, read_rate, write_rate
-from sparkfleet.roofline.service import staging_bound
+from sparkfleet.roofline.stagebound import staging_bound
 
 MIB = 1024 * 1024
 

@@ -3,32 +3,41 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+
+def byte_bar(first_column: str) -> Progress:
+    """A rich bar on stderr (bytes, rate, ETA). rich is imported here, when a bar is drawn: a
+    run with --json, -q or no terminal never draws one and should not pay its ~35 ms import."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    return Progress(
+        TextColumn(first_column),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
 
 
 class RichStageProgress:
     """Implements stage.execute.StageProgress with one bar per phase (thread-safe: rich locks)."""
 
     def __init__(self) -> None:
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=False,
-        )
+        self.progress = byte_bar("{task.description}")
         self.task: TaskID | None = None
         self.counting = False
 
@@ -80,14 +89,7 @@ class FleetProgress:
     """One bar per host, driven by the JSON-lines events each host's stage run reports."""
 
     def __init__(self, hosts: list[str]) -> None:
-        self.progress = Progress(
-            TextColumn("{task.fields[host]:>6} {task.description}"),
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
+        self.progress = byte_bar("{task.fields[host]:>6} {task.description}")
         self.tasks = {h: self.progress.add_task("waiting", total=None, host=h) for h in hosts}
 
     def __enter__(self) -> FleetProgress:
@@ -121,6 +123,7 @@ class BootView:
         self.lines = not as_json and not quiet()
         self.shown: dict[int, str | None] = {}
         if wants_bar(as_json):
+            from rich.console import Console
             from rich.live import Live
 
             self.live = Live(console=Console(stderr=True), refresh_per_second=4, transient=False)

@@ -12,8 +12,6 @@ import click
 from .. import __version__
 from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec, repo_folder
-from ..inventory import GIB
-from ..launch.spec import state_dir_of
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
 from ..stage.plan import StageRequest
@@ -191,6 +189,8 @@ def stage(
             return
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
+        from ..inventory import GIB  # lazy, as below: direct mode reads no inventory
+
         reserve = int(reserve_gib * GIB)
     if dry_run:
         plans = execute.plan(requests)
@@ -233,7 +233,11 @@ def stage(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
         wait_seconds=wait_seconds, share=share, peers=peers,
     )  # fmt: skip
-    state_dir = state_dir_of(load_inventory(ctx).host(host)) if host else None
+    state_dir = None
+    if host:
+        from ..launch.spec import state_dir_of  # lazy: the launch spec is for the fleet, not direct mode
+
+        state_dir = state_dir_of(load_inventory(ctx).host(host))
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
     # once more on every host: the bound is for a plain stage only.
     bound = (lambda r: with_io_bound(r, requests, state_dir)) if share is None and not peers else dict
@@ -260,7 +264,7 @@ def stage(
 
 def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | None) -> dict:
     """The run summary plus its throughput as a % of this host's source-read / dest-write bound."""
-    from ..roofline.service import staging_bound_of_run
+    from ..roofline.stagebound import staging_bound_of_run
 
     hubs = sorted({Path(r.source_hub) for r in requests})
     folders = sorted({repo_folder(r.repo) for r in requests})

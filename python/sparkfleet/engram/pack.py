@@ -28,11 +28,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, atomic
+from .. import __version__, atomic, space
 from ..digests import sample_digest
 from ..errors import LockBusyError, SourceError, SpaceError, SparkfleetError
 from ..inventory import Inventory
-from ..stage.execute import NoProgress, StageProgress, free_bytes
+from ..stage.execute import NoProgress, StageProgress
 from ..stage.lock import open_lock_file
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
@@ -219,17 +219,21 @@ def plan(inv: Inventory, lane_name: str, host_name: str) -> PackPlan:
     return PackPlan(spec, place, src, tuple(files), identity)
 
 
-def preflight(out: Path, needed: int, reserve: int, names: list[str]) -> int:
-    """Refuse before the first byte when the packs do not fit in free space minus the host's reserve."""
-    free = free_bytes(out)
-    if needed > free - reserve:
-        gib = 1024**3
-        raise SpaceError(
-            f"not enough space on {out} for {', '.join(names)}: need {needed / gib:.2f} GiB, "
-            f"free {free / gib:.2f} GiB, reserve {reserve / gib:.2f} GiB",
-            hint="free space there, lower the host's reserve_gib, or point [engram].out_dir at a bigger disk",
-        )
-    return free
+def preflight(out: Path, todo: list[PackFile], reserve: int) -> int:
+    """Refuse before the first byte when the packs do not fit beside the host's reserve (space.check:
+    blocks, inodes and reserve, as staging counts them). Inodes at the peak: every pack (its temp
+    becomes it), the journal and the temp that replaces it (or the receipt's)."""
+    return space.check(
+        out,
+        sum(f.size for f in todo),
+        reserve,
+        sizes=[f.size for f in todo],
+        inodes=len(todo) + 2,
+        what=", ".join(f.name for f in todo),
+        space_hint="free space there, lower the host's reserve_gib, "
+        "or point [engram].out_dir at a bigger disk",
+        inode_hint="free inodes there, or point [engram].out_dir at a filesystem with more",
+    )
 
 
 @contextmanager
@@ -324,7 +328,7 @@ def pack(
             result.seconds = time.monotonic() - started
             return result
         result.bytes_needed = sum(f.size for f in todo)
-        result.bytes_free = preflight(out, result.bytes_needed, reserve, [f.name for f in todo])
+        result.bytes_free = preflight(out, todo, reserve)
         records = dict(keep)
         # The journal carries the stale names: once the old receipt is gone it is their only record.
         journal_info = {"journal_of": RECEIPT_NAME, "stale": sorted(p.name for p in stale)}

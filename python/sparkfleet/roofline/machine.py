@@ -22,10 +22,12 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import atomic, units
-from ..inventory import Host, HostKind, Inventory
+
+if TYPE_CHECKING:  # annotations only: staging's bound reads measurements, not the inventory
+    from ..inventory import Host, HostKind, Inventory
 
 MEASUREMENTS_FILE = "measurements.json"
 

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import atomic
+from .. import atomic, space
 from ..digests import Verdict, compare
 from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
 from ..hosts import fan_out
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
+from ..space import free_bytes
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key, tree_position, tree_sources
 from .lock import hub_lock
@@ -138,43 +139,18 @@ class StageRun:
         }
 
 
-def free_bytes(path: Path) -> int:
-    """Bytes an unprivileged writer can still use on the filesystem holding `path` (or its nearest parent)."""
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    st = os.statvfs(probe)
-    return st.f_bavail * st.f_frsize
-
-
 def preflight(dest_hub: Path, needed: int, reserve: int, sizes: Sequence[int] = (), inodes: int = 0) -> int:
-    """Refuse before the first byte when `needed` does not fit in free space minus `reserve`.
-
-    With `sizes` (one per file to write) the bytes are counted as whole filesystem blocks, and
-    `inodes` (files, links, directories to create) against the free inodes: ten thousand small
-    files can exhaust a filesystem that still shows free bytes.
-    """
-    free = free_bytes(dest_hub)
-    probe = dest_hub
-    while not probe.exists():
-        probe = probe.parent
-    st = os.statvfs(probe)
-    block = st.f_frsize or 4096
-    needed = max(needed, sum(-(-size // block) * block for size in sizes))
-    if st.f_files and inodes > st.f_favail:
-        raise SpaceError(
-            f"not enough inodes on {dest_hub}: need {inodes} files, links and folders, "
-            f"{st.f_favail} inodes free",
-            hint="free inodes there (many small files), or stage to a filesystem with more",
-        )
-    if needed > free - reserve:
-        gib = 1024**3
-        raise SpaceError(
-            f"not enough space on {dest_hub}: need {needed / gib:.2f} GiB, free {free / gib:.2f} GiB, "
-            f"reserve {reserve / gib:.2f} GiB",
-            hint="free space, lower the host's reserve_gib, or exclude optional packs (e.g. page15/*)",
-        )
-    return free
+    """Refuse before the first byte when the run does not fit at `dest_hub` (space.check: bytes as
+    whole blocks of `sizes`, `inodes` against the free inodes, the host's reserve)."""
+    return space.check(
+        dest_hub,
+        needed,
+        reserve,
+        sizes=sizes,
+        inodes=inodes,
+        space_hint="free space, lower the host's reserve_gib, or exclude optional packs (e.g. page15/*)",
+        inode_hint="free inodes there (many small files), or stage to a filesystem with more",
+    )
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..deployed import not_deployed, remote_root
@@ -36,9 +36,11 @@ from ..hosts import (
     remote_sparkfleet,
     stop_process,
 )
-from ..inventory import Host, Inventory
 from .events import parse_event
 from .transport import DEFAULT_TRANSPORT, PeerSource, resolve_transport
+
+if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
+    from ..inventory import Host, Inventory
 
 THIS_HOST_ENV = "SPARKFLEET_HOST"  # names the inventory host this machine is
 
@@ -316,6 +318,8 @@ def stage_hosts(
             sink(outcome.host, {"event": "log", "line": f"wave 1 failed on {outcome.host}: {outcome.error}"})
     if options.peer_transport != "rsyncd":
         return wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
+    import secrets  # here, not at start-up: a plain stage never makes a secret (~10 ms of imports)
+
     secret = secrets.token_urlsafe(32)  # this run only; on stdin, never argv, never logged
     with serving(inv, hosts, options, secret, safe_sink, root) as ports:
         return wave(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from ..inventory import Inventory
+from typing import TYPE_CHECKING
+
 from .plan import StageRequest
+
+if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
+    from ..inventory import Inventory
 
 
 def requests_for_host(inv: Inventory, host_name: str, lane_name: str | None = None) -> list[StageRequest]:
