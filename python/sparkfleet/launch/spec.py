@@ -88,6 +88,7 @@ class LaunchSpec:
     ulimits: tuple[str, ...] = ()  # container --ulimit values, "name=soft:hard" (the host's)
     boot_cache_dir: str = ""  # node-local JIT/autotune caches for this image x model x world
     boot_cache_key: str = ""
+    entrypoint: str | None = None  # the image's entrypoint replaced (the kit's `--entrypoint`), or kept
 
     @property
     def is_head(self) -> bool:
@@ -290,9 +291,11 @@ def _static_values(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> dict
         "nnodes": str(world.nnodes),
         "node_rank": str(rank),
         "dist_init_addr": f"{head.fabric_ip or head.address}:{recipe.dist_port}",
+        "head_ip": head.fabric_ip or head.address,
+        "dist_port": str(recipe.dist_port),
         "port": str(recipe.port),
         "rank_port": str(recipe.port + rank),
-        "model_path": "",
+        "model_path": recipe.model_mounts.get(recipe.model.pin, "") if recipe.model else "",
         "served_model_name": recipe.served_model_name or recipe.lane,
         "host_ip": host.fabric_ip or host.address,
         "cache_dir": recipe.cache_mount,
@@ -416,8 +419,12 @@ def build_spec(
     check_weight_load_regex(recipe.weight_load_regex, where)
     cache_dir = cache_dir_of(recipe, host)
     in_container = recipe.runtime in ("docker", "podman")
+    manifest_binds = model_binds(manifest, recipe, inv) if in_container else ()
     model_path = manifest.model_paths.get(recipe.model.repo, "") if recipe.model else ""
-    dist_init_addr = f"{head_ip(inv, recipe, fabrics)}:{recipe.dist_port}"
+    if recipe.model and in_container and recipe.model.pin in recipe.model_mounts and model_path:
+        model_path = recipe.model_mounts[recipe.model.pin]
+    head = head_ip(inv, recipe, fabrics)
+    dist_init_addr = f"{head}:{recipe.dist_port}"
     my_ip = host.fabric_ip or (facts.fabric_ip if facts else None)
 
     env: dict[str, str] = {}
@@ -451,6 +458,8 @@ def build_spec(
         "nnodes": str(world.nnodes),
         "node_rank": str(rank),
         "dist_init_addr": dist_init_addr,
+        "head_ip": head,
+        "dist_port": str(recipe.dist_port),
         "port": str(recipe.port),
         # port + rank: only for ranks sharing one machine (the demo), where each needs its own port
         "rank_port": str(recipe.port + rank),
@@ -462,10 +471,12 @@ def build_spec(
     }
     values.update(mem_fraction_value(recipe))
     argv = _substitute(recipe.command, values, where)
+    if rank != 0:  # the kit's worker-only flags (EXL3: `--headless` on node rank 1)
+        argv += _substitute(recipe.worker_args, values, where)
     check_flags(argv, _world_flags({**values, "dist_init_addr": dist_init_addr}, recipe), where)
     receipts = receipt_paths(recipe, cache_dir, where)
 
-    binds = list(manifest.binds) if in_container else []
+    binds = list(manifest_binds)
     if in_container:
         binds.append(BindMount(Path(cache_dir), recipe.cache_mount, False, "cache"))
     if in_container and "{api_key_config}" in " ".join(recipe.command):
@@ -530,7 +541,27 @@ def build_spec(
         ulimits=ulimit_args(host.ulimits),
         boot_cache_dir=str(boot_dir),
         boot_cache_key=boot_key,
+        entrypoint=recipe.entrypoint if in_container else None,
     )
+
+
+def model_binds(manifest: BindManifest, recipe: LaunchRecipe, inv: Inventory) -> tuple[BindMount, ...]:
+    """The manifest's binds, a model's entries moved under the fixed path its kit reads it at.
+
+    [launch.model_mounts] maps a model pin to a container directory (the EXL3 kit reads its model
+    at /model and its drafter at /draft-exl3): each entry keeps its path inside the snapshot.
+    """
+    if not recipe.model_mounts:
+        return manifest.binds
+    mounts = {inv.pins[pin].source: target for pin, target in recipe.model_mounts.items() if pin in inv.pins}
+    out = []
+    for b in manifest.binds:
+        target = mounts.get(b.repo or "")
+        prefix = manifest.model_paths.get(b.repo or "", "")
+        if target and prefix and b.target.startswith(prefix + "/"):
+            b = BindMount(b.source, target + b.target[len(prefix) :], b.read_only, b.origin, b.repo)
+        out.append(b)
+    return tuple(out)
 
 
 def ulimit_args(ulimits: tuple[tuple[str, int | str], ...]) -> tuple[str, ...]:
