@@ -511,7 +511,7 @@ def build_spec(
         binds.append(BindMount(boot_dir, recipe.boot_cache.mount, False, "bootcache"))
     from ..engram.config import launch_wiring  # lazy: the node-side agent imports this module
 
-    engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container)
+    engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container, model_path)
     env.update(engram_env)
     binds.extend(BindMount(m.source, m.target, True, "engram") for m in engram_mounts)
     return LaunchSpec(
