@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import inventory
+from sparkfleet.fabric import FabricFacts
 from sparkfleet.launch.lane import dry_run, planned_argv
 from sparkfleet.launch.manifest import BindManifest, BindMount
 from sparkfleet.launch.recipe import launch_recipe
@@ -160,7 +161,25 @@ def test_exl3_models_are_bound_where_the_kit_reads_them(tmp_path, monkeypatch):
 
 def test_kit_sources_name_every_file_with_a_sha256():
     """Every lane whose facts come from a kit names the files they were read from, with their sha256."""
-    for lane in ("dsv41-flash-exl3-2x",):
+    for lane in ("dsv41-flash-exl3-2x", "dsv41-flash-4x-aiden"):
         sources = _kit(lane).get("sources", {})
         assert sources, lane
         assert all(len(v) == 64 and int(v, 16) >= 0 for v in sources.values()), lane
+
+
+def test_node_env_spells_the_nodes_facts_as_each_kit_does(tmp_path, monkeypatch):
+    """[launch.node_env]: the Aiden kit's HOST_IP/B12X_ROCE_*, the EXL3 kit's NCCL_IB_HCA/TP_SOCKET_IFNAME."""
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = _fleet(tmp_path)
+    facts = FabricFacts("10.100.32.2", ("rocep1s0f1", "roceP2p1s0f1"), 3, "enp1s0f1np1")
+    empty = BindManifest("dgx2", (), (), {})
+    aiden = build_spec(inv, launch_recipe(inv, "dsv41-flash-4x-aiden"), "dgx2", empty, {"dgx2": facts})
+    assert aiden.env["HOST_IP"] == "10.100.32.2"
+    assert aiden.env["B12X_ROCE_HCA"] == aiden.env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+    assert aiden.env["B12X_ROCE_GID_INDEX"] == aiden.env["NCCL_IB_GID_INDEX"] == "3"
+    exl3 = build_spec(inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": facts})
+    assert exl3.env["NCCL_IB_HCA"] == "=rocep1s0f1:1" and exl3.env["TP_SOCKET_IFNAME"] == "enp1s0f1np1"
+    unknown = build_spec(
+        inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": None}, fabric_unknown_ok=True
+    )
+    assert "TP_SOCKET_IFNAME" not in unknown.env  # never a guess

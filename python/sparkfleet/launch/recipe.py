@@ -116,6 +116,7 @@ class LaunchRecipe:
     entrypoint: str | None = None
     worker_args: tuple[str, ...] = ()
     model_mounts: dict[str, str] = field(default_factory=dict)  # model pin -> container directory
+    node_env: dict[str, str] = field(default_factory=dict)  # env key -> template of the node's facts
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -216,6 +217,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         entrypoint=doc.get("entrypoint"),
         worker_args=tuple(doc.get("worker_args", ())),
         model_mounts=model_mounts,
+        node_env=dict(doc.get("node_env", {})),
     )
 
 

@@ -449,6 +449,7 @@ def build_spec(
 
         env.update(FIXED_ENV)
     env.update(recipe.env)
+    env.update(node_env(recipe, facts, my_ip, where))
 
     values = {
         "lane": lane.name,
@@ -543,6 +544,39 @@ def build_spec(
         boot_cache_key=boot_key,
         entrypoint=recipe.entrypoint if in_container else None,
     )
+
+
+NODE_FIELDS = ("hca", "hcas", "gid_index", "netdev", "host_ip")
+
+
+def node_env(
+    recipe: LaunchRecipe, facts: FabricFacts | None, my_ip: str | None, where: str
+) -> dict[str, str]:
+    """[launch.node_env]: env a kit sets per node from its fabric facts, in the kit's own spelling.
+
+    {hca} (first HCA), {hcas} (comma-separated), {gid_index}, {netdev} come from the node's fabric
+    detection, {host_ip} from its fabric IP; a key whose facts are not known (a dry run) is left out.
+    """
+    values = {"host_ip": my_ip}
+    if facts is not None:
+        values.update(
+            hca=facts.hcas[0] if facts.hcas else None,
+            hcas=",".join(facts.hcas),
+            gid_index=str(facts.gid_index),
+            netdev=facts.netdev,
+        )
+    out = {}
+    for key, template in recipe.node_env.items():
+        names = _PLACEHOLDER.findall(template)
+        unknown = sorted(set(names) - set(NODE_FIELDS))
+        if unknown:
+            raise ShapeError(
+                f"{where}: launch.node_env.{key} uses unknown placeholder {{{unknown[0]}}}",
+                hint="node_env may use " + ", ".join("{" + n + "}" for n in NODE_FIELDS),
+            )
+        if all(values.get(n) for n in names):
+            out[key] = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+    return out
 
 
 def model_binds(manifest: BindManifest, recipe: LaunchRecipe, inv: Inventory) -> tuple[BindMount, ...]:
