@@ -12,13 +12,13 @@ would run on each node with what sparkfleet renders.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import ipaddress
 import json
 import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -243,6 +243,14 @@ def test_aiden_lane_runs_what_production_sh_runs(tmp_path, monkeypatch):
 # ---- the EXL3 kit: portable_node.docker_command() -------------------------------------------------
 
 
+def _load(path: Path, name: str):
+    """The kit's module at `path`, imported under a name of ours (nothing of it is kept in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _exl3_config(kit: Path, inv: inventory.Inventory) -> dict:
     """The deployment config release/launch.py prepare() builds, for this fleet's two hosts.
 
@@ -251,11 +259,7 @@ def _exl3_config(kit: Path, inv: inventory.Inventory) -> dict:
     command only copies (paths, uid/gid, image ID). It goes through JSON with sort_keys=True as
     launch.py writes it and portable_pair.py hands it to each node.
     """
-    sys.path.insert(0, str(kit / "release"))
-    try:
-        import config as kit_config  # the kit's release/config.py
-    finally:
-        sys.path.remove(str(kit / "release"))
+    kit_config = _load(kit / "release" / "config.py", "kit_exl3_config")  # the kit's release/config.py
     example = {}
     for line in (kit / ".env.ds41.example").read_text().splitlines():
         if line and not line.startswith("#") and "=" in line:
@@ -301,11 +305,8 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
     inv = _fleet(tmp_path)
     config = _exl3_config(kit, inv)
     tools = kit / EXL3_RUNTIME / "tools"
-    sys.path.insert(0, str(tools))
-    try:
-        import portable_node  # the kit's release/runtime/tools/portable_node.py
-    finally:
-        sys.path.remove(str(tools))
+    monkeypatch.syspath_prepend(str(tools))  # portable_node imports launch_profile from beside it
+    portable_node = _load(tools / "portable_node.py", "kit_exl3_portable_node")
     plan = dry_run(inv, "dsv41-flash-exl3-2x")
     for spec in plan.by_rank():
         node = portable_node.docker_command(config, spec.rank)
