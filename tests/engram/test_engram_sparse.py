@@ -141,10 +141,15 @@ def test_rank_1_gets_sparse_copies_of_the_shards_with_only_its_rows(tmp_path):
         owned[:hlen] = b"\1" * hlen
         assert all(b == 0 for b, mine in zip(dst, owned, strict=True) if not mine)  # a hole everywhere else
 
+    verified = CliRunner().invoke(main, ["--root", str(root), "engram", "verify", LANE, "dgx2", "--json"])
+    assert verified.exit_code == ExitCode.OK and json.loads(verified.stdout)["ok"], verified.output
+
     again = json.loads(_pack(root, "dgx2").stdout)
     assert again["action"] == "skipped" and sorted(again["kept"]) == sorted(names)
 
     (out / layout[14][0]).write_bytes(b"\0" * len((out / layout[14][0]).read_bytes()))  # rows lost
+    broken = CliRunner().invoke(main, ["--root", str(root), "engram", "verify", LANE, "dgx2", "--json"])
+    assert not json.loads(broken.stdout)["ok"] and "header differs" in broken.stdout
     fixed = json.loads(_pack(root, "dgx2").stdout)
     assert fixed["action"] == "repaired" and fixed["written"] == [layout[14][0]]
     assert "header differs" in fixed["repaired_reasons"][layout[14][0]]

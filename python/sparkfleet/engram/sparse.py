@@ -246,7 +246,7 @@ def pack_sparse(
     identity = the_plan.identity()
     with pack_lock(out):
         result.temps_swept = len(atomic.sweep_temps(out))
-        old = _receipt(out / RECEIPT)
+        old = read_json(out / RECEIPT)
         same = old is not None and old.get("identity") == identity and (out / MANIFEST).is_file()
         problems = {c.name: copy_problem(c, out) for c in the_plan.copies} if same and not force else {}
         todo = [c for c in the_plan.copies if force or not same or problems.get(c.name)]
@@ -278,7 +278,7 @@ def pack_sparse(
     return result
 
 
-def _receipt(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     try:
         doc = json.loads(path.read_bytes())
     except (FileNotFoundError, ValueError):
