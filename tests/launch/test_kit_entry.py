@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import inventory
+from sparkfleet.errors import InventoryError
 from sparkfleet.fabric import FabricFacts
 from sparkfleet.launch.lane import dry_run, planned_argv
 from sparkfleet.launch.manifest import BindManifest, BindMount
@@ -183,3 +184,18 @@ def test_node_env_spells_the_nodes_facts_as_each_kit_does(tmp_path, monkeypatch)
         inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": None}, fabric_unknown_ok=True
     )
     assert "TP_SOCKET_IFNAME" not in unknown.env  # never a guess
+
+
+def test_node_env_with_an_unknown_fact_is_refused(tmp_path):
+    inv_root = tmp_path / "fleet"
+    (inv_root / "hosts").mkdir(parents=True)
+    (inv_root / "hosts" / "fleet.toml").write_text((ROOT / "hosts" / "fleet.toml").read_text())
+    shutil.copytree(ROOT / "recipes", inv_root / "recipes")
+    recipe = inv_root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(
+        recipe.read_text().replace('TP_SOCKET_IFNAME = "{netdev}"', 'TP_SOCKET_IFNAME = "{nic}"')
+    )
+    with pytest.raises(
+        InventoryError, match=r"launch.node_env.TP_SOCKET_IFNAME uses unknown placeholder \{nic\}"
+    ):
+        launch_recipe(inventory.load(inv_root), "dsv41-flash-exl3-2x")

@@ -7,11 +7,13 @@ touches raw dictionaries.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
+from .kitwire import NODE_FIELDS
 
 SGLANG_READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's loader line; the weight-load time is the number after "elapsed=".
@@ -178,6 +180,14 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             f"{lane.recipe_path}: launch.model_mounts: {strangers[0]!r} is not one of the lane's [[models]]",
             hint=f"expected one of: {', '.join(m.pin for m in lane.models)}",
         )
+    node_env = dict(doc.get("node_env", {}))
+    for key, template in node_env.items():
+        unknown = sorted(set(re.findall(r"\{([^}]*)\}", template)) - set(NODE_FIELDS))
+        if unknown:
+            raise InventoryError(
+                f"{lane.recipe_path}: launch.node_env.{key} uses unknown placeholder {{{unknown[0]}}}",
+                hint="node_env may use " + ", ".join("{" + n + "}" for n in NODE_FIELDS),
+            )
     t = doc.get("timeouts", {})
     shm_size = doc.get("shm_size", "32g")
     return LaunchRecipe(
@@ -217,7 +227,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         entrypoint=doc.get("entrypoint"),
         worker_args=tuple(doc.get("worker_args", ())),
         model_mounts=model_mounts,
-        node_env=dict(doc.get("node_env", {})),
+        node_env=node_env,
     )
 
 

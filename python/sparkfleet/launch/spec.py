@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from .. import apikeys
 from ..errors import SparkfleetError
 from .bootcache import cache_key, env_subdir
+from .kitwire import model_binds, node_env
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -449,7 +450,7 @@ def build_spec(
 
         env.update(FIXED_ENV)
     env.update(recipe.env)
-    env.update(node_env(recipe, facts, my_ip, where))
+    env.update(node_env(recipe, facts, my_ip))
 
     values = {
         "lane": lane.name,
@@ -544,58 +545,6 @@ def build_spec(
         boot_cache_key=boot_key,
         entrypoint=recipe.entrypoint if in_container else None,
     )
-
-
-NODE_FIELDS = ("hca", "hcas", "gid_index", "netdev", "host_ip")
-
-
-def node_env(
-    recipe: LaunchRecipe, facts: FabricFacts | None, my_ip: str | None, where: str
-) -> dict[str, str]:
-    """[launch.node_env]: env a kit sets per node from its fabric facts, in the kit's own spelling.
-
-    {hca} (first HCA), {hcas} (comma-separated), {gid_index}, {netdev} come from the node's fabric
-    detection, {host_ip} from its fabric IP; a key whose facts are not known (a dry run) is left out.
-    """
-    values = {"host_ip": my_ip}
-    if facts is not None:
-        values.update(
-            hca=facts.hcas[0] if facts.hcas else None,
-            hcas=",".join(facts.hcas),
-            gid_index=str(facts.gid_index),
-            netdev=facts.netdev,
-        )
-    out = {}
-    for key, template in recipe.node_env.items():
-        names = _PLACEHOLDER.findall(template)
-        unknown = sorted(set(names) - set(NODE_FIELDS))
-        if unknown:
-            raise ShapeError(
-                f"{where}: launch.node_env.{key} uses unknown placeholder {{{unknown[0]}}}",
-                hint="node_env may use " + ", ".join("{" + n + "}" for n in NODE_FIELDS),
-            )
-        if all(values.get(n) for n in names):
-            out[key] = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
-    return out
-
-
-def model_binds(manifest: BindManifest, recipe: LaunchRecipe, inv: Inventory) -> tuple[BindMount, ...]:
-    """The manifest's binds, a model's entries moved under the fixed path its kit reads it at.
-
-    [launch.model_mounts] maps a model pin to a container directory (the EXL3 kit reads its model
-    at /model and its drafter at /draft-exl3): each entry keeps its path inside the snapshot.
-    """
-    if not recipe.model_mounts:
-        return manifest.binds
-    mounts = {inv.pins[pin].source: target for pin, target in recipe.model_mounts.items() if pin in inv.pins}
-    out = []
-    for b in manifest.binds:
-        target = mounts.get(b.repo or "")
-        prefix = manifest.model_paths.get(b.repo or "", "")
-        if target and prefix and b.target.startswith(prefix + "/"):
-            b = BindMount(b.source, target + b.target[len(prefix) :], b.read_only, b.origin, b.repo)
-        out.append(b)
-    return tuple(out)
 
 
 def ulimit_args(ulimits: tuple[tuple[str, int | str], ...]) -> tuple[str, ...]:
