@@ -1,9 +1,11 @@
 """Each lane renders what its kit's own launcher runs (issue 19, item 1), as far as it is recorded.
 
 CI has no network, so the kits' files cannot be read here: each recipe's [kit] table records the
-facts read from the kit at its commit, with the file each comes from, and these tests check that
-sparkfleet's rendering of every rank follows them — the Aiden lane's full per-rank argv
-(launch-sgl-dsv41.sh run_cmd()), and the env/knobs the EXL3 and TP4 kits set.
+facts read from the kit at its commit, with the file each comes from (and its sha256), and these
+tests check that sparkfleet's rendering of every rank follows them — the Aiden lane's full per-rank
+argv (launch-sgl-dsv41.sh run_cmd()), the EXL3 lane's entrypoint, per-node argv and env
+(portable_node.py docker_command()), and the env/knobs the TP4 kit sets. With the kits checked out
+(SPARKFLEET_KIT_DIR), tests/launch/test_kit_checkout.py derives the same from the kits' own files.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import inventory
-from sparkfleet.launch.plan import dry_run
+from sparkfleet.errors import InventoryError
+from sparkfleet.fabric import FabricFacts
+from sparkfleet.launch.manifest import BindManifest, BindMount
+from sparkfleet.launch.plan import dry_run, planned_argv
+from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.launch.spec import build_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN_DIGEST = "sha256:" + "5e" * 32  # the production tag's digest is not published in the kit
@@ -36,11 +43,15 @@ def _kit(lane: str) -> dict:
     return tomllib.loads((ROOT / "recipes" / lane / "recipe.toml").read_text())["kit"]
 
 
-def _matches(kit_arg: str, ours: str, rank: int, head: str) -> bool:
+def _matches(kit_arg: str, ours: str, rank: int, head: str, fleet: dict[str, str] | None = None) -> bool:
     """A kit token with shell variables stands for what this fleet gives it."""
     if "$SNAP" in kit_arg:
         return ours == "<MODEL_PATH unknown>" or ours.startswith("/")  # the staged snapshot, bound
+    if kit_arg == "/model":  # the EXL3 kit's model directory: the snapshot bound there once known
+        return ours in ("<MODEL_PATH unknown>", "/model")
     want = kit_arg.replace("$r", str(rank)).replace("$HEAD", head)
+    for var, value in (fleet or {}).items():
+        want = want.replace(var, value)
     try:
         return float(want) == float(ours)  # the kit's "0.80" is sglang's 0.8
     except ValueError:
@@ -93,3 +104,98 @@ def test_exl3_lane_serves_with_the_kits_tested_profile(tmp_path, monkeypatch):
         argv = list(spec.argv)
         for flag, key in flags.items():
             assert float(argv[argv.index(flag) + 1]) == float(env[key]), (spec.rank, flag)
+
+
+def test_exl3_lane_renders_the_kits_node_command(tmp_path, monkeypatch):
+    """portable_node.py docker_command(): entrypoint, argv (+ --headless on node 1), env, per node."""
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = _fleet(tmp_path)
+    plan = dry_run(inv, "dsv41-flash-exl3-2x")
+    kit = _kit("dsv41-flash-exl3-2x")
+    launch = tomllib.loads((ROOT / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml").read_text())["launch"]
+    fleet = {"$PORT": str(launch["port"]), "$NAME": launch["served_model_name"]}
+    head = inv.host("dgx1").fabric_ip
+    assert [s.host for s in plan.by_rank()] == ["dgx1", "dgx2"]
+    for spec in plan.by_rank():
+        want = kit["argv"] + kit["ours_added"] + (kit["worker_argv"] if spec.rank else [])
+        ours = list(spec.argv)
+        assert len(ours) == len(want), (ours, want)
+        bad = [(k, o) for k, o in zip(want, ours, strict=True) if not _matches(k, o, spec.rank, head, fleet)]
+        assert not bad, f"rank {spec.rank}: {bad}"
+        assert spec.entrypoint == kit["entrypoint"] == "/opt/ds41-venv/bin/python"
+        assert ("--headless" in ours) == (spec.rank == 1)
+        docker = planned_argv(spec)
+        assert docker[docker.index("--entrypoint") + 1] == kit["entrypoint"]
+        serve = docker.index("/opt/ds41-serving/serve.py")
+        assert docker.index("--entrypoint") < docker.index(spec.image) < serve
+        # the kit's serving profile as env (launch_profile.environment) agrees with its argv
+        assert spec.env["DS41_GPU_MEMORY_UTILIZATION"] == kit["env"]["GPU_MEMORY_UTILIZATION"]
+        assert spec.env["DS41_MAX_NUM_SEQS"] == kit["env"]["MAX_NUM_SEQS"]
+        assert not set(kit["node_env"]) & set(launch["env"]), "per-node keys are the node's, not the recipe's"
+
+
+def test_exl3_models_are_bound_where_the_kit_reads_them(tmp_path, monkeypatch):
+    """/model and /draft-exl3 (portable_node.py mounts), each entry keeping its path in the snapshot."""
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = _fleet(tmp_path)
+    recipe = launch_recipe(inv, "dsv41-flash-exl3-2x")
+    hub = "/root/.cache/huggingface/hub"
+    binds, paths = [], {}
+    for pin in ("exl3-3bpw", "exl3-dspark-drafter"):
+        p = inv.pins[pin]
+        rel = f"models--{p.source.replace('/', '--')}/snapshots/{p.value}"
+        paths[p.source] = f"{hub}/{rel}"
+        for f in ("config.json", "draft/model-00001-of-00002.safetensors"):
+            binds.append(BindMount(Path("/nvme/hub") / rel / f, f"{hub}/{rel}/{f}", True, "local", p.source))
+    manifest = BindManifest("dgx1", tuple(binds), (), paths)
+    spec = build_spec(inv, recipe, "dgx1", manifest, {"dgx1": None, "dgx2": None}, fabric_unknown_ok=True)
+    targets = {b.target for b in spec.binds if b.origin == "local"}
+    assert targets == {
+        "/model/config.json",
+        "/model/draft/model-00001-of-00002.safetensors",
+        "/draft-exl3/config.json",
+        "/draft-exl3/draft/model-00001-of-00002.safetensors",
+    }
+    assert spec.argv[:3] == ("/opt/ds41-serving/serve.py", "serve", "/model")
+    assert spec.env["MODEL_PATH"] == "/model" and spec.env["DS41_DRAFT_EXL3_PATH"] == "/draft-exl3"
+
+
+def test_kit_sources_name_every_file_with_a_sha256():
+    """Every lane whose facts come from a kit names the files they were read from, with their sha256."""
+    for lane in ("dsv41-flash-exl3-2x", "dsv41-flash-4x-aiden"):
+        sources = _kit(lane).get("sources", {})
+        assert sources, lane
+        assert all(len(v) == 64 and int(v, 16) >= 0 for v in sources.values()), lane
+
+
+def test_node_env_spells_the_nodes_facts_as_each_kit_does(tmp_path, monkeypatch):
+    """[launch.node_env]: the Aiden kit's HOST_IP/B12X_ROCE_*, the EXL3 kit's NCCL_IB_HCA/TP_SOCKET_IFNAME."""
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = _fleet(tmp_path)
+    facts = FabricFacts("10.100.32.2", ("rocep1s0f1", "roceP2p1s0f1"), 3, "enp1s0f1np1")
+    empty = BindManifest("dgx2", (), (), {})
+    aiden = build_spec(inv, launch_recipe(inv, "dsv41-flash-4x-aiden"), "dgx2", empty, {"dgx2": facts})
+    assert aiden.env["HOST_IP"] == "10.100.32.2"
+    assert aiden.env["B12X_ROCE_HCA"] == aiden.env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+    assert aiden.env["B12X_ROCE_GID_INDEX"] == aiden.env["NCCL_IB_GID_INDEX"] == "3"
+    exl3 = build_spec(inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": facts})
+    assert exl3.env["NCCL_IB_HCA"] == "=rocep1s0f1:1" and exl3.env["TP_SOCKET_IFNAME"] == "enp1s0f1np1"
+    unknown = build_spec(
+        inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": None}, fabric_unknown_ok=True
+    )
+    assert "TP_SOCKET_IFNAME" not in unknown.env  # never a guess
+
+
+def test_node_env_with_an_unknown_fact_is_refused(tmp_path):
+    inv_root = tmp_path / "fleet"
+    (inv_root / "hosts").mkdir(parents=True)
+    (inv_root / "hosts" / "fleet.toml").write_text((ROOT / "hosts" / "fleet.toml").read_text())
+    shutil.copytree(ROOT / "recipes", inv_root / "recipes")
+    recipe = inv_root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(
+        recipe.read_text().replace('TP_SOCKET_IFNAME = "{netdev}"', 'TP_SOCKET_IFNAME = "{nic}"')
+    )
+    with pytest.raises(
+        InventoryError, match=r"launch.node_env.TP_SOCKET_IFNAME uses unknown placeholder \{nic\}"
+    ):
+        launch_recipe(inventory.load(inv_root), "dsv41-flash-exl3-2x")

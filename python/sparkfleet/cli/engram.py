@@ -7,12 +7,28 @@ import sys
 
 import click
 
-from ..engram import pack as core
+from ..engram import layouts as core
 from ..engram.verify import verify as verify_packs
 from ..errors import ExitCode
 from ..inventory import GIB
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
+
+
+def _echo_sparse(summary: dict) -> None:
+    """The sparse-shards layout's own lines: the shard copies, or that this rank reads the shards."""
+    if summary["reads_shards"]:
+        click.echo(
+            f"  layout sparse-shards: rank {summary['rank']} reads its rows from the checkpoint's shards, "
+            f"no copy (SPARK_ENGRAM_ROWS={summary['SPARK_ENGRAM_ROWS']})"
+        )
+        return
+    click.echo("  layout sparse-shards: sparse copies of the checkpoint's shards + engram-local.json:")
+    for c in summary["copies"]:
+        click.echo(
+            f"    {c['name']}: {human_bytes(c['size'])} file, {human_bytes(c['data_bytes'])} written "
+            f"({', '.join(c['tensors'])})"
+        )
 
 
 @click.group()
@@ -58,6 +74,8 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> N
             return
         click.echo(f"{lane} on {host}: rank {summary['rank']} of {summary['world']} → {summary['out_dir']}")
         click.echo(_source_line(summary["source"]))
+        if summary.get("layout") == "sparse-shards":
+            _echo_sparse(summary)
         for f in summary["files"]:
             click.echo(
                 f"  {f['name']}: rows [{f['lo']}, {f['hi']}) of {f['total_rows']}, {f['row_bytes']} B/row, "

@@ -17,10 +17,19 @@ from pathlib import Path
 
 from ..errors import InventoryError
 from ..inventory import Inventory, Lane, Pin
+from .ranges import rank_range
 
 DEFAULT_MOUNT = "/engram"  # the container path DSV41_PACKED_DIR points at (the TP4 packer's --out default)
 PACKED_DIR_ENV = "DSV41_PACKED_DIR"
 LAYER_FIELD = "{layer}"
+# The two on-disk layouts a lane's engine reads. "packed": one DSV41EN1 file per table (MiaAI's TP4
+# packer, DSV41_PACKED_DIR). "sparse-shards": the Aiden kit's tools/engram_local.py — the checkpoint's
+# own shard files, same names and sizes, holding only this rank's rows (holes elsewhere), beside the
+# index and engram-local.json, read through SPARK_ENGRAM_DIR; the rank that holds the checkpoint reads
+# the shards themselves (SPARK_ENGRAM_DIR = the model path, SPARK_ENGRAM_ROWS = its ranges).
+PACKED, SPARSE_SHARDS = "packed", "sparse-shards"
+SPARSE_DIR_ENV, SPARSE_ROWS_ENV = "SPARK_ENGRAM_DIR", "SPARK_ENGRAM_ROWS"
+SPARSE_MOUNT = "/engram-local"  # launch-sgl-dsv41.sh: `-v <ENGRAM_LOCAL_DIR>:/engram-local:ro`
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,8 @@ class EngramSpec:
     row_bytes: int | None  # asserted packed row size (else derived from the tensors)
     out_dir: str | None  # template with {lane} / {host}; None = beside the local hub
     mount: str
+    layout: str = PACKED
+    shards_rank: int | None = None  # sparse-shards: the rank reading the checkpoint's shards (no copy)
 
     def layer_regex(self) -> re.Pattern[str]:
         """The first pattern as a regex capturing the layer number."""
@@ -113,6 +124,19 @@ def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
                 f"{where}.out_dir: unknown placeholder {{{sorted(unknown)[0]}}}",
                 hint="out_dir may use {lane} and {host}",
             )
+    layout = doc.get("layout", PACKED)
+    shards_rank = doc.get("shards_rank")
+    if layout == SPARSE_SHARDS and not expect_rows:
+        raise InventoryError(
+            f"{where}.rows: the sparse-shards layout needs the tables' row counts",
+            hint="rows = { 1 = 384006168, 14 = 384016682 }: launch gives the shards rank its ranges "
+            "from them (SPARK_ENGRAM_ROWS), and `engram pack` checks them against config.json",
+        )
+    if shards_rank is not None and (layout != SPARSE_SHARDS or not 0 <= int(shards_rank) < len(lane.hosts)):
+        raise InventoryError(
+            f"{where}.shards_rank: {shards_rank!r} is not a node rank of the lane's sparse-shards layout",
+            hint=f'a rank in 0..{len(lane.hosts) - 1}, with layout = "{SPARSE_SHARDS}"',
+        )
     return EngramSpec(
         lane=lane.name,
         recipe_path=lane.recipe_path,
@@ -123,7 +147,9 @@ def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
         expect_rows=expect_rows,
         row_bytes=int(doc["row_bytes"]) if "row_bytes" in doc else None,
         out_dir=out_dir,
-        mount=doc.get("mount", DEFAULT_MOUNT),
+        mount=doc.get("mount", SPARSE_MOUNT if layout == SPARSE_SHARDS else DEFAULT_MOUNT),
+        layout=layout,
+        shards_rank=None if shards_rank is None else int(shards_rank),
     )
 
 
@@ -170,8 +196,14 @@ class PackMount:
     target: str
 
 
+def rows_spec(spec: EngramSpec, rank: int, world: int) -> str:
+    """SPARK_ENGRAM_ROWS of `rank`: LAYER:START:END per table, comma-separated (engram_partition.py)."""
+    spans = ((layer, *rank_range(rows, rank, world)) for layer, rows in sorted(spec.expect_rows.items()))
+    return ",".join(f"{layer}:{lo}:{hi}" for layer, lo, hi in spans)
+
+
 def launch_wiring(
-    inv: Inventory, lane_name: str, host_name: str, in_container: bool
+    inv: Inventory, lane_name: str, host_name: str, in_container: bool, model_path: str = ""
 ) -> tuple[dict[str, str], list[PackMount]]:
     """(env, mounts) a rank needs to read its packs: DSV41_PACKED_DIR, and in a container a read-only mount.
 
@@ -189,7 +221,27 @@ def launch_wiring(
             f"{lane.recipe_path}: launch.env sets {PACKED_DIR_ENV}, which [engram] derives",
             hint="drop it from [launch.env]; [engram].out_dir / mount say where the packs are",
         )
-    out = placement(inv, spec, host_name).out_dir
+    place = placement(inv, spec, host_name)
+    if spec.layout == SPARSE_SHARDS:
+        return _sparse_wiring(lane, spec, place, in_container, model_path)
+    out = place.out_dir
     if not in_container:
         return {PACKED_DIR_ENV: str(out)}, []
     return {PACKED_DIR_ENV: spec.mount}, [PackMount(out, spec.mount)]
+
+
+def _sparse_wiring(
+    lane: Lane, spec: EngramSpec, place: Placement, in_container: bool, model_path: str
+) -> tuple[dict[str, str], list[PackMount]]:
+    """launch-sgl-dsv41.sh run_cmd(): the shards rank reads the checkpoint, every other its sparse copy."""
+    taken = [k for k in (SPARSE_DIR_ENV, SPARSE_ROWS_ENV) if k in lane.raw.get("launch", {}).get("env", {})]
+    if taken:
+        raise InventoryError(
+            f"{lane.recipe_path}: launch.env sets {', '.join(taken)}, which [engram] derives",
+            hint="drop it from [launch.env]; [engram] layout / shards_rank / out_dir say where the rows are",
+        )
+    if place.rank == spec.shards_rank:
+        return {SPARSE_DIR_ENV: model_path, SPARSE_ROWS_ENV: rows_spec(spec, place.rank, place.world)}, []
+    if not in_container:
+        return {SPARSE_DIR_ENV: str(place.out_dir)}, []
+    return {SPARSE_DIR_ENV: spec.mount}, [PackMount(place.out_dir, spec.mount)]

@@ -219,6 +219,11 @@ def plan(inv: Inventory, lane_name: str, host_name: str) -> PackPlan:
     return PackPlan(spec, place, src, tuple(files), identity)
 
 
+# What an operator can do when a pack does not fit (every engram writer's preflight says the same).
+SPACE_HINT = "free space there, lower the host's reserve_gib, or point [engram].out_dir at a bigger disk"
+INODE_HINT = "free inodes there, or point [engram].out_dir at a filesystem with more"
+
+
 def preflight(out: Path, todo: list[PackFile], reserve: int) -> int:
     """Refuse before the first byte when the packs do not fit beside the host's reserve (space.check:
     blocks, inodes and reserve, as staging counts them). Inodes at the peak: every pack (its temp
@@ -230,9 +235,8 @@ def preflight(out: Path, todo: list[PackFile], reserve: int) -> int:
         sizes=[f.size for f in todo],
         inodes=len(todo) + 2,
         what=", ".join(f.name for f in todo),
-        space_hint="free space there, lower the host's reserve_gib, "
-        "or point [engram].out_dir at a bigger disk",
-        inode_hint="free inodes there, or point [engram].out_dir at a filesystem with more",
+        space_hint=SPACE_HINT,
+        inode_hint=INODE_HINT,
     )
 
 

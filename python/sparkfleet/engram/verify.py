@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..inventory import Inventory
-from . import receipt
-from .pack import file_problem, plan, source_info
+from . import receipt, sparse
+from .config import SPARSE_SHARDS
+from .pack import PackPlan, file_problem, plan, source_info
 from .receipt import JOURNAL_NAME, RECEIPT_NAME
 
 
@@ -54,6 +55,8 @@ def verify(inv: Inventory, lane_name: str, host_name: str, full: bool = False) -
         "full" if full else "sample",
         source_info(the_plan.source),
     )
+    if the_plan.spec.layout == SPARSE_SHARDS:
+        return _verify_sparse(the_plan, report)
     have = receipt.read(place.out_dir / RECEIPT_NAME)
     if have is None:
         journal = (place.out_dir / JOURNAL_NAME).exists()
@@ -70,4 +73,26 @@ def verify(inv: Inventory, lane_name: str, host_name: str, full: bool = False) -
         report.files[f.name] = problem or "ok"
         if problem:
             report.problems.append(f"{f.name}: {problem}")
+    return report
+
+
+def _verify_sparse(base: PackPlan, report: PackVerify) -> PackVerify:
+    """The sparse-shards layout: engram-local.json naming this rank's ranges, and every shard copy
+    (size, header, sampled rows against the source). The shards rank has nothing to verify."""
+    the_plan = sparse.sparse_plan(base)
+    if the_plan.reads_shards:
+        return report
+    out = base.placement.out_dir
+    manifest = sparse.read_json(out / sparse.MANIFEST)
+    if manifest is None:
+        report.problems.append(f"no {sparse.MANIFEST} in {out} (run `sparkfleet engram pack`)")
+    elif manifest.get("layers") != the_plan.layers:
+        report.problems.append(
+            f"{sparse.MANIFEST} names rows {manifest.get('layers')}, the lane wants {the_plan.layers}"
+        )
+    for c in the_plan.copies:
+        problem = sparse.copy_problem(c, out)
+        report.files[c.name] = problem or "ok"
+        if problem:
+            report.problems.append(problem)
     return report

@@ -7,11 +7,13 @@ touches raw dictionaries.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
+from .kitwire import NODE_FIELDS
 
 SGLANG_READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's loader line; the weight-load time is the number after "elapsed=".
@@ -111,6 +113,12 @@ class LaunchRecipe:
     memory: MemoryNeed = MemoryNeed()
     canary: CanarySettings = CanarySettings()
     boot_cache: BootCacheSettings = BootCacheSettings()
+    # What a kit's own launcher runs that one command list cannot say (issue 19): the image's
+    # entrypoint it replaces, flags only the non-head ranks get, fixed paths its models are read at.
+    entrypoint: str | None = None
+    worker_args: tuple[str, ...] = ()
+    model_mounts: dict[str, str] = field(default_factory=dict)  # model pin -> container directory
+    node_env: dict[str, str] = field(default_factory=dict)  # env key -> template of the node's facts
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -165,6 +173,21 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             f"{lane.recipe_path}: launch.image or launch.image_build is required for the {runtime} runtime",
             hint="name an oci pin of hosts/fleet.toml, or the flake package the image is built from",
         )
+    model_mounts = dict(doc.get("model_mounts", {}))
+    strangers = sorted(set(model_mounts) - {m.pin for m in lane.models})
+    if strangers:
+        raise InventoryError(
+            f"{lane.recipe_path}: launch.model_mounts: {strangers[0]!r} is not one of the lane's [[models]]",
+            hint=f"expected one of: {', '.join(m.pin for m in lane.models)}",
+        )
+    node_env = dict(doc.get("node_env", {}))
+    for key, template in node_env.items():
+        unknown = sorted(set(re.findall(r"\{([^}]*)\}", template)) - set(NODE_FIELDS))
+        if unknown:
+            raise InventoryError(
+                f"{lane.recipe_path}: launch.node_env.{key} uses unknown placeholder {{{unknown[0]}}}",
+                hint="node_env may use " + ", ".join("{" + n + "}" for n in NODE_FIELDS),
+            )
     t = doc.get("timeouts", {})
     shm_size = doc.get("shm_size", "32g")
     return LaunchRecipe(
@@ -201,6 +224,10 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             mount=doc.get("boot_cache", {}).get("mount", BootCacheSettings.mount),
             regression_pct=float(doc.get("boot_cache", {}).get("regression_pct", 25.0)),
         ),
+        entrypoint=doc.get("entrypoint"),
+        worker_args=tuple(doc.get("worker_args", ())),
+        model_mounts=model_mounts,
+        node_env=node_env,
     )
 
 

@@ -87,6 +87,8 @@ def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[st
         argv += ["-v", b.docker_arg()]
     if spec.image is None:
         raise RuntimeError_(f"{spec.lane}: the {engine} runtime needs an image")
+    if spec.entrypoint:
+        argv += ["--entrypoint", spec.entrypoint]
     return [*argv, spec.image, *spec.argv]
 
 

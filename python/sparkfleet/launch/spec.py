@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import apikeys
 from ..errors import SparkfleetError
 from .bootcache import cache_key, env_subdir
+from .kitwire import model_binds, node_env
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -88,6 +89,7 @@ class LaunchSpec:
     ulimits: tuple[str, ...] = ()  # container --ulimit values, "name=soft:hard" (the host's)
     boot_cache_dir: str = ""  # node-local JIT/autotune caches for this image x model x world
     boot_cache_key: str = ""
+    entrypoint: str | None = None  # the image's entrypoint replaced (the kit's `--entrypoint`), or kept
 
     @property
     def is_head(self) -> bool:
@@ -290,9 +292,11 @@ def _static_values(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> dict
         "nnodes": str(world.nnodes),
         "node_rank": str(rank),
         "dist_init_addr": f"{head.fabric_ip or head.address}:{recipe.dist_port}",
+        "head_ip": head.fabric_ip or head.address,
+        "dist_port": str(recipe.dist_port),
         "port": str(recipe.port),
         "rank_port": str(recipe.port + rank),
-        "model_path": "",
+        "model_path": recipe.model_mounts.get(recipe.model.pin, "") if recipe.model else "",
         "served_model_name": recipe.served_model_name or recipe.lane,
         "host_ip": host.fabric_ip or host.address,
         "cache_dir": recipe.cache_mount,
@@ -416,8 +420,12 @@ def build_spec(
     check_weight_load_regex(recipe.weight_load_regex, where)
     cache_dir = cache_dir_of(recipe, host)
     in_container = recipe.runtime in ("docker", "podman")
+    manifest_binds = model_binds(manifest, recipe, inv) if in_container else ()
     model_path = manifest.model_paths.get(recipe.model.repo, "") if recipe.model else ""
-    dist_init_addr = f"{head_ip(inv, recipe, fabrics)}:{recipe.dist_port}"
+    if recipe.model and in_container and recipe.model.pin in recipe.model_mounts and model_path:
+        model_path = recipe.model_mounts[recipe.model.pin]
+    head = head_ip(inv, recipe, fabrics)
+    dist_init_addr = f"{head}:{recipe.dist_port}"
     my_ip = host.fabric_ip or (facts.fabric_ip if facts else None)
 
     env: dict[str, str] = {}
@@ -442,6 +450,7 @@ def build_spec(
 
         env.update(FIXED_ENV)
     env.update(recipe.env)
+    env.update(node_env(recipe, facts, my_ip))
 
     values = {
         "lane": lane.name,
@@ -451,6 +460,8 @@ def build_spec(
         "nnodes": str(world.nnodes),
         "node_rank": str(rank),
         "dist_init_addr": dist_init_addr,
+        "head_ip": head,
+        "dist_port": str(recipe.dist_port),
         "port": str(recipe.port),
         # port + rank: only for ranks sharing one machine (the demo), where each needs its own port
         "rank_port": str(recipe.port + rank),
@@ -462,10 +473,12 @@ def build_spec(
     }
     values.update(mem_fraction_value(recipe))
     argv = _substitute(recipe.command, values, where)
+    if rank != 0:  # the kit's worker-only flags (EXL3: `--headless` on node rank 1)
+        argv += _substitute(recipe.worker_args, values, where)
     check_flags(argv, _world_flags({**values, "dist_init_addr": dist_init_addr}, recipe), where)
     receipts = receipt_paths(recipe, cache_dir, where)
 
-    binds = list(manifest.binds) if in_container else []
+    binds = list(manifest_binds)
     if in_container:
         binds.append(BindMount(Path(cache_dir), recipe.cache_mount, False, "cache"))
     if in_container and "{api_key_config}" in " ".join(recipe.command):
@@ -500,7 +513,7 @@ def build_spec(
         binds.append(BindMount(boot_dir, recipe.boot_cache.mount, False, "bootcache"))
     from ..engram.config import launch_wiring  # lazy: the node-side agent imports this module
 
-    engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container)
+    engram_env, engram_mounts = launch_wiring(inv, lane.name, host_name, in_container, model_path)
     env.update(engram_env)
     binds.extend(BindMount(m.source, m.target, True, "engram") for m in engram_mounts)
     return LaunchSpec(
@@ -530,6 +543,7 @@ def build_spec(
         ulimits=ulimit_args(host.ulimits),
         boot_cache_dir=str(boot_dir),
         boot_cache_key=boot_key,
+        entrypoint=recipe.entrypoint if in_container else None,
     )
 
 

@@ -1,0 +1,58 @@
+"""What a kit's own launcher does per node that one command template cannot say (issue 19).
+
+Two pieces, both pure, used by spec.build_spec: the env a kit derives from the node's fabric facts
+in its own spelling ([launch.node_env]: the Aiden kit's HOST_IP / B12X_ROCE_HCA /
+B12X_ROCE_GID_INDEX, the EXL3 kit's NCCL_IB_HCA "=<hca>:1" and TP_SOCKET_IFNAME), and the fixed
+container paths a kit reads its models at ([launch.model_mounts]: the EXL3 kit's /model and
+/draft-exl3). The templates' placeholders are checked when the recipe is read (launch/recipe.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from .manifest import BindManifest, BindMount
+
+if TYPE_CHECKING:
+    from ..fabric import FabricFacts
+    from ..inventory import Inventory
+    from .recipe import LaunchRecipe
+
+NODE_FIELDS = ("hca", "hcas", "gid_index", "netdev", "host_ip")
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+def node_env(recipe: LaunchRecipe, facts: FabricFacts | None, my_ip: str | None) -> dict[str, str]:
+    """[launch.node_env] filled from the node's facts: {hca} (first HCA), {hcas} (comma-separated),
+    {gid_index}, {netdev} from its fabric detection, {host_ip} its fabric IP. A key whose facts are
+    not known (a dry run, an unreachable node) is left out, never guessed."""
+    values: dict[str, str | None] = {"host_ip": my_ip}
+    if facts is not None:
+        values.update(
+            hca=facts.hcas[0] if facts.hcas else None,
+            hcas=",".join(facts.hcas) or None,
+            gid_index=str(facts.gid_index),
+            netdev=facts.netdev or None,
+        )
+    out = {}
+    for key, template in recipe.node_env.items():
+        if all(values.get(name) for name in _FIELD.findall(template)):
+            out[key] = _FIELD.sub(lambda m: str(values[m.group(1)]), template)
+    return out
+
+
+def model_binds(manifest: BindManifest, recipe: LaunchRecipe, inv: Inventory) -> tuple[BindMount, ...]:
+    """The manifest's binds, a model's entries moved under the fixed directory its kit reads it at;
+    each entry keeps its path inside the snapshot."""
+    if not recipe.model_mounts:
+        return manifest.binds
+    mounts = {inv.pins[pin].source: target for pin, target in recipe.model_mounts.items() if pin in inv.pins}
+    out = []
+    for b in manifest.binds:
+        target = mounts.get(b.repo or "")
+        prefix = manifest.model_paths.get(b.repo or "", "")
+        if target and prefix and b.target.startswith(prefix + "/"):
+            b = BindMount(b.source, target + b.target[len(prefix) :], b.read_only, b.origin, b.repo)
+        out.append(b)
+    return tuple(out)
