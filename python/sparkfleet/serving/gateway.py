@@ -17,7 +17,10 @@ MiaAI-Lab's docs/tp8.md measured cache_aware sending every stream of a shared-pr
 replica (prose at c32: 296 tok/s against 673 with round_robin), and a bench's prompts share a prefix.
 
 Keys: one gateway key, which is also every gateway lane's key (`lanekeys`): "lanes take only the
-gateway's key". It reaches smg through a 0600 JSON file (`gateway_main`), never argv.
+gateway's key". It reaches smg through a 0600 JSON file (`gateway_main`), never argv. Per-user keys
+(`serving.users`, `sparkfleet keys add USER`) are checked by nginx in front of smg (`serving.front`),
+which calls smg with the gateway's key: smg itself would pass a user's key on to the lanes. smg
+listens on loopback only; the public port is the front's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,6 +47,7 @@ from ..inventory import Inventory
 from ..lanekeys import Call, install
 from ..launch.recipe import launch_recipe
 from ..launch.records import boot_id, process_state, start_ticks
+from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
 DEFAULT_POLICY = "round_robin"
@@ -86,6 +91,7 @@ class GatewayRecord:
     workers: list[dict[str, Any]]
     log: str
     started_at: float
+    router_port: int = 0  # smg on 127.0.0.1 behind the front (0: a record from before the front)
 
 
 def plan(inv: Inventory) -> GatewayPlan:
@@ -214,6 +220,8 @@ def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: in
         "--worker-urls", *[w.url for w in p.workers],
         "--policy", p.policy,
         "--api-key", key,
+        # the front names the user in smg's tenant header (and replaces any header a client sent)
+        "--trust-tenant-header", "--tenant-header-name", front.TENANT_HEADER,
         # metrics on loopback, on a port of our choosing (smg's default 0.0.0.0:29000 collides)
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
         # a dead replica: out after 2 failed 1 s health checks; its requests are retried elsewhere
@@ -251,8 +259,12 @@ def up(
     key = gateway_key(state_dir)
     states = worker_states(p, key)
     config, record_path, log = _paths(state_dir)
-    argv = router_argv(p, key, bind, port, metrics_port or port + 1)
-    write_bytes(config, json.dumps({"argv": argv}).encode(), mode=0o600)
+    router_port = free_port()
+    argv = router_argv(p, key, "127.0.0.1", router_port, metrics_port or port + 1)
+    fp = front.write(state_dir, key, bind, port, router_port)
+    front_cfg = {"argv": front.argv(fp, front.nginx_binary()), "pid": str(fp.pid),
+                 "error_log": str(fp.error_log)}  # fmt: skip
+    write_bytes(config, json.dumps({"argv": argv, "front": front_cfg}).encode(), mode=0o600)
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
         proc = subprocess.Popen(
@@ -270,6 +282,7 @@ def up(
         workers=[asdict(w) for w in p.workers],
         log=str(log),
         started_at=time.time(),
+        router_port=router_port,
     )
     write_bytes(record_path, json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
     on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
@@ -281,7 +294,7 @@ def up(
             tail = apikeys.scrub(Path(log).read_text(errors="replace")[-2000:], key)
             raise SparkfleetError(f"the gateway exited ({proc.returncode}): {tail.strip()[-600:]}",
                                   hint=f"its log: {log}")  # fmt: skip
-        got = set(_models(f"http://{local}:{port}", key))
+        got = set(served_models(f"http://{local}:{port}", key))
         if want <= got:
             break
         if time.monotonic() > deadline:
@@ -291,7 +304,70 @@ def up(
     return {**status(state_dir), "lanes": states}
 
 
-def _models(base: str, key: str | None) -> list[str]:
+def free_port() -> int:
+    """A free loopback port for smg behind the front (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _front_pid(state_dir: Path, rec: GatewayRecord) -> int | None:
+    """The running front's nginx master: its pid file, and a child of the recorded gateway process."""
+    try:
+        pid = int(front.paths(state_dir).pid.read_text().split()[0])
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    return pid if ppid == rec.pid else None
+
+
+def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s: float = 10.0) -> bool:
+    """Rewrite the front's key map from the user key files; a running front reloads it (SIGHUP).
+
+    `confirm` = (key, status): wait until a request with `key` gets `status` (401 for a revoked key,
+    200 for a new one), so `keys revoke` returns once the gateway refuses the key. True if a running
+    gateway reloaded.
+    """
+    state_dir = Path(state_dir)
+    key = gateway_key(state_dir)
+    front.write_users(state_dir, key)
+    rec = load_record(state_dir)
+    if rec is None or not is_running(rec) or not rec.router_port:
+        return False
+    pid = _front_pid(state_dir, rec)
+    if pid is None:
+        raise SparkfleetError(
+            f"the gateway (pid {rec.pid}) runs without its front",
+            hint="sparkfleet gateway down; sparkfleet gateway up",
+        )
+    os.kill(pid, signal.SIGHUP)
+    if confirm is not None:
+        local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
+        deadline = time.monotonic() + wait_s
+        while _get(f"http://{local}:{rec.port}/v1/models", confirm[0])[0] != confirm[1]:
+            if time.monotonic() > deadline:
+                raise SparkfleetError(
+                    f"the gateway did not take the new keys within {wait_s:g} s",
+                    hint=f"its front's log: {front.paths(state_dir).error_log}",
+                )
+            time.sleep(0.1)
+    return True
+
+
+def add_user(state_dir: Path, name: str) -> tuple[str, bool]:
+    """A new key for user NAME, taken by a running gateway at once: (key, reloaded)."""
+    key = users.add(Path(state_dir), name)
+    return key, reload_users(state_dir, (key, 200))
+
+
+def revoke_user(state_dir: Path, name: str) -> bool:
+    """USER's key removed; a running gateway refuses it before this returns. True if one reloaded."""
+    key = users.revoke(Path(state_dir), name)
+    return reload_users(state_dir, (key, 401))
+
+
+def served_models(base: str, key: str | None) -> list[str]:
     code, body = _get(f"{base}/v1/models", key)
     if code != 200 or not isinstance(body, dict):
         return []
@@ -305,11 +381,12 @@ def status(state_dir: Path) -> dict[str, Any]:
         return {"running": False}
     running = is_running(rec)
     out: dict[str, Any] = {"running": running, "pid": rec.pid, "port": rec.port, "policy": rec.policy,
-                           "workers": rec.workers, "log": rec.log}  # fmt: skip
+                           "workers": rec.workers, "log": rec.log,
+                           "users": [u.name for u in users.listing(Path(state_dir))]}  # fmt: skip
     if running:
         local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
         out["url"] = f"http://{local}:{rec.port}/v1"
-        out["models"] = sorted(set(_models(f"http://{local}:{rec.port}", gateway_key(Path(state_dir)))))
+        out["models"] = sorted(set(served_models(f"http://{local}:{rec.port}", gateway_key(Path(state_dir)))))
     return out
 
 
