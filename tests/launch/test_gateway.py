@@ -287,3 +287,78 @@ def _ppid(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _with_replicas(root: Path, lane: str, replicas: list[list[str]]) -> Path:
+    recipe = root / "recipes" / lane / "recipe.toml"
+    recipe.write_text(recipe.read_text() + f"replicas = {replicas!r}\n")  # inside the [gateway] table
+    return root
+
+
+def test_replicas_key_is_checked_by_the_inventory_and_read_by_the_gateway_plan(tmp_path):
+    inv = make_fleet(tmp_path, 4, None)
+    root = Path(inv.root)
+    for lane in ("r2", "r3", "r4"):  # one lane, r1, with its copies on dgx2..dgx4
+        (root / "recipes" / lane / "recipe.toml").unlink()
+        (root / "recipes" / lane).rmdir()
+    _with_replicas(root, "r1", [["dgx1"], ["dgx2"], ["dgx3"], ["dgx4"]])
+    inv = inventory.load(root)
+    p = gateway.plan(inv)
+    assert [(w.name, w.hosts) for w in p.workers] == [
+        ("r1", ("dgx1",)), ("r1#1", ("dgx2",)), ("r1#2", ("dgx3",)), ("r1#3", ("dgx4",))
+    ]  # fmt: skip
+    assert all(w.url == f"http://{inv.host(w.hosts[0]).address}:30001" for w in p.workers)  # each copy's head
+    assert p.models() == {MODEL: ["r1", "r1#1", "r1#2", "r1#3"]}
+
+    text = (root / "recipes" / "r1" / "recipe.toml").read_text()
+    for bad, says in [
+        (
+            "[['dgx1'], ['dgx2'], ['dgx2']]",
+            r"gateway.replicas\[2\]: shares host dgx2 with gateway.replicas\[1\]",
+        ),
+        ("[['dgx1'], ['dgx9']]", r"gateway.replicas\[1\]\[0\]: unknown host 'dgx9'"),
+        ("[['dgx2'], ['dgx3']]", r"gateway.replicas\[0\]: \['dgx2'\] is not lane.hosts"),
+        ("[['dgx1'], ['dgx2', 'dgx3']]", r"gateway.replicas\[1\]: 2 hosts where lane.hosts has 1"),
+        ("[['dgx1']]", r"gateway.replicas"),  # schema: at least two copies
+    ]:
+        (root / "recipes" / "r1" / "recipe.toml").write_text(
+            text.replace("replicas = [['dgx1'], ['dgx2'], ['dgx3'], ['dgx4']]", f"replicas = {bad}")
+        )
+        with pytest.raises(Exception, match=says):
+            inventory.load(root)
+
+
+def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
+    """One recipe with `[gateway] replicas = [["dgx1"], ["dgx2"]]`: smg spreads over both copies.
+
+    `launch r1` starts the lane's own hosts; the second copy is started here as an operator does it
+    today, the same recipe launched with its hosts set to that replica (launch --replica is not there).
+    """
+    inv = make_fleet(tmp_path / "a", 2, None, ns_hosts)  # hosts dgx1, dgx2; lane r1 only
+    (Path(inv.root) / "recipes" / "r2" / "recipe.toml").unlink()
+    (Path(inv.root) / "recipes" / "r2").rmdir()
+    root = _with_replicas(Path(inv.root), "r1", [["dgx1"], ["dgx2"]])
+    inv = inventory.load(root)
+    copy = make_fleet(tmp_path / "b", 2, None, ns_hosts)  # r1's copy on dgx2: same recipe, hosts = dgx2
+    (Path(copy.root) / "recipes" / "r1" / "recipe.toml").write_text(
+        (Path(copy.root) / "recipes" / "r2" / "recipe.toml").read_text()
+    )
+    copy = inventory.load(copy.root)
+    state = tmp_path / "gw"
+    done = gateway.share_key(inv, state, lanes.call_agent)
+    assert set(done) == {"r1", "r1#1"}  # the key went to both replicas' hosts
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(lambda iv: lanes.launch(iv, "r1", allow_nas_weights=True), [inv, copy]))
+        assert all(r.ready.ok for r in reports), [r.ready for r in reports]
+        st = gateway.up(
+            inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
+        )
+        assert st["lanes"] == {"r1": "serving", "r1#1": "serving"}, st["lanes"]
+        key = gateway.gateway_key(state)
+        seen = Counter(chat(st["url"], key)[1] for _ in range(10))
+        assert set(seen) == {w.url for w in gateway.plan(inv).workers} and set(seen.values()) == {5}, seen
+    finally:
+        gateway.down(state)
+        lanes.stop(inv, "r1", 5)
+        lanes.stop(copy, "r1", 5)

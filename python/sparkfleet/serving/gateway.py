@@ -58,12 +58,17 @@ DEFAULT_PORT = 8080
 
 @dataclass(frozen=True)
 class Worker:
-    """One lane behind the gateway: a replica of the model id `model`."""
+    """One lane (or one of its `[gateway] replicas`) behind the gateway: a replica of `model`."""
 
     lane: str
     model: str
     url: str  # http://<head address>:<port> (the gateway adds the paths)
     hosts: tuple[str, ...]
+    replica: int = 0  # index in the lane's [gateway] replicas (0: the lane's own hosts)
+
+    @property
+    def name(self) -> str:
+        return self.lane if self.replica == 0 else f"{self.lane}#{self.replica}"
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ class GatewayPlan:
     def models(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for w in self.workers:
-            out.setdefault(w.model, []).append(w.lane)
+            out.setdefault(w.model, []).append(w.name)
         return out
 
 
@@ -110,10 +115,11 @@ def plan(inv: Inventory) -> GatewayPlan:
             )
         policies[name] = policy
         recipe = launch_recipe(inv, name)
-        head = inv.host(lane.hosts[0])
-        workers.append(
-            Worker(name, recipe.served_model_name or name, f"http://{head.address}:{recipe.port}", lane.hosts)
-        )
+        model = recipe.served_model_name or name
+        # [gateway] replicas: the same recipe on disjoint host sets (checked by the inventory)
+        for i, hosts in enumerate(section.get("replicas") or [lane.hosts]):
+            head = inv.host(hosts[0])
+            workers.append(Worker(name, model, f"http://{head.address}:{recipe.port}", tuple(hosts), i))
     if not workers:
         raise SparkfleetError(
             "no lane serves through the gateway", hint="add a [gateway] table to the lanes' recipes"
@@ -139,10 +145,10 @@ def _check_replicas(workers: list[Worker]) -> None:
             for h in w.hosts:
                 if h in seen:
                     raise SparkfleetError(
-                        f"replicas of {model!r} share host {h}: lanes {seen[h]} and {w.lane}",
+                        f"replicas of {model!r} share host {h}: lanes {seen[h]} and {w.name}",
                         hint="replicas run on disjoint host sets (e.g. dgx1+dgx2 and dgx3+dgx4)",
                     )
-                seen[h] = w.lane
+                seen[h] = w.name
 
 
 def gateway_key(state_dir: Path) -> str:
@@ -162,7 +168,7 @@ def share_key(inv: Inventory, state_dir: Path, call: Call) -> dict[str, bool]:
     key = gateway_key(state_dir)
     out = {}
     for w in plan(inv).workers:
-        out[w.lane] = any(install(inv, w.lane, key, list(w.hosts), call).values())
+        out[w.name] = any(install(inv, w.lane, key, list(w.hosts), call).values())
     return out
 
 
@@ -178,12 +184,12 @@ def _get(url: str, key: str | None, timeout: float = 3.0) -> tuple[int | None, A
 
 
 def worker_states(p: GatewayPlan, key: str) -> dict[str, str]:
-    """lane -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
+    """worker name -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
     out = {}
     for w in p.workers:
         status, _ = _get(f"{w.url}/v1/models", key)
         relaunch = f"sparkfleet stop {w.lane}; sparkfleet launch {w.lane}"
-        out[w.lane] = (
+        out[w.name] = (
             "serving" if status == 200
             else f"refuses the gateway key (HTTP {status}): {relaunch}" if status in (401, 403)
             else "not answering (the gateway adds it once it is up)"
@@ -286,7 +292,7 @@ def up(
     )
     write_bytes(record_path, json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
     on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
-    want = {w.model for w in p.workers if states[w.lane] == "serving"}
+    want = {w.model for w in p.workers if states[w.name] == "serving"}
     deadline = time.monotonic() + wait_s
     local = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
     while True:
