@@ -62,6 +62,9 @@ class Host:
     # lower refuses `memlock=-1` (and podman 4.3 adds nofile/nproc = 1048576 to any --ulimit).
     ulimits: tuple[tuple[str, int | str], ...] = (("memlock", "unlimited"), ("stack", 67108864))
 
+    # What the host runs for the fleet as deployed units: "gateway", "registry" (hostfacts.services).
+    services: tuple[str, ...] = ()
+
     # Wake-on-LAN (sparkfleet power on): the LAN NIC's MAC and the broadcast address to send to.
     mac: str | None = None
     wol_broadcast: str | None = None
@@ -355,6 +358,7 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         gpu_access=merged.get("gpu_access", "cdi" if merged.get("os") == "nixos" else "gpus"),
         ulimits=tuple(merged["ulimits"].items()) if "ulimits" in merged else DEFAULT_ULIMITS,
         stack={**defaults.get("stack", {}), **own.get("stack", {})},
+        services=tuple(sorted(merged.get("services", ()))),
         mac=own.get("mac"),  # one NIC's: never a default
         wol_broadcast=merged.get("wol_broadcast"),
     )
