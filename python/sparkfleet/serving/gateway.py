@@ -236,6 +236,72 @@ def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: in
     ]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    plan: GatewayPlan
+    key: str
+    states: dict[str, str]
+    config: Path  # the 0600 JSON gateway_main runs from
+    router_port: int
+
+
+def _prepare(
+    inv: Inventory, state_dir: Path, call: Call, bind: str, port: int, metrics_port: int,
+    on_event: Callable[[str], None], strict_keys: bool = True,
+) -> _Prepared:  # fmt: skip
+    """Everything before the process: the plan, the key on every lane, smg's and the front's config."""
+    ensure_dir(state_dir, 0o700)
+    rec = load_record(state_dir)
+    if rec is not None and is_running(rec):
+        raise SparkfleetError(
+            f"the gateway already runs (pid {rec.pid}, port {rec.port})",
+            hint="stop it first: `sparkfleet gateway down`",
+            exit_code=ExitCode.REFUSED,
+        )
+    p = plan(inv)
+    try:
+        changed = share_key(inv, state_dir, call)
+    except SparkfleetError as exc:
+        if strict_keys:
+            raise
+        # a unit at boot: a lane host that is down must not keep the gateway from the others
+        on_event(f"the gateway's key is not on every lane host ({exc.message}); serving the others")
+        changed = {}
+    for lane, did in changed.items():
+        if did:
+            on_event(f"{lane}: now holds the gateway's key")
+    key = gateway_key(state_dir)
+    states = worker_states(p, key)
+    config = _paths(state_dir)[0]
+    router_port = free_port()
+    argv = router_argv(p, key, "127.0.0.1", router_port, metrics_port or port + 1)
+    fp = front.write(state_dir, key, bind, port, router_port)
+    front_cfg = {"argv": front.argv(fp, front.nginx_binary()), "pid": str(fp.pid),
+                 "error_log": str(fp.error_log)}  # fmt: skip
+    write_bytes(config, json.dumps({"argv": argv, "front": front_cfg}).encode(), mode=0o600)
+    return _Prepared(p, key, states, config, router_port)
+
+
+def _record(state_dir: Path, pid: int, prep: _Prepared, bind: str, port: int, log: Path | str) -> None:
+    rec = GatewayRecord(
+        pid=pid,
+        start_ticks=start_ticks(pid),
+        boot_id=boot_id(),
+        bind=bind,
+        port=port,
+        policy=prep.plan.policy,
+        workers=[asdict(w) for w in prep.plan.workers],
+        log=str(log),
+        started_at=time.time(),
+        router_port=prep.router_port,
+    )
+    write_bytes(_paths(state_dir)[1], json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
+
+
+def _main_argv(config: Path) -> list[str]:
+    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)]
+
+
 def up(
     inv: Inventory,
     state_dir: Path,
@@ -249,48 +315,17 @@ def up(
 ) -> dict[str, Any]:
     """Start the gateway in front of the gateway lanes; wait until it lists every serving lane's model."""
     state_dir = Path(state_dir)
-    ensure_dir(state_dir, 0o700)
-    rec = load_record(state_dir)
-    if rec is not None and is_running(rec):
-        raise SparkfleetError(
-            f"the gateway already runs (pid {rec.pid}, port {rec.port})",
-            hint="stop it first: `sparkfleet gateway down`",
-            exit_code=ExitCode.REFUSED,
-        )
-    p = plan(inv)
-    changed = share_key(inv, state_dir, call)
-    for lane, did in changed.items():
-        if did:
-            on_event(f"{lane}: now holds the gateway's key")
-    key = gateway_key(state_dir)
-    states = worker_states(p, key)
-    config, record_path, log = _paths(state_dir)
-    router_port = free_port()
-    argv = router_argv(p, key, "127.0.0.1", router_port, metrics_port or port + 1)
-    fp = front.write(state_dir, key, bind, port, router_port)
-    front_cfg = {"argv": front.argv(fp, front.nginx_binary()), "pid": str(fp.pid),
-                 "error_log": str(fp.error_log)}  # fmt: skip
-    write_bytes(config, json.dumps({"argv": argv, "front": front_cfg}).encode(), mode=0o600)
+    prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event)
+    p, key, states = prep.plan, prep.key, prep.states
+    log = _paths(state_dir)[2]
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)],
+            _main_argv(prep.config),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
-    rec = GatewayRecord(
-        pid=proc.pid,
-        start_ticks=start_ticks(proc.pid),
-        boot_id=boot_id(),
-        bind=bind,
-        port=port,
-        policy=p.policy,
-        workers=[asdict(w) for w in p.workers],
-        log=str(log),
-        started_at=time.time(),
-        router_port=router_port,
-    )
-    write_bytes(record_path, json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
+    _record(state_dir, proc.pid, prep, bind, port, log)
     on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
     want = {w.model for w in p.workers if states[w.name] == "serving"}
     deadline = time.monotonic() + wait_s
@@ -308,6 +343,34 @@ def up(
             break
         time.sleep(0.3)
     return {**status(state_dir), "lanes": states}
+
+
+def run(
+    inv: Inventory,
+    state_dir: Path,
+    call: Call,
+    *,
+    bind: str = "0.0.0.0",
+    port: int = DEFAULT_PORT,
+    metrics_port: int = 0,
+    on_event: Callable[[str], None] = lambda _m: None,
+) -> None:
+    """The gateway in the foreground (the systemd unit's ExecStart): this process becomes it.
+
+    The record names this PID (exec keeps it), so `gateway status`, `keys add|revoke` and `gateway
+    down` on the host act on the unit's gateway as on one `up` started. A lane host that is down
+    does not keep the gateway from starting (the unit would fail at boot otherwise).
+    """
+    state_dir = Path(state_dir)
+    prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event, strict_keys=False)
+    for lane, what in prep.states.items():
+        on_event(f"{lane}: {what}")
+    _record(state_dir, os.getpid(), prep, bind, port, "stderr (a unit: journalctl -u sparkfleet-gateway)")
+    on_event(f"gateway on {bind}:{port}, policy {prep.plan.policy}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = _main_argv(prep.config)
+    os.execv(argv[0], argv)
 
 
 def free_port() -> int:
