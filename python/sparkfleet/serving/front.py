@@ -135,8 +135,6 @@ http {{
 def write(state_dir: Path, gateway_key: str, bind: str, port: int, router_port: int) -> FrontPaths:
     """Both config files (0600, in a 0700 directory); returns their paths."""
     p = paths(state_dir)
-    ensure_dir(p.root, 0o700)
-    os.chmod(p.root, 0o700)
     ensure_dir(p.root / "tmp", 0o700)
     write_users(state_dir, gateway_key)
     write_bytes(p.conf, conf_text(p, bind, port, router_port).encode(), mode=0o600)
@@ -146,6 +144,8 @@ def write(state_dir: Path, gateway_key: str, bind: str, port: int, router_port: 
 def write_users(state_dir: Path, gateway_key: str) -> bool:
     """Rewrite users.conf from the user key files; True if it changed."""
     p = paths(state_dir)
+    ensure_dir(p.root, 0o700)
+    os.chmod(p.root, 0o700)  # a directory of key-bearing files, whatever made it first
     text = users_conf_text(gateway_key, users.keys(state_dir))
     return write_bytes(p.users_conf, text.encode(), mode=0o600)
 
