@@ -13,6 +13,8 @@ DEB_PACKAGES += proot busybox-static patch
 DEB_PACKAGES += docker.io podman runc
 # The fleet registry (docs/images.md): Debian's distribution 2.8 and skopeo to copy into it by digest.
 DEB_PACKAGES += docker-registry skopeo
+# The gateway's front (docs/serving.md): nginx checks the per-user keys, then calls smg with its own.
+DEB_PACKAGES += nginx-light
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.
 DEB_PACKAGES += chromium
 

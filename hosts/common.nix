@@ -26,6 +26,8 @@ in
     storage.enable = true;
     staging.enable = true;
     lanes.enable = true;
+    # the gateway / registry units, where hosts/fleet.toml gives this host `services`
+    services.enable = true;
     # the DGX Spark module runs podman (docker compat on); docker beside it would conflict
     lanes.runtime = "podman";
   };

@@ -33,6 +33,8 @@ let
     profileOrder = [ "system" "sparkfleet" ];
     sparkfleetProfilePath = "/nix/var/nix/profiles/sparkfleet";
     defaultOs = "dgx-os";
+    # systemd StateDirectory of the fleet services (hostfacts.SERVICE_STATE)
+    serviceState = "/var/lib/sparkfleet";
   };
 
   hex40 = s: match "[0-9a-f]{40}" s != null;
@@ -83,6 +85,7 @@ let
       nasExport = m.nas_export or null;
       sshKey = m.ssh_key or null;
       os = m.os or constants.defaultOs;
+      services = sort builtins.lessThan (m.services or [ ]);
     };
 
   # Receipt roots a lane's recipe declares (launch issue: [launch].receipt_roots); none if absent.
@@ -180,6 +183,18 @@ let
         (if w.launcher != null then { DSV41_LAUNCHER = w.launcher; } else { })
         // { TP_SIZE = toString w.tp; EP_SIZE = toString w.ep; DSV41_TP_PAD = toString w.pad; };
 
+      # The fleet services a host runs (hosts.<h>.services): the gateway in front of the lanes with
+      # a [gateway] table, and the registry; state in systemd's StateDirectory under serviceState.
+      gatewayLanes = filter (n: recipes.${n} ? gateway) laneNames;
+      serviceUnit = h: service: {
+        inherit service;
+        unit = "${constants.unitPrefix}-${service}";
+        user = h.sshUser;
+        argv = if service == "gateway" then [ "sparkfleet" "gateway" "run" ] else [ "sparkfleet" "registry" "serve" ];
+        stateDir = if service == "gateway" then "${constants.serviceState}/gateway" else constants.serviceState;
+        lanes = if service == "gateway" then gatewayLanes else [ ];
+      };
+
       facts = name:
         let h = hostOf name; in {
           host = h.name;
@@ -188,6 +203,7 @@ let
           tmpfiles = tmpfiles h;
           staging = staging h;
           lanes = map (laneUnit h) (filter (l: headOf l == h.name) (lanesOf h.name));
+          services = map (serviceUnit h) h.services;
         };
 
       # deploy.nodes.<host>: `profiles` maps profile name -> activatable path (or null to leave out).

@@ -79,6 +79,27 @@ let
     SystemCallErrorNumber = "EPERM";
   };
 
+  # The fleet services (the gateway, the registry): network servers that write only their own
+  # StateDirectory; the gateway reads ~/.ssh (it installs its key on the lanes' hosts over ssh).
+  serviceHardening = {
+    ProtectSystem = "full";
+    ProtectHome = "read-only";
+    PrivateTmp = true;
+    PrivateDevices = true;
+    NoNewPrivileges = true;
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectControlGroups = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    LockPersonality = true;
+    SystemCallArchitectures = "native";
+    CapabilityBoundingSet = "";
+    RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" "AF_NETLINK" ];
+    UMask = "0077";
+  };
+
   # `systemd-escape --path` for the paths sparkfleet mounts (letters, digits, / _ . : -).
   escapePath = path:
     let
@@ -208,8 +229,37 @@ let
           } // laneHardening facts.localHub;
         } // (if autostart == l.lane then { Install.WantedBy = [ "multi-user.target" ]; } else { });
       };
+      # hosts.<h>.services (fleet.nix serviceUnit): long-running, restarted on failure, at boot.
+      # The gateway reads fleet.toml + the [gateway] lanes' recipes (its own spec root, so a recipe
+      # edit of another lane leaves it alone); the registry reads only its config.yml.
+      service = s: {
+        name = "${s.unit}.service";
+        value = {
+          Unit = {
+            Description = if s.service == "gateway"
+              then "sparkfleet: the gateway (smg behind nginx) in front of ${concatStringsSep ", " s.lanes}"
+              else "sparkfleet: the fleet registry (docker-registry, TLS from the fleet CA)";
+            Wants = [ "network-online.target" ];
+            After = [ "network-online.target" ];
+          };
+          Service = {
+            Type = "simple";
+            User = s.user;
+            Environment = if s.service == "gateway"
+              then env (specRoot fleetRoot "gateway" s.lanes) ++ [ "SPARKFLEET_GATEWAY_STATE=${s.stateDir}" ]
+              else [ "SPARKFLEET_STATE_DIR=${s.stateDir}" "PYTHONUNBUFFERED=1" ];
+            ExecStart = execLine (withBin s.argv);
+            Restart = "on-failure";
+            RestartSec = "5";
+            # systemd makes it (0700, owned by User) before the start
+            StateDirectory = builtins.substring 9 (-1) s.stateDir;
+            StateDirectoryMode = "0700";
+          } // serviceHardening;
+          Install.WantedBy = [ "multi-user.target" ];
+        };
+      };
     in
-    stage // listToAttrs (map lane facts.lanes)
+    stage // listToAttrs (map lane facts.lanes) // listToAttrs (map service (facts.services or [ ]))
     // (if withMounts then builtins.foldl' (acc: m: acc // nasMountSpecs m) { } facts.mounts else { });
 
   # INI text of one spec: sections in a fixed order; a list becomes one line per item (systemd
@@ -270,6 +320,6 @@ let
     wantedBy = (spec.Install or { }).WantedBy or [ ];
   };
 in {
-  inherit specs specRoot fleetSpec profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening toNixosService
+  inherit specs specRoot fleetSpec profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening serviceHardening toNixosService
     toNixosTimer envAttrs;
 }

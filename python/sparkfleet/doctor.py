@@ -185,7 +185,7 @@ def _host_checks(
             )
         )
     if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
-        out.append(_built_image_check(host_name, recipe, built, built_error, ans.get("image_state") or {}))
+        out.append(built_image_check(host_name, recipe, built, built_error, ans.get("image_state") or {}))
     elif recipe and recipe.runtime in ("docker", "podman") and recipe.image:
         img = ans.get("image", {})
         if not recipe.image.resolved:
@@ -296,17 +296,21 @@ def _deploy_checks(runner, host: Host) -> list[Check]:
     return [Check(host.name, p.name, p.ok, p.detail, p.fix) for p in prereqs(facts)]
 
 
-def _built_image_check(
+def built_image_check(
     host_name: str, recipe: LaunchRecipe, built: str | None, error: SparkfleetError | None, state: dict
 ) -> Check:
     """The host holds the image ID of the lane's build (what `sparkfleet image load LANE` recorded)."""
     fix = f"sparkfleet image load {recipe.lane}"
     if built is None:
         return Check(host_name, "image", False, error.message if error else "no build", fix, refuses=True)
+    digest = (state.get("record") or {}).get("repo_digest")  # pulled from the fleet registry
+    if state.get("recorded") == built and state.get("repo_digest_present") is False:
+        return Check(host_name, "image", False,
+                     f"holds {built} but no longer its RepoDigest {digest} (the registry's name for it)",
+                     f"{fix} (pulls the digest again: no layer moves)", refuses=True)  # fmt: skip
     why = image_mismatch(built, state)
     if why:
         return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
-    digest = (state.get("record") or {}).get("repo_digest")  # pulled from the fleet registry
     came = f", pulled as {digest}" if digest else ""
     return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded{came}")
 

@@ -87,6 +87,24 @@ class LaneUnit:
 
 
 @dataclass(frozen=True)
+class ServiceUnit:
+    """A fleet service this host runs (fleet.toml `services`): the gateway or the registry.
+
+    Long-running (Type=simple, restarted on failure), started at boot. Its state (the gateway's
+    keys and records; the registry's CA, certificate and config.yml) is in `stateDir`, systemd's
+    StateDirectory (0700, owned by `user`): the operator's `keys add` and `registry init` on that
+    host name the same directory (SPARKFLEET_GATEWAY_STATE / SPARKFLEET_STATE_DIR).
+    """
+
+    service: str  # "gateway" | "registry"
+    unit: str
+    user: str
+    argv: tuple[str, ...]
+    stateDir: str  # noqa: N815
+    lanes: tuple[str, ...]  # the gateway's: lanes with a [gateway] table (what its spec root holds)
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """Everything Nix places on one host, as both readers compute it."""
 
@@ -101,6 +119,7 @@ class HostFacts:
     tmpfiles: tuple[str, ...]
     staging: StagingUnit
     lanes: tuple[LaneUnit, ...] = field(default=())
+    services: tuple[ServiceUnit, ...] = field(default=())
 
 
 def parent_of(path: str) -> str:
@@ -152,6 +171,22 @@ def lane_unit(inv: Inventory, host: Host, lane: Lane) -> LaneUnit:
     )
 
 
+SERVICE_STATE = "/var/lib/sparkfleet"
+
+
+def gateway_lanes(inv: Inventory) -> tuple[str, ...]:
+    """The lanes that serve through the gateway (a [gateway] table in the recipe), sorted."""
+    return tuple(n for n in sorted(inv.lanes) if isinstance(inv.lanes[n].raw.get("gateway"), dict))
+
+
+def service_unit(inv: Inventory, host: Host, service: str) -> ServiceUnit:
+    if service == "gateway":
+        argv, state, lanes = ("sparkfleet", "gateway", "run"), f"{SERVICE_STATE}/gateway", gateway_lanes(inv)
+    else:
+        argv, state, lanes = ("sparkfleet", "registry", "serve"), SERVICE_STATE, ()
+    return ServiceUnit(service, f"{UNIT_PREFIX}-{service}", host.ssh_user, argv, state, lanes)
+
+
 def facts(inv: Inventory, name: str) -> HostFacts:
     """The placement record for host `name` (what modules/lib/fleet.nix `facts` returns)."""
     host = inv.host(name)
@@ -186,6 +221,7 @@ def facts(inv: Inventory, name: str) -> HostFacts:
             requiresMountsFor=(local_hub, nas_hub),
         ),
         lanes=tuple(lane_unit(inv, host, lane) for lane in lanes if lane_head(lane) == name),
+        services=tuple(service_unit(inv, host, s) for s in host.services),
     )
 
 

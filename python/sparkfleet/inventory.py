@@ -63,6 +63,9 @@ class Host:
     # lower refuses `memlock=-1` (and podman 4.3 adds nofile/nproc = 1048576 to any --ulimit).
     ulimits: tuple[tuple[str, int | str], ...] = (("memlock", "unlimited"), ("stack", 67108864))
 
+    # What the host runs for the fleet as deployed units: "gateway", "registry" (hostfacts.services).
+    services: tuple[str, ...] = ()
+
     # Wake-on-LAN (sparkfleet power on): the LAN NIC's MAC and the broadcast address to send to.
     mac: str | None = None
     wol_broadcast: str | None = None
@@ -366,6 +369,7 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         gpu_access=merged.get("gpu_access", "cdi" if merged.get("os") == "nixos" else "gpus"),
         ulimits=tuple(merged["ulimits"].items()) if "ulimits" in merged else DEFAULT_ULIMITS,
         stack={**defaults.get("stack", {}), **own.get("stack", {})},
+        services=tuple(sorted(merged.get("services", ()))),
         mac=own.get("mac"),  # one NIC's: never a default
         wol_broadcast=merged.get("wol_broadcast"),
     )
@@ -414,6 +418,7 @@ def _lane_problems(
                     f"expected one of: {', '.join(sorted(hosts))}",
                 )
             )
+    problems += _replica_problems(doc, path, hosts)
     known = ", ".join(sorted(n for n, p in pins.items() if p.kind == "hf"))
     for i, m in enumerate(doc["models"]):
         pin = pins.get(m["pin"])
@@ -426,6 +431,37 @@ def _lane_problems(
                     f"expected one of: {known}",
                 )
             )
+    return problems
+
+
+def _replica_problems(doc: dict[str, Any], path: Path, hosts: dict[str, Host]) -> list[Problem]:
+    """`[gateway] replicas`: known hosts, the first set is lane.hosts, equal sizes, no shared host."""
+    replicas = doc.get("gateway", {}).get("replicas")
+    if replicas is None:
+        return []
+    problems: list[Problem] = []
+    owner: dict[str, int] = {}
+    lane_hosts = list(doc["lane"]["hosts"])
+
+    def problem(key: str, message: str, hint: str) -> None:
+        problems.append(Problem(path, key, message, hint))
+
+    if list(replicas[0]) != lane_hosts:
+        problem("gateway.replicas[0]", f"{replicas[0]} is not lane.hosts {lane_hosts}",
+                "the first replica is the lane's own hosts, in rank order")  # fmt: skip
+    for i, group in enumerate(replicas):
+        if len(group) != len(lane_hosts):
+            problem(f"gateway.replicas[{i}]", f"{len(group)} hosts where lane.hosts has {len(lane_hosts)}",
+                    "every replica runs the same recipe, on as many hosts")  # fmt: skip
+        for j, host in enumerate(group):
+            if host not in hosts:
+                problem(f"gateway.replicas[{i}][{j}]", f"unknown host {host!r}",
+                        f"expected one of: {', '.join(sorted(hosts))}")  # fmt: skip
+            elif host in owner and owner[host] != i:
+                problem(f"gateway.replicas[{i}]", f"shares host {host} with gateway.replicas[{owner[host]}]",
+                        "replicas run on disjoint host sets (they would share the GPU)")  # fmt: skip
+            else:
+                owner[host] = i
     return problems
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -216,3 +217,149 @@ def test_plan_refuses_replicas_sharing_a_host_and_disagreeing_policies(tmp_path)
     with pytest.raises(Exception, match="different policies"):
         gateway.plan(inventory.load(inv.root))
     assert sys.executable  # the demo lanes run on this interpreter
+
+
+def test_per_user_keys_at_the_front_smg_tenant_keys_reach_the_lane_and_are_refused(served, tmp_path):
+    """Per-user keys: what smg does with its own tenant keys, and what sparkfleet does instead."""
+    launch, state = served
+    inv, url, key = launch(1)
+    p = gateway.plan(inv)
+    lane_key = apikeys.read_key(Path(inv.host("dgx1").state_dir), "r1")
+    assert lane_key == key
+
+    # measured: smg's own --tenant-api-key passes smg, and smg hands the tenant's key to the lane,
+    # which refuses it (the 401 comes from the worker: smg names the worker it routed to)
+    tenant = apikeys.new_key()
+    port = free_port()
+    argv = [*gateway.router_argv(p, key, "127.0.0.1", port, free_port()), "--tenant-api-key", f"t1:{tenant}"]
+    config = tmp_path / "plain-smg.json"
+    config.write_text(json.dumps({"argv": argv}))
+    config.chmod(0o600)
+    plain = subprocess.Popen([sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 30
+        while gateway.served_models(base.removesuffix("/v1"), key) != [MODEL]:
+            assert time.monotonic() < deadline and plain.poll() is None
+            time.sleep(0.3)
+        code, routed = chat(base, tenant)
+        assert code == 401 and routed == p.workers[0].url, (code, routed)  # the lane said no
+        assert chat(base, "sk-sf-" + "x" * 40) == (401, None)  # smg itself refuses an unknown key
+    finally:
+        plain.terminate()
+        plain.wait(15)
+
+    # sparkfleet: the user's key is checked by the front, which calls smg with the gateway's key
+    env = {"SPARKFLEET_GATEWAY_STATE": str(state)}
+    res = CliRunner(env=env).invoke(cli, ["keys", "add", "alice", "--json"])
+    assert res.exit_code == 0, res.output
+    alice = json.loads(res.stdout)["key"]
+    assert json.loads(res.stdout)["gateway_reloaded"] is True
+    assert (state / "users" / "alice.key").stat().st_mode & 0o777 == 0o600
+    assert CliRunner(env=env).invoke(cli, ["keys", "add", "alice"]).exit_code != 0  # one key per user
+    code, routed = chat(url, alice)
+    assert code == 200 and routed == p.workers[0].url
+    assert apikeys.read_key(Path(inv.host("dgx1").state_dir), "r1") == key  # the lane: the gateway's only
+    assert chat(url, alice + "x") == (401, None) and chat(url, None) == (401, None)  # refused at the front
+    assert chat(url, tenant) == (401, None)
+    listed = CliRunner(env=env).invoke(cli, ["keys", "list"])
+    assert listed.exit_code == 0 and "alice" in listed.output and alice not in listed.output
+
+    # no key in any argv of the gateway's processes; the access log names the user, never a key
+    gw = gateway.load_record(state).pid
+    kids = [int(d) for d in os.listdir("/proc") if d.isdigit() and _ppid(int(d)) == gw]
+    assert kids, "the front (nginx) runs as the gateway's child"
+    for pid in [gw, *kids]:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+        assert key not in cmdline and alice not in cmdline
+    log = (state / "front" / "access.log").read_text()
+    assert " alice " in log and alice not in log and key not in log
+
+    res = CliRunner(env=env).invoke(cli, ["keys", "revoke", "alice"])
+    assert res.exit_code == 0 and "refuses it now" in res.output, res.output
+    assert chat(url, alice) == (401, None)  # at once: revoke waited for the front's reload
+    assert chat(url, key)[0] == 200  # the operator's key (the gateway's) still works
+    assert not (state / "users" / "alice.key").exists()
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _with_replicas(root: Path, lane: str, replicas: list[list[str]]) -> Path:
+    recipe = root / "recipes" / lane / "recipe.toml"
+    recipe.write_text(recipe.read_text() + f"replicas = {replicas!r}\n")  # inside the [gateway] table
+    return root
+
+
+def test_replicas_key_is_checked_by_the_inventory_and_read_by_the_gateway_plan(tmp_path):
+    inv = make_fleet(tmp_path, 4, None)
+    root = Path(inv.root)
+    for lane in ("r2", "r3", "r4"):  # one lane, r1, with its copies on dgx2..dgx4
+        (root / "recipes" / lane / "recipe.toml").unlink()
+        (root / "recipes" / lane).rmdir()
+    _with_replicas(root, "r1", [["dgx1"], ["dgx2"], ["dgx3"], ["dgx4"]])
+    inv = inventory.load(root)
+    p = gateway.plan(inv)
+    assert [(w.name, w.hosts) for w in p.workers] == [
+        ("r1", ("dgx1",)), ("r1#1", ("dgx2",)), ("r1#2", ("dgx3",)), ("r1#3", ("dgx4",))
+    ]  # fmt: skip
+    assert all(w.url == f"http://{inv.host(w.hosts[0]).address}:30001" for w in p.workers)  # each copy's head
+    assert p.models() == {MODEL: ["r1", "r1#1", "r1#2", "r1#3"]}
+
+    text = (root / "recipes" / "r1" / "recipe.toml").read_text()
+    for bad, says in [
+        (
+            "[['dgx1'], ['dgx2'], ['dgx2']]",
+            r"gateway.replicas\[2\]: shares host dgx2 with gateway.replicas\[1\]",
+        ),
+        ("[['dgx1'], ['dgx9']]", r"gateway.replicas\[1\]\[0\]: unknown host 'dgx9'"),
+        ("[['dgx2'], ['dgx3']]", r"gateway.replicas\[0\]: \['dgx2'\] is not lane.hosts"),
+        ("[['dgx1'], ['dgx2', 'dgx3']]", r"gateway.replicas\[1\]: 2 hosts where lane.hosts has 1"),
+        ("[['dgx1']]", r"gateway.replicas"),  # schema: at least two copies
+    ]:
+        (root / "recipes" / "r1" / "recipe.toml").write_text(
+            text.replace("replicas = [['dgx1'], ['dgx2'], ['dgx3'], ['dgx4']]", f"replicas = {bad}")
+        )
+        with pytest.raises(Exception, match=says):
+            inventory.load(root)
+
+
+def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
+    """One recipe with `[gateway] replicas = [["dgx1"], ["dgx2"]]`: smg spreads over both copies.
+
+    `launch r1` starts the lane's own hosts; the second copy is started here as an operator does it
+    today, the same recipe launched with its hosts set to that replica (launch --replica is not there).
+    """
+    inv = make_fleet(tmp_path / "a", 2, None, ns_hosts)  # hosts dgx1, dgx2; lane r1 only
+    (Path(inv.root) / "recipes" / "r2" / "recipe.toml").unlink()
+    (Path(inv.root) / "recipes" / "r2").rmdir()
+    root = _with_replicas(Path(inv.root), "r1", [["dgx1"], ["dgx2"]])
+    inv = inventory.load(root)
+    copy = make_fleet(tmp_path / "b", 2, None, ns_hosts)  # r1's copy on dgx2: same recipe, hosts = dgx2
+    (Path(copy.root) / "recipes" / "r1" / "recipe.toml").write_text(
+        (Path(copy.root) / "recipes" / "r2" / "recipe.toml").read_text()
+    )
+    copy = inventory.load(copy.root)
+    state = tmp_path / "gw"
+    done = gateway.share_key(inv, state, lanes.call_agent)
+    assert set(done) == {"r1", "r1#1"}  # the key went to both replicas' hosts
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(lambda iv: lanes.launch(iv, "r1", allow_nas_weights=True), [inv, copy]))
+        assert all(r.ready.ok for r in reports), [r.ready for r in reports]
+        st = gateway.up(
+            inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
+        )
+        assert st["lanes"] == {"r1": "serving", "r1#1": "serving"}, st["lanes"]
+        key = gateway.gateway_key(state)
+        seen = Counter(chat(st["url"], key)[1] for _ in range(10))
+        assert set(seen) == {w.url for w in gateway.plan(inv).workers} and set(seen.values()) == {5}, seen
+    finally:
+        gateway.down(state)
+        lanes.stop(inv, "r1", 5)
+        lanes.stop(copy, "r1", 5)

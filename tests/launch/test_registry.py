@@ -320,6 +320,29 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
             assert [h.action for h in again.hosts] == ["unchanged"]
         assert sum(streamed) == 0  # both came by registry pull, nothing over ssh
 
+        # the RepoDigest gone while the ID stays (docker rmi REPO@DIGEST; a docker load of the same
+        # ID does the same): held by ID alone is not held; load pulls the digest again, no layer
+        ref = read_record(hosts["dgx1"].root / "state", "ld")["repo_digest"]
+        rmi = subprocess.run(["docker", "-H", dockerd.host, "rmi", ref], capture_output=True, text=True)
+        assert rmi.returncode == 0 and "Untagged" in rmi.stdout, rmi.stdout + rmi.stderr
+        from sparkfleet.images.node import image_state
+
+        req = {"state_dir": str(hosts["dgx1"].root / "state"), "lane": "ld", "engine": "docker"}
+        with monkeypatch.context() as mp:
+            mp.setenv("DOCKER_HOST", dockerd.host)
+            st = image_state(req)
+        assert st["recorded"] == image_id and st["repo_digest_present"] is False and not st["present"]
+        from sparkfleet.doctor import built_image_check
+        from sparkfleet.launch.recipe import launch_recipe
+
+        check = built_image_check("dgx1", launch_recipe(inv, "ld"), image_id, None, st)
+        assert check.ok is False and f"no longer its RepoDigest {ref}" in check.detail, check
+        report = load_image(inv, "ld", archive, on_bytes=lambda _h, n: streamed.append(n))
+        assert [h.action for h in report.hosts] == ["loaded"] and sum(streamed) == 0, report.hosts
+        with monkeypatch.context() as mp:
+            mp.setenv("DOCKER_HOST", dockerd.host)
+            assert image_state(req)["present"] is True
+
         # the registry down (a wrong address in the push record): a new build streams over ssh
         other = tmp_path / "other.tar"
         other_id = docker_archive(b"\0" * 2048, other, "sparkfleet/other:build", "r2")

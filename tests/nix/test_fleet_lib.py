@@ -213,3 +213,21 @@ def test_image_env_agrees_with_the_launch_code() -> None:
             expected["DSV41_LAUNCHER"] = world.launcher
         assert nix_fleet(REPO, f'imageEnv "{name}"') == expected, name
     assert nix_fleet(REPO, 'imageEnv "dsv41-flash-4x-mia"')["DSV41_LAUNCHER"] == "tp4"
+
+
+def test_fleet_services_agree(tmp_path: Path) -> None:
+    """hosts.<h>.services: the gateway and registry units, with the gateway's lanes, in both readers."""
+    services = '    services = ["registry", "gateway"]\n'
+    fleet = VARIED_FLEET.replace("ssh_port = 2222\n", "ssh_port = 2222\n" + services)
+    recipes = {**VARIED_RECIPES, "solo": VARIED_RECIPES["solo"] + "    [gateway]\n"}
+    root = write_fleet(tmp_path, fleet, recipes)
+    from_nix = nix_fleet(root, "allFacts")
+    assert from_nix == python_facts(root)
+    assert from_nix["a"]["services"] == [
+        {"service": "gateway", "unit": "sparkfleet-gateway", "user": "ops",
+         "argv": ["sparkfleet", "gateway", "run"], "stateDir": "/var/lib/sparkfleet/gateway",
+         "lanes": ["solo"]},
+        {"service": "registry", "unit": "sparkfleet-registry", "user": "ops",
+         "argv": ["sparkfleet", "registry", "serve"], "stateDir": "/var/lib/sparkfleet", "lanes": []},
+    ]  # fmt: skip
+    assert from_nix["b"]["services"] == [] and from_nix["c"]["services"] == []

@@ -64,6 +64,32 @@ def up(
         click.echo(f"  {lane}: {what}")
 
 
+@gateway.command("run")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Gateway port.")
+@click.option("--bind", default="0.0.0.0", show_default=True, help="Address the gateway listens on.")
+@STATE_OPTION
+@click.pass_context
+def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None) -> None:
+    """Run the gateway in the foreground (what the sparkfleet-gateway unit runs).
+
+    The same gateway as `up`, as this process: it ends when the process is stopped (SIGTERM), its
+    front (nginx) with it. `gateway status` and `keys add|revoke` reach it through its record.
+
+    \b
+    Examples:
+      SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run
+      sparkfleet gateway run --port 8080
+    """
+    from ..launch.lane import call_agent
+    from ..serving.gateway import run as do_run
+
+    def event(msg: str) -> None:
+        click.echo(f"· {msg}", err=True)
+
+    do_run(load_inventory(ctx), state_dir or default_state_dir(), call_agent, bind=bind, port=port,
+           on_event=event)  # fmt: skip
+
+
 @gateway.command("status")
 @STATE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

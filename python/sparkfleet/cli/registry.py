@@ -42,3 +42,23 @@ def init(address: str, storage: Path, as_json: bool) -> None:
         click.echo(
             f"fleet CA {out['ca']}\nregistry config {out['config']}: docker-registry serve {out['config']}"
         )
+
+
+@registry.command("serve")
+def serve() -> None:
+    """Run the registry in the foreground (what the sparkfleet-registry unit runs).
+
+    It serves the config.yml `registry init` wrote under the same state dir ($SPARKFLEET_STATE_DIR).
+
+    \b
+    Examples:
+      SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve
+    """
+    import os
+
+    from ..images.load import operator_state_dir
+    from ..images.registry import serve_argv
+
+    argv = serve_argv(operator_state_dir())
+    click.echo(f"· {' '.join(argv)}", err=True)
+    os.execv(argv[0], argv)

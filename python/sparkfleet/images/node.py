@@ -59,13 +59,25 @@ def tag_of(lane: str, which: str) -> str:
 
 
 def image_state(req: dict) -> dict:
-    """This host's record for the lane and whether the engine still holds the recorded image."""
+    """This host's record for the lane and whether the engine still holds the recorded image.
+
+    An image that came from the fleet registry is held only while the engine still lists its
+    RepoDigest too (`repo_digest_present`): launch and doctor compare that digest as they compare
+    the ID, and `image load` pulls it again (a no-op for the layers) where it went missing, e.g.
+    after a `docker rmi REPO@DIGEST` or a `docker load` of the same ID, which carries no digest.
+    """
+    from .registry import repo_digests
+
     rec = read_record(req["state_dir"], req["lane"])
     engine = req["engine"]
     recorded = rec.get("image_id") if rec else None
     out: dict[str, Any] = {"record": rec, "recorded": recorded, "present": False}
     if recorded:
         out["present"] = engine_image_id(engine, recorded) == recorded
+        digest = rec.get("repo_digest") if rec else None
+        if digest and out["present"]:
+            out["repo_digest_present"] = digest in repo_digests(_engine(engine), recorded)
+            out["present"] = out["repo_digest_present"]
     if req.get("expect"):
         out["expect_present"] = engine_image_id(engine, req["expect"]) == req["expect"]
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -232,3 +233,28 @@ def init(state_dir: Path, address: str, storage: Path) -> dict[str, str]:
     config = base / "config.yml"
     write_bytes(config, registry_config(storage, f"0.0.0.0:{port}", key, crt).encode(), mode=0o600)
     return {"ca": str(ca), "certificate": str(crt), "config": str(config)}
+
+
+REGISTRY_BIN_ENV = "SPARKFLEET_REGISTRY_BIN"
+
+
+def serve_argv(state_dir: Path) -> list[str]:
+    """The registry's command line on the head host: `docker-registry serve <config.yml>`.
+
+    The binary: $SPARKFLEET_REGISTRY_BIN (NixOS: nixpkgs' docker-distribution `registry`), else
+    Debian's and Ubuntu's `docker-registry`. The config is the one `registry init` wrote under the
+    same state dir; without it there is nothing to serve.
+    """
+    config = Path(state_dir) / "registry" / "config.yml"
+    if not config.is_file():
+        raise RegistryError(
+            f"{config}: no registry config",
+            hint=f"SPARKFLEET_STATE_DIR={state_dir} sparkfleet registry init --address HOST:PORT",
+        )
+    binary = os.environ.get(REGISTRY_BIN_ENV) or shutil.which("docker-registry")
+    if not binary:
+        raise RegistryError(
+            "docker-registry is not installed",
+            hint=f"apt-get install docker-registry (DGX OS), or set {REGISTRY_BIN_ENV}",
+        )
+    return [binary, "serve", str(config)]

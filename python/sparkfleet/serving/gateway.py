@@ -17,7 +17,10 @@ MiaAI-Lab's docs/tp8.md measured cache_aware sending every stream of a shared-pr
 replica (prose at c32: 296 tok/s against 673 with round_robin), and a bench's prompts share a prefix.
 
 Keys: one gateway key, which is also every gateway lane's key (`lanekeys`): "lanes take only the
-gateway's key". It reaches smg through a 0600 JSON file (`gateway_main`), never argv.
+gateway's key". It reaches smg through a 0600 JSON file (`gateway_main`), never argv. Per-user keys
+(`serving.users`, `sparkfleet keys add USER`) are checked by nginx in front of smg (`serving.front`),
+which calls smg with the gateway's key: smg itself would pass a user's key on to the lanes. smg
+listens on loopback only; the public port is the front's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,6 +47,7 @@ from ..inventory import Inventory
 from ..lanekeys import Call, install
 from ..launch.recipe import launch_recipe
 from ..launch.records import boot_id, process_state, start_ticks
+from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
 DEFAULT_POLICY = "round_robin"
@@ -66,12 +71,17 @@ DEFAULT_PORT = 8080
 
 @dataclass(frozen=True)
 class Worker:
-    """One lane behind the gateway: a replica of the model id `model`."""
+    """One lane (or one of its `[gateway] replicas`) behind the gateway: a replica of `model`."""
 
     lane: str
     model: str
     url: str  # http://<head address>:<port> (the gateway adds the paths)
     hosts: tuple[str, ...]
+    replica: int = 0  # index in the lane's [gateway] replicas (0: the lane's own hosts)
+
+    @property
+    def name(self) -> str:
+        return self.lane if self.replica == 0 else f"{self.lane}#{self.replica}"
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ class GatewayPlan:
     def models(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for w in self.workers:
-            out.setdefault(w.model, []).append(w.lane)
+            out.setdefault(w.model, []).append(w.name)
         return out
 
 
@@ -99,6 +109,7 @@ class GatewayRecord:
     workers: list[dict[str, Any]]
     log: str
     started_at: float
+    router_port: int = 0  # smg on 127.0.0.1 behind the front (0: a record from before the front)
 
 
 def plan(inv: Inventory) -> GatewayPlan:
@@ -117,10 +128,11 @@ def plan(inv: Inventory) -> GatewayPlan:
             )
         policies[name] = policy
         recipe = launch_recipe(inv, name)
-        head = inv.host(lane.hosts[0])
-        workers.append(
-            Worker(name, recipe.served_model_name or name, f"http://{head.address}:{recipe.port}", lane.hosts)
-        )
+        model = recipe.served_model_name or name
+        # [gateway] replicas: the same recipe on disjoint host sets (checked by the inventory)
+        for i, hosts in enumerate(section.get("replicas") or [lane.hosts]):
+            head = inv.host(hosts[0])
+            workers.append(Worker(name, model, f"http://{head.address}:{recipe.port}", tuple(hosts), i))
     if not workers:
         raise SparkfleetError(
             "no lane serves through the gateway", hint="add a [gateway] table to the lanes' recipes"
@@ -146,10 +158,10 @@ def _check_replicas(workers: list[Worker]) -> None:
             for h in w.hosts:
                 if h in seen:
                     raise SparkfleetError(
-                        f"replicas of {model!r} share host {h}: lanes {seen[h]} and {w.lane}",
+                        f"replicas of {model!r} share host {h}: lanes {seen[h]} and {w.name}",
                         hint="replicas run on disjoint host sets (e.g. dgx1+dgx2 and dgx3+dgx4)",
                     )
-                seen[h] = w.lane
+                seen[h] = w.name
 
 
 def gateway_key(state_dir: Path) -> str:
@@ -169,7 +181,7 @@ def share_key(inv: Inventory, state_dir: Path, call: Call) -> dict[str, bool]:
     key = gateway_key(state_dir)
     out = {}
     for w in plan(inv).workers:
-        out[w.lane] = any(install(inv, w.lane, key, list(w.hosts), call).values())
+        out[w.name] = any(install(inv, w.lane, key, list(w.hosts), call).values())
     return out
 
 
@@ -185,12 +197,12 @@ def _get(url: str, key: str | None, timeout: float = 3.0) -> tuple[int | None, A
 
 
 def worker_states(p: GatewayPlan, key: str) -> dict[str, str]:
-    """lane -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
+    """worker name -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
     out = {}
     for w in p.workers:
         status, _ = _get(f"{w.url}/v1/models", key)
         relaunch = f"sparkfleet stop {w.lane}; sparkfleet launch {w.lane}"
-        out[w.lane] = (
+        out[w.name] = (
             "serving" if status == 200
             else f"refuses the gateway key (HTTP {status}): {relaunch}" if status in (401, 403)
             else "not answering (the gateway adds it once it is up)"
@@ -227,12 +239,80 @@ def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: in
         "--worker-urls", *[w.url for w in p.workers],
         "--policy", p.policy,
         "--api-key", key,
+        # the front names the user in smg's tenant header (and replaces any header a client sent)
+        "--trust-tenant-header", "--tenant-header-name", front.TENANT_HEADER,
         # metrics on loopback, on a port of our choosing (smg's default 0.0.0.0:29000 collides)
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
         # a dead replica: out after 2 failed 1 s health checks; its requests are retried elsewhere
         "--health-check-interval-secs", "1", "--health-failure-threshold", "2",
         "--health-check-timeout-secs", "2",
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    plan: GatewayPlan
+    key: str
+    states: dict[str, str]
+    config: Path  # the 0600 JSON gateway_main runs from
+    router_port: int
+
+
+def _prepare(
+    inv: Inventory, state_dir: Path, call: Call, bind: str, port: int, metrics_port: int,
+    on_event: Callable[[str], None], strict_keys: bool = True,
+) -> _Prepared:  # fmt: skip
+    """Everything before the process: the plan, the key on every lane, smg's and the front's config."""
+    ensure_dir(state_dir, 0o700)
+    rec = load_record(state_dir)
+    if rec is not None and is_running(rec):
+        raise SparkfleetError(
+            f"the gateway already runs (pid {rec.pid}, port {rec.port})",
+            hint="stop it first: `sparkfleet gateway down`",
+            exit_code=ExitCode.REFUSED,
+        )
+    p = plan(inv)
+    try:
+        changed = share_key(inv, state_dir, call)
+    except SparkfleetError as exc:
+        if strict_keys:
+            raise
+        # a unit at boot: a lane host that is down must not keep the gateway from the others
+        on_event(f"the gateway's key is not on every lane host ({exc.message}); serving the others")
+        changed = {}
+    for lane, did in changed.items():
+        if did:
+            on_event(f"{lane}: now holds the gateway's key")
+    key = gateway_key(state_dir)
+    states = worker_states(p, key)
+    config = _paths(state_dir)[0]
+    router_port = free_port()
+    argv = router_argv(p, key, "127.0.0.1", router_port, metrics_port or port + 1)
+    fp = front.write(state_dir, key, bind, port, router_port)
+    front_cfg = {"argv": front.argv(fp, front.nginx_binary()), "pid": str(fp.pid),
+                 "error_log": str(fp.error_log)}  # fmt: skip
+    write_bytes(config, json.dumps({"argv": argv, "front": front_cfg}).encode(), mode=0o600)
+    return _Prepared(p, key, states, config, router_port)
+
+
+def _record(state_dir: Path, pid: int, prep: _Prepared, bind: str, port: int, log: Path | str) -> None:
+    rec = GatewayRecord(
+        pid=pid,
+        start_ticks=start_ticks(pid),
+        boot_id=boot_id(),
+        bind=bind,
+        port=port,
+        policy=prep.plan.policy,
+        workers=[asdict(w) for w in prep.plan.workers],
+        log=str(log),
+        started_at=time.time(),
+        router_port=prep.router_port,
+    )
+    write_bytes(_paths(state_dir)[1], json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
+
+
+def _main_argv(config: Path) -> list[str]:
+    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)]
 
 
 def up(
@@ -248,45 +328,19 @@ def up(
 ) -> dict[str, Any]:
     """Start the gateway in front of the gateway lanes; wait until it lists every serving lane's model."""
     state_dir = Path(state_dir)
-    ensure_dir(state_dir, 0o700)
-    rec = load_record(state_dir)
-    if rec is not None and is_running(rec):
-        raise SparkfleetError(
-            f"the gateway already runs (pid {rec.pid}, port {rec.port})",
-            hint="stop it first: `sparkfleet gateway down`",
-            exit_code=ExitCode.REFUSED,
-        )
-    p = plan(inv)
-    changed = share_key(inv, state_dir, call)
-    for lane, did in changed.items():
-        if did:
-            on_event(f"{lane}: now holds the gateway's key")
-    key = gateway_key(state_dir)
-    states = worker_states(p, key)
-    config, record_path, log = _paths(state_dir)
-    argv = router_argv(p, key, bind, port, metrics_port or port + 1)
-    write_bytes(config, json.dumps({"argv": argv}).encode(), mode=0o600)
+    prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event)
+    p, key, states = prep.plan, prep.key, prep.states
+    log = _paths(state_dir)[2]
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)],
+            _main_argv(prep.config),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
-    rec = GatewayRecord(
-        pid=proc.pid,
-        start_ticks=start_ticks(proc.pid),
-        boot_id=boot_id(),
-        bind=bind,
-        port=port,
-        policy=p.policy,
-        workers=[asdict(w) for w in p.workers],
-        log=str(log),
-        started_at=time.time(),
-    )
-    write_bytes(record_path, json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
+    _record(state_dir, proc.pid, prep, bind, port, log)
     on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
-    want = {w.model for w in p.workers if states[w.lane] == "serving"}
+    want = {w.model for w in p.workers if states[w.name] == "serving"}
     deadline = time.monotonic() + wait_s
     local = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
     while True:
@@ -294,7 +348,7 @@ def up(
             tail = apikeys.scrub(Path(log).read_text(errors="replace")[-2000:], key)
             raise SparkfleetError(f"the gateway exited ({proc.returncode}): {tail.strip()[-600:]}",
                                   hint=f"its log: {log}")  # fmt: skip
-        got = set(_models(f"http://{local}:{port}", key))
+        got = set(served_models(f"http://{local}:{port}", key))
         if want <= got:
             break
         if time.monotonic() > deadline:
@@ -304,7 +358,98 @@ def up(
     return {**status(state_dir), "lanes": states}
 
 
-def _models(base: str, key: str | None) -> list[str]:
+def run(
+    inv: Inventory,
+    state_dir: Path,
+    call: Call,
+    *,
+    bind: str = "0.0.0.0",
+    port: int = DEFAULT_PORT,
+    metrics_port: int = 0,
+    on_event: Callable[[str], None] = lambda _m: None,
+) -> None:
+    """The gateway in the foreground (the systemd unit's ExecStart): this process becomes it.
+
+    The record names this PID (exec keeps it), so `gateway status`, `keys add|revoke` and `gateway
+    down` on the host act on the unit's gateway as on one `up` started. A lane host that is down
+    does not keep the gateway from starting (the unit would fail at boot otherwise).
+    """
+    state_dir = Path(state_dir)
+    prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event, strict_keys=False)
+    for lane, what in prep.states.items():
+        on_event(f"{lane}: {what}")
+    _record(state_dir, os.getpid(), prep, bind, port, "stderr (a unit: journalctl -u sparkfleet-gateway)")
+    on_event(f"gateway on {bind}:{port}, policy {prep.plan.policy}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = _main_argv(prep.config)
+    os.execv(argv[0], argv)
+
+
+def free_port() -> int:
+    """A free loopback port for smg behind the front (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _front_pid(state_dir: Path, rec: GatewayRecord) -> int | None:
+    """The running front's nginx master: its pid file, and a child of the recorded gateway process."""
+    try:
+        pid = int(front.paths(state_dir).pid.read_text().split()[0])
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    return pid if ppid == rec.pid else None
+
+
+def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s: float = 10.0) -> bool:
+    """Rewrite the front's key map from the user key files; a running front reloads it (SIGHUP).
+
+    `confirm` = (key, status): wait until a request with `key` gets `status` (401 for a revoked key,
+    200 for a new one), so `keys revoke` returns once the gateway refuses the key. True if a running
+    gateway reloaded.
+    """
+    state_dir = Path(state_dir)
+    key = gateway_key(state_dir)
+    front.write_users(state_dir, key)
+    rec = load_record(state_dir)
+    if rec is None or not is_running(rec) or not rec.router_port:
+        return False
+    pid = _front_pid(state_dir, rec)
+    if pid is None:
+        raise SparkfleetError(
+            f"the gateway (pid {rec.pid}) runs without its front",
+            hint="sparkfleet gateway down; sparkfleet gateway up",
+        )
+    os.kill(pid, signal.SIGHUP)
+    if confirm is not None:
+        local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
+        deadline = time.monotonic() + wait_s
+        while _get(f"http://{local}:{rec.port}/v1/models", confirm[0])[0] != confirm[1]:
+            if time.monotonic() > deadline:
+                raise SparkfleetError(
+                    f"the gateway did not take the new keys within {wait_s:g} s",
+                    hint=f"its front's log: {front.paths(state_dir).error_log}",
+                )
+            time.sleep(0.1)
+    return True
+
+
+def add_user(state_dir: Path, name: str) -> tuple[str, bool]:
+    """A new key for user NAME, taken by a running gateway at once: (key, reloaded)."""
+    key = users.add(Path(state_dir), name)
+    return key, reload_users(state_dir, (key, 200))
+
+
+def revoke_user(state_dir: Path, name: str) -> bool:
+    """USER's key removed; a running gateway refuses it before this returns. True if one reloaded."""
+    key = users.revoke(Path(state_dir), name)
+    return reload_users(state_dir, (key, 401))
+
+
+def served_models(base: str, key: str | None) -> list[str]:
     code, body = _get(f"{base}/v1/models", key)
     if code != 200 or not isinstance(body, dict):
         return []
@@ -318,11 +463,12 @@ def status(state_dir: Path) -> dict[str, Any]:
         return {"running": False}
     running = is_running(rec)
     out: dict[str, Any] = {"running": running, "pid": rec.pid, "port": rec.port, "policy": rec.policy,
-                           "workers": rec.workers, "log": rec.log}  # fmt: skip
+                           "workers": rec.workers, "log": rec.log,
+                           "users": [u.name for u in users.listing(Path(state_dir))]}  # fmt: skip
     if running:
         local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
         out["url"] = f"http://{local}:{rec.port}/v1"
-        out["models"] = sorted(set(_models(f"http://{local}:{rec.port}", gateway_key(Path(state_dir)))))
+        out["models"] = sorted(set(served_models(f"http://{local}:{rec.port}", gateway_key(Path(state_dir)))))
     return out
 
 

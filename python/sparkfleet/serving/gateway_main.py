@@ -3,13 +3,47 @@
 `smg launch --api-key KEY` would put the key in `ps` for every user of the head host. This runs the
 very same code path in-process instead: smg's own `parse_router_args` and `launch_router`
 (smg/launch_router.py, smg 1.13.0), with the arguments read from the file sparkfleet wrote.
+
+With a `front` entry it first starts nginx (`serving.front`: the per-user keys) as its child, tied
+to this process by PR_SET_PDEATHSIG (prctl(2)): when this process ends for any reason, nginx gets
+SIGTERM (its fast shutdown) and no front is left without its router. One process to record, stop
+and supervise (`gateway up`'s record, the systemd unit's main PID).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start_front(front: dict, wait_s: float = 10.0) -> subprocess.Popen:
+    """nginx in the foreground (daemon off), up once it wrote its pid file; exits 1 if it fails."""
+    pid_file = Path(front["pid"])
+    pid_file.unlink(missing_ok=True)
+    proc = subprocess.Popen(front["argv"], stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only
+    deadline = time.monotonic() + wait_s
+    while not pid_file.exists():
+        if proc.poll() is not None:
+            log = front["error_log"]
+            print(f"gateway front (nginx) exited {proc.returncode}: see {log}", file=sys.stderr)
+            sys.exit(1)
+        if time.monotonic() > deadline:
+            proc.terminate()
+            print(f"gateway front (nginx) not up after {wait_s:g} s", file=sys.stderr)
+            sys.exit(1)
+        time.sleep(0.05)
+    return proc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(Path(args[0]).read_text())
     from smg.launch_router import launch_router, parse_router_args
 
-    launch_router(parse_router_args([str(a) for a in config["argv"]]))
+    front = start_front(config["front"]) if config.get("front") else None
+    try:
+        launch_router(parse_router_args([str(a) for a in config["argv"]]))
+    finally:
+        if front is not None and front.poll() is None:
+            front.terminate()
+            front.wait(10)
     return 0
 
 

@@ -12,6 +12,10 @@ let
       outPath = "/nix/store/00000000000000000000000000000000-sparkfleet-0.1.0";
       meta.mainProgram = "sparkfleet";
     };
+    # what modules/services.nix names (mkPackageOption defaults)
+    nginx = { type = "derivation"; name = "nginx-1.26.3"; outPath = "/nix/store/11111111111111111111111111111111-nginx-1.26.3"; };
+    docker-distribution = { type = "derivation"; name = "docker-distribution-2.8.3";
+      outPath = "/nix/store/22222222222222222222222222222222-docker-distribution-2.8.3"; };
   };
   repo = ../../..;
   # the flake's other NixOS inputs, as their stand-ins (dgx-spark-flake/, srvos-flake/)

@@ -51,6 +51,8 @@ in
     assertions = mkOption { type = types.listOf types.unspecified; default = [ ]; };
     warnings = mkOption { type = types.listOf types.str; default = [ ]; };
     networking.hostName = mkOption { type = types.str; default = "nixos"; };
+    # nixos/modules/services/networking/firewall.nix
+    networking.firewall.allowedTCPPorts = mkOption { type = types.listOf types.port; default = [ ]; };
     nixpkgs.overlays = mkOption { type = types.listOf types.unspecified; default = [ ]; };
     system.stateVersion = mkOption { type = types.str; };
     # nixos/modules/system/activation/top-level.nix: the system derivation; evaluating its drvPath

@@ -1,0 +1,58 @@
+"""The gateway's front (nginx) and the per-user key files, without a fleet: modes, names, and the
+generated config as nginx itself reads it (`nginx -t`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from sparkfleet.cli import main as cli
+from sparkfleet.serving import front, gateway, users
+
+
+def test_keys_add_list_revoke_keep_every_file_private(tmp_path):
+    state = tmp_path / "gw"
+    env = {"SPARKFLEET_GATEWAY_STATE": str(state)}
+    res = CliRunner(env=env).invoke(cli, ["keys", "add", "bob", "--out", str(tmp_path / "bob.key")])
+    assert res.exit_code == 0, res.output
+    key = (tmp_path / "bob.key").read_text().strip()
+    assert key not in res.output  # --out: written, not shown
+    for path, mode in [(state, 0o700), (state / "users", 0o700), (state / "users" / "bob.key", 0o600),
+                       (state / "front", 0o700), (state / "front" / "users.conf", 0o600),
+                       (tmp_path / "bob.key", 0o600)]:  # fmt: skip
+        assert path.stat().st_mode & 0o777 == mode, path
+    conf = (state / "front" / "users.conf").read_text()
+    assert f'"~^Bearer\\s+{key}$" "bob";' in conf and '"operator";' in conf
+    assert CliRunner(env=env).invoke(cli, ["keys", "add", "operator"]).exit_code != 0  # reserved
+    assert CliRunner(env=env).invoke(cli, ["keys", "add", "../x"]).exit_code != 0
+    listed = CliRunner(env=env).invoke(cli, ["keys", "list", "--json"])
+    assert [u["user"] for u in json.loads(listed.output)] == ["bob"] and key not in listed.output
+    assert CliRunner(env=env).invoke(cli, ["keys", "revoke", "bob"]).exit_code == 0
+    assert key not in (state / "front" / "users.conf").read_text()
+    assert CliRunner(env=env).invoke(cli, ["keys", "revoke", "bob"]).exit_code != 0
+
+    (state / "users" / "eve.key").write_text("sk-sf-" + "e" * 40 + "\n")
+    (state / "users" / "eve.key").chmod(0o644)  # readable by others: refused, not used
+    with pytest.raises(Exception, match="not a 0600 regular file"):
+        users.keys(state)
+
+
+def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_path):
+    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
+    if nginx is None:
+        pytest.fail("nginx is a test dependency (Makefile DEB_PACKAGES: nginx-light)")
+    state = tmp_path / "gw"
+    key = gateway.gateway_key(state)
+    users.add(state, "alice")
+    p = front.write(state, key, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    assert key not in p.conf.read_text() and key in p.users_conf.read_text()
+    assert re.search(r"proxy_set_header Authorization \$sparkfleet_upstream_auth;", p.conf.read_text())
+    check = subprocess.run([*front.argv(p, nginx), "-t", "-q"], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    with pytest.raises(Exception, match="letters, digits"):
+        front.users_conf_text('bad"key with spaces', {})
