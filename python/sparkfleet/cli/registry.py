@@ -56,7 +56,7 @@ def serve() -> None:
     """
     import os
 
-    from ..images.load import operator_state_dir
+    from ..images.record import operator_state_dir
     from ..images.registry import serve_argv
 
     argv = serve_argv(operator_state_dir())
