@@ -338,6 +338,10 @@ def _dflt(get) -> str:
 @click.option("--quality-full", is_flag=True, help="All tool-eval-bench scenarios, not the core 15.")
 @click.option("--quality-scenarios", help="Only these scenario ids, e.g. 'TC-01,TC-07'.")
 @click.option(
+    "--trust-measured", is_flag=True,
+    help="The report's roofline uses a measured figure even under 25 % or over 150 % of the declared one.",
+)  # fmt: skip
+@click.option(
     "--tokenizer",
     type=click.Path(exists=True, path_type=Path),
     help="Local tokenizer.json (or folder) for servers that report no usage.",
@@ -376,6 +380,7 @@ def bench(
     with_smoke: bool,
     quality_full: bool,
     quality_scenarios: str | None,
+    trust_measured: bool,
     tokenizer: Path | None,
     timeout: float,
     as_json: bool,
@@ -447,7 +452,9 @@ def bench(
     if target.lane:
         from ..roofline.service import section_for_report
 
-        run.roofline = section_for_report(load_inventory(ctx), target.lane, reports.to_document(run))
+        run.roofline = section_for_report(
+            load_inventory(ctx), target.lane, reports.to_document(run), trust_measured
+        )
     lane_reports = target.reports_dir if target.lane else None
     folder = reports.destination(lane_reports, run.status == "ok", out=out, save_to_lane=save_to_lane)
     paths = reports.write_report(run, folder)
