@@ -61,3 +61,35 @@ def test_a_lane_whose_files_are_not_there_still_gets_its_report(tmp_path: Path, 
     assert "roofline: unavailable:" in result.output
     (report_path,) = out.glob("*.json")
     assert "not in the hub cache" in json.loads(report_path.read_text())["roofline"]["unavailable"]
+
+
+def test_bench_trust_measured_vets_the_reports_figures_as_roofline_does(tmp_path: Path, fake_lane) -> None:
+    """Issue 18: a measurement at 11 % of the declared bandwidth is shown, not used, in the report's
+    roofline unless `bench --trust-measured`, as in `roofline --trust-measured` (one `vet`)."""
+    from sparkfleet.launch.spec import state_dir_of
+    from sparkfleet.roofline.machine import record_measurements
+
+    gb10 = inventory.load(REPO).host_kinds["gb10"]
+    fleet = write_demo_fleet(tmp_path, shard_bytes=SHARD, host_kind=gb10)
+    inv = inventory.load(fleet.root)
+    assert execute.stage(requests_for_host(inv, "dgx1", DEMO_LANE)).ok
+    record_measurements(state_dir_of(inv.host("dgx1")), {"memory_bandwidth": (30e9, "cold torch copy")})
+    fake_lane("--port", str(inv.lane(DEMO_LANE).raw["launch"]["port"]), "--decode-tps", "80")
+    sections = {}
+    for flags in ((), ("--trust-measured",)):
+        out = tmp_path / ("reports" + "".join(flags))
+        result = CliRunner().invoke(
+            main,
+            ["--root", str(fleet.root), "bench", DEMO_LANE, "--quick", "--json", "--out", str(out), *flags],
+        )
+        assert result.exit_code == 0, result.output
+        (report_path,) = out.glob("*.json")
+        sections[flags] = json.loads(report_path.read_text())["roofline"]
+    declared, trusted = sections[()], sections[("--trust-measured",)]
+    fig = declared["machine"]["figures"]["memory_bandwidth"]
+    assert (fig["value"], fig["origin"], fig["measured"]["value"]) == (273e9, "declared", 30e9)
+    assert "--trust-measured" in fig["warning"]
+    fig = trusted["machine"]["figures"]["memory_bandwidth"]
+    assert (fig["value"], fig["origin"]) == (30e9, "measured") and "using it anyway" in fig["warning"]
+    # the bound follows the figure used, as `roofline --trust-measured`'s does
+    assert trusted["decode"]["bound_tps"] < declared["decode"]["bound_tps"] * 0.2

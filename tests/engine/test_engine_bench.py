@@ -33,10 +33,13 @@ def delta(before: dict, after: dict, name: str) -> float:
 def test_decode_rate_and_token_counts_match_the_engine(engine):
     """Decode within 1 % of the engine's request_decode_time; prompt and completion counts exact.
 
-    Request by request. On this shared 2-core box (other engineers' jobs, load ~10) the client's
-    and the engine's clocks see each request's first and last token through different processes,
-    and single requests read −5.5 % to +6.9 % (once +30 % with three engines running); so the
-    median of five requests must be within 1 % and each within 10 %. Counts exact in every one.
+    Request by request. On this shared 2-core box (other engineers' jobs, load ~10) single
+    requests read −5.5 % to +26 % off the engine's counter, so the median of five requests must be
+    within 1 % and each within 10 %. Counts exact in every one. The deviation is not the client's
+    clock: benchmarks/decode_deviation.py reads each chunk's kernel arrival stamp beside the
+    client's read time (< 0.7 % apart), and the gap opens inside vLLM, between its API server
+    handling a request's first output and writing its first chunk (up to 12.5 % of the decode;
+    API server vs EngineCore stamps ≤ 2.9 %): late, never early, so single requests read high.
     """
     ep = engine.endpoint
     assert stream_chat(ep, chat_request(ep, "warm up", 4)).ok

@@ -1,15 +1,15 @@
 """`launch` of a lane whose command is the real `vllm serve`, through the process runtime.
 
-On this machine (LocalHost, the process runtime as in tests/launch/test_launch_local.py), not on
-the namespace fleet: the lane serves the tiny Qwen2 from the hub cache the host declares, sparkfleet
-waits for vLLM's own ready line, reads /v1/models and /health, and `stop` leaves no process behind.
+On this machine (LocalHost, the process runtime as in tests/launch/test_launch_local.py); the same
+lane on a namespace host over ssh is test_engine_fleet.py. The lane serves the tiny Qwen2 from the
+hub cache the host declares, sparkfleet waits for vLLM's own ready line, reads /v1/models and
+/health, and `stop` leaves no process behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
 import signal
 import sys
@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from launch_fleet import write_fleet  # noqa: E402
+from vllm_lane import engine_cores, tiny_pin, vllm_recipe  # noqa: E402
 
 from sparkfleet import inventory  # noqa: E402
 from sparkfleet.bench.client import chat_request, stream_chat  # noqa: E402
@@ -32,41 +33,6 @@ from sparkfleet.launch.supervisor import WatchSettings, watch_lane  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def vllm_recipe(vllm: Path, hub: Path, repo: str, port: int) -> str:
-    env = [
-        f"HF_HUB_CACHE={hub}", "HF_HUB_OFFLINE=1", "VLLM_TARGET_DEVICE=cpu", "VLLM_CPU_KVCACHE_SPACE=1",
-        "VLLM_CPU_OMP_THREADS_BIND=nobind", "OMP_NUM_THREADS=1", "VLLM_NO_USAGE_STATS=1",
-    ]  # fmt: skip
-    command = [
-        "env", *env, str(vllm), "serve", repo, "--host", "127.0.0.1", "--port", "{port}",
-        "--served-model-name", "{served_model_name}", "--max-model-len", "2048", "--max-num-seqs", "4",
-        "--dtype", "bfloat16", "--enforce-eager",
-    ]  # fmt: skip
-    return f"""
-[lane]
-hosts = ["spark"]
-
-[world]
-tp = 1
-
-[launch]
-runtime = "process"
-port = {port}
-served_model_name = "{repo}"
-fabric = "none"
-command = {json.dumps(command)}
-ready_signatures = ["Application startup complete."]
-receipt_roots = []
-[launch.timeouts]
-ready_s = 900
-poll_s = 1.0
-stop_s = 30
-
-[[models]]
-pin = "tiny"
-"""
-
-
 def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
     """A fleet of this machine with one lane, `vllm`, serving the tiny model from its NAS hub."""
     port = free_port()
@@ -78,7 +44,7 @@ def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
         "nas_hub": str(nas.hub),
         "state_dir": str(tmp_path / "state"),
     }
-    pins = f'\n[pins.tiny]\nkind = "hf"\nrepo = "{nas.repo}"\nrevision = "main"\n'
+    pins = tiny_pin(nas.repo)
     recipe = vllm_recipe(vllm, nas.hub, nas.repo, port) + watch
     root = write_fleet(tmp_path / "fleet", {"spark": host}, {"vllm": recipe}, pins)
     return inventory.load(root), nas, port
@@ -121,9 +87,7 @@ def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
                                  max_restarts=0, backoff_s=0.2)  # fmt: skip
         healthy = watch_lane(inv, "vllm", settings, max_probes=2)
         assert healthy.failures == 0 and not healthy.needs_human, healthy
-        cores = [
-            p for p in records.group_members(pid) if b"EngineCore" in Path(f"/proc/{p}/cmdline").read_bytes()
-        ]
+        cores = engine_cores(pid)
         assert len(cores) == 1, cores
         os.kill(cores[0], signal.SIGSTOP)
         stopped.append(cores[0])

@@ -128,15 +128,17 @@ def record(
     inv: Inventory | None = None,
     out: Path | None = None,
     save_to_lane: bool = False,
+    trust_measured: bool = False,
 ) -> Recorded:
     """Attach a lane run's roofline section, write the report where it belongs, compare with the baseline.
 
     `inv` is the fleet a lane target came from (its roofline facts); None for a --url or gateway run.
+    `trust_measured`: the section vets measured figures as `roofline --trust-measured` does.
     """
     if target.lane and inv is not None:
         from ..roofline.service import section_for_report
 
-        run.roofline = section_for_report(inv, target.lane, reports.to_document(run))
+        run.roofline = section_for_report(inv, target.lane, reports.to_document(run), trust_measured)
     lane_reports = target.reports_dir if target.lane else None
     folder = reports.destination(lane_reports, run.status == "ok", out=out, save_to_lane=save_to_lane)
     paths = reports.write_report(run, folder)
@@ -165,9 +167,10 @@ def bench(
     inv: Inventory | None = None,
     out: Path | None = None,
     save_to_lane: bool = False,
+    trust_measured: bool = False,
     **run_options: Any,
 ) -> Recorded:
     """Bench, then record: `run_options` go to `run_bench` (model, tokenizer, progress, timeout,
-    fingerprint); `inv`, `out` and `save_to_lane` to `record`."""
+    fingerprint); `inv`, `out`, `save_to_lane` and `trust_measured` to `record`."""
     return record(run_bench(target, settings, tag, **run_options), target, inv=inv, out=out,
-                  save_to_lane=save_to_lane)  # fmt: skip
+                  save_to_lane=save_to_lane, trust_measured=trust_measured)  # fmt: skip

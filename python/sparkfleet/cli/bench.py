@@ -301,6 +301,10 @@ def _dflt(get) -> str:
 @click.option("--quality-full", is_flag=True, help="All tool-eval-bench scenarios, not the core 15.")
 @click.option("--quality-scenarios", help="Only these scenario ids, e.g. 'TC-01,TC-07'.")
 @click.option(
+    "--trust-measured", is_flag=True,
+    help="The report's roofline uses a measured figure even under 25 % or over 150 % of the declared one.",
+)  # fmt: skip
+@click.option(
     "--tokenizer",
     type=click.Path(exists=True, path_type=Path),
     help="Local tokenizer.json (or folder) for servers that report no usage.",
@@ -339,6 +343,7 @@ def bench(
     with_smoke: bool,
     quality_full: bool,
     quality_scenarios: str | None,
+    trust_measured: bool,
     tokenizer: Path | None,
     timeout: float,
     as_json: bool,
@@ -398,6 +403,7 @@ def bench(
             inv=inv,
             out=out,
             save_to_lane=save_to_lane,
+            trust_measured=trust_measured,
             model=model,
             tokenizer=counter,
             progress=progress,

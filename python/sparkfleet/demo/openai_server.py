@@ -205,6 +205,10 @@ class ServerState:
     spec_drafts: int = 0  # decode steps taken (this server's lifetime)
     spec_accepted: int = 0  # tokens accepted beyond the one each step always yields
     spec_recent: list[int] = field(default_factory=list)  # tokens per step, last SPEC_WINDOW steps
+    # The truth of decode as it happened (vLLM's request_decode_time: first token to last), from
+    # this server's own writes: a sleep-paced schedule slips on a loaded machine, the writes do not lie.
+    decode_time_sum: float = 0.0
+    decode_time_count: int = 0
 
 
 def prompt_words(body: dict[str, Any]) -> list[str]:
@@ -291,6 +295,7 @@ def spec_plan(
 def render_prometheus(cfg: ServerConfig, state: ServerState) -> str:
     with state.lock:
         drafts, accepted, recent = state.spec_drafts, state.spec_accepted, list(state.spec_recent)
+        decode_sum, decode_count = state.decode_time_sum, state.decode_time_count
         lines = [
             "# TYPE sglang:num_running_reqs gauge",
             f'sglang:num_running_reqs{{model_name="{cfg.served_model_name}"}} {state.running}',
@@ -300,6 +305,10 @@ def render_prometheus(cfg: ServerConfig, state: ServerState) -> str:
             f'sglang:generation_tokens_total{{model_name="{cfg.served_model_name}"}} '
             f"{state.generation_tokens_total}",
         ]
+    lines += [
+        f"sparkfleet_demo:request_decode_time_seconds_sum {decode_sum!r}",
+        f"sparkfleet_demo:request_decode_time_seconds_count {decode_count}",
+    ]
     if cfg.speculative:  # the truth, for tests: steps and the tokens they yielded (no engine has these)
         lines += [
             f"sparkfleet_demo:spec_steps_total {drafts}",
@@ -712,10 +721,18 @@ class Handler(BaseHTTPRequestHandler):
                 decode_origin = time.perf_counter()
             elif cfg.speculative:
                 self._count_step(hi - lo)
+        if decode_origin is not None:  # the last content chunk has just been written
+            self._count_decode(time.perf_counter() - decode_origin)
         if want_final:
             self._event({**base, "choices": [], "usage": usage})
         self._event("[DONE]")
         self._write_chunk(b"")  # chunked terminator
+
+    def _count_decode(self, seconds: float) -> None:
+        state = self.server.state
+        with state.lock:
+            state.decode_time_sum += seconds
+            state.decode_time_count += 1
 
     def _count_step(self, tokens: int) -> None:
         """One speculative verify step that yielded `tokens` (1 + accepted draft tokens)."""

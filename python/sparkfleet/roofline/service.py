@@ -115,16 +115,21 @@ def measurement_warnings(inv: Inventory, host: Host, found: dict[str, Any]) -> l
     return [w for name, doc in found.items() if (w := vet(name, doc, kind).warning)]
 
 
-def report_section(inv: Inventory, lane: Lane, report: dict[str, Any], inputs: dict[str, Any]) -> dict:
-    """The roofline section for a lane's report document."""
-    return build_section(report, inputs, figures_for(inv, lane, inputs), lane_shape(lane))
+def report_section(
+    inv: Inventory, lane: Lane, report: dict[str, Any], inputs: dict[str, Any], trust_measured: bool = False
+) -> dict:
+    """The roofline section for a lane's report document: its figures vetted as `roofline` vets them
+    (`figures_for`), so a report and `roofline --trust-measured` never disagree on the bound."""
+    return build_section(report, inputs, figures_for(inv, lane, inputs, trust_measured), lane_shape(lane))
 
 
-def section_for_report(inv: Inventory, lane_name: str, report: dict[str, Any]) -> dict[str, Any]:
+def section_for_report(
+    inv: Inventory, lane_name: str, report: dict[str, Any], trust_measured: bool = False
+) -> dict[str, Any]:
     """The section, or why there is none (a report is written either way, never lost to this)."""
     lane = inv.lane(lane_name)
     try:
-        return report_section(inv, lane, report, lane_roofline_inputs(inv, lane))
+        return report_section(inv, lane, report, lane_roofline_inputs(inv, lane), trust_measured)
     except SparkfleetError as exc:
         return {"unavailable": exc.message, "hint": exc.hint}
 
