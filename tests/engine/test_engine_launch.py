@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
-from launch_fleet import write_fleet  # noqa: E402
-
 from sparkfleet import inventory  # noqa: E402
 from sparkfleet.bench.client import chat_request, stream_chat  # noqa: E402
 from sparkfleet.bench.metrics import measure  # noqa: E402
@@ -28,6 +26,7 @@ from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.launch import records  # noqa: E402
 from sparkfleet.launch.watch import WatchSettings, watch_lane  # noqa: E402
+from support.lanefleet import write_fleet  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

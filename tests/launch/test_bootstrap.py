@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import MODELS, write_fleet
 
 from sparkfleet import bootstrap as bs
 from sparkfleet.cli import main as cli
 from sparkfleet.hosts import LocalHost
+from support.lanefleet import MODELS, write_fleet
 
 pytestmark = [pytest.mark.netns]
 SECRET = "ghp_bootstrapTestSecret0123"
