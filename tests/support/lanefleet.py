@@ -124,8 +124,8 @@ def lane_recipe(hosts: Iterable[str], models: str = MODELS, extra: str = "") -> 
 
 def netns_fields(host: NetnsHost, nas_hub: str | os.PathLike, **extra: object) -> dict[str, object]:
     """A netns host's fleet.toml fields, reached by fields: its address, port and key, its own NVMe hub
-    and state dir, the shared NAS hub. `extra` adds or replaces fields."""
-    return {
+    and state dir, the shared NAS hub. `extra` adds or replaces fields; a field given None is left out."""
+    fields = {
         "address": host.addr,
         "ssh_user": "root",
         "ssh_port": host.port,
@@ -135,6 +135,7 @@ def netns_fields(host: NetnsHost, nas_hub: str | os.PathLike, **extra: object) -
         "state_dir": str(host.root / "state"),
         **extra,
     }
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def use_ssh(
