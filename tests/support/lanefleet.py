@@ -15,10 +15,13 @@ Two ways to reach a netns host, both real ssh:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -26,9 +29,9 @@ import pytest
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 
 try:
-    from support.fleetnet import NetnsHost, write_ssh_config
+    from support.fleetnet import FleetNet, NetnsHost, netns_pids, pid_alive, unshape, write_ssh_config
 except ImportError:  # tests/ imported as a package
-    from tests.support.fleetnet import NetnsHost, write_ssh_config
+    from tests.support.fleetnet import FleetNet, NetnsHost, netns_pids, pid_alive, unshape, write_ssh_config
 
 # The demo fixture's weights and drafter (sparkfleet.demo.hubfixture), and two image pins.
 DEMO_PINS: dict[str, dict[str, str]] = {
@@ -157,3 +160,56 @@ def use_ssh(
     mp.setenv("SPARKFLEET_REMOTE", remote)
     mp.delenv("SPARKFLEET_HOST", raising=False)
     return config
+
+
+class HostPool:
+    """Netns hosts that outlive one test: the slow part of a fleet (a namespace and an sshd each),
+    built once per module instead of once per test; a module fixture makes it and `close()`s it,
+    also when a test failed.
+
+    `fresh(names)` hands the hosts back as new: every file in a host's tree but its sshd's is gone,
+    its link shaping removed, any process a test left in it killed (by PID, inside its namespace
+    only), and a host whose sshd a test killed is built again under the same name. `before_add(name)`
+    runs before a host is (re)built: mounts its sshd must see go there.
+    """
+
+    def __init__(self, net: FleetNet, before_add: Callable[[str], None] | None = None) -> None:
+        self.net = net
+        self.before_add = before_add
+        self.hosts: dict[str, NetnsHost] = {}
+
+    def _add(self, name: str) -> NetnsHost:
+        if self.before_add is not None:
+            self.before_add(name)
+        self.hosts[name] = self.net.add_host(name)
+        return self.hosts[name]
+
+    def _reset(self, host: NetnsHost) -> NetnsHost:
+        if not pid_alive(host.sshd_pid):  # a test killed it: the host comes back, a new namespace
+            self.net.remove_host(host)
+            return self._add(host.name)
+        for pid in netns_pids(host.netns):
+            if pid != host.sshd_pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        unshape(host)
+        for entry in host.root.iterdir():
+            if entry.name != ".sshd":
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        host.nvme.mkdir()
+        return host
+
+    def fresh(self, names: Iterable[str]) -> dict[str, NetnsHost]:
+        """Hosts `names`, as new (see the class)."""
+        return {n: self._reset(self.hosts[n]) if n in self.hosts else self._add(n) for n in names}
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for h in list(self.hosts.values()):
+            try:
+                self.net.remove_host(h)
+            except Exception as e:
+                errors.append(e)
+        self.hosts.clear()
+        if errors:
+            raise errors[0]

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, HubFixture, build_nas_hub
-from support.fleetnet import FleetNet, NetnsHost, netns_pids, pid_alive, shape_egress, sshfs_mount, unshape
-from support.lanefleet import lane_recipe, write_fleet
+from support.fleetnet import FleetNet, NetnsHost, shape_egress, sshfs_mount, unshape
+from support.lanefleet import HostPool, lane_recipe, write_fleet
 
 
 def nas_tx_bytes(netns: str) -> int:
@@ -83,23 +81,22 @@ class StageNet:
     sshd, one sshfs mount of the NAS per host), built once per module instead of once per test.
 
     Each test still gets a fresh fleet: `fresh(names, shard_bytes)` builds a new NAS hub (new files,
-    so no host's sshfs or page cache holds them yet), empties every host's tree but its sshd's,
-    removes link shaping and any process a test left in a host, and brings back a host whose sshd a
-    test killed (a new namespace under the same name). `close()` tears everything down; the module
-    fixture calls it even when a test failed.
+    so no host's sshfs or page cache holds them yet) and hands the hosts back as new (HostPool:
+    emptied trees, no shaping, no leftover process, a killed sshd brought back). `close()` tears
+    everything down; the module fixture calls it even when a test failed.
     """
 
     def __init__(self, fleetnet: FleetNet, tmp: Path) -> None:
-        self.net = fleetnet
         self.tmp = tmp
         self._stack = contextlib.ExitStack()
-        self.hosts: dict[str, NetnsHost] = {}
         self.mounts: dict[str, Path] = {}
+        self.net = fleetnet
         self.nas = fleetnet.add_host(f"nas-{secrets.token_hex(2)}")
         (self.nas.root / "share").mkdir()
+        self.pool = HostPool(fleetnet, before_add=self._mount)
         self.hub: Path | None = None
 
-    def _add(self, name: str) -> NetnsHost:
+    def _mount(self, name: str) -> None:
         # Mount first: `ip netns exec` gives each host's sshd a mount namespace copied at its start.
         # noforget: a file keeps its inode number for the mount's life, as on NFS (the fleet's NAS);
         # sshfs would otherwise number a file anew once the kernel forgot it, and a long-lived mount
@@ -110,23 +107,6 @@ class StageNet:
             self.mounts[name] = self._stack.enter_context(
                 sshfs_mount(self.nas, self.nas.root / "share", mp, extra_opts=opts)
             )
-        self.hosts[name] = self.net.add_host(name)
-        return self.hosts[name]
-
-    def _reset(self, host: NetnsHost) -> NetnsHost:
-        if not pid_alive(host.sshd_pid):  # a test killed it: the host comes back, a new namespace
-            self.net.remove_host(host)
-            return self._add(host.name)
-        for pid in netns_pids(host.netns):
-            if pid != host.sshd_pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        unshape(host)
-        for entry in host.root.iterdir():
-            if entry.name != ".sshd":
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        (host.root / "nvme").mkdir()
-        return host
 
     def fresh(self, names: Iterable[str], shard_bytes: int) -> tuple[dict[str, NetnsHost], HubFixture]:
         """Hosts `names` as new, and a new NAS hub (`self.hub`, under each host's mount)."""
@@ -135,10 +115,7 @@ class StageNet:
             shutil.rmtree(self.hub, ignore_errors=True)
         self.hub = self.nas.root / "share" / f"hub-{secrets.token_hex(3)}"
         fixture = build_nas_hub(self.hub, shard_bytes=shard_bytes, absolute_links=False)
-        for name in [n for n in self.hosts if n in set(names)]:
-            self._reset(self.hosts[name])
-        hosts = {n: self.hosts[n] if n in self.hosts else self._add(n) for n in names}
-        return hosts, fixture
+        return self.pool.fresh(names), fixture
 
     def nas_hub(self, name: str) -> Path:
         """The NAS hub as host `name` reads it: through its own sshfs mount."""
@@ -146,18 +123,12 @@ class StageNet:
         return self.mounts[name] / self.hub.name
 
     def close(self) -> None:
-        errors: list[BaseException] = []
-        for h in [*self.hosts.values(), self.nas]:
-            with contextlib.suppress(Exception):
-                unshape(h)
-        for h in list(self.hosts.values()):
-            try:
-                self.net.remove_host(h)
-            except Exception as e:
-                errors.append(e)
+        with contextlib.suppress(Exception):
+            unshape(self.nas)
         try:
-            self._stack.close()  # the mounts, after the hosts whose sshd's namespaces copied them
+            self.pool.close()
         finally:
-            self.net.remove_host(self.nas)
-        if errors:
-            raise errors[0]
+            try:
+                self._stack.close()  # the mounts, after the hosts whose sshd's namespaces copied them
+            finally:
+                self.net.remove_host(self.nas)
