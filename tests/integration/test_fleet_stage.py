@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.demo.hubfixture import EMBED_FILE, WEIGHTS_REPO
+from sparkfleet.demo.hubfixture import EMBED_FILE, WEIGHTS_REPO, build_nas_hub
 from sparkfleet.hubcache import repo_folder
-from support.fleetnet import fuse_skip_reason, netns_pids, qdisc_kinds, shape_egress, shaped, tc_skip_reason
+from support.fleetnet import netns_pids, qdisc_kinds, shape_egress, shaped, tc_skip_reason
 from support.lanefleet import use_ssh
-from support.stagefleet import StageNet, nas_tx_bytes, shape_fleet, write_lane_fleet
+from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse, pytest.mark.slow]
 
@@ -30,35 +30,28 @@ HOSTS = ["dgx1", "dgx2", "dgx3", "dgx4"]
 LANE = "lane4"
 
 
-@pytest.fixture(scope="module")
-def stagenet(fleetnet, tmp_path_factory):
-    """The NAS and hosts, with their sshd and sshfs mounts, for the whole module; torn down on failure."""
-    if reason := fuse_skip_reason():
-        pytest.skip(f"fuse: {reason}")
-    net = StageNet(fleetnet, tmp_path_factory.mktemp("stagenet"))
-    try:
-        yield net
-    finally:
-        net.close()
-
-
-def stage_fleet(stagenet, tmp_path, monkeypatch, names: list[str], lane: str, shard_bytes: int) -> dict:
-    """A fresh fleet on the module's hosts: a new NAS hub, empty host trees, its own fleet root."""
-    hosts, fixture = stagenet.fresh(names, shard_bytes)
+@pytest.fixture
+def fleet(tmp_path, fleet_hosts, nas_host, sshfs, monkeypatch):
+    fixture = build_nas_hub(
+        nas_host.root / "share" / "hub", shard_bytes=4 * 1024 * 1024, absolute_links=False
+    )
+    # Mount first: `ip netns exec` gives each host's sshd a mount namespace copied at its start.
+    mounts = {
+        h: sshfs(
+            nas_host, nas_host.root / "share", tmp_path / f"nas-{h}", extra_opts=("no_contain_symlinks",)
+        )
+        for h in HOSTS
+    }
+    hosts = fleet_hosts(HOSTS)
     root = write_lane_fleet(
         tmp_path / "fleet",
-        {h: hosts[h].nvme / "hub" for h in names},
-        {h: stagenet.nas_hub(h) for h in names},
-        lane,
-        {h: hosts[h].addr for h in names},  # fabric_ip: the namespace address (rsyncd binds there)
+        {h: hosts[h].nvme / "hub" for h in HOSTS},
+        {h: mounts[h] / "hub" for h in HOSTS},
+        LANE,
+        {h: hosts[h].addr for h in HOSTS},  # fabric_ip: the namespace address (rsyncd binds there)
     )
     use_ssh(monkeypatch, tmp_path / "ssh_config", hosts)
-    return {"root": root, "hosts": hosts, "nas": stagenet.nas, "fixture": fixture}
-
-
-@pytest.fixture
-def fleet(stagenet, tmp_path, monkeypatch):
-    return stage_fleet(stagenet, tmp_path, monkeypatch, HOSTS, LANE, 4 * 1024 * 1024)
+    return {"root": root, "hosts": hosts, "nas": nas_host, "fixture": fixture}
 
 
 def cli(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -233,8 +226,26 @@ HOSTS8 = [f"dgx{i}" for i in range(1, 9)]
 
 
 @pytest.fixture
-def fleet8(stagenet, tmp_path, monkeypatch):
-    return stage_fleet(stagenet, tmp_path, monkeypatch, HOSTS8, "lane8", 2 * 1024 * 1024)
+def fleet8(tmp_path, fleet_hosts, nas_host, sshfs, monkeypatch):
+    fixture = build_nas_hub(
+        nas_host.root / "share" / "hub", shard_bytes=2 * 1024 * 1024, absolute_links=False
+    )
+    mounts = {
+        h: sshfs(
+            nas_host, nas_host.root / "share", tmp_path / f"nas-{h}", extra_opts=("no_contain_symlinks",)
+        )
+        for h in HOSTS8
+    }
+    hosts = fleet_hosts(HOSTS8)
+    root = write_lane_fleet(
+        tmp_path / "fleet8",
+        {h: hosts[h].nvme / "hub" for h in HOSTS8},
+        {h: mounts[h] / "hub" for h in HOSTS8},
+        "lane8",
+        {h: hosts[h].addr for h in HOSTS8},
+    )
+    use_ssh(monkeypatch, tmp_path / "ssh_config", hosts)
+    return {"root": root, "hosts": hosts, "nas": nas_host, "fixture": fixture}
 
 
 def serving_pids(host) -> list[int]:
