@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Test modules' wall time before and after a change, side by side in one run; prints one JSON line.
 
-The "before" tests are `git archive REV tests pyproject.toml` unpacked in a temp dir; the "after"
+The "before" tests are `git archive REV` (all but python/) unpacked in a temp dir; the "after"
 tests are this checkout's. Both run against this checkout's package (the change measured is the
 tests' own: shared fleets, fewer hosts built), with the same pytest, alternating before/after each
 round so the machine's load falls on both alike. Reported per module: each side's wall seconds,
@@ -31,12 +31,11 @@ SMOKE_MODULE = "tests/launch/test_launch_spec.py"  # present before and after, s
 
 
 def unpack(rev: str, dest: Path) -> Path:
-    """The tests of `rev` (and its pytest settings) under `dest`."""
-    tar = subprocess.run(
-        ["git", "-C", str(REPO), "archive", rev, "tests", "pyproject.toml"], capture_output=True, check=True
-    ).stdout
+    """The tree of `rev` under `dest`, all but its package (tests read the repo's hosts/, recipes/...)."""
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        t.extractall(dest, filter="data")
+        members = [m for m in t.getmembers() if not m.name.startswith("python/")]
+        t.extractall(dest, members=members, filter="data")
     return dest
 
 
