@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from support.lanefleet import write_fleet
+
+PINS = {
+    "weights": {"kind": "hf", "repo": "org/model", "revision": "a" * 40},
+    "image": {"kind": "oci", "image": "example/serve", "digest": "sha256:" + "b" * 64},
+}
+
 
 def write_fleet_root(
     root,
@@ -13,20 +20,17 @@ def write_fleet_root(
     nas_hub: str = "/tmp/nas",
 ) -> str:
     """A minimal fleet root whose one lane, `fake-lane`, has its head on 127.0.0.1:<port>."""
-    (root / "hosts").mkdir(parents=True, exist_ok=True)
-    (root / "hosts" / "fleet.toml").write_text(
-        "schema_version = 1\n"
-        f'[defaults]\nssh_user = "tester"\nlocal_hub = "{local_hub}"\nnas_hub = "{nas_hub}"\n'
-        '[hosts.head]\naddress = "127.0.0.1"\n'
-        '[hosts.worker]\naddress = "127.0.0.2"\n'
-        '[pins.weights]\nkind = "hf"\nrepo = "org/model"\nrevision = "' + "a" * 40 + '"\n'
-        '[pins.image]\nkind = "oci"\nimage = "example/serve"\ndigest = "sha256:' + "b" * 64 + '"\n'
-    )
-    lane = root / "recipes" / "fake-lane"
-    (lane / "reports").mkdir(parents=True, exist_ok=True)
-    (lane / "recipe.toml").write_text(
+    recipe = (
         '[lane]\nhosts = ["head", "worker"]\n'
         '[[models]]\npin = "weights"\n'
         f'[launch]\nimage = "image"\nport = {port}\ncommand = ["serve"]\n' + smoke + bench
     )
+    write_fleet(
+        root,
+        {"head": {"address": "127.0.0.1"}, "worker": {"address": "127.0.0.2"}},
+        {"fake-lane": recipe},
+        defaults={"ssh_user": "tester", "local_hub": local_hub, "nas_hub": nas_hub},
+        pins=PINS,
+    )
+    (root / "recipes" / "fake-lane" / "reports").mkdir(parents=True, exist_ok=True)
     return "fake-lane"

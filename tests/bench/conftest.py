@@ -1,4 +1,5 @@
-"""A real fake lane per test: `python -m sparkfleet.demo.openai_server` on a free loopback port.
+"""A real fake lane per test: `python -m sparkfleet.demo.openai_server` on a free loopback port
+(with `--hostile MODE`: tests/support/hostile_server.py, the same server misbehaving).
 
 The server runs as its own process (the way the launcher runs it), its stdout is collected line by
 line, and every server a test started is stopped by its PID in teardown, also when the test failed.
@@ -12,8 +13,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+
+HOSTILE_SERVER = str(Path(__file__).resolve().parents[1] / "support" / "hostile_server.py")
 
 
 @dataclass
@@ -62,7 +66,8 @@ def fake_lane():
     started: list[FakeLane] = []
 
     def start(*flags: str, ready: bool = True) -> FakeLane:
-        argv = [sys.executable, "-u", "-m", "sparkfleet.demo.openai_server", "--port", "0", *flags]
+        server = [HOSTILE_SERVER] if "--hostile" in flags else ["-m", "sparkfleet.demo.openai_server"]
+        argv = [sys.executable, "-u", *server, "--port", "0", *flags]
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
         )

@@ -26,19 +26,13 @@ from pathlib import Path
 import pytest
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
-from launch_fleet import write_fleet  # noqa: E402
-
-try:
-    from support.fleetnet import netns_pids  # noqa: E402
-except ImportError:  # tests/ imported as a package
-    from tests.support.fleetnet import netns_pids  # noqa: E402
-
-from sparkfleet import inventory  # noqa: E402
-from sparkfleet.bench.client import Endpoint, chat_request, stream_chat  # noqa: E402
-from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
-from sparkfleet.launch import lane as lanes  # noqa: E402
-from sparkfleet.launch.records import group_members  # noqa: E402
+from sparkfleet import inventory
+from sparkfleet.bench.client import Endpoint, chat_request, stream_chat
+from sparkfleet.demo.tinyqwen import build_tiny_qwen
+from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.records import group_members
+from support.fleetnet import netns_pids
+from support.lanefleet import netns_fields, use_ssh, write_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(1800)]
 PORT = 30000
@@ -58,18 +52,9 @@ def vllm_lane(vllm_cli, fleetnet, tmp_path_factory):
     host = fleetnet.add_host("spark1")
     try:
         with pytest.MonkeyPatch.context() as mp:
-            config = tmp / "ssh_config"
-            config.write_text(
-                "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-            )
-            mp.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-            mp.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+            use_ssh(mp, tmp / "ssh_config")
             nas = build_tiny_qwen(fleetnet.unique_dir("nas") / "hub")
-            fields = {
-                "address": host.addr, "ssh_user": "root", "ssh_port": host.port, "ssh_key": str(host.key),
-                "local_hub": str(host.nvme / "hub"), "nas_hub": str(nas.hub),
-                "state_dir": str(host.root / "state"),
-            }  # fmt: skip
+            fields = netns_fields(host, nas.hub)
             recipe = vllm_recipe(vllm_cli, nas.hub, nas.repo, PORT, hosts=("spark1",), bind="0.0.0.0")
             root = write_fleet(tmp / "fleet", {"spark1": fields}, {LANE: recipe}, tiny_pin(nas.repo))
             inv = inventory.load(root)

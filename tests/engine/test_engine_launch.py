@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
-from launch_fleet import write_fleet  # noqa: E402
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe  # noqa: E402
 
 from sparkfleet import inventory  # noqa: E402
@@ -29,6 +28,7 @@ from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.launch import records  # noqa: E402
 from sparkfleet.launch.supervisor import WatchSettings, watch_lane  # noqa: E402
+from support.lanefleet import write_fleet  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import ENGRAM_REPO, EngramTruth
+from support import lanefleet
+from support.lanefleet import lane_recipe, write_recipe
+
+ENGRAM_MODELS = '\n[[models]]\npin = "engram-ckpt"\n'
 
 PARTS_TABLES = """
 [[engram.tables]]
@@ -37,11 +40,8 @@ class EngramFleet:
         return self.local_hub(host).parent / "engram-packs" / lane
 
     def add_lane(self, name: str, hosts: list[str], engram: str) -> None:
-        path = self.root / "recipes" / name / "recipe.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            f'[lane]\nhosts = {json.dumps(hosts)}\n\n[[models]]\npin = "engram-ckpt"\n\n'
-            f'[engram]\npin = "engram-ckpt"\n{engram}'
+        write_recipe(
+            self.root, name, lane_recipe(hosts, ENGRAM_MODELS, f'\n[engram]\npin = "engram-ckpt"\n{engram}')
         )
 
     def inv(self) -> inventory.Inventory:
@@ -49,25 +49,10 @@ class EngramFleet:
 
 
 def write_fleet(tmp: Path, truth: EngramTruth, nas_hub: Path, hosts: tuple[str, ...]) -> EngramFleet:
-    root = tmp / "fleet"
-    (root / "hosts").mkdir(parents=True)
-    host_tables = "\n".join(
-        f'[hosts.{h}]\naddress = "127.0.0.1"\nlocal_hub = {json.dumps(str(tmp / h / "nvme" / "hub"))}\n'
-        for h in hosts
-    )
-    (root / "hosts" / "fleet.toml").write_text(
-        f"""schema_version = 1
-
-[defaults]
-ssh_user = "root"
-nas_hub = {json.dumps(str(nas_hub))}
-reserve_gib = 0
-
-{host_tables}
-[pins.engram-ckpt]
-kind = "hf"
-repo = {json.dumps(ENGRAM_REPO)}
-revision = "main"
-"""
+    root = lanefleet.write_fleet(
+        tmp / "fleet",
+        {h: {"address": "127.0.0.1", "local_hub": tmp / h / "nvme" / "hub"} for h in hosts},
+        defaults={"ssh_user": "root", "nas_hub": nas_hub, "reserve_gib": 0},
+        pins={"engram-ckpt": {"kind": "hf", "repo": ENGRAM_REPO, "revision": "main"}},
     )
     return EngramFleet(tmp, root, nas_hub, truth, hosts)

@@ -21,6 +21,7 @@ import pytest
 from sparkfleet.demo.hubfixture import EMBED_FILE, WEIGHTS_REPO, build_nas_hub
 from sparkfleet.hubcache import repo_folder
 from support.fleetnet import netns_pids, qdisc_kinds, shape_egress, shaped, tc_skip_reason
+from support.lanefleet import use_ssh
 from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse, pytest.mark.slow]
@@ -30,7 +31,7 @@ LANE = "lane4"
 
 
 @pytest.fixture
-def fleet(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
+def fleet(tmp_path, fleet_hosts, nas_host, sshfs, monkeypatch):
     fixture = build_nas_hub(
         nas_host.root / "share" / "hub", shard_bytes=4 * 1024 * 1024, absolute_links=False
     )
@@ -49,10 +50,7 @@ def fleet(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
         LANE,
         {h: hosts[h].addr for h in HOSTS},  # fabric_ip: the namespace address (rsyncd binds there)
     )
-    config = ssh_config(hosts)
-    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
-    monkeypatch.delenv("SPARKFLEET_HOST", raising=False)
+    use_ssh(monkeypatch, tmp_path / "ssh_config", hosts)
     return {"root": root, "hosts": hosts, "nas": nas_host, "fixture": fixture}
 
 
@@ -228,7 +226,7 @@ HOSTS8 = [f"dgx{i}" for i in range(1, 9)]
 
 
 @pytest.fixture
-def fleet8(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
+def fleet8(tmp_path, fleet_hosts, nas_host, sshfs, monkeypatch):
     fixture = build_nas_hub(
         nas_host.root / "share" / "hub", shard_bytes=2 * 1024 * 1024, absolute_links=False
     )
@@ -246,9 +244,7 @@ def fleet8(tmp_path, fleet_hosts, nas_host, ssh_config, sshfs, monkeypatch):
         "lane8",
         {h: hosts[h].addr for h in HOSTS8},
     )
-    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(ssh_config(hosts)))
-    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
-    monkeypatch.delenv("SPARKFLEET_HOST", raising=False)
+    use_ssh(monkeypatch, tmp_path / "ssh_config", hosts)
     return {"root": root, "hosts": hosts, "nas": nas_host, "fixture": fixture}
 
 

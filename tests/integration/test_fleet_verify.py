@@ -20,9 +20,11 @@ from sparkfleet.errors import ExitCode
 
 try:
     from support.fleetnet import is_mounted, tmpfs_mount
+    from support.lanefleet import HostPool, use_ssh
     from support.stagefleet import write_lane_fleet
 except ImportError:  # tests/ imported as a package
     from tests.support.fleetnet import is_mounted, tmpfs_mount
+    from tests.support.lanefleet import HostPool, use_ssh
     from tests.support.stagefleet import write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -36,19 +38,27 @@ def cli(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedPro
     )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def pool(fleetnet):
+    """dgx1 and dgx2, with their sshd, for the whole module; torn down even on failure."""
+    pool = HostPool(fleetnet)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture
-def fleet(tmp_path, fleet_hosts, ssh_config, monkeypatch):
+def fleet(tmp_path, pool, monkeypatch):
     nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=256 * 1024)
-    hosts = fleet_hosts(["dgx1", "dgx2"])
+    hosts = pool.fresh(["dgx1", "dgx2"])  # as new: empty trees, nothing left running
     root = write_lane_fleet(
         tmp_path / "fleet", {h: hosts[h].nvme / "hub" for h in hosts}, {h: nas.root for h in hosts}, LANE
     )
     with (root / "hosts" / "fleet.toml").open("a") as fh:  # a host that does not answer
         fh.write(f'[hosts.ghost]\naddress = "ghost.invalid"\nlocal_hub = "{tmp_path}/ghost/hub"\n'
                  f'nas_hub = "{nas.root}"\n')  # fmt: skip
-    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(ssh_config(hosts)))
-    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
-    monkeypatch.delenv("SPARKFLEET_HOST", raising=False)
+    use_ssh(monkeypatch, tmp_path / "ssh_config", hosts)
     return root, hosts
 
 

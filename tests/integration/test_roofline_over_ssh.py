@@ -11,6 +11,7 @@ import pytest
 
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.demo.synthmodel import SynthSpec
+from support.lanefleet import use_ssh
 from support.stagefleet import write_lane_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -25,14 +26,12 @@ def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_roofline_and_measure_run_on_the_head_host(tmp_path, fleet_hosts, ssh_config, monkeypatch) -> None:
+def test_roofline_and_measure_run_on_the_head_host(tmp_path, fleet_hosts, monkeypatch) -> None:
     hosts = fleet_hosts(["dgx1"])
     nas = tmp_path / "nas" / "hub"
     build_nas_hub(nas, shard_bytes=SHARD, absolute_links=False)
     root = write_lane_fleet(tmp_path / "fleet", {"dgx1": hosts["dgx1"].nvme / "hub"}, {"dgx1": nas}, "one")
-    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(ssh_config(hosts)))
-    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
-    monkeypatch.delenv("SPARKFLEET_HOST", raising=False)
+    use_ssh(monkeypatch, tmp_path / "ssh_config", hosts)
 
     before = cli(root, "roofline", "one", "--json")  # not staged yet: read from the NAS, said so
     assert before.returncode == 0, before.stderr

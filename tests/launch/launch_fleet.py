@@ -1,66 +1,9 @@
-"""Test fleets for launch tests: a fleet root (fleet.toml + recipes) and fake sysfs RoCE trees."""
+"""Launch tests' host fields and fake sysfs RoCE trees (the fleet root itself: support.lanefleet)."""
 
 from __future__ import annotations
 
 import ipaddress
-import json
 from pathlib import Path
-
-from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, dict):  # an inline table
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    return json.dumps(str(v)) if not isinstance(v, int | float | bool) else str(v).lower()
-
-
-def write_fleet(root: Path, hosts: dict[str, dict], lanes: dict[str, str], pins: str = "") -> Path:
-    """Write `root/hosts/fleet.toml` and `root/recipes/<lane>/recipe.toml`; return root."""
-    lines = ["schema_version = 1", ""]
-    for name, fields in hosts.items():
-        lines.append(f"[hosts.{name}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
-        lines.append("")
-    lines.append(PINS + pins)
-    (root / "hosts").mkdir(parents=True, exist_ok=True)
-    (root / "hosts" / "fleet.toml").write_text("\n".join(lines))
-    for lane, text in lanes.items():
-        (root / "recipes" / lane).mkdir(parents=True, exist_ok=True)
-        (root / "recipes" / lane / "recipe.toml").write_text(text)
-    return root
-
-
-PINS = f"""
-[pins.weights]
-kind = "hf"
-repo = "{WEIGHTS_REPO}"
-revision = "main"
-
-[pins.drafter]
-kind = "hf"
-repo = "{DRAFTER_REPO}"
-revision = "main"
-
-[pins.lane-image]
-kind = "oci"
-image = "ghcr.io/example/lane"
-digest = "sha256:{"ab" * 32}"
-
-[pins.short-image]
-kind = "oci"
-image = "ghcr.io/example/short"
-digest = "sha256:3dbc3130"
-"""
-
-MODELS = """
-[[models]]
-pin = "weights"
-exclude = ["page15/*"]
-
-[[models]]
-pin = "drafter"
-"""
 
 
 def host_fields(name: str, base: Path, **extra) -> dict:

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import apikeys, inventory
@@ -34,6 +33,7 @@ from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.records import group_members
 from sparkfleet.launch.supervisor import collect_incident
+from support.lanefleet import write_fleet
 
 # The serve command prints the key it got (like an engine logging its arguments), then execs the
 # demo server, which takes the key from the env file's SPARKFLEET_API_KEY (never from argv).

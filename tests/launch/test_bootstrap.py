@@ -17,16 +17,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import MODELS, write_fleet
 
 from sparkfleet import bootstrap as bs
 from sparkfleet.cli import main as cli
 from sparkfleet.hosts import LocalHost
+from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
 pytestmark = [pytest.mark.netns]
 SECRET = "ghp_bootstrapTestSecret0123"
@@ -97,16 +96,9 @@ def dgx_os_host(fleetnet, tmp_path, monkeypatch):
     path = f"{prefix}/usr/local/bin:{stubs}:/usr/sbin"
     host = fleetnet.add_host("dgxos", env={"PATH": path})
     try:
-        config = tmp_path / "ssh_config"
-        config.write_text(
-            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-        )
-        monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
+        use_ssh(monkeypatch, tmp_path / "ssh_config")
         monkeypatch.setenv("SPARKFLEET_HOST_ROOT", str(prefix))
-        monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
-        fields = {"dgxos": {"address": host.addr, "ssh_user": "root", "ssh_port": host.port,
-                            "ssh_key": str(host.key), "local_hub": str(host.nvme / "hub"),
-                            "nas_hub": str(host.root / "nas")}}  # fmt: skip
+        fields = {"dgxos": netns_fields(host, host.root / "nas", state_dir=None)}
         root = write_fleet(tmp_path / "fleet", fields, {"models": '[lane]\nhosts = ["dgxos"]\n' + MODELS})
         yield {"host": host, "prefix": prefix, "calls": calls, "root": root, "state": state}
     finally:

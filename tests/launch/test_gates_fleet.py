@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import MODELS, write_fleet
+
+from support.lanefleet import MODELS, REMOTE, netns_fields, use_ssh, write_fleet
 
 try:
     from support.fleetnet import netns_pids
@@ -132,20 +133,8 @@ def _fleet(fleetnet, hosts, tmp, mp):
     memdir.mkdir()
     for name in hosts:
         set_mem(memdir, name, 100)
-    config = tmp / "ssh_config"
-    config.write_text(
-        "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-    )
-    mp.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-    mp.setenv(
-        "SPARKFLEET_REMOTE",
-        f"env SPARKFLEET_MEMINFO={memdir}/{{host}}.meminfo {sys.executable} -m sparkfleet",
-    )
-    fields = {
-        name: {"address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
-               "local_hub": str(h.nvme / "hub"), "nas_hub": str(nas.root), "state_dir": str(h.root / "state")}
-        for name, h in hosts.items()
-    }  # fmt: skip
+    use_ssh(mp, tmp / "ssh_config", remote=f"env SPARKFLEET_MEMINFO={memdir}/{{host}}.meminfo {REMOTE}")
+    fields = {name: netns_fields(h, nas.root) for name, h in hosts.items()}
     two = ["dgx1", "dgx2"]
     lanes_ = {
         "fit": recipe(two, memory="weights_gib_per_rank = 47.2\nkv_budget_gib = 30\nwatchdog_interval_s = 0.3"),  # noqa: E501

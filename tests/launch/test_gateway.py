@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 import smg  # noqa: F401 - the gateway binary: the test extra installs it (pyproject)
 from click.testing import CliRunner
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import apikeys, inventory
@@ -36,6 +35,7 @@ from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.nodecall import call_agent
 from sparkfleet.launch.records import group_members
 from sparkfleet.serving import gateway
+from support.lanefleet import netns_fields, use_ssh, write_fleet
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 MODEL = "deepseek-v4.1-flash"
@@ -56,14 +56,9 @@ def ns_hosts(fleetnet, tmp_path_factory):
     try:
         for i in range(1, 5):
             hosts[f"dgx{i}"] = fleetnet.add_host(f"dgx{i}")
-        config = tmp / "ssh_config"
-        config.write_text(
-            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-        )
         nas = build_nas_hub(tmp / "nas" / "hub", shard_bytes=16 * 1024)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-            mp.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+            use_ssh(mp, tmp / "ssh_config")
             yield hosts, nas.root
     finally:
         for h in hosts.values():
@@ -74,12 +69,7 @@ def make_fleet(tmp_path: Path, n: int, policy: str | None, ns=None) -> inventory
     """n lanes r1..rn, replicas of one model, one per host: netns hosts (`ns`) or this machine."""
     if ns is not None:
         hosts_ns, nas = ns
-        hosts = {
-            f"dgx{i}": {"address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
-                        "local_hub": str(h.nvme / "hub"), "nas_hub": str(nas),
-                        "state_dir": str(h.root / "state")}
-            for i, h in ((i, hosts_ns[f"dgx{i}"]) for i in range(1, n + 1))
-        }  # fmt: skip
+        hosts = {f"dgx{i}": netns_fields(hosts_ns[f"dgx{i}"], nas) for i in range(1, n + 1)}
         lanes_ = {f"r{i}": gateway_recipe(f"dgx{i}", 30000, policy) for i in range(1, n + 1)}
         return inventory.load(write_fleet(tmp_path / "fleet", hosts, lanes_))
     hosts = {

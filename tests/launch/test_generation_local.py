@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
+from support.lanefleet import write_fleet
 
 
 def test_no_wait_launch_records_a_started_generation(tmp_path):

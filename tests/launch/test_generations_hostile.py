@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.atomic import TEMP_MARK
@@ -29,6 +28,7 @@ from sparkfleet.cli import main as cli
 from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.launch import generations as gens
 from sparkfleet.launch.generations import GenerationError
+from support.lanefleet import write_fleet
 
 LANE = "demo"
 

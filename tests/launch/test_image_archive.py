@@ -16,12 +16,11 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.support.engines import docker_archive, stream_script
 
-from launch_fleet import MODELS, write_fleet
-
 from sparkfleet import inventory
 from sparkfleet.errors import InventoryError
 from sparkfleet.images.archive import ArchiveError, inspect_build
 from sparkfleet.launch.recipe import launch_recipe
+from support.lanefleet import MODELS, write_fleet
 
 
 def _layer(tmp_path: Path) -> bytes:

@@ -14,7 +14,6 @@ import stat
 import subprocess
 
 import pytest
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import inventory
@@ -22,6 +21,7 @@ from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.spec import redact_env, secret_values
 from sparkfleet.launch.supervisor import collect_incident
+from support.lanefleet import write_fleet
 
 SECRETS = {
     "HF_TOKEN": "hf_incident_token_0123456789",

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import MODELS, write_fleet
+
+from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
 try:
     from support.engines import (
@@ -125,20 +125,9 @@ def engines(fleetnet, tmp_path_factory):
 
 def _fleet(fleetnet, hosts, tmp, monkeypatch, dockerd):
     nas = build_nas_hub(fleetnet.unique_dir("nas") / "hub", shard_bytes=16 * 1024)
-    config = tmp / "ssh_config"
-    config.write_text(
-        "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-    )
-    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+    use_ssh(monkeypatch, tmp / "ssh_config")
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp / "operator-state"))
-    fields = {
-        name: {
-            "address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
-            "local_hub": str(h.nvme / "hub"), "nas_hub": str(nas.root), "state_dir": str(h.root / "state"),
-        }
-        for name, h in hosts.items()
-    }  # fmt: skip
+    fields = {name: netns_fields(h, nas.root) for name, h in hosts.items()}
     # This machine's hard memlock limit is 8192: `--ulimit memlock=-1` is refused. podman 4.3 adds
     # nofile/nproc = 1048576 beside any --ulimit, which this machine refuses too: dgx2 passes none.
     fields["dgx1"]["ulimits"] = {"memlock": 8192, "stack": 67108864}

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import MODELS, write_fleet
+
+from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
 try:
     from support.fleetnet import netns_pids
@@ -124,24 +125,8 @@ def fleet(fleetnet, tmp_path_factory):
 
 def _fleet(fleetnet, hosts, tmp_path, monkeypatch):
     nas = build_nas_hub(fleetnet.unique_dir("nas") / "hub", shard_bytes=16 * 1024)
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-    )
-    monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-    monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
-    fields = {
-        name: {
-            "address": h.addr,
-            "ssh_user": "root",
-            "ssh_port": h.port,
-            "ssh_key": str(h.key),
-            "local_hub": str(h.nvme / "hub"),
-            "nas_hub": str(nas.root),
-            "state_dir": str(h.root / "state"),
-        }
-        for name, h in hosts.items()
-    }
+    use_ssh(monkeypatch, tmp_path / "ssh_config")
+    fields = {name: netns_fields(h, nas.root) for name, h in hosts.items()}
     fields["ghost"] = {**fields["dgx1"], "address": str(fleetnet.subnet.broadcast_address - 1),
                        "state_dir": str(tmp_path / "ghost")}  # fmt: skip
     root = write_fleet(

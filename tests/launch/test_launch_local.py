@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_fleet import MODELS, write_fleet
 
 from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
@@ -24,6 +23,7 @@ from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch import records
 from sparkfleet.launch.runtimes import ProcessRuntime
+from support.lanefleet import MODELS, write_fleet
 
 
 def free_port() -> int:

@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode
 from sparkfleet.launch import lane as lanes
+from support.lanefleet import write_fleet
 
 LOADING = "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00s/it]"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from launch_fleet import MODELS, host_fields, write_fleet
+from launch_fleet import host_fields
 
 from sparkfleet import inventory
 from sparkfleet.fabric import FabricFacts
@@ -13,6 +13,7 @@ from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.runtimes import container_run_argv
 from sparkfleet.launch.spec import ShapeError, build_spec, redact_env
+from support.lanefleet import MODELS, write_fleet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

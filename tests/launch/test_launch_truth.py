@@ -10,7 +10,6 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import inventory
@@ -18,6 +17,7 @@ from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.launch import lane as lanes
+from support.lanefleet import write_fleet
 
 
 @pytest.fixture

@@ -171,11 +171,11 @@ def test_release_cut_freezes_only_a_promoted_generation_and_never_overwrites(
     registry, built, tmp_path, monkeypatch
 ):
     from click.testing import CliRunner
-    from launch_fleet import write_fleet
     from test_launch_local import demo_recipe
 
     from sparkfleet.cli import main as cli
     from sparkfleet.launch import generations
+    from support.lanefleet import write_fleet
 
     reg, _, _ = registry
     archive, image_id = built
@@ -230,7 +230,7 @@ def test_release_cut_freezes_only_a_promoted_generation_and_never_overwrites(
 
 
 def _lane_recipe(host: str, runtime: str) -> str:
-    from launch_fleet import MODELS
+    from support.lanefleet import MODELS
 
     return (
         f"""
@@ -258,14 +258,12 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
     """`image load` after `image push`: each host pulls the digest (docker in dgx1's namespace,
     podman on dgx2), records the RepoDigest, a rerun moves nothing; with the registry unreachable
     a new build still arrives over the ssh stream."""
-    import sys
-
-    from launch_fleet import write_fleet
 
     from sparkfleet import inventory
     from sparkfleet.images.load import load as load_image
     from sparkfleet.images.node import read_record
     from sparkfleet.images.release import push_lane
+    from support.lanefleet import netns_fields, use_ssh, write_fleet
 
     try:
         from support.engines import stream_script
@@ -288,19 +286,9 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
         hosts["dgx1"] = fleetnet.add_host("dgx1", env={"DOCKER_HOST": dockerd.host}, share_mounts=True)
         dockerd.start(hosts["dgx1"].netns)
         hosts["dgx2"] = fleetnet.add_host("dgx2", env=pod_env, share_mounts=True)
-        config = tmp_path / "ssh_config"
-        config.write_text(
-            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-        )
-        monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-        monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+        use_ssh(monkeypatch, tmp_path / "ssh_config")
         monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "operator"))
-        fields = {
-            name: {"address": h.addr, "ssh_user": "root", "ssh_port": h.port, "ssh_key": str(h.key),
-                   "local_hub": str(h.nvme / "hub"), "nas_hub": str(tmp_path / "nas"),
-                   "state_dir": str(h.root / "state")}
-            for name, h in hosts.items()
-        }  # fmt: skip
+        fields = {name: netns_fields(h, tmp_path / "nas") for name, h in hosts.items()}
         lanes_ = {"ld": _lane_recipe("dgx1", "docker"), "lp": _lane_recipe("dgx2", "podman")}
         root = write_fleet(tmp_path / "fleet", fields, lanes_)
         inv = inventory.load(root)
@@ -389,10 +377,8 @@ def test_rollback_to_a_release_pulls_its_digest_and_runs_its_generation(
 ):
     """A docker lane in a netns host: v1 launched, promoted and cut as r1; v2 pushed, loaded and
     launched; `rollback --to r1` pulls r1's digest and runs r1's generation on it again."""
-    import sys
 
     from click.testing import CliRunner
-    from launch_fleet import MODELS, write_fleet
 
     from sparkfleet import inventory
     from sparkfleet.cli import main as cli
@@ -402,6 +388,7 @@ def test_rollback_to_a_release_pulls_its_digest_and_runs_its_generation(
     from sparkfleet.images.release import push_lane
     from sparkfleet.launch import generations
     from sparkfleet.launch import lane as lanes
+    from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
     if reason := engines_skip_reason("docker"):
         pytest.fail(reason)
@@ -436,20 +423,12 @@ stop_s = 5
     try:
         host = fleetnet.add_host("dgx1", env={"DOCKER_HOST": dockerd.host}, share_mounts=True)
         dockerd.start(host.netns)
-        config = tmp_path / "ssh_config"
-        config.write_text(
-            "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
-        )
-        monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(config))
-        monkeypatch.setenv("SPARKFLEET_REMOTE", f"{sys.executable} -m sparkfleet")
+        use_ssh(monkeypatch, tmp_path / "ssh_config")
         monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "operator"))
         monkeypatch.setenv("SPARKFLEET_REGISTRY", reg.address)
         monkeypatch.setenv("SPARKFLEET_REGISTRY_CERTS", str(reg.cert_dir))
         nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
-        fields = {"dgx1": {"address": host.addr, "ssh_user": "root", "ssh_port": host.port,
-                           "ssh_key": str(host.key), "local_hub": str(host.nvme / "hub"),
-                           "nas_hub": str(nas.root), "state_dir": str(host.root / "state"),
-                           "ulimits": {"memlock": 8192}}}  # fmt: skip
+        fields = {"dgx1": netns_fields(host, nas.root, ulimits={"memlock": 8192})}
         inv = inventory.load(write_fleet(tmp_path / "fleet", fields, {"rl": recipe}))
         layer = layer_tar(make_rootfs(tmp_path / "rootfs"))
         builds = {}

@@ -15,7 +15,6 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from launch_fleet import write_fleet
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.cli import main as cli
@@ -23,6 +22,7 @@ from sparkfleet.errors import ExitCode
 from sparkfleet.launch import supervisor as watchmod
 from sparkfleet.launch.supervisor import ProbeResult, Supervisor, WatchSettings, probe_generation
 from support.hostile_http import body, chatter, completion, hostile_server, huge, trickle
+from support.lanefleet import write_fleet
 
 S = WatchSettings(interval_s=2.0, latency_s=1.5, expect="42")
 

@@ -10,6 +10,7 @@ import pytest
 
 from sparkfleet import hostfacts, inventory
 from sparkfleet.cli.render import to_jsonable
+from support.lanefleet import write_root
 
 from .conftest import FLEET_LIB, REPO, NixEvalError, nix_eval, nix_str, requires_nix
 
@@ -26,12 +27,7 @@ def python_facts(root: Path) -> dict[str, object]:
 
 
 def write_fleet(root: Path, fleet: str, recipes: dict[str, str]) -> Path:
-    (root / "hosts").mkdir(parents=True)
-    (root / "hosts" / "fleet.toml").write_text(textwrap.dedent(fleet))
-    for lane, text in recipes.items():
-        (root / "recipes" / lane).mkdir(parents=True)
-        (root / "recipes" / lane / "recipe.toml").write_text(textwrap.dedent(text))
-    return root
+    return write_root(root, textwrap.dedent(fleet), {lane: textwrap.dedent(t) for lane, t in recipes.items()})
 
 
 VARIED_FLEET = """\

@@ -13,12 +13,20 @@ from pathlib import Path
 
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 from support.fleetnet import NetnsHost, shape_egress
+from support.lanefleet import lane_recipe, write_fleet
 
 
 def nas_tx_bytes(netns: str) -> int:
     """Bytes the NAS namespace has sent on its interfaces (lo excluded)."""
     out = subprocess.run(["ip", "-n", netns, "-s", "-j", "link", "show"], capture_output=True, text=True)
     return sum(link["stats64"]["tx"]["bytes"] for link in json.loads(out.stdout) if link["ifname"] != "lo")
+
+
+STAGE_PINS = {
+    "w": {"kind": "hf", "repo": WEIGHTS_REPO, "revision": "main"},
+    "d": {"kind": "hf", "repo": DRAFTER_REPO, "revision": "main"},
+}
+STAGE_MODELS = '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
 
 
 def write_lane_fleet(
@@ -33,25 +41,19 @@ def write_lane_fleet(
     Host addresses are the host names; the tests' ssh_config maps them to namespace addresses.
     `fabric_ips`: each host's fabric address (its namespace address), for the rsyncd peer transport.
     """
-    hosts = list(local_hubs)
-    (root / "hosts").mkdir(parents=True)
-    (root / "recipes" / lane).mkdir(parents=True)
     fabric = fabric_ips or {}
-    tables = "".join(
-        f'[hosts.{h}]\naddress = "{h}"\nlocal_hub = "{local_hubs[h]}"\nnas_hub = "{nas_hubs[h]}"\n'
-        + (f'fabric_ip = "{fabric[h]}"\n' if h in fabric else "")
-        for h in hosts
+    hosts = {
+        h: {"address": h, "local_hub": local_hubs[h], "nas_hub": nas_hubs[h]}
+        | ({"fabric_ip": fabric[h]} if h in fabric else {})
+        for h in local_hubs
+    }
+    return write_fleet(
+        root,
+        hosts,
+        {lane: lane_recipe(hosts, STAGE_MODELS)},
+        defaults={"ssh_user": "root", "reserve_gib": 0},
+        pins=STAGE_PINS,
     )
-    (root / "hosts" / "fleet.toml").write_text(
-        f'schema_version = 1\n[defaults]\nssh_user = "root"\nreserve_gib = 0\n{tables}'
-        f'[pins.w]\nkind = "hf"\nrepo = "{WEIGHTS_REPO}"\nrevision = "main"\n'
-        f'[pins.d]\nkind = "hf"\nrepo = "{DRAFTER_REPO}"\nrevision = "main"\n'
-    )
-    (root / "recipes" / lane / "recipe.toml").write_text(
-        f"[lane]\nhosts = {json.dumps(hosts)}\n"
-        '[[models]]\npin = "w"\nexclude = ["page15/*"]\n[[models]]\npin = "d"\n'
-    )
-    return root
 
 
 def shape_fleet(nas: NetnsHost, hosts: Iterable[NetnsHost], nas_bit: int, fabric_ratio: float) -> dict:

@@ -45,14 +45,9 @@ Truth shapes (how real engines stream; each is a flag so the bench can be checke
   /get_server_info carries the lifetime average, including --spec-history-drafts earlier steps
   at --spec-history-accept (traffic before this run).
 
-Hostile modes (--hostile MODE, for the client's hardening tests): endless (tokens forever, no
-[DONE]), trickle (one byte of SSE at a time, forever), slow-models (/v1/models never answers),
-huge-line (one SSE line of --hostile-bytes without a newline), huge-body (/v1/models and
-/get_server_info bodies of --hostile-bytes), inflated-usage (usage claims 64000 tokens),
-shape-list / shape-choices / shape-delta / shape-content / shape-usage (valid JSON of the wrong
-shape), nested-info (/get_server_info nested 100000 deep), echo-key (the Authorization header
-echoed in answers and errors), escapes (terminal escape sequences in answers and the model id),
-redirect (every request answered 307 to another port).
+Hostile answers (a stream that never ends, a body of the wrong shape, an echoed key...) are not
+here: they are test fixtures (tests/support/hostile_server.py), which override the Handler's hooks
+(`intercept`, `answer_get`, `model_id`, `error_detail`, `shape_answer`, `stream_override`).
 
 Boot: the socket listens at once; /health answers 503 until --boot-delay has passed. Each --signature
 line is printed (flushed) at an even fraction of the delay, then "The server is fired up and ready to
@@ -87,24 +82,6 @@ from typing import Any
 READY_LINE = "The server is fired up and ready to roll!"
 PREFIX_BLOCK = 16  # words per simulated KV-cache block
 SPEC_WINDOW = 40  # steps SGLang's spec_accept_length gauge averages over
-HOSTILE_MODES = (
-    "endless",
-    "trickle",
-    "slow-models",
-    "huge-line",
-    "huge-body",
-    "inflated-usage",
-    "shape-list",
-    "shape-choices",
-    "shape-delta",
-    "shape-content",
-    "shape-usage",
-    "nested-info",
-    "echo-key",
-    "escapes",
-    "redirect",
-)
-ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[31m"
 DEFAULT_MAX_TOKENS = 64
 
 # A whole expression, not digits inside a word (a benchmark nonce like "sf-1234abcd-r7" is no sum).
@@ -180,10 +157,8 @@ class ServerConfig:
     spec_ranks: int = 1
     spec_history_drafts: int = 0
     spec_history_accept: float = 0.0
-    hostile: str | None = None
-    hostile_bytes: int = 512 * 1024 * 1024
-
     hang_generation_after: int | None = None  # a wedged engine: later generations never answer
+
     @property
     def speculative(self) -> bool:
         return self.tokens_per_chunk > 1 or self.accept_range is not None
@@ -341,11 +316,6 @@ def lifetime_accept_length(cfg: ServerConfig, state: ServerState) -> float | Non
     return tokens / drafts if drafts else None
 
 
-def nested_json(depth: int) -> bytes:
-    """Valid JSON nested `depth` deep: json.loads of it overflows Python's recursion limit."""
-    return b'{"internal_states":' + b"[" * depth + b"]" * depth + b"}"
-
-
 class Handler(BaseHTTPRequestHandler):
     """One HTTP request. Streams use chunked transfer encoding so a drop is visible to the client."""
 
@@ -381,14 +351,8 @@ class Handler(BaseHTTPRequestHandler):
         sent = self.headers.get("Authorization") or ""
         if key is None or hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
             return True
-        self._error(HTTPStatus.UNAUTHORIZED, f"invalid api key{self._echo()}", "authentication_error")
+        self._error(HTTPStatus.UNAUTHORIZED, f"invalid api key{self.error_detail()}", "authentication_error")
         return False
-
-    def _echo(self) -> str:
-        """--hostile echo-key: repeat the caller's Authorization header back (as careless servers do)."""
-        if self.server.cfg.hostile != "echo-key":
-            return ""
-        return f" (you sent {self.headers.get('Authorization')!s})"
 
     def _booting(self) -> bool:
         if self.server.state.ready:
@@ -396,28 +360,28 @@ class Handler(BaseHTTPRequestHandler):
         self._error(HTTPStatus.SERVICE_UNAVAILABLE, "server is starting", "service_unavailable")
         return True
 
-    def _redirect(self) -> bool:
-        if self.server.cfg.hostile != "redirect":
-            return False
-        self.send_response(HTTPStatus.TEMPORARY_REDIRECT)
-        self.send_header("Location", f"http://127.0.0.1:1{self.path}")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-        return True
+    # -- hooks: a test server overrides these to misbehave (tests/support/hostile_server.py) -------
+    def intercept(self, path: str) -> bool:
+        """Before boot and auth checks: True when the request was answered here (nothing in the demo)."""
+        return False
 
-    def _huge_body(self) -> None:
-        """A JSON-looking body of --hostile-bytes, written lazily (the client must stop reading)."""
-        size = self.server.cfg.hostile_bytes
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(size))
-        self.end_headers()
-        block = b" " * (1 << 20)
-        with contextlib.suppress(OSError):
-            left = size
-            while left > 0:
-                self.wfile.write(block[: min(left, len(block))])
-                left -= len(block)
+    def answer_get(self, path: str) -> bool:
+        """After auth, before the routes: True when a GET was answered here (nothing in the demo)."""
+        return False
+
+    def model_id(self) -> str:
+        return self.server.cfg.served_model_name
+
+    def error_detail(self) -> str:
+        """Appended to error messages (nothing in the demo)."""
+        return ""
+
+    def shape_answer(self, tokens: list[str], thinking: int, usage: dict[str, Any]) -> None:
+        """Change an answer's tokens or usage in place before it is sent (nothing in the demo)."""
+
+    def stream_override(self, base: dict[str, Any]) -> bool:
+        """After a stream's headers: True when the stream was written here (nothing in the demo)."""
+        return False
 
     # -- GET ------------------------------------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
@@ -429,30 +393,17 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._error(HTTPStatus.SERVICE_UNAVAILABLE, "server is starting", "service_unavailable")
             return
-        if self._redirect() or self._booting() or not self._authorized():
-            return
-        if cfg.hostile == "huge-body" and path in ("/v1/models", "/get_server_info"):
-            self._huge_body()
+        if self.intercept(path) or self._booting() or not self._authorized() or self.answer_get(path):
             return
         if path == "/v1/models":
-            if cfg.hostile == "slow-models":
-                time.sleep(3600)
             model = {
-                "id": cfg.served_model_name + (ESCAPES if cfg.hostile == "escapes" else ""),
+                "id": self.model_id(),
                 "object": "model",
                 "created": 0,
                 "owned_by": "sparkfleet-demo",
             }
             self._send_json(HTTPStatus.OK, {"object": "list", "data": [model]})
         elif path == "/get_server_info":
-            if cfg.hostile == "nested-info":
-                data = nested_json(100_000)
-                self.send_response(HTTPStatus.OK)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
             info: dict[str, Any] = {
                 "served_model_name": cfg.served_model_name,
                 "version": "sparkfleet-demo",
@@ -472,7 +423,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self._redirect() or self._booting() or not self._authorized():
+        if self.intercept(path) or self._booting() or not self._authorized():
             return
         if path == "/tokenize" and not self.server.cfg.no_tokenize:  # vLLM's shape: {"count", "tokens"}
             try:
@@ -499,7 +450,7 @@ class Handler(BaseHTTPRequestHandler):
                 state.requests_failed += 1
         if fail:
             if cfg.fail_status in (429, 503):
-                message = f"injected failure (--error-rate): overloaded, retry later{self._echo()}"
+                message = f"injected failure (--error-rate): overloaded, retry later{self.error_detail()}"
                 data = json.dumps({"error": {"message": message, "code": cfg.fail_status}}).encode()
                 self.send_response(cfg.fail_status)
                 self.send_header("Retry-After", "1")
@@ -508,7 +459,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(data)
                 return
-            self._error(cfg.fail_status, f"injected failure (--error-rate){self._echo()}", "server_error")
+            detail = self.error_detail()
+            self._error(cfg.fail_status, f"injected failure (--error-rate){detail}", "server_error")
             return
         if cfg.hang_generation_after is not None and state.requests_total > cfg.hang_generation_after:
             threading.Event().wait()  # wedged: /health stays 200, this request never answers
@@ -518,9 +470,6 @@ class Handler(BaseHTTPRequestHandler):
         tokens, finish, thinking = answer_tokens(
             body, words, cfg.reasoning_tokens if chat else 0, cfg.wrong_answer
         )
-        if cfg.hostile in ("echo-key", "escapes") and thinking < len(tokens):
-            extra = self._echo() if cfg.hostile == "echo-key" else ESCAPES
-            tokens[-1] += extra.replace(" ", "_")
         prefill_s = (len(words) - cached) / cfg.prefill_tps if cfg.prefill_tps > 0 else 0.0
         prefill_s += (cfg.overhead_ms + cfg.step_ms) / 1000
         usage: dict[str, Any] = {
@@ -530,8 +479,7 @@ class Handler(BaseHTTPRequestHandler):
         }
         if cfg.cache_report:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        if cfg.hostile == "inflated-usage":
-            usage["completion_tokens"] = 64000
+        self.shape_answer(tokens, thinking, usage)
         slot = self.server.slots
         if slot is not None:
             slot.acquire()  # --max-running: queue like a full batch; the wait shows up in TTFT
@@ -637,7 +585,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if cfg.hostile and self._hostile_stream(base):
+        if self.stream_override(base):
             return
         sent = 0
         in_content = cfg.think_in_content
@@ -743,48 +691,6 @@ class Handler(BaseHTTPRequestHandler):
             state.spec_recent.append(tokens)
             del state.spec_recent[:-SPEC_WINDOW]
 
-    def _hostile_stream(self, base: dict[str, Any]) -> bool:
-        """Stream misbehaviour for --hostile; True when the mode took over the response."""
-        mode = self.server.cfg.hostile
-        shapes: dict[str, Any] = {
-            "shape-list": [1, 2, 3],
-            "shape-choices": {**base, "choices": {"index": 0}},
-            "shape-delta": {**base, "choices": [{"index": 0, "delta": "text"}]},
-            "shape-content": {**base, "choices": [{"index": 0, "delta": {"content": {"x": 1}}}]},
-            "shape-usage": {**base, "choices": [], "usage": "lots"},
-        }
-        try:
-            if mode in shapes:
-                self._event({**base, "choices": [{"index": 0, "delta": {"content": "ok"}}]})
-                self._event(shapes[mode])
-                self._event("[DONE]")
-                self._write_chunk(b"")
-            elif mode == "endless":
-                n = 0
-                while True:
-                    self._event({**base, "choices": [{"index": 0, "delta": {"content": f" w{n}"}}]})
-                    n += 1
-                    if n % 50 == 0:
-                        time.sleep(0.001)
-            elif mode == "trickle":
-                event = (
-                    f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': {'content': 'x'}}]})}\n\n"
-                )
-                while True:
-                    for ch in event.encode():
-                        self._write_chunk(bytes([ch]))
-                        time.sleep(0.05)
-            elif mode == "huge-line":
-                self._write_chunk(b'data: {"choices": [{"delta": {"content": "')
-                block = b"A" * (1 << 20)
-                for _ in range(self.server.cfg.hostile_bytes // len(block)):
-                    self._write_chunk(block)
-            else:
-                return False
-        except OSError:
-            pass  # the client hung up: that is what it should do
-        return True
-
     def _drop(self) -> None:
         """Close the connection mid-stream: no [DONE], no chunked terminator."""
         self.wfile.flush()
@@ -794,6 +700,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class FakeLaneServer(ThreadingHTTPServer):
+    handler: type[Handler] = Handler  # a test server serves a Handler subclass
     daemon_threads = True
     allow_reuse_address = True
     # socketserver's default listen backlog is 5: a burst of 8+ connections (a concurrency sweep)
@@ -808,7 +715,7 @@ class FakeLaneServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
     def __init__(self, cfg: ServerConfig) -> None:
-        super().__init__((cfg.host, cfg.port), Handler)
+        super().__init__((cfg.host, cfg.port), self.handler)
         self.cfg = cfg
         self.state = ServerState(rng=random.Random(cfg.seed))
         self.slots = threading.BoundedSemaphore(cfg.max_running) if cfg.max_running > 0 else None
@@ -880,8 +787,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--fail-status", type=int, default=500)
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (shows in ps)")
-    p.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="require the key held in env variable NAME (a lane's: SPARKFLEET_API_KEY)")
+    p.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="require the key held in env variable NAME (a lane's: SPARKFLEET_API_KEY)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reasoning-tokens", type=int, default=0, help="thinking words before each chat answer")
     p.add_argument("--max-running", type=int, default=0, help="requests decoding at once; others queue")
@@ -899,10 +810,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--spec-ranks", type=int, default=1, help="tp_rank series of the SGLang gauge")
     p.add_argument("--spec-history-drafts", type=int, default=0, help="decode steps before this run")
     p.add_argument("--spec-history-accept", type=float, default=0.0, help="their mean accept length")
-    p.add_argument("--hostile", choices=HOSTILE_MODES, default=None)
-    p.add_argument("--hostile-bytes", type=int, default=512 * 1024 * 1024)
-    p.add_argument("--hang-generation-after", type=int, default=None, metavar="N",
-                   help="a wedged engine: generation requests after the first N hang; /health stays 200")
+    p.add_argument(
+        "--hang-generation-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a wedged engine: generation requests after the first N hang; /health stays 200",
+    )
     a = p.parse_args(argv)
     accept_range = None
     if a.accept_range:
@@ -954,8 +868,6 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         spec_ranks=max(a.spec_ranks, 1),
         spec_history_drafts=a.spec_history_drafts,
         spec_history_accept=a.spec_history_accept,
-        hostile=a.hostile,
-        hostile_bytes=a.hostile_bytes,
         hang_generation_after=a.hang_generation_after,
     )
 
@@ -966,8 +878,12 @@ def _exit_cleanly(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    server = FakeLaneServer(cfg)
+    return serve(FakeLaneServer(parse_args(argv)))
+
+
+def serve(server: FakeLaneServer) -> int:
+    """Say where it listens, boot, serve until SIGTERM."""
+    cfg = server.cfg
     host, port = server.server_address[:2]
     say(f"sparkfleet demo openai_server: listening on http://{host}:{port} (model {cfg.served_model_name})")
     signal.signal(signal.SIGTERM, _exit_cleanly)

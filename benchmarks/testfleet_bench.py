@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Test modules' wall time before and after a change, side by side in one run; prints one JSON line.
+
+The "before" tests are `git archive REV` (all but python/) unpacked in a temp dir; the "after"
+tests are this checkout's. Both run against this checkout's package (the change measured is the
+tests' own: shared fleets, fewer hosts built), with the same pytest, alternating before/after each
+round so the machine's load falls on both alike. Reported per module: each side's wall seconds,
+passed/failed counts, and the ratio of the medians (before / after: > 1 means the change is faster).
+This machine is small, shared and noisy: read the ratios, not the seconds.
+
+Usage: python benchmarks/testfleet_bench.py --before REV [--rounds 1] MODULE [MODULE...]
+       python benchmarks/testfleet_bench.py --smoke   (one quick module, one round: that it runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE_MODULE = "tests/launch/test_launch_spec.py"  # present before and after, seconds, no root
+
+
+def unpack(rev: str, dest: Path) -> Path:
+    """The tree of `rev` under `dest`, all but its package (tests read the repo's hosts/, recipes/...)."""
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        members = [m for m in t.getmembers() if not m.name.startswith("python/")]
+        t.extractall(dest, members=members, filter="data")
+    return dest
+
+
+def run(where: Path, module: str) -> dict:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", module],
+        cwd=where, capture_output=True, text=True,
+    )  # fmt: skip
+    wall = time.monotonic() - start
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", tail)}
+    return {"wall_s": round(wall, 2), **counts}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("modules", nargs="*")
+    ap.add_argument("--before", default="HEAD", help="the revision whose tests are 'before'")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args()
+    modules = [SMOKE_MODULE] if a.smoke else a.modules
+    if not modules:
+        ap.error("name at least one test module (or --smoke)")
+    out: dict = {"before": a.before, "rounds": 1 if a.smoke else a.rounds, "modules": {}}
+    with tempfile.TemporaryDirectory(prefix="sf-testbench-") as tmp:
+        before_root = unpack(a.before, Path(tmp))
+        for module in modules:
+            sides: dict[str, list[dict]] = {"before": [], "after": []}
+            for _ in range(out["rounds"]):
+                sides["before"].append(run(before_root, module))
+                sides["after"].append(run(REPO, module))
+            med = {k: statistics.median(r["wall_s"] for r in v) for k, v in sides.items()}
+            out["modules"][module] = {**sides, "ratio": round(med["before"] / med["after"], 3)}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
