@@ -80,6 +80,12 @@ DEFAULT_ULIMITS = Host.ulimits
 UNIT_SCALE = {"GB/s": 1e9, "Gb/s": 1e9 / 8, "MB/s": 1e6, "TFLOP/s": 1e12}
 
 
+def state_dir_of(host: Host) -> Path:
+    """Node-local records and logs: the host's state_dir, else beside its local hub. A fact of the
+    host (every floor asks it: launch, images, roofline, doctor), so it lives with the host."""
+    return host.state_dir or host.local_hub.parent / "sparkfleet"
+
+
 @dataclass(frozen=True)
 class Figure:
     """A physical figure of a kind of host, as declared: value (None = not published) and source."""

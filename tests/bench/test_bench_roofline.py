@@ -66,7 +66,7 @@ def test_a_lane_whose_files_are_not_there_still_gets_its_report(tmp_path: Path, 
 def test_bench_trust_measured_vets_the_reports_figures_as_roofline_does(tmp_path: Path, fake_lane) -> None:
     """Issue 18: a measurement at 11 % of the declared bandwidth is shown, not used, in the report's
     roofline unless `bench --trust-measured`, as in `roofline --trust-measured` (one `vet`)."""
-    from sparkfleet.launch.spec import state_dir_of
+    from sparkfleet.inventory import state_dir_of
     from sparkfleet.roofline.machine import record_measurements
 
     gb10 = inventory.load(REPO).host_kinds["gb10"]

@@ -22,7 +22,8 @@ LAUNCH = "sparkfleet.launch."
 PURE = {"recipe", "spec", "kitwire", "manifest", "readiness", "bootcache", "weights"}
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
 CONTROLLER = {
-    "nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "revert", "demo",
+    "nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "revert", "lanekeys",
+    "demo",
 }
 
 

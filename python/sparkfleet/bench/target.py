@@ -146,7 +146,7 @@ def staged_tokenizer(inv: Inventory, lane: Lane) -> Path | None:
 def head_key(inv: Inventory, name: str) -> str | None:
     """The lane's API key from its head host's key file (apikeys), read through the launch agent."""
     from ..hosts import HostUnreachable
-    from ..lanekeys import lane_key
+    from ..launch.lanekeys import lane_key
     from ..launch.nodecall import call_agent
 
     try:

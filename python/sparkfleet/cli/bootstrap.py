@@ -70,7 +70,7 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
 def _lane_keys(inv, host: str) -> dict[str, str]:
     """Each lane on HOST gets its API key there (needs sparkfleet on the host: after `deploy`, the
     launch installs it anyway)."""
-    from ..lanekeys import install_for_host
+    from ..launch.lanekeys import install_for_host
     from ..launch.nodecall import call_agent
 
     return install_for_host(inv, host, call_agent)

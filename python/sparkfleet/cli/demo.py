@@ -16,7 +16,7 @@ from .. import inventory
 from ..demo.fleet import DEMO_LANE, write_demo_fleet
 from ..engram import pack as engram_pack
 from ..errors import ExitCode, SparkfleetError
-from ..launch.spec import state_dir_of
+from ..inventory import state_dir_of
 from ..stage import execute
 from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar

@@ -235,7 +235,7 @@ def stage(
     )  # fmt: skip
     state_dir = None
     if host:
-        from ..launch.spec import state_dir_of  # lazy: the launch spec is for the fleet, not direct mode
+        from ..inventory import state_dir_of  # lazy: the inventory is for the fleet, not direct mode
 
         state_dir = state_dir_of(load_inventory(ctx).host(host))
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS

@@ -21,10 +21,9 @@ from pathlib import Path
 from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..hosts import RunResult, SshHost, check_reachable, connect, fan_out
-from ..inventory import Inventory
+from ..inventory import Inventory, state_dir_of
 from ..launch.nodecall import call_agent
 from ..launch.recipe import LaunchRecipe, launch_recipe
-from ..launch.spec import state_dir_of
 from .archive import BuildImage, inspect_build, open_stream
 from .record import operator_record_path, read_operator_record, read_push_record
 

@@ -10,6 +10,7 @@ container paths a kit reads its models at ([launch.model_mounts]: the EXL3 kit's
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .manifest import BindManifest, BindMount
@@ -17,16 +18,15 @@ from .manifest import BindManifest, BindMount
 if TYPE_CHECKING:
     from ..fabric import FabricFacts
     from ..inventory import Inventory
-    from .recipe import LaunchRecipe
 
 NODE_FIELDS = ("hca", "hcas", "gid_index", "netdev", "host_ip")
 _FIELD = re.compile(r"\{([a-z_]+)\}")
 
 
-def node_env(recipe: LaunchRecipe, facts: FabricFacts | None, my_ip: str | None) -> dict[str, str]:
-    """[launch.node_env] filled from the node's facts: {hca} (first HCA), {hcas} (comma-separated),
-    {gid_index}, {netdev} from its fabric detection, {host_ip} its fabric IP. A key whose facts are
-    not known (a dry run, an unreachable node) is left out, never guessed."""
+def node_env(templates: Mapping[str, str], facts: FabricFacts | None, my_ip: str | None) -> dict[str, str]:
+    """[launch.node_env] (`templates`) filled from the node's facts: {hca} (first HCA), {hcas}
+    (comma-separated), {gid_index}, {netdev} from its fabric detection, {host_ip} its fabric IP. A key
+    whose facts are not known (a dry run, an unreachable node) is left out, never guessed."""
     values: dict[str, str | None] = {"host_ip": my_ip}
     if facts is not None:
         values.update(
@@ -36,18 +36,21 @@ def node_env(recipe: LaunchRecipe, facts: FabricFacts | None, my_ip: str | None)
             netdev=facts.netdev or None,
         )
     out = {}
-    for key, template in recipe.node_env.items():
+    for key, template in templates.items():
         if all(values.get(name) for name in _FIELD.findall(template)):
             out[key] = _FIELD.sub(lambda m: str(values[m.group(1)]), template)
     return out
 
 
-def model_binds(manifest: BindManifest, recipe: LaunchRecipe, inv: Inventory) -> tuple[BindMount, ...]:
-    """The manifest's binds, a model's entries moved under the fixed directory its kit reads it at;
-    each entry keeps its path inside the snapshot."""
-    if not recipe.model_mounts:
+def model_binds(
+    manifest: BindManifest, model_mounts: Mapping[str, str], inv: Inventory
+) -> tuple[BindMount, ...]:
+    """The manifest's binds, a model's entries moved under the fixed directory its kit reads it at
+    ([launch.model_mounts]: {pin: container dir}); each entry keeps its path inside the snapshot.
+    Given the recipe's tables, not the recipe: the recipe module reads this one's field names."""
+    if not model_mounts:
         return manifest.binds
-    mounts = {inv.pins[pin].source: target for pin, target in recipe.model_mounts.items() if pin in inv.pins}
+    mounts = {inv.pins[pin].source: target for pin, target in model_mounts.items() if pin in inv.pins}
     out = []
     for b in manifest.binds:
         target = mounts.get(b.repo or "")

@@ -16,17 +16,17 @@ from pathlib import Path
 
 from ..errors import ExitCode, SparkfleetError
 from ..hosts import HostUnreachable, connect, fan_out
-from ..inventory import Inventory
+from ..inventory import Inventory, state_dir_of
 from ..jsonable import to_jsonable
-from ..lanekeys import ensure as ensure_lane_key
 from .generations import current, mark_stopped, record_launch
+from .lanekeys import ensure as ensure_lane_key
 from .nodecall import call_agent, state_request
 from .plan import LanePlan, prepare
 from .preflight import preflight
 from .readiness import BootWatch, RankExit, RankProgress, wait_ready
 from .recipe import launch_recipe
 from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
-from .spec import LaunchSpec, state_dir_of
+from .spec import LaunchSpec
 from .weights import check_local_weights, host_weights, weights_note
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SparkfleetError
 from ..hosts import LocalHost, check_reachable, remote_sparkfleet
-from .spec import state_dir_of
+from ..inventory import state_dir_of
 
 if TYPE_CHECKING:
     from ..inventory import Inventory

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import apikeys
 from ..errors import SparkfleetError
+from ..inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
 from .kitwire import model_binds, node_env
 from .manifest import BindManifest, BindMount
@@ -120,11 +121,6 @@ def secret_values(env: dict[str, str]) -> set[str]:
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """The env as it may be printed: values of secret-looking keys, or with URL credentials, hidden."""
     return {k: ("<redacted>" if is_secret_value(k, v) else v) for k, v in env.items()}
-
-
-def state_dir_of(host: Host) -> Path:
-    """Node-local records and logs: the host's state_dir, else beside its local hub."""
-    return host.state_dir or host.local_hub.parent / "sparkfleet"
 
 
 def check_world(world: WorldShape, hosts: tuple[str, ...], where: str) -> None:
@@ -420,7 +416,7 @@ def build_spec(
     check_weight_load_regex(recipe.weight_load_regex, where)
     cache_dir = cache_dir_of(recipe, host)
     in_container = recipe.runtime in ("docker", "podman")
-    manifest_binds = model_binds(manifest, recipe, inv) if in_container else ()
+    manifest_binds = model_binds(manifest, recipe.model_mounts, inv) if in_container else ()
     model_path = manifest.model_paths.get(recipe.model.repo, "") if recipe.model else ""
     if recipe.model and in_container and recipe.model.pin in recipe.model_mounts and model_path:
         model_path = recipe.model_mounts[recipe.model.pin]
@@ -450,7 +446,7 @@ def build_spec(
 
         env.update(FIXED_ENV)
     env.update(recipe.env)
-    env.update(node_env(recipe, facts, my_ip))
+    env.update(node_env(recipe.node_env, facts, my_ip))
 
     values = {
         "lane": lane.name,

@@ -12,8 +12,7 @@ from typing import Any
 
 from ..errors import SparkfleetError
 from ..hosts import LocalHost, check_reachable, connect
-from ..inventory import Host, Inventory, Lane
-from ..launch.spec import state_dir_of
+from ..inventory import Host, Inventory, Lane, state_dir_of
 from ..stage.remote import is_this_host, sparkfleet_argv
 from .bound import LaneShape, StepTerms, decode_terms
 from .lane import RooflineConfig, cost_from_doc, lane_inputs

@@ -44,7 +44,7 @@ from .. import apikeys
 from ..atomic import ensure_dir, write_bytes
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import Inventory
-from ..lanekeys import Call, install
+from ..launch.lanekeys import Call, install
 from ..launch.recipe import launch_recipe
 from ..launch.records import boot_id, process_state, start_ticks
 from . import front, users

@@ -3,7 +3,7 @@
 The key files themselves are node-local (`apikeys`); this module only moves a key between hosts
 through the launch agent, whose request travels on ssh's stdin and whose answer on its stdout, so a
 key is never in an argv (ours or ssh's) and never in `sparkfleet -v`'s command lines. `call` is the
-launch layer's `call_agent` (passed in, as preflight takes it, so this module imports no launcher).
+launch layer's `call_agent` (passed in, as preflight takes it: tests hand in their own agent call).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .apikeys import new_key
-from .errors import ExitCode, SparkfleetError
-from .hosts import HostUnreachable, connect, fan_out
-from .inventory import Inventory
-from .launch.spec import state_dir_of
+from ..apikeys import new_key
+from ..errors import ExitCode, SparkfleetError
+from ..hosts import HostUnreachable, connect, fan_out
+from ..inventory import Inventory
+from .nodecall import state_request
 
 Call = Callable[..., dict]
 
@@ -30,13 +30,9 @@ class KeyInstall:
     created: bool  # a new key was made (rotate, or a lane that had none)
 
 
-def _request(inv: Inventory, lane: str, host: str, **extra: str) -> dict:
-    return {"lane": lane, "state_dir": str(state_dir_of(inv.host(host))), **extra}
-
-
 def host_key(inv: Inventory, lane: str, host: str, call: Call) -> str | None:
     """The lane's key as `host` holds it (None: it has none)."""
-    return call(connect(inv.host(host)), "api-key", _request(inv, lane, host))["key"]
+    return call(connect(inv.host(host)), "api-key", state_request(inv, lane, host))["key"]
 
 
 def lane_key(inv: Inventory, lane: str, call: Call) -> str | None:
@@ -49,7 +45,7 @@ def install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) -
 
     def one(host: str) -> tuple[str, bool | str]:
         try:
-            ans = call(connect(inv.host(host)), "api-key-write", _request(inv, lane, host, key=key))
+            ans = call(connect(inv.host(host)), "api-key-write", state_request(inv, lane, host, key=key))
             return host, bool(ans["changed"])
         except HostUnreachable as exc:
             return host, exc.message
