@@ -110,10 +110,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine-venv", type=Path, default=Path(".venv-vllm"))
     parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--smoke", action="store_true", help="two requests: that it runs, not its figures")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests = 2
     vllm = engine_ready(args.engine_venv)
     if vllm is None:
-        raise SystemExit(f"no engine venv at {args.engine_venv}: make engine-venv")
+        why = f"cannot run here: no engine venv at {args.engine_venv} (make engine-venv)"
+        print(json.dumps({"error": why}))
+        raise SystemExit(2)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-decode-deviation-") as scratch:
         model = build_tiny_qwen(Path(scratch) / "hub")
         server = start_engine(vllm, model, Path(scratch) / "vllm-serve.log")
