@@ -49,7 +49,7 @@ let
   # the daemon's (docker) or the rootful podman service's (NixOS: CONTAINER_HOST, modules/lanes.nix),
   # so this unit needs no capability, no setuid helper and no device of its own. The GPU and RDMA
   # devices stay allowed for a serve process started in it. It writes only its node's records
-  # beside the local hub (launch.spec.state_dir_of: the hub's parent); ~/.ssh is read.
+  # beside the local hub (inventory.state_dir_of: the hub's parent); ~/.ssh is read.
   laneHardening = localHub: {
     # RDMA registers (pins) the model's memory: a rootless runtime or the process runtime inherit
     # this unit's limit, and the default 8 MiB makes ibv_reg_mr fail.

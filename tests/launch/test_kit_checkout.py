@@ -17,7 +17,6 @@ import ipaddress
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -26,10 +25,10 @@ import pytest
 
 from sparkfleet import inventory
 from sparkfleet.launch.plan import dry_run
+from support.lanefleet import repo_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT_DIR = os.environ.get("SPARKFLEET_KIT_DIR", "")
-STAND_IN_DIGEST = "sha256:" + "5e" * 32
 AIDEN_KIT = "recipes/deepseek-v4.1-flash/sglang"
 EXL3_RUNTIME = "release/runtime"
 
@@ -75,13 +74,7 @@ def _same_argv(kit: list[str], ours: list[str]) -> bool:
 
 
 def _fleet(tmp_path: Path) -> inventory.Inventory:
-    root = tmp_path / "fleet"
-    (root / "hosts").mkdir(parents=True)
-    text = (ROOT / "hosts" / "fleet.toml").read_text()
-    text = text.replace('tag = "production-1.2"\n', f'tag = "production-1.2"\ndigest = "{STAND_IN_DIGEST}"\n')
-    (root / "hosts" / "fleet.toml").write_text(text)
-    shutil.copytree(ROOT / "recipes", root / "recipes")
-    return inventory.load(root)
+    return inventory.load(repo_fleet(tmp_path / "fleet"))
 
 
 @pytest.mark.parametrize("lane", ["dsv41-flash-exl3-2x", "dsv41-flash-4x-aiden"])

@@ -24,19 +24,13 @@ from sparkfleet.launch.manifest import BindManifest, BindMount
 from sparkfleet.launch.plan import dry_run, planned_argv
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.spec import build_spec
+from support.lanefleet import STAND_IN_DIGEST, repo_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN_DIGEST = "sha256:" + "5e" * 32  # the production tag's digest is not published in the kit
 
 
 def _fleet(tmp_path: Path) -> inventory.Inventory:
-    root = tmp_path / "fleet"
-    (root / "hosts").mkdir(parents=True)
-    text = (ROOT / "hosts" / "fleet.toml").read_text()
-    text = text.replace('tag = "production-1.2"\n', f'tag = "production-1.2"\ndigest = "{STAND_IN_DIGEST}"\n')
-    (root / "hosts" / "fleet.toml").write_text(text)
-    shutil.copytree(ROOT / "recipes", root / "recipes")
-    return inventory.load(root)
+    return inventory.load(repo_fleet(tmp_path / "fleet"))
 
 
 def _kit(lane: str) -> dict:

@@ -213,3 +213,20 @@ class HostPool:
         self.hosts.clear()
         if errors:
             raise errors[0]
+
+
+REPO = Path(__file__).resolve().parents[2]
+# The Aiden kit publishes its production image by tag only; the real fleet leaves its digest to
+# `pins resolve`. A stand-in digest lets a copy of the real fleet plan that lane offline.
+STAND_IN_DIGEST = "sha256:" + "5e" * 32
+
+
+def repo_fleet(root: Path, digest: str = STAND_IN_DIGEST) -> Path:
+    """A copy of this repository's own fleet (hosts/fleet.toml, recipes/) under `root`, the tag-only
+    production pin given `digest`: the real inventory, planned as an operator would. Return root."""
+    (root / "hosts").mkdir(parents=True)
+    text = (REPO / "hosts" / "fleet.toml").read_text()
+    pinned = text.replace('tag = "production-1.2"\n', f'tag = "production-1.2"\ndigest = "{digest}"\n')
+    (root / "hosts" / "fleet.toml").write_text(pinned)
+    shutil.copytree(REPO / "recipes", root / "recipes")
+    return root
