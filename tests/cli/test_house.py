@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.support.importgraph import circles, graph, path_to, reachable
+from tests.support.importgraph import circles, graph, path_to, reachable, rooms
 
 PKG = Path(__file__).resolve().parents[2] / "python" / "sparkfleet"
 LAUNCH = "sparkfleet.launch."
@@ -116,6 +116,31 @@ def test_the_circle_checker_finds_a_planted_circle_even_behind_a_lazy_import(tmp
 
 def test_the_package_has_no_import_circle():
     assert circles(graph(PKG.parent, "sparkfleet")) == []
+
+
+def test_the_folder_checker_finds_two_folders_that_import_each_other(tmp_path):
+    """No module circle, yet a/x imports b/y while b/z imports a/w: the folders a and b stand on no
+    floor one above the other. A top-level module is a room of its own."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "", "pkg/top.py": "from .a import w\n",
+        "pkg/a/__init__.py": "", "pkg/a/x.py": "from ..b import y\n", "pkg/a/w.py": "",
+        "pkg/b/__init__.py": "", "pkg/b/y.py": "", "pkg/b/z.py": "from ..a.w import W\n",
+    })  # fmt: skip
+    g = graph(tmp_path, "pkg")
+    assert circles(g) == []
+    assert rooms(g, "pkg")["pkg.top"] == {"pkg.a"}
+    assert circles(rooms(g, "pkg")) == [["pkg.a", "pkg.b"]]
+
+
+def test_every_folder_arrow_runs_down():
+    """Each folder of the package and each top-level module is a room; no two rooms import each
+    other, even through others, so the rooms stand on floors and every arrow runs down."""
+    g = graph(PKG.parent, "sparkfleet")
+    tied = [set(c) for c in circles(rooms(g, "sparkfleet"))]
+    room = {m: ".".join(m.split(".")[:2]) for m in g}
+    arrows = sorted(f"{m} -> {t}" for m, ts in g.items() for t in ts
+                    for c in tied if room[m] in c and room[t] in c and room[m] != room[t])  # fmt: skip
+    assert tied == [], "\n".join(arrows)
 
 
 def test_every_launch_module_stands_on_one_floor():

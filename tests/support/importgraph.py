@@ -144,3 +144,23 @@ def path_to(via: dict[str, str], start: str, target: str) -> list[str]:
     while chain[-1] != start:
         chain.append(via[chain[-1]])
     return chain[::-1]
+
+
+def rooms(g: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The graph one level down: each sub-package of `package` (a folder) and each top-level module
+    is one room, and room A -> room B when any module of A imports any module of B.
+
+    Why: a house with no module circle can still have two folders that import each other
+    (images/load -> launch/recipe while launch/plan -> images/record): then neither folder stands
+    above the other, and the drawing shows an arrow running back up.
+    """
+
+    def room(mod: str) -> str:
+        parts = mod.split(".")
+        return ".".join(parts[:2]) if len(parts) > 1 and parts[0] == package else mod
+
+    out: dict[str, set[str]] = {}
+    for mod, targets in g.items():
+        here = room(mod)
+        out.setdefault(here, set()).update(t for t in map(room, targets) if t != here)
+    return out
