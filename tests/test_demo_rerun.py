@@ -38,8 +38,8 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
     import subprocess
     import sys
 
+    from sparkfleet import procs
     from sparkfleet.launch import lane as lanes
-    from sparkfleet.launch import records
 
     workdir = tmp_path / "demo"
     fleet = write_demo_fleet(workdir, shard_bytes=16 * 1024)
@@ -49,7 +49,7 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
     try:
         assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
         old = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
-        assert len(old) == 2 and all(records.group_members(p) for p in old)
+        assert len(old) == 2 and all(procs.group_members(p) for p in old)
         proc = subprocess.run(
             [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh",
              "--shard-mib", "1"],
@@ -57,7 +57,7 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"stopped the previous demo's {DEMO_LANE} rank 0 on dgx1" in proc.stdout
-        assert all(records.group_members(p) == [] for p in old)  # no server outlived its records
+        assert all(procs.group_members(p) == [] for p in old)  # no server outlived its records
         assert "demo ok — next: `. .venv/bin/activate`" in proc.stdout
     finally:
         lanes.stop(inventory.load(fleet.root), DEMO_LANE, 5)

@@ -18,11 +18,11 @@ from .hoststack import STACK_KEYS, HostFingerprint, drift
 from .images.record import built_image_id
 from .inventory import GIB, Host, Inventory, state_dir_of
 from .launch.manifest import build_manifest
-from .launch.nodecall import call_agent
 from .launch.plan import image_mismatch, image_request, node_facts, probe_request
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths
 from .memory import MemoryFacts, admit, summary
+from .nodecall import call_agent
 
 
 @dataclass(frozen=True)

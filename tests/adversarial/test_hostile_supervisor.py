@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkfleet.launch import generations as gens
-from sparkfleet.launch.records import process_state, start_ticks
-from sparkfleet.launch.supervisor import WatchSettings, probe_generation
+from sparkfleet.procs import process_state, start_ticks
+from sparkfleet.supervisor import WatchSettings, probe_generation
 from support.hostile_http import body, completion, hostile_server, huge, trickle
 
 from .tally import bad_input, count

@@ -22,8 +22,7 @@ LAUNCH = "sparkfleet.launch."
 PURE = {"recipe", "spec", "kitwire", "manifest", "readiness", "bootcache", "weights"}
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
 CONTROLLER = {
-    "nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "revert", "lanekeys",
-    "demo",
+    "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo",
 }
 
 
@@ -163,10 +162,18 @@ def test_launch_arrows_run_down_only():
 
 
 def test_images_and_hoststack_do_not_reach_the_lane_lifecycle():
-    """images/ reads its records and calls the agent client, never the lane's lifecycle or plan;
-    hoststack reads a host's stack through `hosts` alone."""
+    """images/ reads its records and calls the agent client (`nodecall`, below both), never launch/:
+    launch hands it a lane's image facts; hoststack reads a host's stack through `hosts` alone."""
     g = graph(PKG.parent, "sparkfleet")
-    images = {m: sorted(t for t in ts if t in {LAUNCH + "lane", LAUNCH + "plan"})
+    images = {m: sorted(t for t in ts if t.startswith(LAUNCH))
               for m, ts in g.items() if m.startswith("sparkfleet.images")}  # fmt: skip
     assert {m: ts for m, ts in images.items() if ts} == {}
     assert g["sparkfleet.hoststack"] == {"sparkfleet.hosts"}
+
+
+def test_process_identity_and_scrubbing_stand_on_the_ground():
+    """launch/, stage/, serving/ and the supervisor all check that a PID is still the process they
+    started, and bench/, launch/ and the supervisor scrub secrets: both are facts that import
+    nothing of sparkfleet, so no folder reaches into another's for them."""
+    g = graph(PKG.parent, "sparkfleet")
+    assert g["sparkfleet.procs"] == set() and g["sparkfleet.sanitize"] == set()

@@ -30,7 +30,7 @@ from sparkfleet import inventory
 from sparkfleet.bench.client import Endpoint, chat_request, stream_chat
 from sparkfleet.demo.tinyqwen import build_tiny_qwen
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.records import group_members
+from sparkfleet.procs import group_members
 from support.fleetnet import netns_pids
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 

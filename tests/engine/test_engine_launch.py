@@ -20,14 +20,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe  # noqa: E402
 
-from sparkfleet import inventory  # noqa: E402
+from sparkfleet import (
+    inventory,  # noqa: E402
+    procs,  # noqa: E402
+)
 from sparkfleet.bench.client import chat_request, stream_chat  # noqa: E402
 from sparkfleet.bench.metrics import measure  # noqa: E402
 from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
 from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
-from sparkfleet.launch import records  # noqa: E402
-from sparkfleet.launch.supervisor import WatchSettings, watch_lane  # noqa: E402
+from sparkfleet.supervisor import WatchSettings, watch_lane  # noqa: E402
 from support.lanefleet import write_fleet  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -66,7 +68,7 @@ def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
     finally:
         res = lanes.stop(inv, "vllm", 30)
     assert [r["stopped"] for r in res] == [True]
-    assert records.group_members(pid) == []  # the API server and its EngineCore child are gone
+    assert procs.group_members(pid) == []  # the API server and its EngineCore child are gone
 
 
 def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
@@ -103,7 +105,7 @@ def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGCONT)
         lanes.stop(inv, "vllm", 30)
-    assert records.group_members(pid) == []
+    assert procs.group_members(pid) == []
 
 
 def measure_text(ep, prompt: str, tokens: int) -> str:

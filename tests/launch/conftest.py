@@ -14,7 +14,8 @@ def _agent_timing(monkeypatch):
     if not os.environ.get("SPARKFLEET_TEST_TIMING"):
         yield
         return
-    from sparkfleet.launch import lane, nodecall, plan
+    from sparkfleet import nodecall
+    from sparkfleet.launch import lane, plan
 
     real = nodecall.call_agent
 

@@ -31,8 +31,8 @@ from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.doctor import doctor
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.records import group_members
-from sparkfleet.launch.supervisor import collect_incident
+from sparkfleet.procs import group_members
+from sparkfleet.supervisor import collect_incident
 from support.lanefleet import write_fleet
 
 # The serve command prints the key it got (like an engine logging its arguments), then execs the

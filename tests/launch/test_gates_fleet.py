@@ -31,8 +31,8 @@ from sparkfleet.errors import ExitCode
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
-from sparkfleet.launch.records import group_members
-from sparkfleet.launch.supervisor import watch_lane, watch_settings
+from sparkfleet.procs import group_members
+from sparkfleet.supervisor import watch_lane, watch_settings
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 PORT = 30000

@@ -32,8 +32,8 @@ from sparkfleet import apikeys, inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.nodecall import call_agent
-from sparkfleet.launch.records import group_members
+from sparkfleet.nodecall import call_agent
+from sparkfleet.procs import group_members
 from sparkfleet.serving import gateway
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 

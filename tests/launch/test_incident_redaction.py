@@ -20,7 +20,7 @@ from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.spec import redact_env, secret_values
-from sparkfleet.launch.supervisor import collect_incident
+from sparkfleet.supervisor import collect_incident
 from support.lanefleet import write_fleet
 
 SECRETS = {

@@ -56,6 +56,7 @@ from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode
 from sparkfleet.images.load import load as load_image
 from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.records import load_all
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -190,7 +191,8 @@ def test_image_load_records_each_hosts_image_and_keeps_the_previous(engines):
         assert json.loads(again.output)["hosts"][0]["action"] == "unchanged"  # rerun: nothing loaded
 
         counted: list[tuple[str, int]] = []
-        second = load_image(env["inv"], lane, archive2, on_bytes=lambda h, n, c=counted: c.append((h, n)))
+        image = launch_recipe(env["inv"], lane)
+        second = load_image(env["inv"], image, archive2, on_bytes=lambda h, n, c=counted: c.append((h, n)))
         (h,) = second.hosts
         assert (h.action, h.image_id, h.previous_image_id) == ("loaded", v2, v1)
         assert {x for x, _ in counted} == {host} and sum(n for _, n in counted) == archive2.stat().st_size
@@ -285,7 +287,7 @@ def test_image_load_streams_to_several_hosts_at_once(engines, monkeypatch):
         with lock:
             counted[host] = counted.get(host, 0) + n
 
-    report = load_image(env["inv"], "both", archive1, on_bytes=count, jobs=2)
+    report = load_image(env["inv"], launch_recipe(env["inv"], "both"), archive1, on_bytes=count, jobs=2)
     assert [(h.host, h.action, h.image_id) for h in report.hosts] == [("local1", "loaded", v1),
                                                                      ("local2", "loaded", v1)]  # fmt: skip
     # one engine behind both: a host that asks after the other's load finds the image and streams

@@ -148,7 +148,7 @@ def _fleet(fleetnet, hosts, tmp_path, monkeypatch):
 
 def _server_env(pid: int) -> dict[str, str]:
     """The env of the serve command under the rank's supervisor (same PID namespace as the test)."""
-    from sparkfleet.launch.records import group_members
+    from sparkfleet.procs import group_members
 
     child = max(p for p in group_members(pid) if p != pid)
     raw = Path(f"/proc/{child}/environ").read_text()

@@ -11,8 +11,8 @@ from launch_fleet import fake_roce_sysfs
 
 from sparkfleet.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
 from sparkfleet.inventory import Host
-from sparkfleet.launch.nodecall import AgentError, call_agent
 from sparkfleet.launch.runtimes import ContainerRuntime, RuntimeError_
+from sparkfleet.nodecall import AgentError, call_agent
 
 
 def inv_host(**kw) -> Host:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet import inventory, procs
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch import lane as lanes
@@ -111,7 +111,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
     pid = st.ranks[0].pid
     env = Path(f"/proc/{pid}/environ")
     # the supervisor carries the derived env to the serve command
-    child = records.group_members(pid)
+    child = procs.group_members(pid)
     assert len(child) >= 2
     server_env = dict(
         kv.split("=", 1) for kv in Path(f"/proc/{max(child)}/environ").read_text().split("\0") if "=" in kv
@@ -134,7 +134,7 @@ def test_launch_ready_status_logs_stop(local_fleet):
 
     res = lanes.stop(inv, "demo", 5)
     assert [r["stopped"] for r in res] == [True]
-    assert records.group_members(pid) == []
+    assert procs.group_members(pid) == []
     assert lanes.status(inv, "demo").running == 0
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -174,15 +174,15 @@ def test_stop_never_kills_a_recycled_pid(tmp_path):
             log_path=str(tmp_path / "l"),
             started_at=time.time(),
             pid=victim.pid,
-            start_ticks=(records.start_ticks(victim.pid) or 0) + 1,
-            boot_id=records.boot_id(),
+            start_ticks=(procs.start_ticks(victim.pid) or 0) + 1,
+            boot_id=procs.boot_id(),
             pgid=victim.pid,
         )
         assert not records.is_ours(rec)
         res = ProcessRuntime().stop(rec, 1)
         assert res.detail == "not running" and victim.poll() is None
         # the same record with the true start time is ours
-        assert records.is_ours(dataclasses.replace(rec, start_ticks=records.start_ticks(victim.pid)))
+        assert records.is_ours(dataclasses.replace(rec, start_ticks=procs.start_ticks(victim.pid)))
         assert not records.is_ours(dataclasses.replace(rec, boot_id="another-boot"))
     finally:
         os.kill(victim.pid, signal.SIGKILL)
@@ -196,11 +196,11 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     assert lanes.launch(inv, "demo", allow_nas_weights=True).ready.ok
     st = lanes.status(inv, "demo")
     sup = st.ranks[0].pid
-    server = [p for p in records.group_members(sup) if p != sup]
+    server = [p for p in procs.group_members(sup) if p != sup]
     assert server
     os.kill(sup, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while sup in records.group_members(sup) and time.monotonic() < deadline:
+    while sup in procs.group_members(sup) and time.monotonic() < deadline:
         time.sleep(0.05)
     socket.create_connection(("127.0.0.1", port), timeout=2).close()  # the server still serves
 
@@ -217,7 +217,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
 
     res = lanes.stop(inv, "demo", 5)
     assert [r["stopped"] for r in res] == [True] and "its supervisor had died" in res[0]["detail"]
-    assert records.group_members(sup) == []
+    assert procs.group_members(sup) == []
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert lanes.status(inv, "demo").ranks == []
@@ -226,12 +226,12 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
 def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     """`watch` after kill -9 of a supervisor tried three relaunches, each "serving port … already in
     use", and ended "needs a human" with the server still up. Its restart now ends the group first."""
-    from sparkfleet.launch.supervisor import WatchSettings, watch_lane
+    from sparkfleet.supervisor import WatchSettings, watch_lane
 
     inv, port, _ = local_fleet
     assert lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).ready.ok
     sup = lanes.status(inv, "demo").ranks[0].pid
-    old = [p for p in records.group_members(sup) if p != sup]
+    old = [p for p in procs.group_members(sup) if p != sup]
     os.kill(sup, signal.SIGKILL)
     settings = WatchSettings(interval_s=2, latency_s=2, max_restarts=1, backoff_s=0)
     events: list[str] = []
@@ -241,4 +241,4 @@ def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     assert not any("already in use" in e for e in events)
     st = lanes.status(inv, "demo")
     assert st.running == 1 and st.ranks[0].pid != sup
-    assert all(records.process_state(p) in (None, "Z") for p in old)  # the orphaned server is gone
+    assert all(procs.process_state(p) in (None, "Z") for p in old)  # the orphaned server is gone

@@ -262,7 +262,8 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
     from sparkfleet import inventory
     from sparkfleet.images.load import load as load_image
     from sparkfleet.images.node import read_record
-    from sparkfleet.images.release import push_lane
+    from sparkfleet.images.push import push_lane
+    from sparkfleet.launch.recipe import launch_recipe
     from support.lanefleet import netns_fields, use_ssh, write_fleet
 
     try:
@@ -296,15 +297,16 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
         for lane, host in (("ld", "dgx1"), ("lp", "dgx2")):
             pushed = push_lane(inv, lane, archive, reg)
             seen: list[str] = []
+            image = launch_recipe(inv, lane)
             report = load_image(
-                inv, lane, archive, on_event=seen.append, on_bytes=lambda _h, n: streamed.append(n)
+                inv, image, archive, on_event=seen.append, on_bytes=lambda _h, n: streamed.append(n)
             )
             assert [h.action for h in report.hosts] == ["loaded"], report.hosts
             assert not any("streaming over ssh" in e for e in seen), seen
             rec = read_record(hosts[host].root / "state", lane)
             assert rec["image_id"] == image_id
             assert rec["repo_digest"] == f"{reg.address}/sparkfleet/{lane}@{pushed['digest']}"
-            again = load_image(inv, lane, archive)
+            again = load_image(inv, image, archive)
             assert [h.action for h in again.hosts] == ["unchanged"]
         assert sum(streamed) == 0  # both came by registry pull, nothing over ssh
 
@@ -321,11 +323,10 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
             st = image_state(req)
         assert st["recorded"] == image_id and st["repo_digest_present"] is False and not st["present"]
         from sparkfleet.doctor import built_image_check
-        from sparkfleet.launch.recipe import launch_recipe
 
         check = built_image_check("dgx1", launch_recipe(inv, "ld"), image_id, None, st)
         assert check.ok is False and f"no longer its RepoDigest {ref}" in check.detail, check
-        report = load_image(inv, "ld", archive, on_bytes=lambda _h, n: streamed.append(n))
+        report = load_image(inv, launch_recipe(inv, "ld"), archive, on_bytes=lambda _h, n: streamed.append(n))
         assert [h.action for h in report.hosts] == ["loaded"] and sum(streamed) == 0, report.hosts
         with monkeypatch.context() as mp:
             mp.setenv("DOCKER_HOST", dockerd.host)
@@ -340,8 +341,8 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
         rec.update(image_id=other_id, registry="127.0.0.1:9")
         push_record_path("ld").write_text(json.dumps(rec))
         events: list[str] = []
-        report = load_image(inv, "ld", stream_script(other, tmp_path / "result"), on_event=events.append,
-                            on_bytes=lambda _h, n: streamed.append(n))  # fmt: skip
+        report = load_image(inv, launch_recipe(inv, "ld"), stream_script(other, tmp_path / "result"),
+                            on_event=events.append, on_bytes=lambda _h, n: streamed.append(n))  # fmt: skip
         assert [h.action for h in report.hosts] == ["loaded"], report.hosts
         assert any("streaming over ssh instead" in e for e in events) and sum(streamed) > 0
         assert read_record(hosts["dgx1"].root / "state", "ld")["repo_digest"] is None
@@ -385,9 +386,10 @@ def test_rollback_to_a_release_pulls_its_digest_and_runs_its_generation(
     from sparkfleet.demo.hubfixture import build_nas_hub
     from sparkfleet.images.load import load as load_image
     from sparkfleet.images.node import read_record
-    from sparkfleet.images.release import push_lane
+    from sparkfleet.images.push import push_lane
     from sparkfleet.launch import generations
     from sparkfleet.launch import lane as lanes
+    from sparkfleet.launch.recipe import launch_recipe
     from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
     if reason := engines_skip_reason("docker"):
@@ -437,7 +439,7 @@ stop_s = 5
             builds[v] = (docker_archive(layer, archive, f"sparkfleet/rl:{v}", v), archive)
 
         push_lane(inv, "rl", builds["v1"][1], reg)
-        load_image(inv, "rl", builds["v1"][1])
+        load_image(inv, launch_recipe(inv, "rl"), builds["v1"][1])
         first = lanes.launch(inv, "rl", canary=False, allow_nas_weights=True)
         assert first.ready.ok, first.ready
         gen = first.generation
@@ -449,7 +451,7 @@ stop_s = 5
         lanes.stop(inv, "rl", 5)
 
         push_lane(inv, "rl", builds["v2"][1], reg)
-        load_image(inv, "rl", builds["v2"][1])
+        load_image(inv, launch_recipe(inv, "rl"), builds["v2"][1])
         assert lanes.launch(inv, "rl", canary=False, allow_nas_weights=True).ready.ok
         assert read_record(host.root / "state", "rl")["image_id"] == builds["v2"][0]
 
@@ -471,7 +473,7 @@ stop_s = 5
 
         # launch --release r1 after v2 was loaded again: r1's digest comes back, its recipe runs
         lanes.stop(inv, "rl", 5)
-        load_image(inv, "rl", builds["v2"][1])
+        load_image(inv, launch_recipe(inv, "rl"), builds["v2"][1])
         assert read_record(host.root / "state", "rl")["image_id"] == builds["v2"][0]
         res = runner.invoke(cli, ["--root", str(inv.root), "launch", "rl", "--release", "r1", "--no-canary",
                                           "--allow-nas-weights"])

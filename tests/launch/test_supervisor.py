@@ -6,7 +6,7 @@ import pytest
 
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch.preflight import judge_canary
-from sparkfleet.launch.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
+from sparkfleet.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
 
 
 class Clock:

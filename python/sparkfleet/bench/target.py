@@ -19,9 +19,9 @@ from typing import Any
 from ..errors import SparkfleetError
 from ..hubcache import repo_folder
 from ..inventory import Inventory, Lane
+from ..sanitize import clean, split_credentials
 from .client import Endpoint
 from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
-from .sanitize import clean, split_credentials
 
 DEFAULT_PORT = 30000
 API_KEY_ENV = "SPARKFLEET_API_KEY"
@@ -147,7 +147,7 @@ def head_key(inv: Inventory, name: str) -> str | None:
     """The lane's API key from its head host's key file (apikeys), read through the launch agent."""
     from ..hosts import HostUnreachable
     from ..launch.lanekeys import lane_key
-    from ..launch.nodecall import call_agent
+    from ..nodecall import call_agent
 
     try:
         return lane_key(inv, name, call_agent)

@@ -71,7 +71,7 @@ def _lane_keys(inv, host: str) -> dict[str, str]:
     """Each lane on HOST gets its API key there (needs sparkfleet on the host: after `deploy`, the
     launch installs it anyway)."""
     from ..launch.lanekeys import install_for_host
-    from ..launch.nodecall import call_agent
+    from ..nodecall import call_agent
 
     return install_for_host(inv, host, call_agent)
 

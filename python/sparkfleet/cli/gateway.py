@@ -47,7 +47,7 @@ def up(
       sparkfleet gateway up
       sparkfleet gateway up --port 8080 --json
     """
-    from ..launch.nodecall import call_agent
+    from ..nodecall import call_agent
     from ..serving.gateway import up as do_up
 
     def event(msg: str) -> None:
@@ -80,7 +80,7 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None) -> Non
       SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run
       sparkfleet gateway run --port 8080
     """
-    from ..launch.nodecall import call_agent
+    from ..nodecall import call_agent
     from ..serving.gateway import run as do_run
 
     def event(msg: str) -> None:

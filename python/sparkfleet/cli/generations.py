@@ -77,7 +77,7 @@ def watch(
       sparkfleet watch dsv41-flash-4x-mia
       sparkfleet watch dsv41-flash-4x-mia --interval 10 --probes 3 --json
     """
-    from ..launch.supervisor import watch_lane, watch_settings
+    from ..supervisor import watch_lane, watch_settings
 
     inv = load_inventory(ctx)
     settings = watch_settings(

@@ -47,12 +47,14 @@ def load(
       sparkfleet image load dsv41-flash-4x-mia --dry-run --json
     """
     from ..images.load import load as do_load
+    from ..launch.recipe import launch_recipe
 
     def event(msg: str) -> None:
         if not as_json:
             click.echo(f"· {msg}", err=True)
 
     inv = load_inventory(ctx)
+    image = launch_recipe(inv, lane)  # the lane's image facts: its engine and flake package
     if wants_bar(as_json):
         bar = Progress(
             TextColumn("{task.description}"), DownloadColumn(binary_units=True), TransferSpeedColumn(),
@@ -66,10 +68,10 @@ def load(
             bar.advance(tasks[host], n)
 
         with bar:
-            report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event,
+            report = do_load(inv, image, source, dry_run=dry_run, timeout_s=timeout, on_event=event,
                              on_bytes=count, jobs=jobs)  # fmt: skip
     else:
-        report = do_load(inv, lane, source, dry_run=dry_run, timeout_s=timeout, on_event=event, jobs=jobs)
+        report = do_load(inv, image, source, dry_run=dry_run, timeout_s=timeout, on_event=event, jobs=jobs)
     if as_json:
         echo_json({"ok": report.ok, **vars(report)})
     else:
@@ -125,7 +127,7 @@ def push(
       sparkfleet image push dsv41-flash-4x-mia --image ./result --registry 10.0.0.1:5000
       SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet image push dsv41-flash-4x-mia --json
     """
-    from ..images.release import push_lane
+    from ..images.push import push_lane
 
     rec = push_lane(load_inventory(ctx), lane, source, make_registry(address, cert_dir))
     if as_json:

@@ -30,7 +30,7 @@ def rotate(ctx: click.Context, lane: str, as_json: bool) -> None:
       sparkfleet keys rotate dsv41-flash-4x-mia --json
     """
     from ..launch.lanekeys import rotate as do_rotate
-    from ..launch.nodecall import call_agent
+    from ..nodecall import call_agent
 
     done = do_rotate(load_inventory(ctx), lane, call_agent)
     if as_json:

@@ -35,7 +35,7 @@ def cut(
       sparkfleet release cut dsv41-flash-4x-mia r39 --registry 10.0.0.1:5000
       sparkfleet release cut dsv41-flash-4x-mia r40 --generation 20261201T210000000Z --json
     """
-    from ..images.release import cut as do_cut
+    from ..launch.release import cut as do_cut
 
     inv = load_inventory(ctx)
     rel = do_cut(inv.root, lane, name, make_registry(address, cert_dir), generation)

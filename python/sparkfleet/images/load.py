@@ -22,10 +22,9 @@ from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..hosts import RunResult, SshHost, check_reachable, connect, fan_out
 from ..inventory import Inventory, state_dir_of
-from ..launch.nodecall import call_agent
-from ..launch.recipe import LaunchRecipe, launch_recipe
+from ..nodecall import call_agent
 from .archive import BuildImage, inspect_build, open_stream
-from .record import operator_record_path, read_operator_record, read_push_record
+from .record import CONTAINER_ENGINES, LaneImage, operator_record_path, read_operator_record, read_push_record
 
 
 @dataclass
@@ -55,11 +54,13 @@ class LoadReport:
         )
 
 
-def _image_recipe(inv: Inventory, lane: str) -> LaunchRecipe:
-    recipe = launch_recipe(inv, lane)
-    if recipe.runtime not in ("docker", "podman"):
-        raise SparkfleetError(f"lane {lane} runs with the {recipe.runtime} runtime: it has no image to load")
-    return recipe
+def _engine(image: LaneImage) -> str:
+    """The container engine that loads the lane's image (a lane run as processes has no image)."""
+    if image.runtime not in CONTAINER_ENGINES:
+        raise SparkfleetError(
+            f"lane {image.lane} runs with the {image.runtime} runtime: it has no image to load"
+        )
+    return image.runtime
 
 
 def _remote_argv(runner, argv: list[str]) -> list[str]:
@@ -182,7 +183,7 @@ def _load_host(
 
 def load(
     inv: Inventory,
-    lane: str,
+    image: LaneImage,
     source: Path,
     *,
     dry_run: bool = False,
@@ -191,13 +192,14 @@ def load(
     on_bytes: Callable[[str, int], None] = lambda _host, _n: None,
     jobs: int = 4,
 ) -> LoadReport:
-    """Load the build at `source` into every host of the lane that does not hold it; record the IDs.
+    """Load the build at `source` into every host of `image.lane` that does not hold it; record the IDs.
 
-    `on_event` gets a line before each change; `on_bytes(host, n)` counts the archive streamed.
-    Up to `jobs` hosts load at once, each from its own run of the stream script.
+    `image` is the lane's image facts (its launch recipe is one). `on_event` gets a line before
+    each change; `on_bytes(host, n)` counts the archive streamed. Up to `jobs` hosts load at once,
+    each from its own run of the stream script.
     """
-    recipe = _image_recipe(inv, lane)
-    engine = recipe.runtime
+    lane = image.lane
+    engine = _engine(image)
     on_event(f"reading {source} for its image ID")
     build = inspect_build(source)
     on_event(f"build image {build.image_id} ({', '.join(build.repo_tags) or 'untagged'})")
@@ -209,7 +211,7 @@ def load(
     names = list(inv.lane(lane).hosts)
     report.hosts = fan_out(one, names, limit=jobs)  # lane order, whatever order they finish in
     if not dry_run:
-        report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
+        report.record = str(_write_operator_record(image, build, report.hosts))
     return report
 
 
@@ -218,7 +220,7 @@ REGISTRY_KIND = "registry"  # a BuildImage that exists only in the registry (a r
 
 def load_pushed(
     inv: Inventory,
-    lane: str,
+    image: LaneImage,
     pushed: dict,
     *,
     on_event: Callable[[str], None] = lambda _m: None,
@@ -226,15 +228,14 @@ def load_pushed(
 ) -> LoadReport:
     """Every host of the lane pulls `pushed` (registry, repo, digest, image_id: a release's image)
     and records it; the operator record then names it as the lane's build, so `launch` runs it."""
-    recipe = _image_recipe(inv, lane)
+    lane = image.lane
+    engine = _engine(image)
     ref = f"{pushed['registry']}/{pushed['repo']}@{pushed['digest']}"
     build = BuildImage(ref, REGISTRY_KIND, pushed["image_id"], ())
     report = LoadReport(lane, build)
 
     def one(name: str) -> HostLoad:
-        return _load_host(
-            inv, lane, name, recipe.runtime, build, False, 3600, on_event, lambda _h, _n: None, pushed
-        )
+        return _load_host(inv, lane, name, engine, build, False, 3600, on_event, lambda _h, _n: None, pushed)
 
     names = list(inv.lane(lane).hosts)
     report.hosts = fan_out(one, names, limit=jobs)
@@ -245,12 +246,13 @@ def load_pushed(
             + "; ".join(f"{h.host}: {h.detail}" for h in failed),
             hint="is the registry up and its CA installed? (docs/images.md)",
         )
-    report.record = str(_write_operator_record(lane, recipe, build, report.hosts))
+    report.record = str(_write_operator_record(image, build, report.hosts))
     return report
 
 
-def _write_operator_record(lane: str, recipe: LaunchRecipe, build: BuildImage, hosts: list[HostLoad]) -> Path:
+def _write_operator_record(image: LaneImage, build: BuildImage, hosts: list[HostLoad]) -> Path:
     """Merge this run into the lane's record: the build, and per host what it holds now."""
+    lane = image.lane
     path = operator_record_path(lane)
     old = read_operator_record(lane) or {}
     per_host = dict(old.get("hosts") or {})
@@ -260,7 +262,7 @@ def _write_operator_record(lane: str, recipe: LaunchRecipe, build: BuildImage, h
                                 "engine": h.engine, "at": time.time()}  # fmt: skip
     doc = {
         "lane": lane,
-        "package": recipe.image_build,
+        "package": image.image_build,
         "build": {
             "source": build.source,
             "kind": build.kind,

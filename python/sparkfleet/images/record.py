@@ -13,14 +13,28 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ExitCode, SparkfleetError
 
-if TYPE_CHECKING:
-    from ..launch.recipe import LaunchRecipe
-
 STATE_ENV = "SPARKFLEET_STATE_DIR"
+CONTAINER_ENGINES = ("docker", "podman")
+
+
+class LaneImage(Protocol):
+    """What images/ knows of a lane: its name, the engine that runs its image and the flake package
+    the image is built from. A launch recipe is one (it has these three fields); images/ never
+    reads a recipe itself, so the data flows down: launch/ and the CLI hand these facts over.
+    """
+
+    @property
+    def lane(self) -> str: ...
+
+    @property
+    def runtime(self) -> str: ...
+
+    @property
+    def image_build(self) -> str | None: ...
 
 
 def operator_state_dir() -> Path:
@@ -82,7 +96,7 @@ def read_operator_record(lane: str) -> dict[str, Any] | None:
     return doc
 
 
-def built_image_id(recipe: LaunchRecipe) -> str:
+def built_image_id(recipe: LaneImage) -> str:
     """The ID of the lane's last loaded build; refuses when the lane's image was never loaded."""
     rec = read_operator_record(recipe.lane)
     image_id = ((rec or {}).get("build") or {}).get("image_id")
@@ -107,7 +121,7 @@ def host_span(names: list[str]) -> str:
     return ", ".join(names)
 
 
-def planned_image(recipe: LaunchRecipe, hosts: list[str]) -> tuple[str, str]:
+def planned_image(recipe: LaneImage, hosts: list[str]) -> tuple[str, str]:
     """For a dry run (no host contacted): the image reference a rank would run and what the
     operator's record says about it: `mia-tp4-image (not loaded on dgx1..dgx4)` before any
     `image load`, else the build's ID and the hosts the record does not show holding it."""

@@ -18,9 +18,9 @@ from ..errors import ExitCode, SparkfleetError
 from ..hosts import HostUnreachable, connect, fan_out
 from ..inventory import Inventory, state_dir_of
 from ..jsonable import to_jsonable
+from ..nodecall import call_agent, state_request
 from .generations import current, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
-from .nodecall import call_agent, state_request
 from .plan import LanePlan, prepare
 from .preflight import preflight
 from .readiness import BootWatch, RankExit, RankProgress, wait_ready

@@ -15,7 +15,7 @@ from ..apikeys import new_key
 from ..errors import ExitCode, SparkfleetError
 from ..hosts import HostUnreachable, connect, fan_out
 from ..inventory import Inventory
-from .nodecall import state_request
+from ..nodecall import state_request
 
 Call = Callable[..., dict]
 

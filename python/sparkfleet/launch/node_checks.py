@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import apikeys
+from .. import apikeys, procs
 from ..atomic import write_bytes
-from ..bench.sanitize import Secrets
+from ..sanitize import Secrets
 from . import canary_worker, records, watchdog
 from .manifest import BindMount
 from .records import tail_bytes
@@ -146,7 +146,7 @@ def _rank_env(rec: records.LaunchRecord) -> dict[str, str] | str:
     """The rank's env as it runs, secrets included (the caller redacts): /proc of the serve command,
     else the 0600 env file the rank was given (a container's, or a process rank's that is gone)."""
     if rec.runtime == "process" and rec.pid and records.is_ours(rec):
-        kids = [p for p in records.group_members(rec.pgid or rec.pid) if p != rec.pid] or [rec.pid]
+        kids = [p for p in procs.group_members(rec.pgid or rec.pid) if p != rec.pid] or [rec.pid]
         try:
             raw = Path(f"/proc/{max(kids)}/environ").read_bytes().decode(errors="replace")
             return dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)

@@ -17,9 +17,9 @@ from ..fabric import NODE_ENV_KEYS, FabricFacts
 from ..hosts import HostUnreachable, connect, fan_out
 from ..images.record import built_image_id, planned_image
 from ..inventory import Host, Inventory, state_dir_of
+from ..nodecall import call_agent
 from . import records
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
-from .nodecall import call_agent
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
 from .runtimes import container_run_argv
 from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems

@@ -18,7 +18,7 @@ from ..hosts import connect, fan_out
 from ..hoststack import HostFingerprint, drift, fingerprint_hosts
 from ..jsonable import to_jsonable
 from ..memory import MemoryFacts, admit, summary
-from .nodecall import call_agent
+from ..nodecall import call_agent
 from .recipe import rank_port
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from .. import procs
 from ..atomic import write_bytes
-from . import records
 
 DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
 USAGE = (
@@ -100,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 127
 
     if "--child-file" in named:
-        ident = {"pid": child.pid, "start_ticks": records.start_ticks(child.pid)}
-        ident["boot_id"] = records.boot_id()
-        write_bytes(Path(named["--child-file"]), json.dumps(ident).encode())
+        write_bytes(Path(named["--child-file"]), json.dumps(procs.identity(child.pid)).encode())
 
     def forward(signum, _frame):
         if child.poll() is None:

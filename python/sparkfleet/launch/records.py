@@ -2,8 +2,8 @@
 
 A record is written (temp + fsync + os.replace) on the node that runs the rank, under
 `<state_dir>/lanes/<lane>/rank<r>.json`. A process is named by PID *and* its start time in
-clock ticks since boot (field 22 of /proc/<pid>/stat) *and* the boot id: a recycled PID, or the
-same PID after a reboot, is never mistaken for ours. A container is named by its full ID.
+clock ticks since boot *and* the boot id (`sparkfleet.procs`): a recycled PID, or the same PID
+after a reboot, is never mistaken for ours. A container is named by its full ID.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import procs
 from ..atomic import write_bytes
 
 
@@ -104,57 +105,14 @@ def load_last(state_dir: Path, lane: str) -> list[LaunchRecord]:
     return _load_dir(lane_dir(state_dir, lane) / "last")
 
 
-# ---- process identity --------------------------------------------------------------------------
-
-
-def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of /proc/<pid>/stat (after the parenthesised comm, which may hold spaces)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None
-
-
-def process_state(pid: int) -> str | None:
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
-
 def is_ours(record: LaunchRecord) -> bool:
-    """The recorded process still runs and is the very process we started (not a recycled PID)."""
+    """The recorded process still runs and is the very process we started (not a recycled PID).
+
+    A record without a boot id (written before records carried one) is checked by start time alone.
+    """
     if record.pid is None:
         return False
-    if record.boot_id and record.boot_id != boot_id():
-        return False
-    state = process_state(record.pid)
-    if state is None or state in ("Z", "X"):
-        return False
-    return start_ticks(record.pid) == record.start_ticks
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group `pgid`."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
+    return procs.same_process(record.pid, record.start_ticks, record.boot_id or procs.boot_id())
 
 
 def tail_bytes(path: str, limit: int = 1 << 20) -> bytes:

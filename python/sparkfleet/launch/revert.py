@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..images.load import load_pushed
-from ..images.release import load_release
 from .generations import find_generation, last_good, rollback, rollback_inventory
 from .lane import launch, stop
 from .plan import dry_run
+from .recipe import launch_recipe
+from .release import load_release
 from .report import LaunchReport
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def release_generation(
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
         frozen = rollback_inventory(gen, Path(tmp))
         if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):
-            load_pushed(frozen, lane, rel["image"], on_event=on_event)
+            load_pushed(frozen, launch_recipe(frozen, lane), rel["image"], on_event=on_event)
     return gen
 
 

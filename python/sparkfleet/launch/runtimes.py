@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import procs
 from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from . import records
@@ -155,8 +156,8 @@ class ProcessRuntime:
             self.name,
             log,
             pid=proc.pid,
-            start_ticks=records.start_ticks(proc.pid),
-            boot_id=records.boot_id(),
+            start_ticks=procs.start_ticks(proc.pid),
+            boot_id=procs.boot_id(),
             pgid=proc.pid,
             exit_path=str(exit_file),
         )
@@ -219,11 +220,11 @@ class ProcessRuntime:
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and records.group_members(pgid):
+            while time.monotonic() < deadline and procs.group_members(pgid):
                 time.sleep(0.05)
-            if not records.group_members(pgid):
+            if not procs.group_members(pgid):
                 return StopResult(rec.rank, rec.name, True, True, f"stopped ({signal.Signals(sig).name})")
-        left = records.group_members(pgid)
+        left = procs.group_members(pgid)
         return StopResult(rec.rank, rec.name, True, not left, f"still running: {left}" if left else "stopped")
 
     def read_log(self, rec: LaunchRecord, offset: int, max_bytes: int) -> tuple[bytes, int]:

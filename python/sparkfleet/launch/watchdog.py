@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import procs
 from ..atomic import write_bytes
 from ..memory import gib, read_memory
 from . import records
@@ -98,7 +99,7 @@ def spawn(state_dir: Path, lane: str, floor: int, interval: float, stop_timeout:
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)  # fmt: skip
-    rec = {"pid": proc.pid, "start_ticks": records.start_ticks(proc.pid), "boot_id": records.boot_id(),
+    rec = {**procs.identity(proc.pid),
            "floor": floor, "interval": interval, "meminfo": argv[-1]}  # fmt: skip
     write_bytes(path, json.dumps(rec).encode())
     return rec
@@ -113,12 +114,7 @@ def _load(path: Path) -> dict | None:
 
 def _is_ours(rec: dict) -> bool:
     pid = rec.get("pid")
-    return (
-        bool(pid)
-        and rec.get("boot_id") == records.boot_id()
-        and records.start_ticks(pid) == rec.get("start_ticks")
-        and records.process_state(pid) not in (None, "Z", "X")
-    )
+    return bool(pid) and procs.same_process(pid, rec.get("start_ticks"), rec.get("boot_id"))
 
 
 def stop_watchdog(state_dir: Path, lane: str) -> bool:

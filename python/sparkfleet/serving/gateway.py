@@ -40,13 +40,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import apikeys
+from .. import apikeys, procs
 from ..atomic import ensure_dir, write_bytes
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import Inventory
 from ..launch.lanekeys import Call, install
 from ..launch.recipe import launch_recipe
-from ..launch.records import boot_id, process_state, start_ticks
 from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
@@ -226,10 +225,7 @@ def load_record(state_dir: Path) -> GatewayRecord | None:
 
 def is_running(rec: GatewayRecord) -> bool:
     """The recorded process runs and is the one `up` started (never a recycled PID)."""
-    if rec.boot_id != boot_id():
-        return False
-    state = process_state(rec.pid)
-    return state not in (None, "Z", "X") and start_ticks(rec.pid) == rec.start_ticks
+    return procs.same_process(rec.pid, rec.start_ticks, rec.boot_id)
 
 
 def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: int) -> list[str]:
@@ -298,8 +294,8 @@ def _prepare(
 def _record(state_dir: Path, pid: int, prep: _Prepared, bind: str, port: int, log: Path | str) -> None:
     rec = GatewayRecord(
         pid=pid,
-        start_ticks=start_ticks(pid),
-        boot_id=boot_id(),
+        start_ticks=procs.start_ticks(pid),
+        boot_id=procs.boot_id(),
         bind=bind,
         port=port,
         policy=prep.plan.policy,

@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import procs
 from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from ..hosts import stop_process
-from ..launch.records import boot_id, process_state, start_ticks
 from .transport import RSYNCD_MODULE, RSYNCD_USER
 
 PRIVATE_PREFIX = "sparkfleet-rsyncd-"
@@ -121,17 +121,11 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def _identity(pid: int) -> dict:
-    return {"pid": pid, "start_ticks": start_ticks(pid), "boot_id": boot_id()}
-
-
 def _alive(who: object) -> bool:
     """The very process `who` names still runs (same boot, same start time: not a recycled PID)."""
     if not isinstance(who, dict) or not isinstance(who.get("pid"), int) or who["pid"] <= 0:
         return False
-    if who.get("boot_id") != boot_id() or process_state(who["pid"]) in (None, "Z", "X"):
-        return False
-    return start_ticks(who["pid"]) == who.get("start_ticks")
+    return procs.same_process(who["pid"], who.get("start_ticks"), who.get("boot_id"))
 
 
 def sweep_leftovers(tmp: Path | None = None) -> list[Path]:
@@ -175,7 +169,7 @@ def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tupl
     sweep_leftovers()
     private = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))  # 0700 by mkdtemp
     proc: subprocess.Popen | None = None
-    owner = {"owner": _identity(os.getpid())}
+    owner = {"owner": procs.identity(os.getpid())}
     try:
         write_bytes(private / OWNER_FILE, json.dumps(owner).encode(), mode=0o600)  # before the secret
         secrets_file = private / "secrets"
@@ -194,7 +188,7 @@ def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tupl
                 preexec_fn=die_with_parent(),  # noqa: PLW1509 - one prctl call, resolved before fork
             )
             if _wait_listening(spec.address, port, proc, timeout):
-                owner["daemon"] = _identity(proc.pid)
+                owner["daemon"] = procs.identity(proc.pid)
                 write_bytes(private / OWNER_FILE, json.dumps(owner).encode(), mode=0o600)
                 break
             _stop(proc)

@@ -1,10 +1,10 @@
 """The controller's one client to the node agent: run an agent action on a host, get its JSON answer.
 
-Why a module of its own: launch, images, doctor, hoststack, the supervisor, keys and the gateway all
-talk to nodes through the same agent protocol (one JSON request on stdin, one JSON answer on
-stdout, `{"ok": false, "error", "hint"}` for a refusal). Keeping the client apart from the lane's
-lifecycle lets each of them import only this, and nothing here imports another launch module but
-the pure `spec` (where a host's state directory is).
+Why a module of its own, below launch/ and images/: launch, images, doctor, bench's target, the
+supervisor, keys and the gateway all talk to nodes through the same agent protocol (one JSON
+request on stdin, one JSON answer on stdout, `{"ok": false, "error", "hint"}` for a refusal). The
+client knows hosts and the inventory, nothing of a lane's lifecycle or an image's loading, so each
+of them imports it from below and none reaches up into launch/ for it.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SparkfleetError
-from ..hosts import LocalHost, check_reachable, remote_sparkfleet
-from ..inventory import state_dir_of
+from .errors import SparkfleetError
+from .hosts import LocalHost, check_reachable, remote_sparkfleet
+from .inventory import state_dir_of
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from .inventory import Inventory
 
 
 class AgentError(SparkfleetError):

@@ -1,13 +1,14 @@
-"""`image push LANE` and `release cut LANE NAME`: the built image into the registry, a promoted
-generation frozen under a name.
+"""`release cut LANE NAME`: a promoted generation frozen under a name.
 
-A push records which registry digest carries which built image ID (`<state>/registry/<lane>.json`,
-operator side). A cut takes a generation that `promote` marked good and freezes it as
+A cut takes a generation that `promote` marked good and freezes it as
 `recipes/<lane>/releases/<NAME>.json`. The file holds the image digest, the pins, the recipe's hash
 and text, the fingerprints and the promotion's passing reports. The same digest is tagged `NAME` in
 the registry. The record is created exclusively (a link that fails if the name exists) and is
 read-only, so a release is never overwritten. Cutting a generation that was never promoted is
 refused.
+
+Why in launch/: a release freezes a *generation* (launch's record of what ran), so it reads
+launch/generations; images/ keeps the registry mechanics it calls (`image push`'s record, tag).
 """
 
 from __future__ import annotations
@@ -19,39 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import ensure_dir, temp_name, write_bytes
+from ..atomic import ensure_dir, temp_name
 from ..errors import ExitCode, SparkfleetError
-from ..inventory import RECIPES_DIR, Inventory
-from ..launch.generations import load_all
-from .archive import inspect_build
-from .record import push_record_path, read_push_record
-from .registry import Registry, push, tag
+from ..images.record import read_push_record
+from ..images.registry import Registry, tag
+from ..inventory import RECIPES_DIR
+from .generations import load_all
 
 RELEASES = "releases"
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
-
-
-def repo_of(lane: str) -> str:
-    return f"sparkfleet/{lane}"
-
-
-def push_lane(inv: Inventory, lane: str, source: Path, reg: Registry) -> dict[str, Any]:
-    """Copy LANE's built image into the registry by digest; record digest <-> image ID."""
-    inv.lane(lane)
-    build = inspect_build(source)
-    digest = push(reg, source, repo_of(lane), f"build-{build.image_id.split(':', 1)[-1][:12]}")
-    record = {
-        "lane": lane,
-        "registry": reg.address,
-        "repo": repo_of(lane),
-        "digest": digest,
-        "image_id": build.image_id,
-        "pushed_at": time.time(),
-    }
-    path = push_record_path(lane)
-    ensure_dir(path.parent, 0o700)
-    write_bytes(path, json.dumps(record, indent=1).encode(), mode=0o600)
-    return record
 
 
 def releases_dir(root: Path, lane: str) -> Path:

@@ -12,6 +12,11 @@ forever hides the problem and can take the host down with it.
 
 The loop is pure over injected callables (probe, collect, restart, stop, clock, sleep); the CLI
 wires them to the real lane.
+
+Why a top-level module and not in launch/: it composes the lane's lifecycle (launch/: launch,
+stop, status) with bench's client and target (the probe, the lane's URL and key), and bench/
+itself imports launch/ (a lane's generations, keys and weights). Standing above both, it keeps
+every arrow running down.
 """
 
 from __future__ import annotations
@@ -27,18 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import ensure_dir, write_bytes
-from ..bench.sanitize import Secrets
-from ..bench.target import for_lane
-from ..errors import SparkfleetError
-from ..hosts import connect, fan_out
-from ..inventory import RECIPES_DIR
-from .generations import current, scan
-from .lane import launch, status, stop
+from .atomic import ensure_dir, write_bytes
+from .bench.target import for_lane
+from .errors import SparkfleetError
+from .hosts import connect, fan_out
+from .inventory import RECIPES_DIR
+from .launch.generations import current, scan
+from .launch.lane import launch, status, stop
+from .launch.plan import dry_run
+from .launch.recipe import launch_recipe
+from .launch.spec import secret_values
 from .nodecall import call_agent, state_request
-from .plan import dry_run
-from .recipe import launch_recipe
-from .spec import secret_values
+from .sanitize import Secrets
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,8 @@ def probe_generation(url: str, model: str, s: WatchSettings, api_key: str | None
     last byte, the body is capped at MAX_PROBE_BYTES, and an answer of the wrong JSON shape or
     type is a failed probe naming what was wrong (the bench client's request() and its deadline).
     """
-    from ..bench.client import Endpoint, ResponseTooLarge, request
-    from ..bench.probes import answer_matches
+    from .bench.client import Endpoint, ResponseTooLarge, request
+    from .bench.probes import answer_matches
 
     body = {"model": model, "messages": [{"role": "user", "content": s.prompt}],
             "temperature": 0, "max_tokens": s.max_tokens, "stream": False}  # fmt: skip
