@@ -21,9 +21,7 @@ LAUNCH = "sparkfleet.launch."
 # reaches nodes through the agent. A new launch module must be placed on one of them.
 PURE = {"recipe", "spec", "kitwire", "manifest", "readiness", "bootcache", "weights"}
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
-CONTROLLER = {
-    "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo",
-}
+CONTROLLER = {"plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo"}
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:

@@ -99,8 +99,7 @@ def spawn(state_dir: Path, lane: str, floor: int, interval: float, stop_timeout:
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)  # fmt: skip
-    rec = {**procs.identity(proc.pid),
-           "floor": floor, "interval": interval, "meminfo": argv[-1]}  # fmt: skip
+    rec = {**procs.identity(proc.pid), "floor": floor, "interval": interval, "meminfo": argv[-1]}
     write_bytes(path, json.dumps(rec).encode())
     return rec
 
