@@ -284,23 +284,44 @@ def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
     }
 
 
+def lost_digest(built: str, state: dict) -> str | None:
+    """The RepoDigest a host's engine lost while keeping the build's ID (None: not that case).
+
+    `docker rmi REPO@DIGEST`, or a `docker load` of the same ID, leaves the ID and drops the digest
+    the fleet registry gave it; `image load` pulls that digest again and no layer moves."""
+    if state.get("recorded") == built and state.get("repo_digest_present") is False:
+        return (state.get("record") or {}).get("repo_digest") or "(unrecorded)"
+    return None
+
+
 def image_mismatch(built: str, state: dict) -> str | None:
     """Why a host's image is not the build's (None when it is, and the engine still holds it)."""
     held = state.get("recorded")
     if held != built:
         return f"holds {held or 'no recorded image'}, the build is {built}"
+    digest = lost_digest(built, state)
+    if digest:
+        return f"holds {held} but no longer its RepoDigest {digest} (the registry's name for it)"
     if not state.get("present"):
         return f"recorded {held} but the engine no longer has it"
     return None
 
 
+def image_fix(lane: str, digest_lost: bool) -> str:
+    """The command that makes a host hold the build again (doctor and launch name the same one)."""
+    fix = f"sparkfleet image load {lane}"
+    return f"{fix} (pulls the lost digest again: no layer moves)" if digest_lost else fix
+
+
 def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
-    """Refuse (before anything starts) when a host's recorded image ID is not the build's."""
+    """Refuse (before anything starts) when a host does not hold the build: another recorded ID,
+    an image the engine dropped, or the build's ID without its registry RepoDigest (each named)."""
     bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
     if bad:
+        lost = any(lost_digest(built, states[h]) for h in bad)
         raise SparkfleetError(
-            f"lane {recipe.lane}: image differs from the build of {recipe.image_build} on "
+            f"lane {recipe.lane}: not every host holds the build of {recipe.image_build}: "
             + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
-            hint=f"sparkfleet image load {recipe.lane}",
+            hint=image_fix(recipe.lane, lost),
             exit_code=ExitCode.REFUSED,
         )
