@@ -47,6 +47,7 @@ from ..inventory import Inventory
 from ..launch.lanekeys import Call, install
 from ..launch.recipe import launch_recipe
 from ..launch.records import boot_id, process_state, start_ticks
+from ..launch.replicas import replica_sets
 from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
@@ -130,7 +131,7 @@ def plan(inv: Inventory) -> GatewayPlan:
         recipe = launch_recipe(inv, name)
         model = recipe.served_model_name or name
         # [gateway] replicas: the same recipe on disjoint host sets (checked by the inventory)
-        for i, hosts in enumerate(section.get("replicas") or [lane.hosts]):
+        for i, hosts in enumerate(replica_sets(lane)):  # `launch LANE --replica i` starts each
             head = inv.host(hosts[0])
             workers.append(Worker(name, model, f"http://{head.address}:{recipe.port}", tuple(hosts), i))
     if not workers:
