@@ -312,8 +312,16 @@ def _record(state_dir: Path, pid: int, prep: _Prepared, bind: str, port: int, lo
     write_bytes(_paths(state_dir)[1], json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
 
 
-def _main_argv(config: Path) -> list[str]:
-    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)]
+def main_command(config: Path) -> tuple[list[str], dict[str, str]]:
+    """gateway_main's argv and environment: this interpreter, finding this very sparkfleet and smg.
+
+    `sys.executable -m` alone may not find them: nixpkgs' wrapper of a Python application puts its
+    dependencies on sys.path inside the script (site.addsitedir, pkgs/development/interpreters/
+    python/wrap.sh), not in the environment, so a bare interpreter started from it sees none of
+    them (the deployed unit's `gateway run` would die on `import sparkfleet`). PYTHONPATH carries
+    this process's search path over; nginx, gateway_main's only child, ignores it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)], env
 
 
 def up(
@@ -334,8 +342,9 @@ def up(
     log = _paths(state_dir)[2]
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
+        argv, env = main_command(prep.config)
         proc = subprocess.Popen(
-            _main_argv(prep.config),
+            argv, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
@@ -383,8 +392,8 @@ def run(
     on_event(f"gateway on {bind}:{port}, policy {prep.plan.policy}")
     sys.stdout.flush()
     sys.stderr.flush()
-    argv = _main_argv(prep.config)
-    os.execv(argv[0], argv)
+    argv, env = main_command(prep.config)
+    os.execve(argv[0], argv, env)
 
 
 def free_port() -> int:
