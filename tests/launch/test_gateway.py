@@ -343,8 +343,8 @@ def test_launch_replica_n_plans_its_own_host_set_and_records(tmp_path):
     res = runner.invoke(cli, ["--root", str(root), "launch", "r1", "--replica", "4", "--dry-run"])
     assert res.exit_code != 0 and "lane r1 has no replica 4" in res.output
     assert "0: dgx1, 1: dgx2, 2: dgx3, 3: dgx4" in res.output
-    for verb in ("stop", "status", "watch"):  # each verb a user runs on one copy takes the same option
-        assert "--replica" in runner.invoke(cli, [verb, "--help"]).output, verb
+    for verb in (["stop"], ["status"], ["watch"], ["image", "load"]):  # what a user runs on one copy
+        assert "--replica" in runner.invoke(cli, [*verb, "--help"]).output, verb
 
     inv = inventory.load(root)
     view = replica_inventory(inv, "r1", 2)

@@ -153,6 +153,9 @@ def test_launch_names_host_lane_lost_repo_digest_and_the_fix():
     assert f"dgx3: holds {built} but no longer its RepoDigest {ref}" in msg
     assert "engine no longer has it" not in msg  # it has the image: what it lost is the digest
     assert hint == "sparkfleet image load dsv41-flash-4x-mia (pulls the lost digest again: no layer moves)"
+    with pytest.raises(SparkfleetError) as err:  # a [gateway] replica's launch names its own copy
+        check_built_image(recipe, built, {"dgx3": lost}, " --replica 1")
+    assert err.value.hint.startswith("sparkfleet image load dsv41-flash-4x-mia --replica 1 (pulls")
     check = built_image_check("dgx3", recipe, built, None, lost)  # doctor says the same facts
     assert not check.ok and f"holds {built} but no longer its RepoDigest {ref}" in check.detail
     assert check.hint == hint

@@ -21,6 +21,7 @@ from . import records
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .nodecall import call_agent
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
+from .replicas import replica_flag
 from .runtimes import container_run_argv
 from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems
 
@@ -205,7 +206,8 @@ def prepare(
 
     facts = {f.host: f for f in fan_out(probe_one, names)}
     if built:
-        check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in answers})
+        states = {n: answers[n].get("image_state") or {} for n in answers}
+        check_built_image(recipe, built, states, replica_flag(inv.lane(lane_name)))
     if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
         head = recipe.world.head
         facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
@@ -307,13 +309,14 @@ def image_mismatch(built: str, state: dict) -> str | None:
     return None
 
 
-def image_fix(lane: str, digest_lost: bool) -> str:
-    """The command that makes a host hold the build again (doctor and launch name the same one)."""
-    fix = f"sparkfleet image load {lane}"
+def image_fix(lane: str, digest_lost: bool, again: str = "") -> str:
+    """The command that makes a host hold the build again (doctor and launch name the same one);
+    `again` names a replica (` --replica N`, replicas.replica_flag)."""
+    fix = f"sparkfleet image load {lane}{again}"
     return f"{fix} (pulls the lost digest again: no layer moves)" if digest_lost else fix
 
 
-def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
+def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict], again: str = "") -> None:
     """Refuse (before anything starts) when a host does not hold the build: another recorded ID,
     an image the engine dropped, or the build's ID without its registry RepoDigest (each named)."""
     bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
@@ -322,6 +325,6 @@ def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict])
         raise SparkfleetError(
             f"lane {recipe.lane}: not every host holds the build of {recipe.image_build}: "
             + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
-            hint=image_fix(recipe.lane, lost),
+            hint=image_fix(recipe.lane, lost, again),
             exit_code=ExitCode.REFUSED,
         )
