@@ -2,6 +2,8 @@
 { lib, python3Packages, git, openssh, rsync, src }:
 let
   project = (builtins.fromTOML (builtins.readFile (src + "/pyproject.toml"))).project;
+  # the gateway (pyproject's `gateway` extra): `gateway run` imports smg in the CLI's own Python
+  smg = python3Packages.callPackage ./smg.nix { };
 in
 python3Packages.buildPythonApplication {
   pname = project.name;
@@ -14,10 +16,12 @@ python3Packages.buildPythonApplication {
   };
 
   build-system = [ python3Packages.setuptools ];
-  # The same list as pyproject.toml's dependencies (tests/nix/test_pkgs.py compares them).
+  # The same list as pyproject.toml's dependencies plus its `gateway` extra (tests/nix/test_pkgs.py
+  # compares them).
   dependencies = with python3Packages; [
     click jsonschema rich huggingface-hub safetensors matplotlib numpy
     (callPackage ./tool-eval-bench.nix { })
+    smg
   ];
   # pyproject asks huggingface_hub>=1.0 (the trees/ + shared-blob layout); a release branch may
   # carry an older one. The staging code reads the cache layout itself, so relax the bound
@@ -30,6 +34,9 @@ python3Packages.buildPythonApplication {
   # The suite needs network namespaces, sshd and FUSE; CI runs it with `make test`.
   doCheck = false;
   pythonImportsCheck = [ "sparkfleet" "sparkfleet.cli" "sparkfleet.hostfacts" "sparkfleet.pins" ];
+
+  # the gateway units put smg's bin/ on their PATH (modules/services.nix, sparkfleet-profile.nix)
+  passthru = { inherit smg; };
 
   meta = {
     description = project.description;

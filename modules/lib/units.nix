@@ -12,6 +12,9 @@ let
   profileBin = "${(import ./fleet.nix).constants.sparkfleetProfilePath}/bin/sparkfleet";
   # On NixOS the modules put the package on the system path (environment.systemPackages).
   systemBin = "/run/current-system/sw/bin/sparkfleet";
+  # The PATH systemd gives a unit that sets none (systemd.exec(5), "Environment variables in
+  # spawned processes", on a merged-/usr host as DGX OS is).
+  systemdDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin";
 
   # systemd's Exec quoting: each argument double-quoted, `\` and `"` escaped, `$` and `%` doubled
   # so systemd neither expands variables nor specifiers inside our argv.
@@ -173,9 +176,12 @@ let
   #               specRoot of stagedLanes (the profile's share/, /etc on NixOS): the timer then
   #               stages what the deployed recipes say, and a recipe edit changes no staging unit.
   #   withMounts: also the NAS mount units (hosts without NixOS; on NixOS fileSystems does it)
+  #   gatewayPath: PATH of the gateway unit, where `gateway run` finds nginx and smg (the deploy
+  #               profile's bin/ first); null leaves PATH to the caller (NixOS: the unit's `path`)
   specs = { facts, sparkfleet, fleetRoot, stagedLanes ? map (l: l.lane) facts.lanes
           , stagingRoot ? specRoot fleetRoot "stage-${facts.host}" stagedLanes, remote ? profileBin
-          , schedule ? "daily", runtimeGroups ? [ "docker" ], autostart ? null, withMounts ? false }:
+          , schedule ? "daily", runtimeGroups ? [ "docker" ], autostart ? null, withMounts ? false
+          , gatewayPath ? null }:
     let
       withBin = argv: [ sparkfleet ] ++ builtins.tail argv;
       env = root: [ "SPARKFLEET_ROOT=${root}" "SPARKFLEET_REMOTE=${remote}" "PYTHONUNBUFFERED=1" ];
@@ -247,6 +253,7 @@ let
             User = s.user;
             Environment = if s.service == "gateway"
               then env (specRoot fleetRoot "gateway" s.lanes) ++ [ "SPARKFLEET_GATEWAY_STATE=${s.stateDir}" ]
+                ++ (if gatewayPath == null then [ ] else [ "PATH=${gatewayPath}" ])
               else [ "SPARKFLEET_STATE_DIR=${s.stateDir}" "PYTHONUNBUFFERED=1" ];
             ExecStart = execLine (withBin s.argv);
             Restart = "on-failure";
@@ -295,6 +302,9 @@ let
         inherit fleetRoot stagedLanes;
         stagingRoot = "${profilePath}/share/sparkfleet/stage-root";
         withMounts = true;
+        # the profile links nginx and smg into its bin/ (sparkfleet-profile.nix); then systemd's
+        # own default PATH, so the rest of the host's tools stay where they were
+        gatewayPath = "${profilePath}/bin:${systemdDefaultPath}";
       };
     };
 
@@ -320,6 +330,6 @@ let
     wantedBy = (spec.Install or { }).WantedBy or [ ];
   };
 in {
-  inherit specs specRoot fleetSpec profileBin systemBin profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening serviceHardening toNixosService
+  inherit specs specRoot fleetSpec profileBin systemBin systemdDefaultPath profileUnits render renderAll execLine quoteArg escapePath stagingHardening laneHardening serviceHardening toNixosService
     toNixosTimer envAttrs;
 }

@@ -18,7 +18,7 @@ from .hoststack import STACK_KEYS, HostFingerprint, drift
 from .images.record import built_image_id
 from .inventory import GIB, Host, Inventory, state_dir_of
 from .launch.manifest import build_manifest
-from .launch.plan import image_mismatch, image_request, node_facts, probe_request
+from .launch.plan import image_fix, image_mismatch, image_request, lost_digest, node_facts, probe_request
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths
 from .memory import MemoryFacts, admit, summary
@@ -300,16 +300,13 @@ def built_image_check(
     host_name: str, recipe: LaunchRecipe, built: str | None, error: SparkfleetError | None, state: dict
 ) -> Check:
     """The host holds the image ID of the lane's build (what `sparkfleet image load LANE` recorded)."""
-    fix = f"sparkfleet image load {recipe.lane}"
     if built is None:
+        fix = image_fix(recipe.lane, False)
         return Check(host_name, "image", False, error.message if error else "no build", fix, refuses=True)
     digest = (state.get("record") or {}).get("repo_digest")  # pulled from the fleet registry
-    if state.get("recorded") == built and state.get("repo_digest_present") is False:
-        return Check(host_name, "image", False,
-                     f"holds {built} but no longer its RepoDigest {digest} (the registry's name for it)",
-                     f"{fix} (pulls the digest again: no layer moves)", refuses=True)  # fmt: skip
     why = image_mismatch(built, state)
     if why:
+        fix = image_fix(recipe.lane, lost_digest(built, state) is not None)
         return Check(host_name, "image", False, f"{why} ({recipe.image_build})", fix, refuses=True)
     came = f", pulled as {digest}" if digest else ""
     return Check(host_name, "image", True, f"{built} (build of {recipe.image_build}), as recorded{came}")

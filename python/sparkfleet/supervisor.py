@@ -41,6 +41,7 @@ from .launch.generations import current, scan
 from .launch.lane import launch, status, stop
 from .launch.plan import dry_run
 from .launch.recipe import launch_recipe
+from .launch.replicas import generations_home
 from .launch.spec import secret_values
 from .nodecall import call_agent, state_request
 from .sanitize import Secrets
@@ -354,10 +355,11 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
             return {"error": exc.message}
 
     per_host = dict(zip(lane.hosts, fan_out(one, list(lane.hosts)), strict=True))
-    gen = current(root or inv.root, lane_name)
-    skipped = [str(s) for s in scan(root or inv.root, lane_name)[1]]
+    root = root or generations_home(inv, lane_name)  # a replica's bundles beside its own generations
+    gen = current(root, lane_name)
+    skipped = [str(s) for s in scan(root, lane_name)[1]]
     extra = {"generation": gen["id"] if gen else None, "skipped_generations": skipped}
-    return write_bundle(root or inv.root, lane_name, reason, per_host, extra, secrets)
+    return write_bundle(root, lane_name, reason, per_host, extra, secrets)
 
 
 def watch_lane(
@@ -377,7 +379,7 @@ def watch_lane(
         try:
             stop(inv, lane_name, recipe.timeouts.stop_s)
             # A generation the operator let through with --allow-nas-weights is restarted the same way.
-            nas = bool((current(inv.root, lane_name) or {}).get("nas_weights"))
+            nas = bool((current(generations_home(inv, lane_name), lane_name) or {}).get("nas_weights"))
             rep = launch(inv, lane_name, allow_drift=allow_drift, on_event=on_event, allow_nas_weights=nas)
             return bool(rep.ready and rep.ready.ok)
         except SparkfleetError as exc:

@@ -32,6 +32,7 @@ from sparkfleet import apikeys, inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.launch import lane as lanes
+from sparkfleet.launch.replicas import replica_inventory
 from sparkfleet.nodecall import call_agent
 from sparkfleet.procs import group_members
 from sparkfleet.serving import gateway
@@ -319,29 +320,79 @@ def test_replicas_key_is_checked_by_the_inventory_and_read_by_the_gateway_plan(t
             inventory.load(root)
 
 
-def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
-    """One recipe with `[gateway] replicas = [["dgx1"], ["dgx2"]]`: smg spreads over both copies.
+def test_launch_replica_n_plans_its_own_host_set_and_records(tmp_path):
+    """`launch r1 --replica N` plans replica N's hosts ([world] ranks by position); an undeclared N is
+    refused naming the copies; its generations have their own folder; status/stop/watch take it too."""
+    from sparkfleet.launch.generations import generations_dir
+    from sparkfleet.launch.replicas import generations_home, replica_inventory, replica_of
 
-    `launch r1` starts the lane's own hosts; the second copy is started here as an operator does it
-    today, the same recipe launched with its hosts set to that replica (launch --replica is not there).
-    """
+    inv = make_fleet(tmp_path, 4, None)
+    root = Path(inv.root)
+    for lane in ("r2", "r3", "r4"):
+        (root / "recipes" / lane / "recipe.toml").unlink()
+        (root / "recipes" / lane).rmdir()
+    _with_replicas(root, "r1", [["dgx1"], ["dgx2"], ["dgx3"], ["dgx4"]])
+    fleet = root / "hosts" / "fleet.toml"  # the NAS one level down: the boot caches are then not on it
+    fleet.write_text(fleet.read_text().replace(f'"{tmp_path / "nas"}"', f'"{tmp_path / "nas" / "hub"}"'))
+    runner = CliRunner()
+    for n in range(4):
+        args = ["launch", "r1", "--replica", str(n), "--dry-run", "--json"]
+        res = runner.invoke(cli, ["--root", str(root), *args])
+        assert res.exit_code == 0, res.output
+        assert [r["host"] for r in json.loads(res.output)["ranks"]] == [f"dgx{n + 1}"]
+    res = runner.invoke(cli, ["--root", str(root), "launch", "r1", "--replica", "4", "--dry-run"])
+    assert res.exit_code != 0 and "lane r1 has no replica 4" in res.output
+    assert "0: dgx1, 1: dgx2, 2: dgx3, 3: dgx4" in res.output
+    for verb in (["stop"], ["status"], ["watch"], ["image", "load"]):  # what a user runs on one copy
+        assert "--replica" in runner.invoke(cli, [*verb, "--help"]).output, verb
+
+    inv = inventory.load(root)
+    view = replica_inventory(inv, "r1", 2)
+    assert view.lane("r1").hosts == ("dgx3",) and replica_of(view.lane("r1")) == 2
+    assert inv.lane("r1").hosts == ("dgx1",)  # the inventory itself is unchanged
+    assert generations_home(inv, "r1") == root
+    assert generations_dir(generations_home(view, "r1"), "r1") == (
+        root / "recipes" / "r1" / "replicas" / "2" / "recipes" / "r1" / "generations"
+    )
+
+    # two hosts a copy, explicit [world] ranks: they move with the hosts, by position
+    recipe = root / "recipes" / "r1" / "recipe.toml"
+    text = recipe.read_text().replace("hosts = ['dgx1']", "hosts = ['dgx1', 'dgx2']")
+    text = text.replace("tp = 1\n", 'tp = 2\nranks = { dgx2 = 0, dgx1 = 1 }\n')
+    two = "[['dgx1', 'dgx2'], ['dgx3', 'dgx4']]"
+    recipe.write_text(text.replace("[['dgx1'], ['dgx2'], ['dgx3'], ['dgx4']]", two))
+    view = replica_inventory(inventory.load(root), "r1", 1)
+    assert view.lane("r1").raw["world"]["ranks"] == {"dgx4": 0, "dgx3": 1}
+
+
+def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
+    """One recipe with `[gateway] replicas = [["dgx1"], ["dgx2"]]`: `launch r1` and `launch r1
+    --replica 1` start each copy on its own hosts; smg spreads over both; status and stop name the
+    copy they act on and leave the other serving; each copy keeps its own generations."""
+    from sparkfleet.launch.generations import current
+
     inv = make_fleet(tmp_path / "a", 2, None, ns_hosts)  # hosts dgx1, dgx2; lane r1 only
     (Path(inv.root) / "recipes" / "r2" / "recipe.toml").unlink()
     (Path(inv.root) / "recipes" / "r2").rmdir()
     root = _with_replicas(Path(inv.root), "r1", [["dgx1"], ["dgx2"]])
     inv = inventory.load(root)
-    copy = make_fleet(tmp_path / "b", 2, None, ns_hosts)  # r1's copy on dgx2: same recipe, hosts = dgx2
-    (Path(copy.root) / "recipes" / "r1" / "recipe.toml").write_text(
-        (Path(copy.root) / "recipes" / "r2" / "recipe.toml").read_text()
-    )
-    copy = inventory.load(copy.root)
     state = tmp_path / "gw"
     done = gateway.share_key(inv, state, lanes.call_agent)
     assert set(done) == {"r1", "r1#1"}  # the key went to both replicas' hosts
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(cli, ["--root", str(root), *args])
+
     try:
-        with ThreadPoolExecutor(2) as pool:
-            reports = list(pool.map(lambda iv: lanes.launch(iv, "r1", allow_nas_weights=True), [inv, copy]))
-        assert all(r.ready.ok for r in reports), [r.ready for r in reports]
+        for n in (0, 1):  # one after the other: CliRunner swaps sys.stdout, one invoke at a time
+            res = run("launch", "r1", "--replica", str(n), "--allow-nas-weights", "--json")
+            assert res.exit_code == 0, res.output
+            out = json.loads(res.output[res.output.index("{"):])
+            assert [r["host"] for r in out["started"]] == [f"dgx{n + 1}"] and out["ready"]["ok"], out
+        gen0 = current(root, "r1")
+        gen1 = current(root / "recipes" / "r1" / "replicas" / "1", "r1")
+        assert gen0["hosts"] == ["dgx1"] and gen1["hosts"] == ["dgx2"]  # each copy's own history
         st = gateway.up(
             inv, state, lanes.call_agent, bind="127.0.0.1", port=free_port(), metrics_port=free_port()
         )
@@ -349,7 +400,20 @@ def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
         key = gateway.gateway_key(state)
         seen = Counter(chat(st["url"], key)[1] for _ in range(10))
         assert set(seen) == {w.url for w in gateway.plan(inv).workers} and set(seen.values()) == {5}, seen
+
+        res = run("status", "r1", "--replica", "1")
+        assert res.exit_code == 0 and "r1#1: 1/1 ranks running" in res.output and "dgx2" in res.output
+        assert "dgx1" not in res.output, res.output
+        res = run("launch", "r1", "--replica", "1", "--allow-nas-weights")
+        assert res.exit_code != 0 and "sparkfleet stop r1 --replica 1" in res.output, res.output
+        res = run("stop", "r1", "--replica", "1")
+        assert res.exit_code == 0 and "dgx2: rank 0" in res.output, res.output
+        assert run("status", "r1", "--replica", "1").exit_code != 0  # copy 1 is down ...
+        assert run("status", "r1").exit_code == 0  # ... copy 0 serves on
+        assert current(root / "recipes" / "r1" / "replicas" / "1", "r1")["stopped_at"]
+        assert current(root, "r1")["stopped_at"] is None  # replica 0's history untouched
+        assert all(chat(st["url"], key) == (200, gateway.plan(inv).workers[0].url) for _ in range(4))
     finally:
         gateway.down(state)
         lanes.stop(inv, "r1", 5)
-        lanes.stop(copy, "r1", 5)
+        lanes.stop(replica_inventory(inv, "r1", 1), "r1", 5)

@@ -7,6 +7,8 @@ import json
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -56,3 +58,30 @@ def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_p
     assert check.returncode == 0, check.stderr
     with pytest.raises(Exception, match="letters, digits"):
         front.users_conf_text('bad"key with spaces', {})
+
+
+def test_gateway_main_starts_under_a_wrapper_that_adds_site_dirs_only_in_its_script(tmp_path):
+    """The deployed unit's `gateway run` under nixpkgs' wrapper: the interpreter is bare, and the
+    script itself adds sparkfleet's and smg's site dirs (site.addsitedir, as nixpkgs' wrap.sh
+    patches every Python application's script). gateway_main, started from there as `gateway run`
+    starts it, still imports sparkfleet and smg (here smg answers `--help` and exits 0)."""
+    bare = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    own = subprocess.run([bare, "-c", "import json, sys; print(json.dumps(sys.path))"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    if subprocess.run([bare, "-c", "import sparkfleet"], capture_output=True).returncode == 0:
+        pytest.skip(f"{bare} imports sparkfleet by itself: no bare interpreter to start from")
+    added = [p for p in sys.path if p and Path(p).is_dir() and p not in json.loads(own.stdout)]
+    config = tmp_path / "gateway.json"
+    config.write_text(json.dumps({"argv": ["--help"]}))
+    script = (
+        "import os, site\n"
+        f"for d in {added!r}:\n    site.addsitedir(d)\n"
+        "from pathlib import Path\n"
+        "from sparkfleet.serving import gateway\n"
+        f"argv, env = gateway.main_command(Path({str(config)!r}))\n"
+        "os.execve(argv[0], argv, env)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([bare, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "No module named" not in proc.stderr and "--policy" in proc.stdout  # smg's own help

@@ -132,6 +132,35 @@ def test_the_tp4_lane_needs_a_loaded_build_and_every_host_holding_it(tmp_path, m
     assert "dgx4: holds no recorded image" in msg
 
 
+def test_launch_names_host_lane_lost_repo_digest_and_the_fix():
+    """A host whose engine lost the recorded RepoDigest (kept the ID): launch says which host, which
+    lane, which digest, and the command that pulls it again by digest (no layer moves), as doctor does."""
+    from sparkfleet.doctor import built_image_check
+    from sparkfleet.errors import ExitCode, SparkfleetError
+    from sparkfleet.launch.plan import check_built_image
+
+    recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")
+    built = "sha256:" + "1" * 64
+    ref = "10.0.0.9:5000/sparkfleet/dsv41-flash-4x-mia@sha256:" + "7" * 64
+    lost = {"record": {"image_id": built, "repo_digest": ref}, "recorded": built,
+            "present": False, "repo_digest_present": False}  # fmt: skip
+    held = {"recorded": built, "present": True}
+    with pytest.raises(SparkfleetError) as err:
+        check_built_image(recipe, built, {"dgx1": held, "dgx3": lost})
+    msg, hint = err.value.message, err.value.hint
+    assert err.value.exit_code == ExitCode.REFUSED and "dgx1" not in msg
+    assert msg.startswith("lane dsv41-flash-4x-mia: ")
+    assert f"dgx3: holds {built} but no longer its RepoDigest {ref}" in msg
+    assert "engine no longer has it" not in msg  # it has the image: what it lost is the digest
+    assert hint == "sparkfleet image load dsv41-flash-4x-mia (pulls the lost digest again: no layer moves)"
+    with pytest.raises(SparkfleetError) as err:  # a [gateway] replica's launch names its own copy
+        check_built_image(recipe, built, {"dgx3": lost}, " --replica 1")
+    assert err.value.hint.startswith("sparkfleet image load dsv41-flash-4x-mia --replica 1 (pulls")
+    check = built_image_check("dgx3", recipe, built, None, lost)  # doctor says the same facts
+    assert not check.ok and f"holds {built} but no longer its RepoDigest {ref}" in check.detail
+    assert check.hint == hint
+
+
 # ---- issue 20 item 14: hostile archives -------------------------------------------------------------
 
 CONFIG = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers"}}).encode()

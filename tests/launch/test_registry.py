@@ -326,6 +326,13 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
 
         check = built_image_check("dgx1", launch_recipe(inv, "ld"), image_id, None, st)
         assert check.ok is False and f"no longer its RepoDigest {ref}" in check.detail, check
+        from sparkfleet.launch.plan import check_built_image
+
+        with pytest.raises(Exception) as refused:  # launch's gate, on the same real engine's answer
+            check_built_image(launch_recipe(inv, "ld"), image_id, {"dgx1": st})
+        said = refused.value.message  # host, lane, the lost digest and the command that pulls it again
+        assert "lane ld: " in said and f"dgx1: holds {image_id} but no longer its RepoDigest {ref}" in said
+        assert refused.value.hint == "sparkfleet image load ld (pulls the lost digest again: no layer moves)"
         report = load_image(inv, launch_recipe(inv, "ld"), archive, on_bytes=lambda _h, n: streamed.append(n))
         assert [h.action for h in report.hosts] == ["loaded"] and sum(streamed) == 0, report.hosts
         with monkeypatch.context() as mp:

@@ -204,12 +204,105 @@ def requirement_key(requirement: str) -> str:
 def test_sparkfleet_package_has_the_pyproject_dependencies() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     deps = nix_eval(call("sparkfleet.nix", REPO, extra=f"src = {REPO};") + ".args.dependencies")
-    wanted = sorted(requirement_key(d) for d in project["dependencies"])
+    # the runtime dependencies and the `gateway` extra (smg: `gateway run` imports it)
+    gateway = project["optional-dependencies"]["gateway"]
+    wanted = sorted(requirement_key(d) for d in project["dependencies"] + gateway)
     assert sorted(deps) == wanted, "pyproject.toml dependencies and pkgs/sparkfleet.nix disagree"
     meta = nix_eval(call("sparkfleet.nix", REPO, extra=f"src = {REPO};") + ".args.meta.mainProgram")
     assert meta == "sparkfleet"
     version = nix_eval(call("sparkfleet.nix", REPO, extra=f"src = {REPO};") + ".args.version")
     assert version == project["version"]
+
+
+def _smg(system: str) -> dict:
+    """pkgs/smg.nix's buildPythonPackage arguments on `system` (what the wheel is fetched as)."""
+    cc = '{ lib = "gcc-lib"; outputs = [ "out" "lib" ]; }'
+    stdenv = f'{{ hostPlatform.system = "{system}"; cc.cc = {cc}; }}'
+    expr = (
+        f"let s = import {STUBS} {{ nixpkgsLib = {nix_str(nixpkgs_lib())}; }}; in "
+        f"s.python3Packages.callPackage {REPO / 'pkgs' / 'smg.nix'} "
+        f"{{ stdenv = {stdenv}; "
+        # meta without lib's license and provenance records: the test reads what is fetched
+        f'buildPythonPackage = a: a // {{ meta = removeAttrs a.meta [ "license" "sourceProvenance" ]; }}; }}'
+    )
+    return nix_eval(expr)
+
+
+def _sri_hex(sri: str) -> str:
+    assert sri.startswith("sha256-"), sri
+    return base64.b64decode(sri.removeprefix("sha256-")).hex()
+
+
+@pytest.mark.slow
+def test_smg_wheels_are_pinned_by_the_hash_pypi_serves(tmp_path: Path) -> None:
+    """pkgs/smg.nix's two wheels, downloaded from PyPI with pip: their file names are what fetchPypi
+    asks for, their sha256 what the derivation records; its dependencies are the wheel's own
+    Requires-Dist; its version is pyproject's pin (the gateway and test extras); the Rust router
+    inside needs only glibc and libgcc_s (what autoPatchelfHook is given)."""
+    import hashlib
+    import zipfile
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pins = {d for d in extras["gateway"] + extras["test"] if d.startswith("smg")}
+    for system, arch in (("aarch64-linux", "aarch64"), ("x86_64-linux", "x86_64")):
+        args = _smg(system)
+        src = args["src"]["args"]
+        assert args["format"] == "wheel" and src["format"] == "wheel"
+        assert "autoPatchelfHook" in args["nativeBuildInputs"]
+        assert pins == {f"smg=={args['version']}"}, pins  # one version everywhere
+        name = f"{src['pname']}-{src['version']}-{src['python']}-{src['abi']}-{src['platform']}.whl"
+        dest = tmp_path / arch
+        pip = subprocess.run(
+            [sys.executable, "-m", "pip", "download", f"smg=={args['version']}", "--no-deps",
+             "--only-binary=:all:", "--platform", src["platform"].split(".")[0], "--python-version", "3.12",
+             "-d", str(dest), "--quiet"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert pip.returncode == 0, pip.stderr
+        (wheel,) = dest.iterdir()
+        assert wheel.name == name  # the URL fetchPypi computes names this very file
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == _sri_hex(src["hash"]), system
+        with zipfile.ZipFile(wheel) as z:
+            meta = z.read(f"smg-{args['version']}.dist-info/METADATA").decode()
+            requires = sorted(
+                re.match(r"[A-Za-z0-9_.-]+", line.split(":", 1)[1].strip()).group(0).lower()
+                for line in meta.splitlines()
+                if line.startswith("Requires-Dist:") and "extra ==" not in line
+            )
+            assert sorted(args["dependencies"]) == requires
+            so = z.extract("smg/smg_rs.abi3.so", tmp_path / f"{arch}-so")
+        if shutil.which("readelf"):
+            dyn = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, check=True).stdout
+            needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn))
+            glibc = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+            loaders = {"ld-linux-aarch64.so.1", "ld-linux-x86-64.so.2"}
+            assert needed - glibc - {"libgcc_s.so.1"} <= loaders, needed
+            assert "libgcc_s.so.1" in needed  # why buildInputs carries gcc's lib output
+
+
+def test_smg_refuses_a_system_pypi_has_no_wheel_for() -> None:
+    with pytest.raises(NixEvalError, match="smg 1.13.0: PyPI has no wheel for riscv64-linux"):
+        _smg("riscv64-linux")
+
+
+def test_profile_links_smg_and_nginx_only_where_the_gateway_runs(tmp_path: Path) -> None:
+    """A host with services = ["gateway"] gets bin/smg and bin/nginx in its profile (its gateway unit's
+    PATH starts at the profile's bin/); a host without, neither."""
+    root = tmp_path / "fleet"
+    shutil.copytree(REPO / "hosts", root / "hosts", ignore=shutil.ignore_patterns("dgx*"))
+    shutil.copytree(REPO / "recipes", root / "recipes", ignore=shutil.ignore_patterns("reports"))
+    fleet = root / "hosts" / "fleet.toml"
+    fleet.write_text(fleet.read_text().replace("[hosts.dgx1]\n", '[hosts.dgx1]\nservices = ["gateway"]\n', 1))
+    recipe = root / "recipes" / "dsv41-flash-4x-mia" / "recipe.toml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace("[[models]]", "[gateway]\n\n[[models]]", 1))
+    for host, gateway in (("dgx1", True), ("dgx2", False)):
+        extra = f'host = "{host}"; fleetRoot = {nix_str(root)};'
+        script = nix_eval(call("sparkfleet-profile.nix", root, extra=extra) + ".script")
+        smg = "ln -s /nix/store/00000000000000000000000000000000-smg-1.13.0/bin/smg $out/bin/smg"
+        nginx = "ln -s /nix/store/00000000000000000000000000000000-nginx-1.26.3/bin/nginx $out/bin/nginx"
+        assert (smg in script, nginx in script) == (gateway, gateway), script
 
 
 def test_profile_ships_units_activation_and_cli() -> None:

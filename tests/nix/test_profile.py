@@ -44,7 +44,9 @@ def profile_script(root: Path, host: str) -> str:
         f"let fleet = (import {FLEET_LIB}).fromRoot {nix_str(root)}; in "
         f"import {REPO / 'pkgs' / 'sparkfleet-profile.nix'} {{ lib = import {LIB}; inherit fleet; "
         f'host = "{host}"; fleetRoot = {nix_str(root)}; '
-        f'sparkfleet = {{ type = "derivation"; name = "sparkfleet"; outPath = "{STORE}-sparkfleet"; }}; '
+        f'sparkfleet = {{ type = "derivation"; name = "sparkfleet"; outPath = "{STORE}-sparkfleet"; '
+        f'smg = {{ type = "derivation"; name = "smg"; outPath = "{STORE}-smg"; }}; }}; '
+        f'nginx = {{ type = "derivation"; name = "nginx"; outPath = "{STORE}-nginx"; }}; '
         "writeText = builtins.toFile; runCommand = name: env: script: script; }"
     )
     return nix_eval(expr, write_store=True)
@@ -52,6 +54,10 @@ def profile_script(root: Path, host: str) -> str:
 
 def test_the_profile_derivation_builds_and_activates(tmp_path: Path) -> None:
     fleet = fleet_copy(tmp_path / "fleet")
+    toml = fleet / "hosts" / "fleet.toml"  # dgx1 runs the gateway in front of the TP4 lane
+    toml.write_text(toml.read_text().replace("[hosts.dgx1]\n", '[hosts.dgx1]\nservices = ["gateway"]\n', 1))
+    recipe = fleet / "recipes" / "dsv41-flash-4x-mia" / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace("[[models]]", "[gateway]\n\n[[models]]", 1))
     out = tmp_path / "profile"
     script = profile_script(fleet, "dgx1")
     build = subprocess.run(
@@ -60,6 +66,9 @@ def test_the_profile_derivation_builds_and_activates(tmp_path: Path) -> None:
     )  # fmt: skip
     assert build.returncode == 0, build.stderr
     assert os.readlink(out / "bin" / "sparkfleet") == f"{STORE}-sparkfleet/bin/sparkfleet"
+    # the gateway unit's PATH begins at this bin/: smg (sparkfleet's own) and nixpkgs' nginx are there
+    assert os.readlink(out / "bin" / "smg") == f"{STORE}-smg/bin/smg"
+    assert os.readlink(out / "bin" / "nginx") == f"{STORE}-nginx/bin/nginx"
     # the spec links: a content-addressed store copy of the fleet file and recipes
     for link, lanes in (("stage-root", 3), ("fleet-root", 3)):  # the TP4, Aiden and EXL3 lanes
         spec = out / "share" / "sparkfleet" / link
@@ -85,4 +94,6 @@ def test_the_profile_derivation_builds_and_activates(tmp_path: Path) -> None:
         assert (installed / name).read_text() == (out / "share" / "sparkfleet" / "units" / name).read_text()
     lane = (installed / "sparkfleet-lane-dsv41-flash-4x-mia.service").read_text()
     assert 'ExecStart="/nix/var/nix/profiles/sparkfleet/bin/sparkfleet" "launch"' in lane
+    gateway = (installed / "sparkfleet-gateway.service").read_text()
+    assert 'Environment="PATH=/nix/var/nix/profiles/sparkfleet/bin:/usr/local/sbin:' in gateway
     assert log.read_text().splitlines()[0] == "daemon-reload"

@@ -68,6 +68,9 @@ def test_profile_ships_the_service_units_on_the_host_that_runs_them(tmp_path: Pa
     assert env["SPARKFLEET_GATEWAY_STATE"] == "/var/lib/sparkfleet/gateway"
     assert env["SPARKFLEET_REMOTE"] == f"{PROFILE}/bin/sparkfleet"  # it installs its key over ssh
     assert env["SPARKFLEET_ROOT"].endswith("-sparkfleet-gateway-spec")
+    # nginx and smg from the profile's bin/ (sparkfleet-profile.nix links them), then systemd's PATH
+    assert env["PATH"] == f"{PROFILE}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+    assert "PATH" not in unit_env(reg)
     assert unit_env(reg) == {"SPARKFLEET_STATE_DIR": "/var/lib/sparkfleet", "PYTHONUNBUFFERED": "1"}
     for text, state in ((gw, "sparkfleet/gateway"), (reg, "sparkfleet")):
         assert unit_values(text, "StateDirectory") == [state] and unit_values(text, "StateDirectoryMode") == [
@@ -108,6 +111,12 @@ def test_nixos_service_units_name_nixpkgs_binaries_and_pass_systemd_analyze_veri
     assert exec_argv(gw["serviceConfig"]["ExecStart"]) == [exe, "gateway", "run"]
     assert exec_argv(reg["serviceConfig"]["ExecStart"]) == [exe, "registry", "serve"]
     assert gw["environment"]["SPARKFLEET_NGINX"].endswith("-nginx-1.26.3/bin/nginx")
+    # the unit's `path` as NixOS renders it into PATH: nginx's and smg's bin/ (smg: pkgs/smg.nix,
+    # sparkfleet.passthru.smg, the one sparkfleet's own Python imports)
+    path = gw["environment"]["PATH"].split(":")
+    assert "/nix/store/11111111111111111111111111111111-nginx-1.26.3/bin" in path
+    assert "/nix/store/33333333333333333333333333333333-smg-1.13.0/bin" in path
+    assert reg["environment"]["PATH"].split(":")[0].endswith("-docker-distribution-2.8.3/bin")
     assert reg["environment"]["SPARKFLEET_REGISTRY_BIN"].endswith("-docker-distribution-2.8.3/bin/registry")
     assert gw["environment"]["SPARKFLEET_GATEWAY_STATE"] == "/var/lib/sparkfleet/gateway"
     assert gw["wantedBy"] == ["multi-user.target"] and gw["serviceConfig"]["User"] == "kilork"

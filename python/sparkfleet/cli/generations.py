@@ -8,6 +8,7 @@ import traceback
 import click
 
 from ..errors import ExitCode, SparkfleetError
+from .launch import REPLICA
 from .render import echo_json, load_inventory
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -51,6 +52,7 @@ def _event(msg: str) -> None:
 )
 @click.option("--probes", type=int, default=None, show_default="forever", help="Stop after this many probes.")
 @click.option("--allow-drift", is_flag=True, help="Relaunches may run on a drifted host stack.")
+@REPLICA
 @JSON
 @click.pass_context
 def watch(
@@ -63,6 +65,7 @@ def watch(
     backoff: float | None,
     probes: int | None,
     allow_drift: bool,
+    replica: int,
     as_json: bool,
 ) -> None:
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
@@ -77,9 +80,10 @@ def watch(
       sparkfleet watch dsv41-flash-4x-mia
       sparkfleet watch dsv41-flash-4x-mia --interval 10 --probes 3 --json
     """
+    from ..launch.replicas import replica_inventory
     from ..supervisor import watch_lane, watch_settings
 
-    inv = load_inventory(ctx)
+    inv = replica_inventory(load_inventory(ctx), lane, replica)  # one copy per watch (its own unit)
     settings = watch_settings(
         inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
         window_s=window, backoff_s=backoff,

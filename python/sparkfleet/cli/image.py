@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
 from ..errors import ExitCode
+from .launch import REPLICA
 from .progress import wants_bar
 from .render import echo_json, load_inventory
 
@@ -34,10 +35,12 @@ def image() -> None:
 @click.option(
     "--jobs", type=click.IntRange(min=1), default=4, show_default=True, help="Hosts loading at once."
 )
+@REPLICA
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def load(
-    ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: float, jobs: int, as_json: bool
+    ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: float, jobs: int, replica: int,
+    as_json: bool,
 ) -> None:
     """Load the built image into every host of LANE; hosts already holding it are left alone.
 
@@ -45,15 +48,17 @@ def load(
     Examples:
       sparkfleet image load dsv41-flash-4x-mia --image ./result
       sparkfleet image load dsv41-flash-4x-mia --dry-run --json
+      sparkfleet image load dsv41-flash-2x2 --replica 1    # [gateway] replicas[1]'s hosts
     """
     from ..images.load import load as do_load
     from ..launch.recipe import launch_recipe
+    from ..launch.replicas import replica_inventory
 
     def event(msg: str) -> None:
         if not as_json:
             click.echo(f"· {msg}", err=True)
 
-    inv = load_inventory(ctx)
+    inv = replica_inventory(load_inventory(ctx), lane, replica)
     image = launch_recipe(inv, lane)  # the lane's image facts: its engine and flake package
     if wants_bar(as_json):
         bar = Progress(

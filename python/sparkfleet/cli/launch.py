@@ -10,6 +10,13 @@ from ..errors import ExitCode, SparkfleetError
 from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+REPLICA = click.option(
+    "--replica",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which copy of a lane with [gateway] replicas (0: the lane's own hosts; N: replicas[N]).",
+)
 
 
 OFFLINE = click.option(
@@ -177,6 +184,7 @@ def _event(msg: str) -> None:
 @click.option(
     "--release", default=None, help="Run release NAME exactly: its recipe, fleet file and image digest."
 )
+@REPLICA
 @JSON
 @click.pass_context
 def launch(
@@ -192,6 +200,7 @@ def launch(
     allow_drift: bool,
     allow_nas_weights: bool,
     release: str | None,
+    replica: int,
     as_json: bool,
 ) -> None:
     """Start LANE on its hosts (workers first, head last) and wait until it is ready.
@@ -211,21 +220,30 @@ def launch(
       sparkfleet launch dsv41-flash-exl3-2x --replace
       sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
       sparkfleet launch dsv41-flash-4x-mia --release r39
+      sparkfleet launch dsv41-flash-2x2 --replica 1    # [gateway] replicas[1]'s hosts
+
+    A lane with [gateway] replicas launches one copy per command (--replica N, 0 by default): each
+    boots, fails and is stopped on its own while the gateway serves from the others.
     """
     if dry_run:
-        _print_dry_run(ctx, lane, as_json)
+        _print_dry_run(ctx, lane, replica, as_json)
         return
     import tempfile
     from pathlib import Path
 
     from ..launch.lane import launch as do_launch
+    from ..launch.replicas import generations_root, instance_name, replica_inventory
     from ..launch.revert import release_inventory
     from .progress import BootView
 
     inv = load_inventory(ctx)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp, BootView(as_json) as view:
         report = do_launch(
-            release_inventory(inv, lane, release, Path(tmp), on_event=_event) if release else inv,
+            replica_inventory(
+                release_inventory(inv, lane, release, Path(tmp), on_event=_event) if release else inv,
+                lane,
+                replica,
+            ),
             lane,
             wait=not no_wait,
             keep_on_failure=keep_on_failure,
@@ -237,9 +255,11 @@ def launch(
             canary=not no_canary,
             allow_drift=allow_drift,
             allow_nas_weights=allow_nas_weights,
-            generations_root=inv.root,  # a release's generation is the lane's, recorded with the others
+            # a release's generation is the lane's (its replica's), recorded with the others
+            generations_root=generations_root(inv.root, lane, replica),
         )
     ok = report.ready is None or report.ready.ok
+    lane = instance_name(lane, replica)  # what the output names: LANE#N for replica N
     if as_json:
         echo_json({**to_jsonable(report), "weights": report.weights_note()})
     else:
@@ -276,12 +296,13 @@ def launch(
         sys.exit(ExitCode.SHORTFALL)
 
 
-def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
+def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Every rank as it would start, workers first, head last, without touching a host."""
     from ..launch.plan import dry_run, planned_argv
+    from ..launch.replicas import replica_inventory
     from ..launch.spec import redact_env
 
-    plan = dry_run(load_inventory(ctx), lane)
+    plan = dry_run(replica_inventory(load_inventory(ctx), lane, replica), lane)
     ranks = []
     for n, spec in enumerate(plan.start_order(), 1):
         unknown = plan.unknown.get(spec.host, {})
@@ -329,18 +350,22 @@ def _print_dry_run(ctx: click.Context, lane: str, as_json: bool) -> None:
 
 @click.command("stop")
 @click.argument("lane", shell_complete=complete("lane"))
+@REPLICA
 @JSON
 @click.pass_context
-def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
+def stop(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Stop what sparkfleet started for LANE (recorded PIDs/containers only).
 
     \b
     Examples:
       sparkfleet stop dsv41-flash-4x-mia
+      sparkfleet stop dsv41-flash-2x2 --replica 1
     """
     from ..launch.lane import stop as do_stop
+    from ..launch.replicas import instance_name, replica_inventory
 
-    res = do_stop(load_inventory(ctx), lane)
+    res = do_stop(replica_inventory(load_inventory(ctx), lane, replica), lane)
+    lane = instance_name(lane, replica)  # what the output names: LANE#N for replica N
     if as_json:
         echo_json(res)
     else:
@@ -356,23 +381,26 @@ def stop(ctx: click.Context, lane: str, as_json: bool) -> None:
 
 @click.command("status")
 @click.argument("lane", shell_complete=complete("lane"))
+@REPLICA
 @JSON
 @click.pass_context
-def status(ctx: click.Context, lane: str, as_json: bool) -> None:
+def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Per rank: running or how it ended; the head's /health and /v1/models.
 
     \b
     Examples:
       sparkfleet status dsv41-flash-4x-mia
       sparkfleet status dsv41-flash-4x-mia --json
+      sparkfleet status dsv41-flash-2x2 --replica 1
     """
     from ..launch.lane import status as do_status
+    from ..launch.replicas import instance_name, replica_inventory
 
-    st = do_status(load_inventory(ctx), lane)
+    st = do_status(replica_inventory(load_inventory(ctx), lane, replica), lane)
     if as_json:
-        echo_json(st.to_dict())
+        echo_json({**st.to_dict(), "replica": replica})
     else:
-        click.echo(f"{lane}: {st.running}/{st.expected} ranks running")
+        click.echo(f"{instance_name(lane, replica)}: {st.running}/{st.expected} ranks running")
         if st.weights:
             click.secho(f"  {st.weights}", fg="yellow")
         for r in st.ranks:

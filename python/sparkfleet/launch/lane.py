@@ -25,13 +25,17 @@ from .plan import LanePlan, prepare
 from .preflight import preflight
 from .readiness import BootWatch, RankExit, RankProgress, wait_ready
 from .recipe import launch_recipe
+from .replicas import generations_home, replica_flag
 from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
 from .spec import LaunchSpec
 from .weights import check_local_weights, host_weights, weights_note
 
 
-def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[dict]:
-    """Stop what sparkfleet started for the lane on every host (all hosts at once)."""
+def stop(
+    inv: Inventory, lane_name: str, timeout: float | None = None, generations_root: Path | None = None
+) -> list[dict]:
+    """Stop what sparkfleet started for the lane on every host (all hosts at once); its newest
+    generation (under `generations_root`, a replica's own) is marked stopped."""
     lane = inv.lane(lane_name)
     wait = timeout or 30.0
 
@@ -45,7 +49,8 @@ def stop(inv: Inventory, lane_name: str, timeout: float | None = None) -> list[d
 
     results = [r for rs in fan_out(stop_one, list(lane.hosts)) for r in rs]
     if any(r.get("was_running") for r in results) and all(r["stopped"] for r in results):
-        mark_stopped(inv.root, lane_name)  # history: this generation was stopped, not still "ready"
+        # history: this generation was stopped, not still "ready" (a replica's in its own folder)
+        mark_stopped(generations_root or generations_home(inv, lane_name), lane_name)
     return results
 
 
@@ -192,6 +197,7 @@ def _launch(
     on_progress: Callable[[list[RankProgress]], None],
 ) -> LaunchReport:
     plan = prepare(inv, lane_name)
+    home = gates.generations_root or generations_home(inv, lane_name)  # a replica records its own
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
     nas_weights = check_local_weights(lane_name, weights, gates.allow_nas_weights, on_event)
@@ -201,12 +207,14 @@ def _launch(
             f"rank {r.rank} on {r.host}" + (f": {r.detail}" if r.orphan_pid else "") for r in running
         )
         if not gates.replace:
+            again = replica_flag(inv.lane(lane_name))
             raise SparkfleetError(
                 f"lane {lane_name} is already running ({where})",
-                hint=f"sparkfleet stop {lane_name}, or sparkfleet launch {lane_name} --replace (relaunch)",
+                hint=f"sparkfleet stop {lane_name}{again}, "
+                f"or sparkfleet launch {lane_name}{again} --replace (relaunch)",
             )
         # --replace relaunches the lane itself too (after a recipe edit: one command)
-        if not all(r["stopped"] for r in stop(inv, lane_name, plan.recipe.timeouts.stop_s)):
+        if not all(r["stopped"] for r in stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)):
             raise SparkfleetError(
                 f"--replace: lane {lane_name} did not stop", hint=f"sparkfleet status {lane_name}"
             )
@@ -243,13 +251,13 @@ def _launch(
             on_event(f"started rank {spec.rank} on {spec.host} ({spec.name})")
     except SparkfleetError:
         if started:
-            stop(inv, lane_name, plan.recipe.timeouts.stop_s)
+            stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
         raise
     if not wait:
         report = LaunchReport(
             lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights
         )
-        report.generation = record_launch(inv, plan, report, gates.generations_root or inv.root)
+        report.generation = record_launch(inv, plan, report, home)
         return report
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
@@ -285,10 +293,10 @@ def _launch(
         ready.tail = str(tail.get(str(ready.failed.rank), "")).splitlines()
     stopped = False
     if not ready.ok and not keep_on_failure:
-        stop(inv, lane_name, plan.recipe.timeouts.stop_s)
+        stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
         stopped = True
     report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights)
-    report.generation = record_launch(inv, plan, report, gates.generations_root or inv.root)
+    report.generation = record_launch(inv, plan, report, home)
     return report
 
 
@@ -332,7 +340,7 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         except SparkfleetError as exc:
             errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
     running = sum(1 for r in ranks if r.running)
-    gen = current(generations_root or inv.root, lane_name) if running else None
+    gen = current(generations_root or generations_home(inv, lane_name), lane_name) if running else None
     return LaneStatus(
         weights=weights_note((gen or {}).get("nas_weights")),
         lane=lane_name,

@@ -21,6 +21,7 @@ from ..nodecall import call_agent
 from . import records
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
+from .replicas import replica_flag
 from .runtimes import container_run_argv
 from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems
 
@@ -205,7 +206,8 @@ def prepare(
 
     facts = {f.host: f for f in fan_out(probe_one, names)}
     if built:
-        check_built_image(recipe, built, {n: answers[n].get("image_state") or {} for n in answers})
+        states = {n: answers[n].get("image_state") or {} for n in answers}
+        check_built_image(recipe, built, states, replica_flag(inv.lane(lane_name)))
     if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
         head = recipe.world.head
         facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
@@ -284,23 +286,45 @@ def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
     }
 
 
+def lost_digest(built: str, state: dict) -> str | None:
+    """The RepoDigest a host's engine lost while keeping the build's ID (None: not that case).
+
+    `docker rmi REPO@DIGEST`, or a `docker load` of the same ID, leaves the ID and drops the digest
+    the fleet registry gave it; `image load` pulls that digest again and no layer moves."""
+    if state.get("recorded") == built and state.get("repo_digest_present") is False:
+        return (state.get("record") or {}).get("repo_digest") or "(unrecorded)"
+    return None
+
+
 def image_mismatch(built: str, state: dict) -> str | None:
     """Why a host's image is not the build's (None when it is, and the engine still holds it)."""
     held = state.get("recorded")
     if held != built:
         return f"holds {held or 'no recorded image'}, the build is {built}"
+    digest = lost_digest(built, state)
+    if digest:
+        return f"holds {held} but no longer its RepoDigest {digest} (the registry's name for it)"
     if not state.get("present"):
         return f"recorded {held} but the engine no longer has it"
     return None
 
 
-def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict]) -> None:
-    """Refuse (before anything starts) when a host's recorded image ID is not the build's."""
+def image_fix(lane: str, digest_lost: bool, again: str = "") -> str:
+    """The command that makes a host hold the build again (doctor and launch name the same one);
+    `again` names a replica (` --replica N`, replicas.replica_flag)."""
+    fix = f"sparkfleet image load {lane}{again}"
+    return f"{fix} (pulls the lost digest again: no layer moves)" if digest_lost else fix
+
+
+def check_built_image(recipe: LaunchRecipe, built: str, states: dict[str, dict], again: str = "") -> None:
+    """Refuse (before anything starts) when a host does not hold the build: another recorded ID,
+    an image the engine dropped, or the build's ID without its registry RepoDigest (each named)."""
     bad = {h: why for h, st in states.items() if (why := image_mismatch(built, st))}
     if bad:
+        lost = any(lost_digest(built, states[h]) for h in bad)
         raise SparkfleetError(
-            f"lane {recipe.lane}: image differs from the build of {recipe.image_build} on "
+            f"lane {recipe.lane}: not every host holds the build of {recipe.image_build}: "
             + "; ".join(f"{h}: {why}" for h, why in sorted(bad.items())),
-            hint=f"sparkfleet image load {recipe.lane}",
+            hint=image_fix(recipe.lane, lost, again),
             exit_code=ExitCode.REFUSED,
         )

@@ -46,6 +46,7 @@ from ..errors import ExitCode, SparkfleetError
 from ..inventory import Inventory
 from ..launch.lanekeys import Call, install
 from ..launch.recipe import launch_recipe
+from ..launch.replicas import replica_sets
 from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
@@ -129,7 +130,7 @@ def plan(inv: Inventory) -> GatewayPlan:
         recipe = launch_recipe(inv, name)
         model = recipe.served_model_name or name
         # [gateway] replicas: the same recipe on disjoint host sets (checked by the inventory)
-        for i, hosts in enumerate(section.get("replicas") or [lane.hosts]):
+        for i, hosts in enumerate(replica_sets(lane)):  # `launch LANE --replica i` starts each
             head = inv.host(hosts[0])
             workers.append(Worker(name, model, f"http://{head.address}:{recipe.port}", tuple(hosts), i))
     if not workers:
@@ -307,8 +308,16 @@ def _record(state_dir: Path, pid: int, prep: _Prepared, bind: str, port: int, lo
     write_bytes(_paths(state_dir)[1], json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
 
 
-def _main_argv(config: Path) -> list[str]:
-    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)]
+def main_command(config: Path) -> tuple[list[str], dict[str, str]]:
+    """gateway_main's argv and environment: this interpreter, finding this very sparkfleet and smg.
+
+    `sys.executable -m` alone may not find them: nixpkgs' wrapper of a Python application puts its
+    dependencies on sys.path inside the script (site.addsitedir, pkgs/development/interpreters/
+    python/wrap.sh), not in the environment, so a bare interpreter started from it sees none of
+    them (the deployed unit's `gateway run` would die on `import sparkfleet`). PYTHONPATH carries
+    this process's search path over; nginx, gateway_main's only child, ignores it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)], env
 
 
 def up(
@@ -329,8 +338,9 @@ def up(
     log = _paths(state_dir)[2]
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
+        argv, env = main_command(prep.config)
         proc = subprocess.Popen(
-            _main_argv(prep.config),
+            argv, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
@@ -378,8 +388,8 @@ def run(
     on_event(f"gateway on {bind}:{port}, policy {prep.plan.policy}")
     sys.stdout.flush()
     sys.stderr.flush()
-    argv = _main_argv(prep.config)
-    os.execv(argv[0], argv)
+    argv, env = main_command(prep.config)
+    os.execve(argv[0], argv, env)
 
 
 def free_port() -> int:

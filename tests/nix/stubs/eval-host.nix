@@ -11,6 +11,8 @@ let
       name = "sparkfleet-0.1.0";
       outPath = "/nix/store/00000000000000000000000000000000-sparkfleet-0.1.0";
       meta.mainProgram = "sparkfleet";
+      # passthru.smg (pkgs/sparkfleet.nix), what services.smgPackage defaults to
+      smg = { type = "derivation"; name = "smg-1.13.0"; outPath = "/nix/store/33333333333333333333333333333333-smg-1.13.0"; };
     };
     # what modules/services.nix names (mkPackageOption defaults)
     nginx = { type = "derivation"; name = "nginx-1.26.3"; outPath = "/nix/store/11111111111111111111111111111111-nginx-1.26.3"; };

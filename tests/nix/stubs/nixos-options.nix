@@ -100,11 +100,18 @@ in
     };
     systemd.services = mkOption {
       default = { };
-      type = types.attrsOf (types.submodule {
+      # the unit's `path` rendered into environment.PATH as nixos/lib/systemd-lib.nix serviceConfig
+      # does (makeBinPath + the sbin dirs, lib's own functions); NixOS's stage-2 default path
+      # (coreutils, findutils, gnugrep, gnused, systemd, mkAfter) is not added here
+      type = types.attrsOf (types.submodule ({ config, ... }: {
         options = unitOptions // {
           environment = mkOption {
             type = types.attrsOf (types.nullOr (types.oneOf [ types.str types.path types.package ]));
             default = { };
+          };
+          path = mkOption {
+            type = types.listOf (types.oneOf [ types.package types.str ]);
+            default = [ ];
           };
           serviceConfig = mkOption {
             type = types.addCheck (types.attrsOf unitOption) checkService;
@@ -114,7 +121,9 @@ in
           reloadIfChanged = mkOption { type = types.bool; default = false; };
           stopIfChanged = mkOption { type = types.bool; default = true; };
         };
-      });
+        config.environment.PATH = lib.mkIf (config.path != [ ])
+          "${lib.makeBinPath config.path}:${lib.makeSearchPathOutput "bin" "sbin" config.path}";
+      }));
     };
     systemd.timers = mkOption {
       default = { };

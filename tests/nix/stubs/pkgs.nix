@@ -142,6 +142,12 @@ let
       callPackage = path: overrides:
         let f = import path; in f (builtins.intersectAttrs (builtins.functionArgs f) (py // { inherit lib; } // overrides));
       fetchPypi = args: { kind = "fetchPypi"; inherit args; };
+      # what pkgs/smg.nix takes besides (python3Packages.callPackage reaches pkgs' attributes too)
+      stdenv = { hostPlatform.system = "aarch64-linux"; cc.cc = { lib = "gcc-lib"; outputs = [ "out" "lib" ]; }; };
+      autoPatchelfHook = "autoPatchelfHook";
+      setproctitle = "setproctitle";
+      grpcio = "grpcio";
+      grpcio-health-checking = "grpcio-health-checking";
       setuptools-scm = "setuptools-scm";
       httpx = "httpx";
       python-dotenv = "python-dotenv";
@@ -168,7 +174,16 @@ let
     # nixpkgs' own deploy-rs package (substituted from cache.nixos.org on a real machine)
     deploy-rs = mkDrv { name = "deploy-rs"; kind = "package"; extra.meta.mainProgram = "deploy"; };
     check-jsonschema = mkDrv { name = "check-jsonschema"; kind = "package"; };
-    sparkfleet = mkDrv { name = "sparkfleet"; kind = "package"; extra.meta.mainProgram = "sparkfleet"; };
+    sparkfleet = mkDrv {
+      name = "sparkfleet";
+      kind = "package";
+      extra = {
+        meta.mainProgram = "sparkfleet";
+        # passthru.smg (pkgs/sparkfleet.nix)
+        smg = mkDrv { name = "smg-1.13.0"; kind = "package"; extra.meta.mainProgram = "smg"; };
+      };
+    };
+    nginx = mkDrv { name = "nginx-1.26.3"; kind = "package"; extra.meta.mainProgram = "nginx"; };
     writeShellScriptBin = name: text:
       mkDrv { inherit name; kind = "writeShellScriptBin"; inputs = [ text ]; extra = { inherit text; meta.mainProgram = name; }; };
   };
