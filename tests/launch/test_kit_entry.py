@@ -193,3 +193,46 @@ def test_node_env_with_an_unknown_fact_is_refused(tmp_path):
         InventoryError, match=r"launch.node_env.TP_SOCKET_IFNAME uses unknown placeholder \{nic\}"
     ):
         launch_recipe(inventory.load(inv_root), "dsv41-flash-exl3-2x")
+
+
+def test_dry_run_marks_node_env_it_cannot_fill_naming_the_fact(tmp_path, monkeypatch):
+    """A [launch.node_env] key whose node facts are unknown is shown unknown, naming the fact
+    (`netdev` of dgx2), the way an unknown DIST_INIT_ADDR is: it used to vanish from the env."""
+    from click.testing import CliRunner
+
+    from sparkfleet.cli import main
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    root = repo_fleet(tmp_path / "fleet")
+    inv = inventory.load(root)
+    plan = dry_run(inv, "dsv41-flash-exl3-2x")
+    for host in ("dgx1", "dgx2"):
+        unknown = plan.unknown[host]
+        assert f"`netdev` of {host}" in unknown["TP_SOCKET_IFNAME"], unknown
+        assert f"`hca` of {host}" in unknown["NCCL_IB_HCA"] and "'={hca}:1'" in unknown["NCCL_IB_HCA"]
+        assert "TP_SOCKET_IFNAME" not in plan.specs[host].env
+    aiden = dry_run(inv, "dsv41-flash-4x-aiden").unknown["dgx3"]
+    assert "`hcas` of dgx3" in aiden["B12X_ROCE_HCA"]
+    assert "`gid_index` of dgx3" in aiden["B12X_ROCE_GID_INDEX"]
+    assert "HOST_IP" not in aiden  # dgx3's fabric_ip is in hosts/fleet.toml
+    res = CliRunner().invoke(main, ["--root", str(root), "launch", "dsv41-flash-exl3-2x", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "# unknown TP_SOCKET_IFNAME: [launch.node_env] '{netdev}' needs `netdev` of dgx2" in res.stdout
+    args = ["--root", str(root), "launch", "dsv41-flash-exl3-2x", "--dry-run", "--json"]
+    doc = json.loads(CliRunner().invoke(main, args).stdout)
+    assert all("TP_SOCKET_IFNAME" in r["unknown"] for r in doc["ranks"])
+
+
+def test_a_real_launch_refuses_node_env_it_cannot_fill(tmp_path, monkeypatch):
+    """Outside a dry run an unfillable node_env key is refused, not silently left out: the kit
+    would run with NCCL picking its own rail (here: a lane whose fabric is not probed as RoCE)."""
+    from sparkfleet.launch.spec import ShapeError
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    root = repo_fleet(tmp_path / "fleet")
+    recipe = root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace('fabric = "roce"', 'fabric = "none"'))
+    inv = inventory.load(root)
+    empty = BindManifest("dgx2", (), (), {})
+    with pytest.raises(ShapeError, match=r"launch.node_env.NCCL_IB_HCA needs `hca` of dgx2"):
+        build_spec(inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": None})

@@ -18,6 +18,7 @@ from ..hosts import HostUnreachable, connect, fan_out
 from ..images.record import built_image_id, planned_image
 from ..inventory import Host, Inventory, state_dir_of
 from . import records
+from .kitwire import node_env_missing
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .nodecall import call_agent
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
@@ -143,21 +144,42 @@ def unknowns(inv: Inventory, recipe: LaunchRecipe, facts: dict[str, NodeFacts], 
         and (head_facts is None or head_facts.fabric is None)
     ):
         out["DIST_INIT_ADDR"] = f"the head {head}'s fabric IP: not in hosts/fleet.toml and not detected"
-    if nf.not_probed is None:
-        return out
-    if nf.fabric is None and recipe.fabric == "roce":
-        why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
-        out.update({k: why for k in NODE_ENV_KEYS})
-        if not inv.host(host_name).fabric_ip:
-            out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
-    lane = inv.lane(recipe.lane)
-    if lane.models:
-        why = (
-            f"staged state on {host_name}: each snapshot directory binds from its local hub when "
-            f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
-        )
-        out["MODEL_PATH"] = why
-        out["model binds"] = why
+    if nf.not_probed is not None:
+        if nf.fabric is None and recipe.fabric == "roce":
+            why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
+            out.update({k: why for k in NODE_ENV_KEYS})
+            if not inv.host(host_name).fabric_ip:
+                out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
+        lane = inv.lane(recipe.lane)
+        if lane.models:
+            why = (
+                f"staged state on {host_name}: each snapshot directory binds from its local hub when "
+                f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
+            )
+            out["MODEL_PATH"] = why
+            out["model binds"] = why
+    # after the fabric keys: a kit-spelled key (NCCL_IB_HCA "={hca}:1") names the fact it lacks
+    out.update(node_env_unknowns(inv, recipe, nf))
+    return out
+
+
+def node_env_unknowns(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> dict[str, str]:
+    """{[launch.node_env] key: why unknown} for the keys `nf.host`'s facts cannot fill, naming
+    each missing host fact (`hca` of dgx2) and where it would come from."""
+    host = inv.host(nf.host)
+    my_ip = host.fabric_ip or (nf.fabric.fabric_ip if nf.fabric else None)
+    out = {}
+    for key, fields in node_env_missing(recipe.node_env, nf.fabric, my_ip).items():
+        whence = []
+        for f in fields:
+            if f == "host_ip":
+                whence.append(
+                    f"`host_ip` of {nf.host} (its fabric_ip: not in hosts/fleet.toml and not detected)"
+                )
+            else:
+                whence.append(f"`{f}` of {nf.host} (detected from its sysfs by the fabric probe)")
+        why = f"[launch.node_env] {recipe.node_env[key]!r} needs " + ", ".join(whence)
+        out[key] = f"{why}; {nf.not_probed}" if nf.not_probed else why
     return out
 
 

@@ -20,7 +20,7 @@ from .. import apikeys
 from ..errors import SparkfleetError
 from ..inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
-from .kitwire import model_binds, node_env
+from .kitwire import model_binds, node_env, node_env_missing
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -446,6 +446,16 @@ def build_spec(
 
         env.update(FIXED_ENV)
     env.update(recipe.env)
+    missing = node_env_missing(recipe.node_env, facts, my_ip)
+    if missing and not fabric_unknown_ok:  # a kit told nothing would pick its own (wrong) rail
+        key, fields = next(iter(missing.items()))
+        raise ShapeError(
+            f"lane {lane.name!r}: launch.node_env.{key} needs "
+            + ", ".join(f"`{f}` of {host_name}" for f in fields)
+            + ", which is not known",
+            hint="{host_ip} is the host's fabric_ip (hosts/fleet.toml); {hca} {hcas} {gid_index} {netdev} "
+            "come from the fabric probe of a RoCE lane (`sparkfleet doctor HOST`)",
+        )
     env.update(node_env(recipe.node_env, facts, my_ip))
 
     values = {
