@@ -236,3 +236,46 @@ def test_a_real_launch_refuses_node_env_it_cannot_fill(tmp_path, monkeypatch):
     empty = BindManifest("dgx2", (), (), {})
     with pytest.raises(ShapeError, match=r"launch.node_env.NCCL_IB_HCA needs `hca` of dgx2"):
         build_spec(inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": None})
+
+
+def test_exl3_container_runs_in_the_kits_box_on_docker_and_podman(tmp_path, monkeypatch):
+    """[kit.container] (portable_node.py docker_command() `args`, verbatim) is what the rendered
+    docker and podman argv carry: --memory 9g, --cpus 6, --read-only, --cap-drop ALL, --user ..."""
+    from sparkfleet.launch.runtimes import container_run_argv
+    from support.kitflags import kit_pairs, missing_flags, run_pairs
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    kit = _kit("dsv41-flash-exl3-2x")["container"]
+    assert kit["source"].startswith("release/runtime/tools/portable_node.py docker_command()")
+    assert "release/runtime/tools/portable_node.py" in _kit("dsv41-flash-exl3-2x")["sources"]
+    want = kit_pairs(kit["flags"], "1000:1000")
+    for flag in ("--memory", "--cpus", "--read-only", "--cap-drop", "--user", "--ipc", "--pids-limit"):
+        assert any(k == flag for k, _ in want), f"[kit.container] lacks {flag}"
+    plan = dry_run(_fleet(tmp_path), "dsv41-flash-exl3-2x")
+    for spec in plan.by_rank():
+        docker = container_run_argv(spec, "docker", Path("/st/r.env"), "1000:1000")
+        assert not missing_flags(want, run_pairs(docker, spec.image)), spec.rank
+        podman = container_run_argv(spec, "podman", Path("/st/r.env"), "1000:1000")
+        # podman: GPUs by CDI (gpus = "all" is docker's --gpus), the rest the same flags
+        lacking = missing_flags(want, run_pairs(podman, spec.image))
+        assert lacking == [("--gpus", "all")], lacking
+        assert podman[podman.index("--shm-size") + 1] == "2g"  # --ipc private: podman takes a shm size
+        planned = planned_argv(spec)  # off the node: the user is shown as what it will be, not guessed
+        assert planned[planned.index("--user") + 1] == f"<uid:gid of the sparkfleet user on {spec.host}>"
+
+
+def test_container_limits_are_checked_when_the_recipe_is_read(tmp_path):
+    """A bad [launch.container] value is refused naming the key, before any host is asked."""
+    root = repo_fleet(tmp_path / "fleet")
+    recipe = root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace('memory_swap = "9g"', 'memory_swap = "4g"'))
+    with pytest.raises(InventoryError, match=r"launch.container.memory_swap = '4g' needs memory \(= '9g'\)"):
+        launch_recipe(inventory.load(root), "dsv41-flash-exl3-2x")
+    recipe.write_text(text.replace('memory = "9g"', 'memory = "9 GB"'))
+    with pytest.raises(InventoryError, match=r"container"):
+        inventory.load(root)
+    without = text[: text.index("[launch.container]")] + text[text.index("# The kit keeps its JIT") :]
+    recipe.write_text(without)
+    lim = launch_recipe(inventory.load(root), "dsv41-flash-exl3-2x").container
+    assert lim.ipc == "host" and lim.memory is None and not lim.read_only  # left out: as before

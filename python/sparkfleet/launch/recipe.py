@@ -14,6 +14,7 @@ from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
 from .kitwire import NODE_FIELDS
+from .limits import ContainerLimits, container_limits
 
 SGLANG_READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's loader line; the weight-load time is the number after "elapsed=".
@@ -119,6 +120,7 @@ class LaunchRecipe:
     worker_args: tuple[str, ...] = ()
     model_mounts: dict[str, str] = field(default_factory=dict)  # model pin -> container directory
     node_env: dict[str, str] = field(default_factory=dict)  # env key -> template of the node's facts
+    container: ContainerLimits = ContainerLimits()  # [launch.container]: the box a kit runs in
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -228,6 +230,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         worker_args=tuple(doc.get("worker_args", ())),
         model_mounts=model_mounts,
         node_env=node_env,
+        container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
     )
 
 

@@ -21,6 +21,7 @@ from ..errors import SparkfleetError
 from ..inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
 from .kitwire import model_binds, node_env, node_env_missing
+from .limits import ContainerLimits
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -91,6 +92,7 @@ class LaunchSpec:
     boot_cache_dir: str = ""  # node-local JIT/autotune caches for this image x model x world
     boot_cache_key: str = ""
     entrypoint: str | None = None  # the image's entrypoint replaced (the kit's `--entrypoint`), or kept
+    container: ContainerLimits = ContainerLimits()  # [launch.container]: limits and privileges
 
     @property
     def is_head(self) -> bool:
@@ -550,6 +552,7 @@ def build_spec(
         boot_cache_dir=str(boot_dir),
         boot_cache_key=boot_key,
         entrypoint=recipe.entrypoint if in_container else None,
+        container=recipe.container,
     )
 
 
