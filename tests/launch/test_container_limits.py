@@ -89,7 +89,8 @@ def archive(tmp_path_factory):
         if reason := engines_skip_reason(engine):
             pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("limits-image")
-    image_id = docker_archive(layer_tar(make_rootfs(tmp / "rootfs")), tmp / "image.tar", "sfl-limits:test", "lim")
+    layer = layer_tar(make_rootfs(tmp / "rootfs"))
+    image_id = docker_archive(layer, tmp / "image.tar", "sfl-limits:test", "lim")
     return tmp / "image.tar", image_id
 
 
@@ -182,8 +183,8 @@ def test_podman_runs_the_rank_in_the_declared_box(tmp_path, archive, monkeypatch
         rt = ContainerRuntime("podman")
         rec = rt.start(spec)
         _wait_exit(rt, rec)
-        out = subprocess.run(["podman", "inspect", rec.container_id], capture_output=True, text=True, check=True)
-        info = json.loads(out.stdout)[0]
+        inspect = ["podman", "inspect", rec.container_id or "-"]
+        info = json.loads(subprocess.run(inspect, capture_output=True, text=True, check=True).stdout)[0]
         hc, cfg, state = info["HostConfig"], info["Config"], info["State"]
         assert hc["Memory"] == hc["MemorySwap"] == 96 << 20 and hc["NanoCpus"] == 1_500_000_000
         assert hc["PidsLimit"] == 512 and hc["ReadonlyRootfs"] is True
