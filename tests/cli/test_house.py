@@ -23,7 +23,7 @@ PURE = {"recipe", "spec", "kitwire", "limits", "manifest", "readiness", "bootcac
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
 CONTROLLER = {
     "nodecall", "plan", "preflight", "report", "generations", "lane", "supervisor", "revert", "lanekeys",
-    "demo",
+    "demo", "lanestop",
 }
 
 

@@ -366,9 +366,9 @@ def status(ctx: click.Context, lane: str, as_json: bool) -> None:
       sparkfleet status dsv41-flash-4x-mia
       sparkfleet status dsv41-flash-4x-mia --json
     """
-    from ..launch.lane import status as do_status
+    from ..launch.lanestop import status_enforced  # [watchdog] scope = "lane" acts here too
 
-    st = do_status(load_inventory(ctx), lane)
+    st, _ = status_enforced(load_inventory(ctx), lane)
     if as_json:
         echo_json(st.to_dict())
     else:

@@ -121,6 +121,7 @@ class LaunchRecipe:
     model_mounts: dict[str, str] = field(default_factory=dict)  # model pin -> container directory
     node_env: dict[str, str] = field(default_factory=dict)  # env key -> template of the node's facts
     container: ContainerLimits = ContainerLimits()  # [launch.container]: the box a kit runs in
+    watchdog_scope: str = "rank"  # [watchdog] scope: "lane" = one rank's stop stops them all
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -231,6 +232,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         model_mounts=model_mounts,
         node_env=node_env,
         container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
+        watchdog_scope=lane.raw.get("watchdog", {}).get("scope", "rank"),
     )
 
 
