@@ -72,6 +72,12 @@ def container_limits(doc: dict, where: str) -> ContainerLimits:
     return lim
 
 
+def limits_from_dict(d: dict) -> ContainerLimits:
+    """ContainerLimits from its JSON form (the spec the controller sends the node's agent)."""
+    lists = ("cap_drop", "cap_add", "security_opt", "tmpfs")
+    return ContainerLimits(**{k: tuple(v) if k in lists else v for k, v in d.items()})
+
+
 def node_user() -> str:
     """uid:gid of this process: what `user = "host"` becomes on the node the runtime runs on."""
     return f"{os.getuid()}:{os.getgid()}"

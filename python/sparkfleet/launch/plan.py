@@ -39,6 +39,7 @@ class NodeFacts:
     memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
     memory_error: str | None = None
     ports_in_use: list[int] = field(default_factory=list)
+    trees: list[dict] = field(default_factory=list)  # [[launch.trees]] on the node: {dir, missing}
 
 
 @dataclass
@@ -81,6 +82,7 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
         ],
         "local_hub": str(host.local_hub),
         "nas_hub": str(host.nas_hub),
+        "trees": [{"dir": str(t.host_dir(state_dir_of(host))), "needs": list(t.needs)} for t in recipe.trees],
     }
 
 
@@ -110,6 +112,7 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
         host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
         memory=answer.get("memory"), memory_error=answer.get("memory_error"),
         ports_in_use=list(answer.get("ports_in_use", [])),
+        trees=list(answer.get("trees", [])),
     )  # fmt: skip
 
 
@@ -125,6 +128,25 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
             f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
             hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
         )
+
+
+def check_trees(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
+    """Refuse (exit 5) a node that lacks a kit tree the lane binds ([[launch.trees]]), naming the
+    directory, the missing files and how to put the pinned checkout there."""
+    missing = {t["dir"]: t["missing"] for t in nf.trees if t.get("missing")}
+    if not missing:
+        return
+    state_dir = state_dir_of(inv.host(nf.host))
+    tree = next(t for t in recipe.trees if str(t.host_dir(state_dir)) in missing)
+    lacks = "; ".join(
+        f"{d}: missing {', '.join(m[:3])}" + (" ..." if len(m) > 3 else "") for d, m in missing.items()
+    )
+    raise SparkfleetError(
+        f"{nf.host}: the kit's runtime tree is not there ({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
+        "the container would start without the files it runs",
+        hint=tree.fix(state_dir),
+        exit_code=ExitCode.REFUSED,
+    )
 
 
 def not_probed(host: str, why: str) -> NodeFacts:
@@ -242,6 +264,8 @@ def prepare(
         probed = offline is None and name not in unreachable
         if recipe.fabric == "roce" and nf.fabric is None and probed:
             raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
+        if probed and in_container:
+            check_trees(inv, recipe, nf)
         host = inv.host(name)
         manifests[name] = build_manifest(
             name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None

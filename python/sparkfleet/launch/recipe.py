@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
+from .hosttrees import HostTree, host_trees
 from .kitwire import NODE_FIELDS
 from .limits import ContainerLimits, container_limits
 
@@ -122,6 +123,7 @@ class LaunchRecipe:
     node_env: dict[str, str] = field(default_factory=dict)  # env key -> template of the node's facts
     container: ContainerLimits = ContainerLimits()  # [launch.container]: the box a kit runs in
     watchdog_scope: str = "rank"  # [watchdog] scope: "lane" = one rank's stop stops them all
+    trees: tuple[HostTree, ...] = ()  # [[launch.trees]]: a kit's pinned files bound from each host
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -233,6 +235,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         node_env=node_env,
         container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
         watchdog_scope=lane.raw.get("watchdog", {}).get("scope", "rank"),
+        trees=host_trees(doc.get("trees", []), inv, str(lane.recipe_path)),
     )
 
 

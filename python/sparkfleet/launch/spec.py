@@ -21,7 +21,7 @@ from ..errors import SparkfleetError
 from ..inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
 from .kitwire import model_binds, node_env, node_env_missing
-from .limits import ContainerLimits
+from .limits import ContainerLimits, limits_from_dict
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -487,6 +487,8 @@ def build_spec(
     receipts = receipt_paths(recipe, cache_dir, where)
 
     binds = list(manifest_binds)
+    if in_container:  # a kit's pinned files ([[launch.trees]]), read-only from the host's checkout
+        binds += [BindMount(t.host_dir(state_dir), t.target, True, "kit") for t in recipe.trees]
     if in_container:
         binds.append(BindMount(Path(cache_dir), recipe.cache_mount, False, "cache"))
     if in_container and "{api_key_config}" in " ".join(recipe.command):
@@ -570,4 +572,5 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
     )
     for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
         d[key] = tuple(d.get(key) or ())
+    d["container"] = limits_from_dict(d.get("container") or {})
     return LaunchSpec(**d)
