@@ -291,3 +291,18 @@ def test_the_box_travels_to_the_node_with_the_spec(tmp_path, monkeypatch):
     back = spec_from_dict(json.loads(json.dumps(to_jsonable(spec))))
     assert back.container == spec.container and back.container.cap_drop == ("ALL",)
     assert back == spec
+
+
+def test_every_kit_file_the_argv_names_is_a_needed_tree_file(tmp_path):
+    """What the kit's argv runs from /opt/ds41-serving (serve.py, --config conservative.yaml,
+    --worker-cls combined_worker.*, on PYTHONPATH) is required of the bound tree ([[launch.trees]])."""
+    inv = _fleet(tmp_path)
+    recipe = launch_recipe(inv, "dsv41-flash-exl3-2x")
+    kit = _kit("dsv41-flash-exl3-2x")
+    (serving,) = [t for t in recipe.trees if t.target == "/opt/ds41-serving"]
+    named = {a.removeprefix("/opt/ds41-serving/") for a in kit["argv"] if a.startswith("/opt/ds41-serving/")}
+    worker = kit["argv"][kit["argv"].index("--worker-cls") + 1].split(".")[0] + ".py"
+    assert named | {worker} == set(serving.needs) == {"serve.py", "conservative.yaml", "combined_worker.py"}
+    assert (serving.pin, serving.path, serving.rev) == ("exl3-kit", "release/runtime/serving", kit["commit"])
+    aot = [m["target"] for m in kit["mounts"] if "flashinfer/data/aot" in m["target"]]
+    assert aot and aot[0] in {t.target for t in recipe.trees}
