@@ -303,6 +303,11 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tools))  # portable_node imports launch_profile from beside it
     portable_node = _load(tools / "portable_node.py", "kit_exl3_portable_node")
     plan = dry_run(inv, "dsv41-flash-exl3-2x")
+    # the AOT library: bound where the kit binds it, checked against the kit's own AOT_SHA
+    trees = {t["target"]: t for t in _recipe("dsv41-flash-exl3-2x")["launch"]["trees"]}
+    aot = trees[portable_node.AOT_TARGET]
+    assert aot["path"] == f"{EXL3_RUNTIME}/aot/{portable_node.AOT_NAME}"
+    assert aot["sha256"] == {f"{portable_node.AOT_NAME}.so": portable_node.AOT_SHA}
     for spec in plan.by_rank():
         node = portable_node.docker_command(config, spec.rank)
         added = _recipe("dsv41-flash-exl3-2x")["kit"]["ours_added"]

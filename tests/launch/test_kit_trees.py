@@ -10,6 +10,7 @@ probe, run here on this machine's filesystem.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from support.lanefleet import repo_fleet
 
 LANE = "dsv41-flash-exl3-2x"
 REV = "878e0eecd893fadc69ad2d58b2df0fabb0fae2ee"
+AOT_SHA = "6abdf60fb353da15d87030427e16a982e7819a6f479563b8acfde81110e78bf4"  # portable_node.py AOT_SHA
 
 
 def _fleet(tmp_path: Path) -> inventory.Inventory:
@@ -54,7 +56,9 @@ def test_a_host_without_the_kits_runtime_tree_is_refused_naming_it(tmp_path):
         check_trees(inv, recipe, facts)
     assert exc.value.exit_code == ExitCode.REFUSED
     repo = "coolbho3k/DeepSeek-v4.1-Flash-2x-DGX-Spark"
-    assert f"dgx1: the kit's runtime tree is not there (exl3-kit {repo}@{REV[:10]})" in exc.value.message
+    assert f"dgx1: the kit's runtime tree is not there as pinned (exl3-kit {repo}@{REV[:10]})" in (
+        exc.value.message
+    )
     assert f"{serving} (the directory)" in exc.value.message
     assert f"git -C {serving.parents[2]} checkout --detach {REV}" in exc.value.hint
     (check,) = [c for c in _tree_checks("dgx1", recipe, state_dir_of(inv.host("dgx1")), facts.trees)
@@ -77,7 +81,16 @@ def test_a_present_tree_is_bound_read_only_where_the_kit_reads_it(tmp_path):
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
         (checkout / rel).write_text("stand-in\n")
     recipe, facts = _probe(inv, "dgx1")
-    check_trees(inv, recipe, facts)  # nothing missing: no refusal
+    so = checkout / "aot" / "mxfp8_gemm_cutlass_sm120" / "mxfp8_gemm_cutlass_sm120.so"
+    wrong = rf"{so} \(sha256 [0-9a-f]{{12}}…, the kit pins 6abdf60fb353…\)"
+    with pytest.raises(SparkfleetError, match=wrong):
+        check_trees(inv, recipe, facts)  # the stand-in is not the kit's AOT_SHA: refused like the kit
+    fake = hashlib.sha256(so.read_bytes()).hexdigest()  # a recipe that pins the stand-in's bytes
+    text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()
+    (inv.root / "recipes" / LANE / "recipe.toml").write_text(text.replace(AOT_SHA, fake))
+    inv = inventory.load(inv.root)
+    recipe, facts = _probe(inv, "dgx1")
+    check_trees(inv, recipe, facts)  # everything there and as pinned: no refusal
     assert all(c.ok for c in _tree_checks("dgx1", recipe, state_dir_of(inv.host("dgx1")), facts.trees))
     empty = BindManifest("dgx1", (), (), {})
     spec = build_spec(inv, recipe, "dgx1", empty, {"dgx1": None}, fabric_unknown_ok=True)

@@ -150,7 +150,8 @@ def probe(req: dict) -> dict:
         from .hosttrees import tree_problems
 
         out["trees"] = [
-            {"dir": t["dir"], "missing": tree_problems(Path(t["dir"]), t["needs"])} for t in req["trees"]
+            {"dir": t["dir"], "missing": tree_problems(Path(t["dir"]), t["needs"], t.get("sha256"))}
+            for t in req["trees"]
         ]
     return out
 

@@ -13,10 +13,11 @@ agent runs on its own filesystem.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from ..digests import full_digest
 from ..errors import InventoryError
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class HostTree:
     path: str  # inside the checkout
     target: str  # in the container
     needs: tuple[str, ...] = ()  # files (relative to path) that must be there
+    sha256: dict[str, str] = field(default_factory=dict)  # file -> the sha256 the kit pins it at
 
     def checkout(self, state_dir: str | Path) -> Path:
         """Where the pinned checkout lives on a host: one directory per revision, never mutated."""
@@ -64,13 +66,20 @@ def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, 
         rel = PurePosixPath(doc["path"])
         if rel.is_absolute() or ".." in rel.parts:
             raise InventoryError(f"{key}.path: {doc['path']!r} must stay inside the checkout")
-        needs = tuple(doc.get("needs", ()))
-        out.append(HostTree(pin.name, pin.source, pin.value, str(rel), doc["target"], needs))
+        sums = dict(doc.get("sha256", {}))
+        needs = tuple(dict.fromkeys([*doc.get("needs", ()), *sums]))  # a pinned file is needed too
+        out.append(HostTree(pin.name, pin.source, pin.value, str(rel), doc["target"], needs, sums))
     return tuple(out)
 
 
-def tree_problems(directory: Path, needs: list[str]) -> list[str]:
-    """What of a tree is missing on this node: the directory itself, or each needed file."""
+def tree_problems(directory: Path, needs: list[str], sha256: dict[str, str] | None = None) -> list[str]:
+    """What of a tree is missing or wrong on this node: the directory itself, each needed file, and
+    each file whose sha256 is not the one the kit pins (the EXL3 kit's AOT_SHA check, here)."""
     if not directory.is_dir():
         return [f"{directory} (the directory)"]
-    return [str(directory / n) for n in needs if not (directory / n).is_file()]
+    out = [str(directory / n) for n in needs if not (directory / n).is_file()]
+    for name, want in (sha256 or {}).items():
+        path = directory / name
+        if path.is_file() and (got := full_digest(path, "sha256")) != want:
+            out.append(f"{path} (sha256 {got[:12]}…, the kit pins {want[:12]}…)")
+    return out

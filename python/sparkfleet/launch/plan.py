@@ -82,7 +82,10 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
         ],
         "local_hub": str(host.local_hub),
         "nas_hub": str(host.nas_hub),
-        "trees": [{"dir": str(t.host_dir(state_dir_of(host))), "needs": list(t.needs)} for t in recipe.trees],
+        "trees": [
+            {"dir": str(t.host_dir(state_dir_of(host))), "needs": list(t.needs), "sha256": t.sha256}
+            for t in recipe.trees
+        ],
     }
 
 
@@ -139,10 +142,12 @@ def check_trees(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
     state_dir = state_dir_of(inv.host(nf.host))
     tree = next(t for t in recipe.trees if str(t.host_dir(state_dir)) in missing)
     lacks = "; ".join(
-        f"{d}: missing {', '.join(m[:3])}" + (" ..." if len(m) > 3 else "") for d, m in missing.items()
+        f"{d}: missing or not as pinned: {', '.join(m[:3])}" + (" ..." if len(m) > 3 else "")
+        for d, m in missing.items()
     )
     raise SparkfleetError(
-        f"{nf.host}: the kit's runtime tree is not there ({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
+        f"{nf.host}: the kit's runtime tree is not there as pinned "
+        f"({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
         "the container would start without the files it runs",
         hint=tree.fix(state_dir),
         exit_code=ExitCode.REFUSED,
