@@ -83,6 +83,21 @@ def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRec
     return [target], recipes
 
 
+def _tree_checks(host_name: str, recipe: LaunchRecipe | None, state_dir, trees: list[dict]) -> list[Check]:
+    """One check per [[launch.trees]] entry: the kit's pinned files present on the host, or which not."""
+    if recipe is None:
+        return []
+    out = []
+    by_dir = {str(t.host_dir(state_dir)): t for t in recipe.trees}
+    for t in trees:
+        tree, missing = by_dir.get(t["dir"]), t.get("missing") or []
+        lacks = f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
+        detail = f"{t['dir']} -> {tree.target if tree else '?'}: " + (lacks if missing else "present")
+        fix = tree.fix(state_dir) if missing and tree else None
+        out.append(Check(host_name, "kit tree", not missing, detail, fix, refuses=bool(missing)))
+    return out
+
+
 def _host_checks(
     inv: Inventory, host_name: str, recipes: list[LaunchRecipe], deploy: bool = False
 ) -> list[Check]:
@@ -168,6 +183,7 @@ def _host_checks(
                     else f"sparkfleet stage {host_name}",
                 )
             )
+    out += _tree_checks(host_name, recipe, state_dir_of(host), facts.trees)
     if recipe and recipe.receipt_roots:
         spec_roots = req["receipt_roots"]
         stale = [x for x in ans["receipts"] if x.get("exists")]

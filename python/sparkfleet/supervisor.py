@@ -39,6 +39,7 @@ from .hosts import connect, fan_out
 from .inventory import RECIPES_DIR
 from .launch.generations import current, scan
 from .launch.lane import launch, status, stop
+from .launch.lanestop import status_enforced
 from .launch.plan import dry_run
 from .launch.recipe import launch_recipe
 from .launch.replicas import generations_home
@@ -386,12 +387,17 @@ def watch_lane(
             on_event(f"{lane_name}: relaunch refused: {exc.message}")
             return False
 
+    tripped: list[str] = []  # [watchdog] scope = "lane" stopped the lane: never restarted (the kit's)
+
     def probe() -> ProbeResult:
         """The known answer in time, and every rank alive (a head can answer while a worker is gone)."""
+        st, lane_stop = status_enforced(inv, lane_name)
+        if lane_stop is not None:
+            tripped.append(lane_stop.message)
+            return ProbeResult(False, 0.0, None, lane_stop.message)
         res = probe_generation(target.url, model, settings, target.api_key())
         if not res.ok:
             return res
-        st = status(inv, lane_name)
         if st.running < st.expected:
             down = [f"rank {r.rank} on {r.host}" for r in st.ranks if not r.running]
             why = "; ".join([*down, *(e["error"] for e in st.errors)])
@@ -402,7 +408,7 @@ def watch_lane(
     def hold() -> str | None:
         """A node's memory watchdog stopped ranks: relaunching into memory pressure locks hosts up."""
         errs = [e for e in status(inv, lane_name).errors if e["error"].startswith("memory watchdog:")]
-        return "; ".join(f"{e['host']}: {e['error']}" for e in errs) or None
+        return "; ".join([*tripped, *(f"{e['host']}: {e['error']}" for e in errs)]) or None
 
     sup = Supervisor(
         lane_name,

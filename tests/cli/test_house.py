@@ -19,9 +19,14 @@ LAUNCH = "sparkfleet.launch."
 # launch/'s floors. Pure: computes from its arguments, reads no node and calls no agent. Node side:
 # runs on the node (the agent and what it starts). Controller: runs on the operator's machine and
 # reaches nodes through the agent. A new launch module must be placed on one of them.
-PURE = {"recipe", "spec", "kitwire", "manifest", "readiness", "bootcache", "weights", "replicas"}
+PURE = {
+    "recipe", "spec", "kitwire", "limits", "hosttrees", "manifest", "readiness", "bootcache", "weights",
+    "replicas",
+}
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
-CONTROLLER = {"plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo"}
+CONTROLLER = {
+    "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo", "lanestop",
+}
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:

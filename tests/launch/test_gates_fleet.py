@@ -9,6 +9,8 @@ collectives over the namespace network, the supervisor's HTTP probes and the rel
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,7 +30,7 @@ from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode
-from sparkfleet.launch import generations
+from sparkfleet.launch import generations, records
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
 from sparkfleet.procs import group_members
@@ -142,6 +144,7 @@ def _fleet(fleetnet, hosts, tmp, mp):
         "wedge": recipe(two, ("--hang-generation-after", "2"),
                         watch="interval_s = 1.5\nlatency_s = 1.0\nmax_restarts = 1\nbackoff_s = 0.2"),
         "gen": recipe(two),
+        "pair": recipe(two, memory="watchdog_interval_s = 0.3") + '[watchdog]\nscope = "lane"\n',
     }  # fmt: skip
     root = write_fleet(tmp / "fleet", fields, lanes_)
     inv = inventory.load(root)
@@ -214,6 +217,47 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
         set_mem(memdir, "dgx2", 100)
         lanes.stop(inv, "fit", 5)
     assert nothing_runs(hosts)  # stop also ends both nodes' watchdogs
+
+
+def test_lane_scoped_watchdog_stops_every_node_and_is_not_restarted(gates):
+    """[watchdog] scope = "lane" (the EXL3 kit's portable_pair.py watch(): either node under 512 MiB,
+    or either container gone, stops BOTH and never restarts them): dgx2's own watchdog stops its
+    rank and records why; `sparkfleet status` then stops dgx1's rank, naming that reason; and
+    `sparkfleet watch` stops a lane whose rank died instead of relaunching it."""
+    inv, hosts, memdir = gates
+    report = lanes.launch(inv, "pair", allow_nas_weights=True)
+    try:
+        assert report.ready.ok, report.ready.reason
+        set_mem(memdir, "dgx2", 0.4)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and lanes.status(inv, "pair").running == 2:
+            time.sleep(0.3)
+        assert {r.host: r.running for r in lanes.status(inv, "pair").ranks} == {"dgx1": True, "dgx2": False}
+        res = CliRunner().invoke(cli, ["--root", str(inv.root), "status", "pair"])
+        assert res.exit_code == ExitCode.SHORTFALL, res.output
+        assert (
+            "watchdog scope = lane: stopped sparkfleet-pair-r0 on dgx1 because dgx2's memory watchdog: "
+            "MemAvailable 0.4 GiB fell under the floor 0.5 GiB"
+        ) in res.output
+        assert lanes.status(inv, "pair").running == 0 and nothing_runs(hosts)
+        assert "because dgx2's memory watchdog" in generations.load_all(inv.root, "pair")[-1]["stopped_why"]
+
+        set_mem(memdir, "dgx2", 100)  # a rank that dies (the kit: a container not running) stops both
+        report = lanes.launch(inv, "pair", allow_nas_weights=True)
+        assert report.ready.ok, report.ready.reason
+        (rec,) = records.load_all(hosts["dgx2"].root / "state", "pair")
+        os.killpg(rec.pgid or rec.pid, signal.SIGKILL)  # the rank this test started, by its recorded group
+        settings = watch_settings(inv.lane("pair").raw, interval_s=1.0, latency_s=1.0, max_restarts=3)
+        out = watch_lane(inv, "pair", settings, max_probes=5)
+        assert out.needs_human and out.restarts == 0, out.message
+        assert "watchdog scope = lane: stopped sparkfleet-pair-r0 on dgx1 because rank 1 on dgx2 is down" in (
+            out.message
+        )
+        assert lanes.status(inv, "pair").running == 0
+    finally:
+        set_mem(memdir, "dgx2", 100)
+        lanes.stop(inv, "pair", 5)
+    assert nothing_runs(hosts)
 
 
 def test_fabric_canary_passes_then_names_the_broken_pair(gates):

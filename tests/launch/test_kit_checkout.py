@@ -25,6 +25,8 @@ import pytest
 
 from sparkfleet import inventory
 from sparkfleet.launch.plan import dry_run
+from sparkfleet.launch.runtimes import container_run_argv
+from support.kitflags import kit_pairs, missing_flags, run_pairs
 from support.lanefleet import repo_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,6 +303,11 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tools))  # portable_node imports launch_profile from beside it
     portable_node = _load(tools / "portable_node.py", "kit_exl3_portable_node")
     plan = dry_run(inv, "dsv41-flash-exl3-2x")
+    # the AOT library: bound where the kit binds it, checked against the kit's own AOT_SHA
+    trees = {t["target"]: t for t in _recipe("dsv41-flash-exl3-2x")["launch"]["trees"]}
+    aot = trees[portable_node.AOT_TARGET]
+    assert aot["path"] == f"{EXL3_RUNTIME}/aot/{portable_node.AOT_NAME}"
+    assert aot["sha256"] == {f"{portable_node.AOT_NAME}.so": portable_node.AOT_SHA}
     for spec in plan.by_rank():
         node = portable_node.docker_command(config, spec.rank)
         added = _recipe("dsv41-flash-exl3-2x")["kit"]["ours_added"]
@@ -320,3 +327,33 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
         assert {"/model", "/draft-exl3", "/cache"} <= targets
         kit_mounts = {m["target"] for m in _recipe("dsv41-flash-exl3-2x")["kit"]["mounts"]}
         assert targets == kit_mounts, "[kit.mounts] must list every mount the kit makes"
+        # the kit's box: every `docker create` flag but its name, labels, mounts, env, entrypoint and
+        # the DRM card ([kit.container] not_applied) is in what sparkfleet runs, on docker and podman
+        flags = _kit_box(command[2 : command.index(config["nodes"][spec.rank]["image"])])
+        recorded = _recipe("dsv41-flash-exl3-2x")["kit"]["container"]
+        user = f"{config['nodes'][spec.rank]['uid']}:{config['nodes'][spec.rank]['gid']}"
+        assert kit_pairs(flags, user) == kit_pairs(recorded["flags"], user), "[kit.container] is the kit's"
+        for engine in ("docker", "podman"):
+            ours = run_pairs(container_run_argv(spec, engine, Path("/st/r.env"), user), spec.image)
+            lacking = missing_flags(kit_pairs(flags, user), ours)
+            assert lacking == ([("--gpus", "all")] if engine == "podman" else []), (engine, lacking)
+
+
+def _kit_box(args: list[str]) -> list[str]:
+    """portable_node.py's `docker create` args less what is not the box: --name, --label, --mount,
+    --env, --entrypoint (compared above) and the DRM card + its group ([kit.container] not_applied);
+    `--user U:G` written as the kit's `--user=$UID:$GID`."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--name", "--label", "--mount", "--env", "--group-add"):
+            i += 2
+            continue
+        if a == "--user":
+            out.append("--user=$UID:$GID")
+            i += 2
+            continue
+        if not (a.startswith("--entrypoint=") or a.startswith("--device=/dev/dri/")):
+            out.append(a)
+        i += 1
+    return out

@@ -193,3 +193,116 @@ def test_node_env_with_an_unknown_fact_is_refused(tmp_path):
         InventoryError, match=r"launch.node_env.TP_SOCKET_IFNAME uses unknown placeholder \{nic\}"
     ):
         launch_recipe(inventory.load(inv_root), "dsv41-flash-exl3-2x")
+
+
+def test_dry_run_marks_node_env_it_cannot_fill_naming_the_fact(tmp_path, monkeypatch):
+    """A [launch.node_env] key whose node facts are unknown is shown unknown, naming the fact
+    (`netdev` of dgx2), the way an unknown DIST_INIT_ADDR is: it used to vanish from the env."""
+    from click.testing import CliRunner
+
+    from sparkfleet.cli import main
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    root = repo_fleet(tmp_path / "fleet")
+    inv = inventory.load(root)
+    plan = dry_run(inv, "dsv41-flash-exl3-2x")
+    for host in ("dgx1", "dgx2"):
+        unknown = plan.unknown[host]
+        assert f"`netdev` of {host}" in unknown["TP_SOCKET_IFNAME"], unknown
+        assert f"`hca` of {host}" in unknown["NCCL_IB_HCA"] and "'={hca}:1'" in unknown["NCCL_IB_HCA"]
+        assert "TP_SOCKET_IFNAME" not in plan.specs[host].env
+    aiden = dry_run(inv, "dsv41-flash-4x-aiden").unknown["dgx3"]
+    assert "`hcas` of dgx3" in aiden["B12X_ROCE_HCA"]
+    assert "`gid_index` of dgx3" in aiden["B12X_ROCE_GID_INDEX"]
+    assert "HOST_IP" not in aiden  # dgx3's fabric_ip is in hosts/fleet.toml
+    res = CliRunner().invoke(main, ["--root", str(root), "launch", "dsv41-flash-exl3-2x", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "# unknown TP_SOCKET_IFNAME: [launch.node_env] '{netdev}' needs `netdev` of dgx2" in res.stdout
+    args = ["--root", str(root), "launch", "dsv41-flash-exl3-2x", "--dry-run", "--json"]
+    doc = json.loads(CliRunner().invoke(main, args).stdout)
+    assert all("TP_SOCKET_IFNAME" in r["unknown"] for r in doc["ranks"])
+
+
+def test_a_real_launch_refuses_node_env_it_cannot_fill(tmp_path, monkeypatch):
+    """Outside a dry run an unfillable node_env key is refused, not silently left out: the kit
+    would run with NCCL picking its own rail (here: a lane whose fabric is not probed as RoCE)."""
+    from sparkfleet.launch.spec import ShapeError
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    root = repo_fleet(tmp_path / "fleet")
+    recipe = root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace('fabric = "roce"', 'fabric = "none"'))
+    inv = inventory.load(root)
+    empty = BindManifest("dgx2", (), (), {})
+    with pytest.raises(ShapeError, match=r"launch.node_env.NCCL_IB_HCA needs `hca` of dgx2"):
+        build_spec(inv, launch_recipe(inv, "dsv41-flash-exl3-2x"), "dgx2", empty, {"dgx2": None})
+
+
+def test_exl3_container_runs_in_the_kits_box_on_docker_and_podman(tmp_path, monkeypatch):
+    """[kit.container] (portable_node.py docker_command() `args`, verbatim) is what the rendered
+    docker and podman argv carry: --memory 9g, --cpus 6, --read-only, --cap-drop ALL, --user ..."""
+    from sparkfleet.launch.runtimes import container_run_argv
+    from support.kitflags import kit_pairs, missing_flags, run_pairs
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    kit = _kit("dsv41-flash-exl3-2x")["container"]
+    assert kit["source"].startswith("release/runtime/tools/portable_node.py docker_command()")
+    assert "release/runtime/tools/portable_node.py" in _kit("dsv41-flash-exl3-2x")["sources"]
+    want = kit_pairs(kit["flags"], "1000:1000")
+    for flag in ("--memory", "--cpus", "--read-only", "--cap-drop", "--user", "--ipc", "--pids-limit"):
+        assert any(k == flag for k, _ in want), f"[kit.container] lacks {flag}"
+    plan = dry_run(_fleet(tmp_path), "dsv41-flash-exl3-2x")
+    for spec in plan.by_rank():
+        docker = container_run_argv(spec, "docker", Path("/st/r.env"), "1000:1000")
+        assert not missing_flags(want, run_pairs(docker, spec.image)), spec.rank
+        podman = container_run_argv(spec, "podman", Path("/st/r.env"), "1000:1000")
+        # podman: GPUs by CDI (gpus = "all" is docker's --gpus), the rest the same flags
+        lacking = missing_flags(want, run_pairs(podman, spec.image))
+        assert lacking == [("--gpus", "all")], lacking
+        assert podman[podman.index("--shm-size") + 1] == "2g"  # --ipc private: podman takes a shm size
+        planned = planned_argv(spec)  # off the node: the user is shown as what it will be, not guessed
+        assert planned[planned.index("--user") + 1] == f"<uid:gid of the sparkfleet user on {spec.host}>"
+
+
+def test_container_limits_are_checked_when_the_recipe_is_read(tmp_path):
+    """A bad [launch.container] value is refused naming the key, before any host is asked."""
+    root = repo_fleet(tmp_path / "fleet")
+    recipe = root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace('memory_swap = "9g"', 'memory_swap = "4g"'))
+    with pytest.raises(InventoryError, match=r"launch.container.memory_swap = '4g' needs memory \(= '9g'\)"):
+        launch_recipe(inventory.load(root), "dsv41-flash-exl3-2x")
+    recipe.write_text(text.replace('memory = "9g"', 'memory = "9 GB"'))
+    with pytest.raises(InventoryError, match=r"container"):
+        inventory.load(root)
+    without = text[: text.index("[launch.container]")] + text[text.index("# The kit keeps its JIT") :]
+    recipe.write_text(without)
+    lim = launch_recipe(inventory.load(root), "dsv41-flash-exl3-2x").container
+    assert lim.ipc == "host" and lim.memory is None and not lim.read_only  # left out: as before
+
+
+def test_the_box_travels_to_the_node_with_the_spec(tmp_path, monkeypatch):
+    """The agent rebuilds the spec from JSON: the limits arrive as the controller planned them."""
+    from sparkfleet.jsonable import to_jsonable
+    from sparkfleet.launch.spec import spec_from_dict
+
+    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
+    spec = dry_run(_fleet(tmp_path), "dsv41-flash-exl3-2x").specs["dgx2"]
+    back = spec_from_dict(json.loads(json.dumps(to_jsonable(spec))))
+    assert back.container == spec.container and back.container.cap_drop == ("ALL",)
+    assert back == spec
+
+
+def test_every_kit_file_the_argv_names_is_a_needed_tree_file(tmp_path):
+    """What the kit's argv runs from /opt/ds41-serving (serve.py, --config conservative.yaml,
+    --worker-cls combined_worker.*, on PYTHONPATH) is required of the bound tree ([[launch.trees]])."""
+    inv = _fleet(tmp_path)
+    recipe = launch_recipe(inv, "dsv41-flash-exl3-2x")
+    kit = _kit("dsv41-flash-exl3-2x")
+    (serving,) = [t for t in recipe.trees if t.target == "/opt/ds41-serving"]
+    named = {a.removeprefix("/opt/ds41-serving/") for a in kit["argv"] if a.startswith("/opt/ds41-serving/")}
+    worker = kit["argv"][kit["argv"].index("--worker-cls") + 1].split(".")[0] + ".py"
+    assert named | {worker} == set(serving.needs) == {"serve.py", "conservative.yaml", "combined_worker.py"}
+    assert (serving.pin, serving.path, serving.rev) == ("exl3-kit", "release/runtime/serving", kit["commit"])
+    aot = [m["target"] for m in kit["mounts"] if "flashinfer/data/aot" in m["target"]]
+    assert aot and aot[0] in {t.target for t in recipe.trees}

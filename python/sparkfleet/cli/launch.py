@@ -393,10 +393,10 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
       sparkfleet status dsv41-flash-4x-mia --json
       sparkfleet status dsv41-flash-2x2 --replica 1
     """
-    from ..launch.lane import status as do_status
+    from ..launch.lanestop import status_enforced  # [watchdog] scope = "lane" acts here too
     from ..launch.replicas import instance_name, replica_inventory
 
-    st = do_status(replica_inventory(load_inventory(ctx), lane, replica), lane)
+    st, _ = status_enforced(replica_inventory(load_inventory(ctx), lane, replica), lane)
     if as_json:
         echo_json({**st.to_dict(), "replica": replica})
     else:

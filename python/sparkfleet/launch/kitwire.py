@@ -23,11 +23,9 @@ NODE_FIELDS = ("hca", "hcas", "gid_index", "netdev", "host_ip")
 _FIELD = re.compile(r"\{([a-z_]+)\}")
 
 
-def node_env(templates: Mapping[str, str], facts: FabricFacts | None, my_ip: str | None) -> dict[str, str]:
-    """[launch.node_env] (`templates`) filled from the node's facts: {hca} (first HCA), {hcas}
-    (comma-separated), {gid_index}, {netdev} from its fabric detection, {host_ip} its fabric IP. A key
-    whose facts are not known (a dry run, an unreachable node) is left out, never guessed."""
-    values: dict[str, str | None] = {"host_ip": my_ip}
+def _node_values(facts: FabricFacts | None, my_ip: str | None) -> dict[str, str | None]:
+    values: dict[str, str | None] = dict.fromkeys(NODE_FIELDS)
+    values["host_ip"] = my_ip
     if facts is not None:
         values.update(
             hca=facts.hcas[0] if facts.hcas else None,
@@ -35,10 +33,34 @@ def node_env(templates: Mapping[str, str], facts: FabricFacts | None, my_ip: str
             gid_index=str(facts.gid_index),
             netdev=facts.netdev or None,
         )
+    return values
+
+
+def node_env(templates: Mapping[str, str], facts: FabricFacts | None, my_ip: str | None) -> dict[str, str]:
+    """[launch.node_env] (`templates`) filled from the node's facts: {hca} (first HCA), {hcas}
+    (comma-separated), {gid_index}, {netdev} from its fabric detection, {host_ip} its fabric IP. A key
+    whose facts are not known (a dry run, an unreachable node) is left out, never guessed: the plan
+    marks it unknown (node_env_missing) and a real launch refuses it."""
+    values = _node_values(facts, my_ip)
+    missing = node_env_missing(templates, facts, my_ip)
+    return {
+        key: _FIELD.sub(lambda m: str(values[m.group(1)]), template)
+        for key, template in templates.items()
+        if key not in missing
+    }
+
+
+def node_env_missing(
+    templates: Mapping[str, str], facts: FabricFacts | None, my_ip: str | None
+) -> dict[str, tuple[str, ...]]:
+    """{env key: the node facts it needs that are not known}, for the [launch.node_env] keys that
+    node_env() leaves out: what a dry run shows as unknown and a real launch refuses."""
+    values = _node_values(facts, my_ip)
     out = {}
     for key, template in templates.items():
-        if all(values.get(name) for name in _FIELD.findall(template)):
-            out[key] = _FIELD.sub(lambda m: str(values[m.group(1)]), template)
+        lacking = tuple(dict.fromkeys(n for n in _FIELD.findall(template) if not values.get(n)))
+        if lacking:
+            out[key] = lacking
     return out
 
 

@@ -19,6 +19,7 @@ from ..images.record import built_image_id, planned_image
 from ..inventory import Host, Inventory, state_dir_of
 from ..nodecall import call_agent
 from . import records
+from .kitwire import node_env_missing
 from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
 from .replicas import replica_flag
@@ -39,6 +40,7 @@ class NodeFacts:
     memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
     memory_error: str | None = None
     ports_in_use: list[int] = field(default_factory=list)
+    trees: list[dict] = field(default_factory=list)  # [[launch.trees]] on the node: {dir, missing}
 
 
 @dataclass
@@ -81,6 +83,10 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
         ],
         "local_hub": str(host.local_hub),
         "nas_hub": str(host.nas_hub),
+        "trees": [
+            {"dir": str(t.host_dir(state_dir_of(host))), "needs": list(t.needs), "sha256": t.sha256}
+            for t in recipe.trees
+        ],
     }
 
 
@@ -110,6 +116,7 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
         host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
         memory=answer.get("memory"), memory_error=answer.get("memory_error"),
         ports_in_use=list(answer.get("ports_in_use", [])),
+        trees=list(answer.get("trees", [])),
     )  # fmt: skip
 
 
@@ -125,6 +132,27 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
             f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
             hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
         )
+
+
+def check_trees(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
+    """Refuse (exit 5) a node that lacks a kit tree the lane binds ([[launch.trees]]), naming the
+    directory, the missing files and how to put the pinned checkout there."""
+    missing = {t["dir"]: t["missing"] for t in nf.trees if t.get("missing")}
+    if not missing:
+        return
+    state_dir = state_dir_of(inv.host(nf.host))
+    tree = next(t for t in recipe.trees if str(t.host_dir(state_dir)) in missing)
+    lacks = "; ".join(
+        f"{d}: missing or not as pinned: {', '.join(m[:3])}" + (" ..." if len(m) > 3 else "")
+        for d, m in missing.items()
+    )
+    raise SparkfleetError(
+        f"{nf.host}: the kit's runtime tree is not there as pinned "
+        f"({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
+        "the container would start without the files it runs",
+        hint=tree.fix(state_dir),
+        exit_code=ExitCode.REFUSED,
+    )
 
 
 def not_probed(host: str, why: str) -> NodeFacts:
@@ -144,21 +172,42 @@ def unknowns(inv: Inventory, recipe: LaunchRecipe, facts: dict[str, NodeFacts], 
         and (head_facts is None or head_facts.fabric is None)
     ):
         out["DIST_INIT_ADDR"] = f"the head {head}'s fabric IP: not in hosts/fleet.toml and not detected"
-    if nf.not_probed is None:
-        return out
-    if nf.fabric is None and recipe.fabric == "roce":
-        why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
-        out.update({k: why for k in NODE_ENV_KEYS})
-        if not inv.host(host_name).fabric_ip:
-            out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
-    lane = inv.lane(recipe.lane)
-    if lane.models:
-        why = (
-            f"staged state on {host_name}: each snapshot directory binds from its local hub when "
-            f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
-        )
-        out["MODEL_PATH"] = why
-        out["model binds"] = why
+    if nf.not_probed is not None:
+        if nf.fabric is None and recipe.fabric == "roce":
+            why = f"detected from {host_name}'s sysfs (the RoCE GID of its fabric IP); {nf.not_probed}"
+            out.update({k: why for k in NODE_ENV_KEYS})
+            if not inv.host(host_name).fabric_ip:
+                out["SGLANG_HOST_IP"] = f"{host_name} has no fabric_ip in hosts/fleet.toml; " + why
+        lane = inv.lane(recipe.lane)
+        if lane.models:
+            why = (
+                f"staged state on {host_name}: each snapshot directory binds from its local hub when "
+                f"staged and verified there, else from the NAS read-only; {nf.not_probed}"
+            )
+            out["MODEL_PATH"] = why
+            out["model binds"] = why
+    # after the fabric keys: a kit-spelled key (NCCL_IB_HCA "={hca}:1") names the fact it lacks
+    out.update(node_env_unknowns(inv, recipe, nf))
+    return out
+
+
+def node_env_unknowns(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> dict[str, str]:
+    """{[launch.node_env] key: why unknown} for the keys `nf.host`'s facts cannot fill, naming
+    each missing host fact (`hca` of dgx2) and where it would come from."""
+    host = inv.host(nf.host)
+    my_ip = host.fabric_ip or (nf.fabric.fabric_ip if nf.fabric else None)
+    out = {}
+    for key, fields in node_env_missing(recipe.node_env, nf.fabric, my_ip).items():
+        whence = []
+        for f in fields:
+            if f == "host_ip":
+                whence.append(
+                    f"`host_ip` of {nf.host} (its fabric_ip: not in hosts/fleet.toml and not detected)"
+                )
+            else:
+                whence.append(f"`{f}` of {nf.host} (detected from its sysfs by the fabric probe)")
+        why = f"[launch.node_env] {recipe.node_env[key]!r} needs " + ", ".join(whence)
+        out[key] = f"{why}; {nf.not_probed}" if nf.not_probed else why
     return out
 
 
@@ -222,6 +271,8 @@ def prepare(
         probed = offline is None and name not in unreachable
         if recipe.fabric == "roce" and nf.fabric is None and probed:
             raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
+        if probed and in_container:
+            check_trees(inv, recipe, nf)
         host = inv.host(name)
         manifests[name] = build_manifest(
             name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
+from .hosttrees import HostTree, host_trees
 from .kitwire import NODE_FIELDS
+from .limits import ContainerLimits, container_limits
 
 SGLANG_READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's loader line; the weight-load time is the number after "elapsed=".
@@ -119,6 +121,9 @@ class LaunchRecipe:
     worker_args: tuple[str, ...] = ()
     model_mounts: dict[str, str] = field(default_factory=dict)  # model pin -> container directory
     node_env: dict[str, str] = field(default_factory=dict)  # env key -> template of the node's facts
+    container: ContainerLimits = ContainerLimits()  # [launch.container]: the box a kit runs in
+    watchdog_scope: str = "rank"  # [watchdog] scope: "lane" = one rank's stop stops them all
+    trees: tuple[HostTree, ...] = ()  # [[launch.trees]]: a kit's pinned files bound from each host
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -228,6 +233,9 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         worker_args=tuple(doc.get("worker_args", ())),
         model_mounts=model_mounts,
         node_env=node_env,
+        container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
+        watchdog_scope=lane.raw.get("watchdog", {}).get("scope", "rank"),
+        trees=host_trees(doc.get("trees", []), inv, str(lane.recipe_path)),
     )
 
 

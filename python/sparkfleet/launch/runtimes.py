@@ -22,6 +22,7 @@ from .. import procs
 from ..atomic import write_bytes
 from ..errors import SparkfleetError
 from . import records
+from .limits import limit_args, node_user
 from .records import LaunchRecord
 from .spec import ENV_KEY, LaunchSpec
 
@@ -66,16 +67,16 @@ def _env_file_text(env: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
-def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path) -> list[str]:
-    """`docker|podman run -d ...` with the flags Spark peers use, from the spec alone."""
+def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path, user: str | None = None) -> list[str]:
+    """`docker|podman run -d ...` with the flags Spark peers use, from the spec alone; `user` is
+    this node's uid:gid where the recipe says container.user = "host" (None: a plan off the node)."""
     argv = [engine, "run", "-d", "--name", spec.name]
     for k, v in spec.labels.items():
         argv += ["--label", f"{k}={v}"]
-    argv += ["--network", "host", "--ipc", "host"]
+    argv += ["--network", "host", "--ipc", spec.container.ipc]
     for limit in spec.ulimits:  # the host's (fleet.toml `ulimits`): memlock=-1 is refused where hard < ∞
         argv += ["--ulimit", limit]
-    if engine == "docker":  # podman refuses a shm size beside --ipc host (the host's /dev/shm is used)
-        argv += ["--shm-size", spec.shm_size]
+    argv += limit_args(spec.container, engine, spec.shm_size, spec.host, user)  # shm + [launch.container]
     argv += ["--log-opt", f"max-size={MAX_LOG_BYTES // (1024 * 1024)}m"]  # rank logs capped (issue 10.8)
     if engine == "docker":
         argv += ["--log-opt", "max-file=2"]
@@ -272,7 +273,7 @@ class ContainerRuntime:
                 f"image {spec.image} is not present on {spec.host}",
                 hint="load the pinned image on every node (`sparkfleet doctor LANE` shows which lack it)",
             )
-        cp = self._run([engine, *container_run_argv(spec, self.engine, env_file)[1:]])
+        cp = self._run([engine, *container_run_argv(spec, self.engine, env_file, node_user())[1:]])
         if cp.returncode != 0:
             raise RuntimeError_(f"{self.engine} run {spec.name} failed: {cp.stderr.strip()}")
         return _started(spec, self.name, log, container_id=cp.stdout.strip().splitlines()[-1])

@@ -20,7 +20,8 @@ from .. import apikeys
 from ..errors import SparkfleetError
 from ..inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
-from .kitwire import model_binds, node_env
+from .kitwire import model_binds, node_env, node_env_missing
+from .limits import ContainerLimits, limits_from_dict
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -91,6 +92,7 @@ class LaunchSpec:
     boot_cache_dir: str = ""  # node-local JIT/autotune caches for this image x model x world
     boot_cache_key: str = ""
     entrypoint: str | None = None  # the image's entrypoint replaced (the kit's `--entrypoint`), or kept
+    container: ContainerLimits = ContainerLimits()  # [launch.container]: limits and privileges
 
     @property
     def is_head(self) -> bool:
@@ -446,6 +448,16 @@ def build_spec(
 
         env.update(FIXED_ENV)
     env.update(recipe.env)
+    missing = node_env_missing(recipe.node_env, facts, my_ip)
+    if missing and not fabric_unknown_ok:  # a kit told nothing would pick its own (wrong) rail
+        key, fields = next(iter(missing.items()))
+        raise ShapeError(
+            f"lane {lane.name!r}: launch.node_env.{key} needs "
+            + ", ".join(f"`{f}` of {host_name}" for f in fields)
+            + ", which is not known",
+            hint="{host_ip} is the host's fabric_ip (hosts/fleet.toml); {hca} {hcas} {gid_index} {netdev} "
+            "come from the fabric probe of a RoCE lane (`sparkfleet doctor HOST`)",
+        )
     env.update(node_env(recipe.node_env, facts, my_ip))
 
     values = {
@@ -475,6 +487,8 @@ def build_spec(
     receipts = receipt_paths(recipe, cache_dir, where)
 
     binds = list(manifest_binds)
+    if in_container:  # a kit's pinned files ([[launch.trees]]), read-only from the host's checkout
+        binds += [BindMount(t.host_dir(state_dir), t.target, True, "kit") for t in recipe.trees]
     if in_container:
         binds.append(BindMount(Path(cache_dir), recipe.cache_mount, False, "cache"))
     if in_container and "{api_key_config}" in " ".join(recipe.command):
@@ -540,6 +554,7 @@ def build_spec(
         boot_cache_dir=str(boot_dir),
         boot_cache_key=boot_key,
         entrypoint=recipe.entrypoint if in_container else None,
+        container=recipe.container,
     )
 
 
@@ -557,4 +572,5 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
     )
     for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
         d[key] = tuple(d.get(key) or ())
+    d["container"] = limits_from_dict(d.get("container") or {})
     return LaunchSpec(**d)

@@ -1,0 +1,85 @@
+"""A kit's own files on each host, bound into its container ([[launch.trees]], issue 19).
+
+Why: the EXL3 kit's container runs code that is not in its image: serve.py, conservative.yaml and
+combined_worker.py come from the kit's release/runtime/serving (portable_node.py binds a copy at
+/opt/ds41-serving), and the MXFP8 AOT library from release/runtime/aot (bound over flashinfer's).
+The kit's launcher rsyncs release/runtime to the worker; sparkfleet takes it from the pinned
+checkout of the kit's git pin on each host, at <state_dir>/kits/<pin>/<rev>/, bound read-only.
+A tree that is not there (or lacks a file the recipe names) is refused before anything starts,
+naming the host, the directory and the files: booting a container that cannot find serve.py
+only shows up minutes later as a crash loop. Pure, but for `tree_problems`, which the node's
+agent runs on its own filesystem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from ..digests import full_digest
+from ..errors import InventoryError
+
+if TYPE_CHECKING:
+    from ..inventory import Inventory
+
+
+@dataclass(frozen=True)
+class HostTree:
+    """One directory of a pinned kit checkout, bound read-only at `target` in the container."""
+
+    pin: str  # a git pin of hosts/fleet.toml
+    repo: str
+    rev: str
+    path: str  # inside the checkout
+    target: str  # in the container
+    needs: tuple[str, ...] = ()  # files (relative to path) that must be there
+    sha256: dict[str, str] = field(default_factory=dict)  # file -> the sha256 the kit pins it at
+
+    def checkout(self, state_dir: str | Path) -> Path:
+        """Where the pinned checkout lives on a host: one directory per revision, never mutated."""
+        return Path(state_dir) / "kits" / self.pin / self.rev
+
+    def host_dir(self, state_dir: str | Path) -> Path:
+        return self.checkout(state_dir) / self.path
+
+    def fix(self, state_dir: str | Path) -> str:
+        """The commands that put the tree there (on the host), as a hint."""
+        co = self.checkout(state_dir)
+        return (
+            f"on the host: git clone https://github.com/{self.repo} {co} && "
+            f"git -C {co} checkout --detach {self.rev}"
+        )
+
+
+def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, ...]:
+    """[[launch.trees]] read: each names a git pin, a relative path in it and an absolute target."""
+    out = []
+    for i, doc in enumerate(docs):
+        key = f"{where}: launch.trees[{i}]"
+        pin = inv.pins.get(doc["pin"])
+        if pin is None or pin.kind != "git":
+            known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "git")) or "none"
+            raise InventoryError(
+                f"{key}.pin: {doc['pin']!r} is not a git pin", hint=f"expected one of: {known}"
+            )
+        rel = PurePosixPath(doc["path"])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise InventoryError(f"{key}.path: {doc['path']!r} must stay inside the checkout")
+        sums = dict(doc.get("sha256", {}))
+        needs = tuple(dict.fromkeys([*doc.get("needs", ()), *sums]))  # a pinned file is needed too
+        out.append(HostTree(pin.name, pin.source, pin.value, str(rel), doc["target"], needs, sums))
+    return tuple(out)
+
+
+def tree_problems(directory: Path, needs: list[str], sha256: dict[str, str] | None = None) -> list[str]:
+    """What of a tree is missing or wrong on this node: the directory itself, each needed file, and
+    each file whose sha256 is not the one the kit pins (the EXL3 kit's AOT_SHA check, here)."""
+    if not directory.is_dir():
+        return [f"{directory} (the directory)"]
+    out = [str(directory / n) for n in needs if not (directory / n).is_file()]
+    for name, want in (sha256 or {}).items():
+        path = directory / name
+        if path.is_file() and (got := full_digest(path, "sha256")) != want:
+            out.append(f"{path} (sha256 {got[:12]}…, the kit pins {want[:12]}…)")
+    return out

@@ -1,0 +1,113 @@
+"""A kit's runtime tree on each host ([[launch.trees]], issue 19): bound when there, refused when not.
+
+The EXL3 kit's container runs serve.py, conservative.yaml and combined_worker.py from the kit's
+release/runtime/serving, and the MXFP8 AOT library from release/runtime/aot (portable_node.py
+docker_command() at 878e0ee): none of them is in the image. sparkfleet binds them from the
+exl3-kit pin's checkout on each host; a host without it is refused (exit 5) before anything starts,
+naming the directory and the files, and doctor shows the same. The node side is the agent's own
+probe, run here on this machine's filesystem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from sparkfleet import inventory
+from sparkfleet.doctor import _tree_checks
+from sparkfleet.errors import ExitCode, InventoryError, SparkfleetError
+from sparkfleet.inventory import state_dir_of
+from sparkfleet.launch.agent import probe
+from sparkfleet.launch.manifest import BindManifest
+from sparkfleet.launch.plan import check_trees, node_facts, probe_request
+from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.launch.spec import build_spec
+from support.lanefleet import repo_fleet
+
+LANE = "dsv41-flash-exl3-2x"
+REV = "878e0eecd893fadc69ad2d58b2df0fabb0fae2ee"
+AOT_SHA = "6abdf60fb353da15d87030427e16a982e7819a6f479563b8acfde81110e78bf4"  # portable_node.py AOT_SHA
+
+
+def _fleet(tmp_path: Path) -> inventory.Inventory:
+    """The repository's fleet, dgx1's state_dir moved under tmp_path (where its checkout goes)."""
+    root = repo_fleet(tmp_path / "fleet")
+    fleet = root / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    state = tmp_path / "dgx1-state"
+    fleet.write_text(text.replace('[hosts.dgx1]\n', f'[hosts.dgx1]\nstate_dir = "{state}"\n', 1))
+    return inventory.load(root)
+
+
+def _probe(inv: inventory.Inventory, host: str):
+    recipe = launch_recipe(inv, LANE)
+    req = probe_request(inv, recipe, inv.host(host))
+    req.update(models=[], ports=[], memory=False)  # only the trees: the agent's own check, here
+    return recipe, node_facts(host, probe(req))
+
+
+def test_a_host_without_the_kits_runtime_tree_is_refused_naming_it(tmp_path):
+    inv = _fleet(tmp_path)
+    recipe, facts = _probe(inv, "dgx1")
+    serving = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / REV / "release" / "runtime" / "serving"
+    with pytest.raises(SparkfleetError) as exc:
+        check_trees(inv, recipe, facts)
+    assert exc.value.exit_code == ExitCode.REFUSED
+    repo = "coolbho3k/DeepSeek-v4.1-Flash-2x-DGX-Spark"
+    assert f"dgx1: the kit's runtime tree is not there as pinned (exl3-kit {repo}@{REV[:10]})" in (
+        exc.value.message
+    )
+    assert f"{serving} (the directory)" in exc.value.message
+    assert f"git -C {serving.parents[2]} checkout --detach {REV}" in exc.value.hint
+    (check,) = [c for c in _tree_checks("dgx1", recipe, state_dir_of(inv.host("dgx1")), facts.trees)
+                if "/opt/ds41-serving" in c.detail]  # fmt: skip
+    assert check.ok is False and "missing" in check.detail and "git clone" in check.hint and check.refuses
+
+    serving.mkdir(parents=True)  # a checkout that lacks one file the recipe names
+    (serving / "serve.py").write_text("# stand-in\n")
+    (serving / "conservative.yaml").write_text("max_num_seqs: 6\n")
+    recipe, facts = _probe(inv, "dgx1")
+    with pytest.raises(SparkfleetError, match=r"missing .*serving/combined_worker\.py"):
+        check_trees(inv, recipe, facts)
+
+
+def test_a_present_tree_is_bound_read_only_where_the_kit_reads_it(tmp_path):
+    inv = _fleet(tmp_path)
+    checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / REV / "release" / "runtime"
+    for rel in ("serving/serve.py", "serving/conservative.yaml", "serving/combined_worker.py",
+                "aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so"):  # fmt: skip
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("stand-in\n")
+    recipe, facts = _probe(inv, "dgx1")
+    so = checkout / "aot" / "mxfp8_gemm_cutlass_sm120" / "mxfp8_gemm_cutlass_sm120.so"
+    wrong = rf"{so} \(sha256 [0-9a-f]{{12}}…, the kit pins 6abdf60fb353…\)"
+    with pytest.raises(SparkfleetError, match=wrong):
+        check_trees(inv, recipe, facts)  # the stand-in is not the kit's AOT_SHA: refused like the kit
+    fake = hashlib.sha256(so.read_bytes()).hexdigest()  # a recipe that pins the stand-in's bytes
+    text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()
+    (inv.root / "recipes" / LANE / "recipe.toml").write_text(text.replace(AOT_SHA, fake))
+    inv = inventory.load(inv.root)
+    recipe, facts = _probe(inv, "dgx1")
+    check_trees(inv, recipe, facts)  # everything there and as pinned: no refusal
+    assert all(c.ok for c in _tree_checks("dgx1", recipe, state_dir_of(inv.host("dgx1")), facts.trees))
+    empty = BindManifest("dgx1", (), (), {})
+    spec = build_spec(inv, recipe, "dgx1", empty, {"dgx1": None}, fabric_unknown_ok=True)
+    kit = {b.target: b for b in spec.binds if b.origin == "kit"}
+    assert kit["/opt/ds41-serving"].source == checkout / "serving" and kit["/opt/ds41-serving"].read_only
+    aot = "/usr/local/lib/python3.12/dist-packages/flashinfer/data/aot/mxfp8_gemm_cutlass_sm120"
+    assert kit[aot].source == checkout / "aot" / "mxfp8_gemm_cutlass_sm120" and kit[aot].read_only
+
+
+def test_a_tree_must_name_a_git_pin_and_stay_inside_it(tmp_path):
+    root = repo_fleet(tmp_path / "fleet")
+    recipe = root / "recipes" / LANE / "recipe.toml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace('pin = "exl3-kit"\npath = "release/runtime/serving"',
+                                   'pin = "exl3-kit-image"\npath = "release/runtime/serving"'))  # fmt: skip
+    with pytest.raises(InventoryError, match=r"launch.trees\[0\].pin: 'exl3-kit-image' is not a git pin"):
+        launch_recipe(inventory.load(root), LANE)
+    recipe.write_text(text.replace('path = "release/runtime/serving"', 'path = "../../etc"'))
+    with pytest.raises(InventoryError, match=r"launch.trees\[0\].path: '../../etc' must stay inside"):
+        launch_recipe(inventory.load(root), LANE)
