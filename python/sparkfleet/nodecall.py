@@ -10,12 +10,12 @@ of them imports it from below and none reaches up into launch/ for it.
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 from .errors import SparkfleetError
 from .hosts import LocalHost, check_reachable, remote_sparkfleet
 from .inventory import state_dir_of
+from .selfexec import module_argv
 
 if TYPE_CHECKING:
     from .inventory import Inventory
@@ -28,7 +28,7 @@ class AgentError(SparkfleetError):
 def agent_argv(runner) -> list[str]:
     """The agent command on a node: this interpreter locally, else `<$SPARKFLEET_REMOTE> agent`."""
     if isinstance(runner, LocalHost):
-        return [sys.executable, "-m", "sparkfleet.launch.agent"]
+        return module_argv("sparkfleet.launch.agent")
     return [*remote_sparkfleet(), "agent"]
 
 

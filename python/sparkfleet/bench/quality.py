@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -24,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..selfexec import module_argv
 from .relay import CountingRelay
 
 TOOL = "tool-eval-bench"
@@ -78,13 +78,11 @@ def build_argv(
     json_file: Path,
     output_dir: Path,
     settings: QualitySettings,
-    python: str = sys.executable,
+    python: str | None = None,
 ) -> list[str]:
-    """The exact command line; no secret is ever part of it."""
-    argv = [
-        python,
-        "-m",
-        "tool_eval_bench",
+    """The exact command line; no secret is ever part of it. Without `python`: this interpreter
+    with this process's search path (sparkfleet.selfexec), where tool-eval-bench is installed."""
+    args = [
         "run",
         "--base-url",
         base_url,
@@ -98,6 +96,7 @@ def build_argv(
         "--timeout",
         f"{settings.request_timeout_s:g}",
     ]
+    argv = [python, "-m", "tool_eval_bench", *args] if python else module_argv("tool_eval_bench", *args)
     if settings.scenarios:
         argv += ["--scenarios", *settings.scenarios]
     elif settings.short:

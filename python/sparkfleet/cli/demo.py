@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ..demo.fleet import DEMO_LANE, write_demo_fleet
 from ..engram import pack as engram_pack
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import state_dir_of
+from ..selfexec import module_argv
 from ..stage import execute
 from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar
@@ -47,7 +47,7 @@ def _smoke_and_bench(root: Path) -> bool:
     for verb in (["smoke", DEMO_LANE], ["bench", DEMO_LANE, "--quick", "--tag", "demo"]):
         click.echo(f"sparkfleet {' '.join(verb)}:")
         proc = subprocess.run(
-            [sys.executable, "-m", "sparkfleet", "--root", str(root), *verb],
+            module_argv("sparkfleet", "--root", str(root), *verb),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip

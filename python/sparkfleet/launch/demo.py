@@ -18,6 +18,7 @@ from pathlib import Path
 from .. import inventory
 from ..errors import SparkfleetError
 from ..inventory import Inventory
+from ..selfexec import module_argv
 from .lane import launch, status, stop
 from .plan import prepare
 from .recipe import launch_recipe
@@ -49,12 +50,12 @@ def free_port_pair() -> int:
 def demo_launch_tables(port: int | None = None, boot_delay: float = 2.0, canary: bool | None = None) -> str:
     """`[world]` + `[launch]` TOML for the demo lane (two ranks on one machine, process runtime)."""
     port = port or free_port_pair()
-    args = ["-m", "sparkfleet.demo.openai_server", "--host", "127.0.0.1", "--port", "{rank_port}",
+    args = ["--host", "127.0.0.1", "--port", "{rank_port}",
             "--served-model-name", "{served_model_name}", "--boot-delay", str(boot_delay),
             "--api-key-env", "SPARKFLEET_API_KEY"]  # the lane's key: 401 without it  # fmt: skip
     for sig in SIGNATURES:
         args += ["--signature", sig]
-    command = json.dumps([sys.executable, *args])
+    command = json.dumps(module_argv("sparkfleet.demo.openai_server", *args))
     return f"""
 [world]
 tp = 2

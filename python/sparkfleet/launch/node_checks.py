@@ -13,7 +13,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from .. import apikeys, procs
 from ..atomic import write_bytes
 from ..sanitize import Secrets
+from ..selfexec import script_argv
 from . import canary_worker, records, watchdog
 from .manifest import BindMount
 from .records import tail_bytes
@@ -52,9 +52,10 @@ def _last_json(text: str) -> dict | None:
     return None
 
 
-def canary_argv(spec: LaunchSpec, req: dict, worker: str, python: str) -> list[str]:
+def canary_args(spec: LaunchSpec, req: dict) -> list[str]:
+    """The canary worker's arguments (after `python WORKER`)."""
     c = req["canary"]
-    return [python, worker, "--rank", str(spec.rank), "--world", str(spec.nnodes), "--master", req["master"],
+    return ["--rank", str(spec.rank), "--world", str(spec.nnodes), "--master", req["master"],
             "--port", str(req["port"]), "--backend", c["backend"], "--bytes", str(c["bytes"]),
             "--pair-bytes", str(c.get("pair_bytes", 4 << 20)), "--iters", str(c["iters"]),
             "--timeout", str(c["timeout"])]  # fmt: skip
@@ -67,7 +68,7 @@ def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Pa
         spec,
         name=f"{spec.name}-canary",
         binds=(BindMount(Path(worker), WORKER_MOUNT, True, "canary"),),
-        argv=tuple(canary_argv(spec, req, WORKER_MOUNT, req["canary"].get("python", "python3"))),
+        argv=(req["canary"].get("python", "python3"), WORKER_MOUNT, *canary_args(spec, req)),
     )
     argv = container_run_argv(cspec, spec.runtime, env_file)
     if argv[2] != "-d":
@@ -84,7 +85,7 @@ def canary(req: dict) -> dict:
     cleanup: list[str] | None = None
     env: dict[str, str] | None = None
     if spec.runtime == "process":
-        argv = canary_argv(spec, req, worker, sys.executable)
+        argv = script_argv(worker, *canary_args(spec, req))  # our interpreter, our search path
         env = {**os.environ, **spec.env}
     else:
         engine = shutil.which(spec.runtime) or spec.runtime

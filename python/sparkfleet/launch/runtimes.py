@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from .. import procs
 from ..atomic import write_bytes
 from ..errors import SparkfleetError
+from ..selfexec import module_argv
 from . import records
 from .limits import limit_args, node_user
 from .records import LaunchRecord
@@ -136,11 +136,11 @@ class ProcessRuntime:
         exit_file.unlink(missing_ok=True)
         child_path(str(exit_file)).unlink(missing_ok=True)
         env = {**os.environ, **spec.env}
-        rank_parent = [
-            sys.executable, "-m", "sparkfleet.launch.rank_parent", "--exit-file", str(exit_file),
+        rank_parent = module_argv(
+            "sparkfleet.launch.rank_parent", "--exit-file", str(exit_file),
             "--log", str(log), "--max-log-bytes", str(MAX_LOG_BYTES),
             "--child-file", str(child_path(str(exit_file))), "--",
-        ]  # fmt: skip
+        )  # fmt: skip
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [*rank_parent, *spec.argv],

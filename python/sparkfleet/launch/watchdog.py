@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import procs
 from ..atomic import write_bytes
 from ..memory import gib, read_memory
+from ..selfexec import module_argv
 from . import records
 from .runtimes import runtime_for
 
@@ -93,9 +94,9 @@ def spawn(state_dir: Path, lane: str, floor: int, interval: float, stop_timeout:
         return old
     memstop_path(state_dir, lane).unlink(missing_ok=True)
     log = records.lane_dir(state_dir, lane) / "watchdog.log"
-    argv = [sys.executable, "-m", "sparkfleet.launch.watchdog", "--state-dir", str(state_dir), "--lane", lane,
-            "--floor", str(floor), "--interval", str(interval), "--stop-timeout", str(stop_timeout),
-            "--meminfo", meminfo_source()]  # fmt: skip
+    argv = module_argv("sparkfleet.launch.watchdog", "--state-dir", str(state_dir), "--lane", lane,
+                       "--floor", str(floor), "--interval", str(interval),
+                       "--stop-timeout", str(stop_timeout), "--meminfo", meminfo_source())  # fmt: skip
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)  # fmt: skip

@@ -47,6 +47,7 @@ from ..inventory import Inventory
 from ..launch.lanekeys import Call, install
 from ..launch.recipe import launch_recipe
 from ..launch.replicas import replica_sets
+from ..selfexec import module_argv
 from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
@@ -314,10 +315,9 @@ def main_command(config: Path) -> tuple[list[str], dict[str, str]]:
     `sys.executable -m` alone may not find them: nixpkgs' wrapper of a Python application puts its
     dependencies on sys.path inside the script (site.addsitedir, pkgs/development/interpreters/
     python/wrap.sh), not in the environment, so a bare interpreter started from it sees none of
-    them (the deployed unit's `gateway run` would die on `import sparkfleet`). PYTHONPATH carries
-    this process's search path over; nginx, gateway_main's only child, ignores it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return [sys.executable, "-m", "sparkfleet.serving.gateway_main", str(config)], env
+    them (the deployed unit's `gateway run` would die on `import sparkfleet`). selfexec carries this
+    process's search path over inside the interpreter, as for every Python child of ours."""
+    return module_argv("sparkfleet.serving.gateway_main", str(config)), dict(os.environ)
 
 
 def up(

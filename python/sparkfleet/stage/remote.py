@@ -36,6 +36,7 @@ from ..hosts import (
     remote_sparkfleet,
     stop_process,
 )
+from ..selfexec import module_argv
 from .events import parse_event
 from .transport import DEFAULT_TRANSPORT, PeerSource, resolve_transport
 
@@ -55,7 +56,7 @@ def is_this_host(host: Host) -> bool:
 def sparkfleet_argv(runner: LocalHost | SshHost) -> list[str]:
     """How to start sparkfleet on the runner's host: this interpreter here, $SPARKFLEET_REMOTE there."""
     if isinstance(runner, LocalHost):
-        return [sys.executable, "-m", "sparkfleet"]
+        return module_argv("sparkfleet")
     return remote_sparkfleet()
 
 
