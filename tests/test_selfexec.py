@@ -94,6 +94,31 @@ def test_a_nix_wrapped_sparkfleet_launches_a_local_lane(wrapped_fleet, tmp_path)
     assert lanes.status(inv, "demo").running == 0
 
 
+@pytest.mark.slow
+def test_a_nix_wrapped_sparkfleet_runs_the_demo(tmp_path):
+    """`sparkfleet demo` under the wrapper: its two-rank lane's server command, the fabric canary
+    (torch gloo, where torch is importable), and `sparkfleet smoke` / `bench` it starts itself."""
+    if subprocess.run([BARE, "-c", "import sparkfleet"], env=bare_env(), capture_output=True).returncode == 0:
+        pytest.skip(f"{BARE} imports sparkfleet on its own: it is no bare interpreter")
+    from sparkfleet.demo.fleet import DEMO_LANE
+
+    workdir = tmp_path / "demo"
+    try:
+        proc = subprocess.run(
+            [str(nix_wrapper(tmp_path / "sparkfleet")), "demo", "--workdir", str(workdir),
+             "--shard-mib", "1"],
+            capture_output=True, text=True, timeout=300, env={**bare_env(), "TERM": "dumb"},
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "No module named" not in proc.stdout + proc.stderr
+        assert "demo ok" in proc.stdout
+    finally:
+        fleet = workdir / "fleet"
+        if (fleet / "hosts").is_dir():
+            lanes.stop(inventory.load(fleet), DEMO_LANE, 5)
+
+
 def test_module_argv_runs_the_module_as_dash_m_would(tmp_path):
     """argv[0] is the module's file, the arguments follow, the exit status carries over; no env."""
     out = subprocess.run(
