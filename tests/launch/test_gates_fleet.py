@@ -34,7 +34,8 @@ from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
 from sparkfleet.launch.records import group_members
 from sparkfleet.launch.supervisor import watch_lane, watch_settings
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gates_fleet")]
 PORT = 30000
 GIB_KB = 1024 * 1024
 SECRET = "hf_watch_never_print_me"
