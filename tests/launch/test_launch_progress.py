@@ -17,6 +17,10 @@ from sparkfleet.errors import ExitCode
 from sparkfleet.launch import lane as lanes
 from support.lanefleet import write_fleet
 
+# Boot stages seen by polling, and Ctrl-C while a rank boots: time-bound, so make test runs these alone,
+# after the parallel part (under parallel load a poll missed a stage and SIGINT raced the boot).
+pytestmark = pytest.mark.serial
+
 LOADING = "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00s/it]"
 
 
