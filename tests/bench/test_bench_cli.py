@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from bench_fleet import write_fleet_root
 
 QUICK = ["--quick", "--depths", "0", "--concurrency", "1,2", "--requests", "2"]
@@ -51,6 +52,7 @@ def test_smoke_checks_finish_reason(fake_lane, tmp_path):
     assert case["finish_reason"] == "length" and not case["passed"]
 
 
+@pytest.mark.serial  # measures rates/timing: make test runs it alone (it failed under parallel load)
 def test_bench_lane_writes_a_full_report_then_compare_against_baseline(fake_lane, tmp_path):
     lane = fake_lane(
         "--decode-tps", "300", "--prefill-tps", "50000", "--tokens-per-chunk", "3", "--usage", "continuous"

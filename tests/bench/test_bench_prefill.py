@@ -89,6 +89,7 @@ def test_confidence_interval_uses_student_t():
     assert abs(ci95([10.0, 12.0, 14.0]) - 4.303 * 2.0 / 3**0.5) < 1e-9
 
 
+@pytest.mark.serial  # measures rates/timing: make test runs it alone (it failed under parallel load)
 def test_net_pp_never_reads_above_the_engines_own_prefill_rate(fake_lane):
     """Issue 18 (1): a one-token request pays a forward step that every prefill pays as well.
 

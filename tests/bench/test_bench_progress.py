@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sparkfleet.bench.quality import QualitySettings, run_quality
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.target import for_url
@@ -59,6 +61,7 @@ def _bench(url: str, out: Path) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.serial  # measures rates/timing: make test runs it alone (it failed under parallel load)
 def test_non_tty_lines_and_ctrl_c_keeps_what_was_measured(fake_lane, tmp_path):
     lane = fake_lane("--decode-tps", "20", "--prefill-tps", "50000")
     out = tmp_path / "reports"

@@ -5,7 +5,9 @@ The engine venv is `make engine-venv` (the Makefile target `make test` depends o
 cache layout, served by repo id from that cache, offline (`sparkfleet.demo.vllm_engine`). One
 server for the whole session, and one more with n-gram speculative decoding for the accept
 length; each runs in its own process group and is stopped by that group's id in teardown, also on
-failure. Without the engine venv every test here is skipped, saying how to build it.
+failure. Under `make test`'s xdist workers a session is a worker: the modules that use these servers
+carry `xdist_group("vllm_engine")`, so one worker runs them all and each server still boots once.
+Without the engine venv every test here is skipped, saying how to build it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from sparkfleet.bench.probes import client_round_trip, run_pp
 from sparkfleet.bench.prompts import make_prompt
 from sparkfleet.bench.spec_decode import SOURCE_VLLM, SpecSampler
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # an engine boot is minutes on 2 cores
+# an engine boot is minutes on 2 cores; under make test's xdist the modules using the session's
+# `engine` share one worker, so it boots once
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("vllm_engine")]
 
 PREFIX = itertools.count()
 

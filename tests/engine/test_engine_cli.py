@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # an engine boot is minutes on 2 cores
+# an engine boot is minutes on 2 cores; under make test's xdist the modules using the session's
+# `engine` share one worker, so it boots once
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("vllm_engine")]
 
 
 def sparkfleet(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -34,7 +34,9 @@ from sparkfleet.procs import group_members
 from support.fleetnet import netns_pids
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(1800)]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(1800),
+              pytest.mark.xdist_group("engine_fleet")]
 PORT = 30000
 LANE = "vllm"
 

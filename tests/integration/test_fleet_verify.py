@@ -27,7 +27,8 @@ except ImportError:  # tests/ imported as a package
     from tests.support.lanefleet import HostPool, use_ssh
     from tests.support.stagefleet import write_lane_fleet
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("fleet_verify")]
 LANE = "lane2"
 
 

@@ -36,7 +36,8 @@ from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
 from sparkfleet.procs import group_members
 from sparkfleet.supervisor import watch_lane, watch_settings
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gates_fleet")]
 PORT = 30000
 GIB_KB = 1024 * 1024
 SECRET = "hf_watch_never_print_me"

@@ -38,7 +38,8 @@ from sparkfleet.procs import group_members
 from sparkfleet.serving import gateway
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gateway")]
 MODEL = "deepseek-v4.1-flash"
 
 

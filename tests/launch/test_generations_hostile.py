@@ -205,7 +205,14 @@ def test_temps_left_by_kill_9_are_swept_by_the_next_writer(root):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root), json.dumps(gen)],
                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert proc.stdout.readline() == "go\n"
-        time.sleep(0.1 + 0.05 * i)
+        # Kill once a write is under way (a temp exists), not after a fixed sleep: on a loaded machine
+        # (make test's parallel workers) the writer may not have reached its first write by then.
+        deadline = time.monotonic() + 60
+        while not (d.is_dir() and any(TEMP_MARK in p.name for p in d.iterdir())):
+            assert time.monotonic() < deadline, "the writer never started a write"
+            assert proc.poll() is None, "the writer died on its own"
+            time.sleep(0.005)
+        time.sleep(0.01 * i)  # then at a different point of the write each round
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         left += sum(TEMP_MARK in p.name for p in d.iterdir())

@@ -59,7 +59,8 @@ from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.records import load_all
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("launch_docker")]
 SECRET = "hf_engine_test_secret_value"
 PORT = 30000
 ENGINE_OF = {"ld": ("dgx1", "docker"), "lp": ("dgx2", "podman")}

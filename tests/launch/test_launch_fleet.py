@@ -35,7 +35,8 @@ from sparkfleet.launch.spec import ShapeError
 from sparkfleet.stage.execute import stage
 from sparkfleet.stage.plan import StageRequest
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("launch_fleet")]
 OTHER_UID = 54321
 PORT = 30000
 SIGNATURES = ["DSV41 shared-expert padding K: (5120, 576) -> (5120, 640)", "RoCEnante ready: world=4",

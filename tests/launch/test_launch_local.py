@@ -150,6 +150,7 @@ def test_exit_during_boot_is_reported_and_cleaned(local_fleet):
     assert lanes.status(inv, "dies").running == 0
 
 
+@pytest.mark.serial  # a time bound: make test runs it alone, after the parallel part
 def test_missing_ready_line_times_out_naming_the_stage(local_fleet):
     inv, _, _ = local_fleet
     t0 = time.monotonic()

@@ -103,6 +103,19 @@ def test_worker_exit_detected():
     assert r.reason.startswith("rank 2 on dgx3 exited with code 137 (last boot stage: none)")
 
 
+def test_a_worker_that_died_before_the_head_went_ready_is_not_ready():
+    """Found by a parallel `make test` (test_launch_fleet's worker-dies lane reported ready): workers
+    were asked only every `worker_every` polls, so a head ready on the next poll hid a dead rank."""
+    clock = FakeClock()
+    poll = head_script(["\n".join(SIGS) + "\n"], health_from=0)
+    r = wait_ready(
+        "lane", SIGS, WL, None, poll, lambda: [RankExit("dgx3", 2, 1)], 60, 1.0, worker_every=3,
+        clock=clock, sleep=clock.sleep,
+    )  # fmt: skip
+    assert not r.ok and r.failed == RankExit("dgx3", 2, 1)
+    assert r.reason.startswith("rank 2 on dgx3 exited with code 1 (last boot stage: The server is fired up")
+
+
 def test_timeout_holds_while_the_log_grows_faster_than_one_read_per_poll():
     """Issue 10.8: `launch --timeout 10` never timed out while a rank's log grew >256 KiB per poll."""
     clock = FakeClock()

@@ -42,7 +42,8 @@ except ImportError:  # tests/ imported as a package
 from sparkfleet.images import registry as reg_mod
 from sparkfleet.images.registry import Registry, RegistryError
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("registry")]
 PORT = 5000
 
 

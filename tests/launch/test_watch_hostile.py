@@ -162,6 +162,7 @@ def test_a_crash_of_watch_itself_exits_70_not_1(tmp_path, monkeypatch):
     assert "RestartPreventExitStatus=1" in help_text and "70" in help_text
 
 
+@pytest.mark.serial  # a time bound: make test runs it alone, after the parallel part
 def test_smoke_drops_a_never_ending_stream_at_its_deadline():
     """Issue 20.17: the deadline was noticed but the connection kept being read (~50 s per case)."""
     with hostile_server(chatter()) as url:

@@ -20,7 +20,8 @@ from sparkfleet import hostfacts, inventory
 
 from .conftest import REPO, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
 
-pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
+# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib, pytest.mark.xdist_group("flake")]
 
 STUBS = Path(__file__).parent / "stubs"
 SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())

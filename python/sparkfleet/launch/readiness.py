@@ -220,10 +220,11 @@ def wait_ready(
         model_ok = ans.get("models_status") == 200 and (
             served_model_name is None or served_model_name in models
         )
-        if boot.all_seen and health == 200 and model_ok:
-            return report(True, "ready")
+        # Workers are asked every `worker_every` polls, and once more before "ready": a rank that
+        # died since the last ask (a slow, loaded fleet polls rarely) must not make a lane ready.
+        ready = boot.all_seen and health == 200 and model_ok
         n += 1
-        if n % worker_every == 0:
+        if ready or n % worker_every == 0:
             gone = exited_ranks()
             if gone:
                 g = gone[0]
@@ -233,6 +234,8 @@ def wait_ready(
                     f"rank {g.rank} on {g.host} exited with code {g.returncode} (last boot stage: {stage})",
                     g,
                 )
+        if ready:
+            return report(True, "ready")
         if now - start >= timeout_s:
             return timed_out()
         sleep(poll_s)
