@@ -389,15 +389,24 @@ def watch_lane(
 
     tripped: list[str] = []  # [watchdog] scope = "lane" stopped the lane: never restarted (the kit's)
 
+    lane_scope = recipe.watchdog_scope == "lane"
+
     def probe() -> ProbeResult:
-        """The known answer in time, and every rank alive (a head can answer while a worker is gone)."""
-        st, lane_stop = status_enforced(inv, lane_name)
-        if lane_stop is not None:
-            tripped.append(lane_stop.message)
-            return ProbeResult(False, 0.0, None, lane_stop.message)
+        """The known answer in time, and every rank alive (a head can answer while a worker is gone).
+
+        The generation goes first: a wedge is seen within two intervals only if no ssh round trip
+        to every host stands before it. A lane-scoped watchdog (the kit's pair watchdog) is the one
+        exception: a trip anywhere stops the lane before anything else is asked."""
+        if lane_scope:
+            st, lane_stop = status_enforced(inv, lane_name)
+            if lane_stop is not None:
+                tripped.append(lane_stop.message)
+                return ProbeResult(False, 0.0, None, lane_stop.message)
         res = probe_generation(target.url, model, settings, target.api_key())
         if not res.ok:
             return res
+        if not lane_scope:
+            st = status(inv, lane_name)
         if st.running < st.expected:
             down = [f"rank {r.rank} on {r.host}" for r in st.ranks if not r.running]
             why = "; ".join([*down, *(e["error"] for e in st.errors)])

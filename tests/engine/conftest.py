@@ -5,8 +5,10 @@ The engine venv is `make engine-venv` (the Makefile target `make test` depends o
 cache layout, served by repo id from that cache, offline (`sparkfleet.demo.vllm_engine`). One
 server for the whole session, and one more with n-gram speculative decoding for the accept
 length; each runs in its own process group and is stopped by that group's id in teardown, also on
-failure. Under `make test`'s xdist workers a session is a worker: the modules that use these servers
-carry `xdist_group("vllm_engine")`, so one worker runs them all and each server still boots once.
+failure. The modules that use these servers are marked `serial`: `make test` runs them in its
+serial pass (one session, so each server boots once), where no xdist worker's load skews the timing
+they compare with the engine's own; `xdist_group("vllm_engine")` keeps them on one worker if they
+are ever run with -n.
 Without the engine venv every test here is skipped, saying how to build it.
 """
 

@@ -34,9 +34,10 @@ from sparkfleet.procs import group_members
 from support.fleetnet import netns_pids
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 
-# One worker runs this module (make test's xdist): its module-scoped fixture is built once.
+# serial: its bench through the lanes times a real engine, which other workers' load starved ("too few
+# chunks to time decode" in a parallel run); make test runs the module alone, its fleet built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(1800),
-              pytest.mark.xdist_group("engine_fleet")]
+              pytest.mark.xdist_group("engine_fleet"), pytest.mark.serial]
 PORT = 30000
 LANE = "vllm"
 
