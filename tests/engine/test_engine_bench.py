@@ -21,7 +21,9 @@ from sparkfleet.bench.spec_decode import SOURCE_VLLM, SpecSampler
 # `engine` share one worker, so it boots once
 # serial: a real engine timed request by request on a 2-core machine; other workers' load skewed one
 # request 18 % in a parallel run, so make test runs these (and test_engine_cli, sharing the engine) alone
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("vllm_engine"), pytest.mark.serial]
+pytestmark = [
+    pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("vllm_engine"), pytest.mark.serial,
+]
 
 PREFIX = itertools.count()
 

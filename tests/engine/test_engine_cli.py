@@ -12,7 +12,9 @@ import pytest
 # an engine boot is minutes on 2 cores; under make test's xdist the modules using the session's
 # `engine` share one worker, so it boots once
 # serial with test_engine_bench: the session's one vLLM serves both, booted once in the serial pass
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("vllm_engine"), pytest.mark.serial]
+pytestmark = [
+    pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("vllm_engine"), pytest.mark.serial,
+]
 
 
 def sparkfleet(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:

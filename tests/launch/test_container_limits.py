@@ -31,28 +31,16 @@ from sparkfleet.launch.manifest import BindMount
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.runtimes import ContainerRuntime
 from sparkfleet.launch.spec import LaunchSpec
+from support.engines import (
+    Dockerd,
+    docker_archive,
+    engines_skip_reason,
+    layer_tar,
+    make_rootfs,
+    podman_cleanup,
+    podman_env,
+)
 from support.lanefleet import repo_fleet
-
-try:
-    from support.engines import (
-        Dockerd,
-        docker_archive,
-        engines_skip_reason,
-        layer_tar,
-        make_rootfs,
-        podman_cleanup,
-        podman_env,
-    )
-except ImportError:  # tests/ imported as a package
-    from tests.support.engines import (
-        Dockerd,
-        docker_archive,
-        engines_skip_reason,
-        layer_tar,
-        make_rootfs,
-        podman_cleanup,
-        podman_env,
-    )
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
