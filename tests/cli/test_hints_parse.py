@@ -92,7 +92,11 @@ def parse(command: str) -> None:
         if sub is None:
             raise click.UsageError(f"{command!r}: no verb {tokens[i]!r}")
         cmd, i = sub, i + 1
-    cmd.make_context(cmd.name or "", tokens[i:])
+    # Under main's own context, as the real CLI parses it: click caches a command's help option the
+    # first time it makes a context, and a context without main's settings would cache `--help`
+    # alone, so a later `sparkfleet VERB -h` in the same process would be refused.
+    root = click.Context(main, info_name="sparkfleet", **main.context_settings)
+    cmd.make_context(cmd.name or "", tokens[i:], parent=root)
 
 
 HINTS = [(w, t, c) for w, t in hint_strings() for c in commands_in(t)]
