@@ -163,6 +163,23 @@ class Lane:
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def replica_hosts(self) -> tuple[str, ...]:
+        """Every host of every copy (`[gateway] replicas`), in replica order: the hosts that hold
+        the lane's pins (staging, its units, its keys), where `hosts` is the one copy launch runs."""
+        return tuple(h for hosts in replica_sets(self) for h in hosts)
+
+
+def replica_sets(lane: Lane) -> list[tuple[str, ...]]:
+    """The lane's host sets in replica order; a lane without `[gateway] replicas` has one.
+
+    The inventory checked the sets (`_replica_problems`): known hosts, equal sizes, none shared,
+    the first one `lane.hosts`. Replica 0 is `lane.hosts` itself, so a launch view of replica N
+    (launch.replicas.replica_inventory, which moves `hosts` only) still reads every set."""
+    section = lane.raw.get("gateway")
+    sets = section.get("replicas") if isinstance(section, dict) else None
+    return [tuple(s) for s in sets] if sets else [tuple(lane.hosts)]
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -193,8 +210,9 @@ class Inventory:
             ) from None
 
     def lanes_of(self, host: str) -> list[Lane]:
-        """The lanes that run on `host`, in name order."""
-        return [lane for _, lane in sorted(self.lanes.items()) if host in lane.hosts]
+        """The lanes that run on `host` as any of their copies (`Lane.replica_hosts`), in name
+        order: what the host stages, its staging unit reads and `bootstrap` gives a key for."""
+        return [lane for _, lane in sorted(self.lanes.items()) if host in lane.replica_hosts]
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import SparkfleetError
-from ..inventory import RECIPES_DIR, Inventory, Lane
+from ..inventory import RECIPES_DIR, Inventory, Lane, replica_sets
 
-REPLICAS = "replicas"
-
-
-def replica_sets(lane: Lane) -> list[tuple[str, ...]]:
-    """The lane's host sets in replica order; a lane without `[gateway] replicas` has one."""
-    section = lane.raw.get("gateway")
-    sets = section.get(REPLICAS) if isinstance(section, dict) else None
-    return [tuple(s) for s in sets] if sets else [tuple(lane.hosts)]
+REPLICAS = "replicas"  # the recipe key ([gateway] replicas) and the folder of a copy's records
 
 
 def replica_of(lane: Lane) -> int:

@@ -1,0 +1,70 @@
+"""`[gateway] replicas`: every copy's hosts hold the lane's pins, so staging and checks count them.
+
+Before, only `lane.hosts` (replica 0) did: `stage dgx2 --lane L` was refused for a copy's host and
+its staging unit staged nothing, so the copy could only read its weights from the NAS."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sparkfleet import inventory
+from sparkfleet.cli import main
+from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    """The demo fleet with its lane as two copies of one host each: dgx1 (replica 0), dgx2 (replica 1)."""
+    demo = write_demo_fleet(tmp_path_factory.mktemp("replicas"), shard_bytes=64 * 1024)
+    recipe = demo.root / "recipes" / DEMO_LANE / "recipe.toml"
+    text = recipe.read_text().replace('hosts = ["dgx1", "dgx2"]', 'hosts = ["dgx1"]', 1)
+    recipe.write_text(text + '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n')
+    return demo
+
+
+def run(root, *args: str):
+    return CliRunner().invoke(main, ["--root", str(root), *args])
+
+
+def test_a_copys_host_serves_the_lane(copies):
+    from sparkfleet.inventory import replica_sets  # the one reader of the key, in the inventory
+
+    inv = inventory.load(copies.root)
+    lane = inv.lane(DEMO_LANE)
+    assert lane.hosts == ("dgx1",)  # replica 0: launch's own hosts, unchanged
+    assert replica_sets(lane) == [("dgx1",), ("dgx2",)]
+    assert lane.replica_hosts == ("dgx1", "dgx2")
+    assert [ln.name for ln in inv.lanes_of("dgx2")] == [DEMO_LANE]
+    assert [ln.name for ln in inv.lanes_of("dgx1")] == [DEMO_LANE]
+
+
+def test_stage_a_copys_host_plans_the_lanes_pins(copies):
+    for args in (["dgx2", "--lane", DEMO_LANE], ["dgx2"]):  # by name, and as the staging unit runs it
+        res = run(copies.root, "stage", *args, "--dry-run", "--json")
+        assert res.exit_code == 0, res.output
+        assert {p["repo"] for p in json.loads(res.output)["plans"]} == {WEIGHTS_REPO, DRAFTER_REPO}
+    assert not copies.local_hub("dgx2").exists()  # a dry run writes nothing
+
+
+def test_stage_lane_without_a_host_covers_every_copy(copies):
+    res = run(copies.root, "stage", "--lane", DEMO_LANE, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.output)
+    assert list(dry["space"]) == list(dry["nas_reads"]) == ["dgx1", "dgx2"]  # replica 0's host, then 1's
+
+
+def test_a_host_of_no_copy_is_still_refused(copies, tmp_path):
+    fleet = copies.root / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    try:
+        dgx9 = f'[hosts.dgx9]\naddress = "localhost"\nlocal_hub = "{tmp_path / "hub"}"\n\n[hosts.dgx2]'
+        fleet.write_text(text.replace("[hosts.dgx2]", dgx9))
+        res = run(copies.root, "stage", "dgx9", "--lane", DEMO_LANE, "--dry-run")
+        assert res.exit_code != 0
+        assert f"host dgx9 is not in lane {DEMO_LANE} (hosts: dgx1; replica 1: dgx2)" in res.output
+    finally:
+        fleet.write_text(text)
