@@ -16,14 +16,19 @@ from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 
 
-@pytest.fixture(scope="module")
-def copies(tmp_path_factory):
+def two_copies(workdir):
     """The demo fleet with its lane as two copies of one host each: dgx1 (replica 0), dgx2 (replica 1)."""
-    demo = write_demo_fleet(tmp_path_factory.mktemp("replicas"), shard_bytes=64 * 1024)
+    demo = write_demo_fleet(workdir, shard_bytes=64 * 1024)
     recipe = demo.root / "recipes" / DEMO_LANE / "recipe.toml"
     text = recipe.read_text().replace('hosts = ["dgx1", "dgx2"]', 'hosts = ["dgx1"]', 1)
+    text = text.replace("\ntp = 2\n", "\ntp = 1\n", 1)  # one host a copy
     recipe.write_text(text + '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n')
     return demo
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    return two_copies(tmp_path_factory.mktemp("replicas"))
 
 
 def run(root, *args: str):
@@ -68,3 +73,37 @@ def test_a_host_of_no_copy_is_still_refused(copies, tmp_path):
         assert f"host dgx9 is not in lane {DEMO_LANE} (hosts: dgx1; replica 1: dgx2)" in res.output
     finally:
         fleet.write_text(text)
+
+
+def _env_checks(root, *target: str) -> tuple[str, dict[str, dict]]:
+    res = run(root, "doctor", *target, "--json")
+    report = json.loads(res.output)
+    return report["target"], {c["host"]: c for c in report["checks"] if c["name"] == "env"}
+
+
+def test_doctor_checks_a_copy_on_its_own_hosts(copies):
+    target, env = _env_checks(copies.root, DEMO_LANE, "--replica", "1")
+    assert target == f"{DEMO_LANE}#1" and list(env) == ["dgx2"]
+    assert env["dgx2"]["ok"] and env["dgx2"]["detail"].startswith("rank 0/1: TP_SIZE=1"), env
+    target, env = _env_checks(copies.root, DEMO_LANE)  # replica 0: the lane's own hosts, as before
+    assert target == DEMO_LANE and list(env) == ["dgx1"] and env["dgx1"]["ok"], env
+    # a host alone is checked as the copy it serves: rank 0 of replica 1, not "not in lane"
+    target, env = _env_checks(copies.root, "dgx2")
+    assert target == "dgx2" and env["dgx2"]["ok"] and env["dgx2"]["detail"].startswith("rank 0/1"), env
+    refused = run(copies.root, "doctor", "dgx2", "--replica", "1")
+    assert refused.exit_code != 0 and "--replica 1 names a copy of a lane; dgx2 is a host" in refused.output
+    undeclared = run(copies.root, "doctor", DEMO_LANE, "--replica", "2")
+    assert undeclared.exit_code != 0 and f"lane {DEMO_LANE} has no replica 2" in undeclared.output
+
+
+def test_doctors_fix_for_a_copys_host_stages_it(tmp_path):
+    """The fix doctor prints for a copy's unstaged host is a command that works and makes it green."""
+    demo = two_copies(tmp_path)
+    res = run(demo.root, "doctor", "dgx2", "--json")
+    staged = [c for c in json.loads(res.output)["checks"] if c["name"] == "staged+verified"]
+    assert len(staged) == 2 and not any(c["ok"] for c in staged)
+    fix = f"sparkfleet stage dgx2 --lane {DEMO_LANE}"
+    assert {c["hint"] for c in staged} == {fix}
+    assert run(demo.root, *fix.split()[1:], "--json").exit_code == 0
+    res = run(demo.root, "doctor", "dgx2", "--json")
+    assert all(c["ok"] for c in json.loads(res.output)["checks"] if c["name"] == "staged+verified")

@@ -62,6 +62,15 @@ def replica_inventory(inv: Inventory, lane_name: str, replica: int) -> Inventory
     return replace(inv, lanes={**inv.lanes, lane_name: replace(lane, hosts=hosts, raw=raw)})
 
 
+def host_inventory(inv: Inventory, host: str) -> Inventory:
+    """`inv` with every lane that `host` serves as copy N > 0 moved onto that copy's hosts: what a
+    check of the host alone (`doctor HOST`) reads, so its rank, world and hints are its copy's."""
+    for lane in inv.lanes_of(host):
+        copy_n = next(i for i, hosts in enumerate(replica_sets(lane)) if host in hosts)
+        inv = replica_inventory(inv, lane.name, copy_n)
+    return inv
+
+
 def generations_home(inv: Inventory, lane_name: str) -> Path:
     """Where the lane of `inv` (a replica view or the lane itself) records its generations."""
     return generations_root(inv.root, lane_name, replica_of(inv.lane(lane_name)))
