@@ -388,7 +388,7 @@ def doctor(inv: Inventory, target: str, deploy: bool = False, replica: int = 0) 
         inv.host(target)  # an unknown name says so first
         raise SparkfleetError(
             f"--replica {replica} names a copy of a lane; {target} is a host",
-            hint=f"sparkfleet doctor {target} checks it as the copy it serves",
+            hint=f"sparkfleet doctor {target} (a host is checked as the copy it serves)",
         )
     else:
         inv = host_inventory(inv, target)
