@@ -8,11 +8,12 @@ names the file, the key path inside it and what was expected, and nothing is hal
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -179,6 +180,26 @@ def replica_sets(lane: Lane) -> list[tuple[str, ...]]:
     section = lane.raw.get("gateway")
     sets = section.get("replicas") if isinstance(section, dict) else None
     return [tuple(s) for s in sets] if sets else [tuple(lane.hosts)]
+
+
+def replica_of_host(lane: Lane, host: str) -> int | None:
+    """Which copy of `lane` `host` belongs to (0: `lane.hosts`); None where it is in none."""
+    return next((i for i, hosts in enumerate(replica_sets(lane)) if host in hosts), None)
+
+
+def replica_lane(lane: Lane, replica: int) -> Lane:
+    """`lane` run as copy `replica` (an index `replica_sets` has): on that copy's hosts, with
+    `[world] ranks` carried over by position, so rank r of every copy is the host in r's place.
+    Launch's replica view (launch.replicas) and a copy's host's own engram packs read the same."""
+    hosts = replica_sets(lane)[replica]
+    if hosts == tuple(lane.hosts):
+        return lane
+    by_position = dict(zip(lane.hosts, hosts, strict=True))
+    raw = copy.deepcopy(lane.raw)
+    ranks = (raw.get("world") or {}).get("ranks")
+    if ranks:
+        raw["world"]["ranks"] = {by_position[h]: r for h, r in ranks.items()}
+    return replace(lane, hosts=hosts, raw=raw)
 
 
 @dataclass(frozen=True)

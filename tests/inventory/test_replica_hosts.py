@@ -107,3 +107,15 @@ def test_doctors_fix_for_a_copys_host_stages_it(tmp_path):
     assert run(demo.root, *fix.split()[1:], "--json").exit_code == 0
     res = run(demo.root, "doctor", "dgx2", "--json")
     assert all(c["ok"] for c in json.loads(res.output)["checks"] if c["name"] == "staged+verified")
+
+
+def test_a_copys_host_packs_its_ranks_engram_rows(tmp_path):
+    """Engram packs are per rank, staged beside the weights: a copy's host packs the rows of its
+    rank in its copy (rank 0 of a one-host copy), where it was refused as "not in lane"."""
+    from sparkfleet.engram import pack as engram_pack
+
+    demo = two_copies(tmp_path)
+    inv = inventory.load(demo.root)
+    done = engram_pack.pack(inv, DEMO_LANE, "dgx2")
+    assert (done.host, done.rank, done.world, done.action) == ("dgx2", 0, 1, "packed")
+    assert done.written and all((done.out_dir / name).is_file() for name in done.written)
