@@ -104,6 +104,9 @@ let
         value = let r = recipes.${name}; in {
           inherit name;
           hosts = r.lane.hosts;
+          # [gateway] replicas: copies of the recipe on disjoint host sets, the first lane.hosts
+          # (sparkfleet.inventory.replica_sets); every copy's hosts stage the lane's pins.
+          replicaHosts = builtins.concatLists ((r.gateway or { }).replicas or [ r.lane.hosts ]);
           # Node rank per host: [world].ranks when the recipe sets it, else the order of lane.hosts.
           ranks = listToAttrs (genList (i: {
             name = elemAt r.lane.hosts i;
@@ -120,7 +123,8 @@ let
           };
         };
       }) laneNames);
-      lanesOf = host: filter (l: builtins.elem host l.hosts) (map (n: lanes.${n}) laneNames);
+      # The lanes `host` serves as any copy (sparkfleet.inventory.Inventory.lanes_of).
+      lanesOf = host: filter (l: builtins.elem host l.replicaHosts) (map (n: lanes.${n}) laneNames);
 
       hostOf = name:
         if hasAttr name hosts then hosts.${name}

@@ -20,6 +20,7 @@ from .inventory import GIB, Host, Inventory, state_dir_of
 from .launch.manifest import build_manifest
 from .launch.plan import image_fix, image_mismatch, image_request, lost_digest, node_facts, probe_request
 from .launch.recipe import LaunchRecipe, launch_recipe
+from .launch.replicas import host_inventory, instance_name, replica_inventory
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths
 from .memory import MemoryFacts, admit, summary
 from .nodecall import call_agent
@@ -375,11 +376,24 @@ def _receipt_host_paths(inv: Inventory, recipe: LaunchRecipe, host_name: str) ->
     return list(receipt_paths(recipe, cache_dir, str(inv.lane(recipe.lane).recipe_path)))
 
 
-def doctor(inv: Inventory, target: str, deploy: bool = False) -> DoctorReport:
+def doctor(inv: Inventory, target: str, deploy: bool = False, replica: int = 0) -> DoctorReport:
     """Check a host (for every lane it serves) or every host of a lane; `deploy`: also what
-    `deploy .#HOST` needs of a DGX OS host (nix on the ssh PATH, trusted-users, sudo secure_path)."""
+    `deploy .#HOST` needs of a DGX OS host (nix on the ssh PATH, trusted-users, sudo secure_path).
+
+    `replica`: which copy of a lane with `[gateway] replicas` (0: `lane.hosts`). A host is checked
+    as the copy it belongs to (its rank and world are that copy's), so it takes no `replica`."""
+    if target in inv.lanes:
+        inv = replica_inventory(inv, target, replica)
+    elif replica:
+        inv.host(target)  # an unknown name says so first
+        raise SparkfleetError(
+            f"--replica {replica} names a copy of a lane; {target} is a host",
+            hint=f"sparkfleet doctor {target} (a host is checked as the copy it serves)",
+        )
+    else:
+        inv = host_inventory(inv, target)
     hosts, recipes = _recipes_for(inv, target)
-    report = DoctorReport(target)
+    report = DoctorReport(instance_name(target, replica))
     for h in hosts:
         report.checks += _host_checks(inv, h, recipes, deploy)
     return report

@@ -8,11 +8,12 @@ names the file, the key path inside it and what was expected, and nothing is hal
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -163,6 +164,43 @@ class Lane:
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def replica_hosts(self) -> tuple[str, ...]:
+        """Every host of every copy (`[gateway] replicas`), in replica order: the hosts that hold
+        the lane's pins (staging, its units, its keys), where `hosts` is the one copy launch runs."""
+        return tuple(h for hosts in replica_sets(self) for h in hosts)
+
+
+def replica_sets(lane: Lane) -> list[tuple[str, ...]]:
+    """The lane's host sets in replica order; a lane without `[gateway] replicas` has one.
+
+    The inventory checked the sets (`_replica_problems`): known hosts, equal sizes, none shared,
+    the first one `lane.hosts`. Replica 0 is `lane.hosts` itself, so a launch view of replica N
+    (launch.replicas.replica_inventory, which moves `hosts` only) still reads every set."""
+    section = lane.raw.get("gateway")
+    sets = section.get("replicas") if isinstance(section, dict) else None
+    return [tuple(s) for s in sets] if sets else [tuple(lane.hosts)]
+
+
+def replica_of_host(lane: Lane, host: str) -> int | None:
+    """Which copy of `lane` `host` belongs to (0: `lane.hosts`); None where it is in none."""
+    return next((i for i, hosts in enumerate(replica_sets(lane)) if host in hosts), None)
+
+
+def replica_lane(lane: Lane, replica: int) -> Lane:
+    """`lane` run as copy `replica` (an index `replica_sets` has): on that copy's hosts, with
+    `[world] ranks` carried over by position, so rank r of every copy is the host in r's place.
+    Launch's replica view (launch.replicas) and a copy's host's own engram packs read the same."""
+    hosts = replica_sets(lane)[replica]
+    if hosts == tuple(lane.hosts):
+        return lane
+    by_position = dict(zip(lane.hosts, hosts, strict=True))
+    raw = copy.deepcopy(lane.raw)
+    ranks = (raw.get("world") or {}).get("ranks")
+    if ranks:
+        raw["world"]["ranks"] = {by_position[h]: r for h, r in ranks.items()}
+    return replace(lane, hosts=hosts, raw=raw)
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -193,8 +231,9 @@ class Inventory:
             ) from None
 
     def lanes_of(self, host: str) -> list[Lane]:
-        """The lanes that run on `host`, in name order."""
-        return [lane for _, lane in sorted(self.lanes.items()) if host in lane.hosts]
+        """The lanes that run on `host` as any of their copies (`Lane.replica_hosts`), in name
+        order: what the host stages, its staging unit reads and `bootstrap` gives a key for."""
+        return [lane for _, lane in sorted(self.lanes.items()) if host in lane.replica_hosts]
 
 
 @dataclass(frozen=True)

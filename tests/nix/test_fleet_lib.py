@@ -227,3 +227,20 @@ def test_fleet_services_agree(tmp_path: Path) -> None:
          "argv": ["sparkfleet", "registry", "serve"], "stateDir": "/var/lib/sparkfleet", "lanes": []},
     ]  # fmt: skip
     assert from_nix["b"]["services"] == [] and from_nix["c"]["services"] == []
+
+
+def test_a_copys_host_serves_the_lane_in_both_readers(tmp_path: Path) -> None:
+    """`[gateway] replicas`: lanesOf (the staging unit's lanes) counts every copy's hosts, as
+    Inventory.lanes_of does; the copy's host gets the lane's receipt parents but no lane unit (the
+    head of replica 0 runs `launch LANE`; a copy is `launch LANE --replica N`)."""
+    launch = '        [launch]\n        command = ["serve"]\n        receipt_roots = ["/opt/solo/r"]\n'
+    solo = VARIED_RECIPES["solo"].replace('hosts = ["a"]\n', 'hosts = ["a"]\n' + launch)
+    recipes = {**VARIED_RECIPES, "solo": solo + '        [gateway]\n        replicas = [["a"], ["c"]]\n'}
+    root = write_fleet(tmp_path, VARIED_FLEET, recipes)
+    inv = inventory.load(root)
+    for host in inv.hosts:
+        assert nix_fleet(root, f'lanesOf "{host}"') == [ln.name for ln in inv.lanes_of(host)], host
+    assert nix_fleet(root, 'lanesOf "c"') == ["solo"]  # before: [] (lane.hosts only)
+    from_nix = nix_fleet(root, "allFacts")
+    assert from_nix == python_facts(root)
+    assert "d /opt/solo 0755 svc svc -" in from_nix["c"]["tmpfiles"] and from_nix["c"]["lanes"] == []

@@ -478,9 +478,10 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
 @click.command("doctor")
 @click.argument("target", shell_complete=complete("target"))
 @click.option("--deploy", is_flag=True, help="Also check what `deploy .#HOST` needs of a DGX OS host.")
+@REPLICA
 @JSON
 @click.pass_context
-def doctor(ctx: click.Context, target: str, deploy: bool, as_json: bool) -> None:
+def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json: bool) -> None:
     """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env.
 
     --deploy adds what `deploy .#HOST` needs of a DGX OS host (nix on the ssh PATH, trusted-users,
@@ -491,10 +492,13 @@ def doctor(ctx: click.Context, target: str, deploy: bool, as_json: bool) -> None
       sparkfleet doctor dgx1
       sparkfleet doctor dgx2 --deploy
       sparkfleet doctor dsv41-flash-4x-mia --json
+      sparkfleet doctor dsv41-flash-2x2 --replica 1   # [gateway] replicas[1]'s hosts
+
+    A host of a lane's copy is checked as that copy (its rank, world and hints).
     """
     from ..doctor import doctor as do_doctor
 
-    report = do_doctor(load_inventory(ctx), target, deploy=deploy)
+    report = do_doctor(load_inventory(ctx), target, deploy=deploy, replica=replica)
     if as_json:
         checks = [{**to_jsonable(c), "detail": c.text(human_bytes)} for c in report.checks]
         echo_json({"target": report.target, "ok": report.ok, "checks": checks})

@@ -168,7 +168,7 @@ def stage(
     if not direct and not here and (host or lane):
         inv = load_inventory(ctx)
         if host is None or not remote.is_this_host(inv.host(host)):
-            hosts = [host] if host else list(inv.lane(lane).hosts)
+            hosts = [host] if host else list(inv.lane(lane).replica_hosts)  # every copy's
             options = remote.StageOptions(
                 lane,
                 verify_mode,
@@ -461,7 +461,7 @@ def verify(
     if not direct and not here and (host or lane):
         inv = load_inventory(ctx)
         if host is None or not remote.is_this_host(inv.host(host)):
-            hosts = [host] if host else list(inv.lane(lane).hosts)
+            hosts = [host] if host else list(inv.lane(lane).replica_hosts)  # every copy's
             _verify_fleet(inv, hosts, VerifyOptions(lane, verify_mode, include, exclude, ssh_config), as_json)
             return
     requests, _ = build_requests(ctx, host, lane, source, dest, repos, include, exclude)

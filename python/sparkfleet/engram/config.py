@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InventoryError
-from ..inventory import Inventory, Lane, Pin
+from ..inventory import Inventory, Lane, Pin, replica_lane, replica_of_host
 from .ranges import rank_range
 
 DEFAULT_MOUNT = "/engram"  # the container path DSV41_PACKED_DIR points at (the TP4 packer's --out default)
@@ -166,6 +166,9 @@ def node_rank(lane: Lane, host: str) -> int:
 def placement(inv: Inventory, spec: EngramSpec, host_name: str) -> Placement:
     """Rank, world size and output directory of `host_name`'s packs for the lane."""
     lane = inv.lane(spec.lane)
+    copy_n = replica_of_host(lane, host_name)  # a host of a [gateway] replicas copy packs its rank's rows
+    if copy_n:
+        lane = replica_lane(lane, copy_n)
     host = inv.host(host_name)
     rank = node_rank(lane, host_name)
     if spec.out_dir is not None:

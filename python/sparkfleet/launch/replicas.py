@@ -11,21 +11,13 @@ replica 0's history. The gateway names the same instance `LANE#N` (serving.gatew
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from pathlib import Path
 
 from ..errors import SparkfleetError
-from ..inventory import RECIPES_DIR, Inventory, Lane
+from ..inventory import RECIPES_DIR, Inventory, Lane, replica_lane, replica_of_host, replica_sets
 
-REPLICAS = "replicas"
-
-
-def replica_sets(lane: Lane) -> list[tuple[str, ...]]:
-    """The lane's host sets in replica order; a lane without `[gateway] replicas` has one."""
-    section = lane.raw.get("gateway")
-    sets = section.get(REPLICAS) if isinstance(section, dict) else None
-    return [tuple(s) for s in sets] if sets else [tuple(lane.hosts)]
+REPLICAS = "replicas"  # the recipe key ([gateway] replicas) and the folder of a copy's records
 
 
 def replica_of(lane: Lane) -> int:
@@ -60,13 +52,15 @@ def replica_inventory(inv: Inventory, lane_name: str, replica: int) -> Inventory
             f"lane {lane_name} has no replica {replica} ({lane.recipe_path}: {have})",
             hint="[gateway] replicas = [[...], [...]] declares them; replica 0 is the lane's own hosts",
         )
-    hosts = sets[replica]
-    by_position = dict(zip(lane.hosts, hosts, strict=True))
-    raw = copy.deepcopy(lane.raw)
-    ranks = (raw.get("world") or {}).get("ranks")
-    if ranks:
-        raw["world"]["ranks"] = {by_position[h]: r for h, r in ranks.items()}
-    return replace(inv, lanes={**inv.lanes, lane_name: replace(lane, hosts=hosts, raw=raw)})
+    return replace(inv, lanes={**inv.lanes, lane_name: replica_lane(lane, replica)})
+
+
+def host_inventory(inv: Inventory, host: str) -> Inventory:
+    """`inv` with every lane that `host` serves as copy N > 0 moved onto that copy's hosts: what a
+    check of the host alone (`doctor HOST`) reads, so its rank, world and hints are its copy's."""
+    for lane in inv.lanes_of(host):
+        inv = replica_inventory(inv, lane.name, replica_of_host(lane, host) or 0)
+    return inv
 
 
 def generations_home(inv: Inventory, lane_name: str) -> Path:

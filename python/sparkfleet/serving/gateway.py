@@ -43,10 +43,9 @@ from typing import Any
 from .. import apikeys, procs
 from ..atomic import ensure_dir, write_bytes
 from ..errors import ExitCode, SparkfleetError
-from ..inventory import Inventory
+from ..inventory import Inventory, replica_sets
 from ..launch.lanekeys import Call, install
 from ..launch.recipe import launch_recipe
-from ..launch.replicas import replica_sets
 from ..selfexec import module_argv
 from . import front, users
 

@@ -15,11 +15,16 @@ def requests_for_host(inv: Inventory, host_name: str, lane_name: str | None = No
     host = inv.host(host_name)
     if lane_name is not None:
         lane = inv.lane(lane_name)
-        if host_name not in lane.hosts:
+        if host_name not in lane.replica_hosts:  # a host of any copy holds the lane's pins
             from ..errors import InventoryError
+            from ..inventory import replica_sets
 
+            copies = "; ".join(
+                f"replica {i}: {', '.join(hosts)}" if i else ", ".join(hosts)
+                for i, hosts in enumerate(replica_sets(lane))
+            )
             raise InventoryError(
-                f"host {host_name} is not in lane {lane_name} (hosts: {', '.join(lane.hosts)})",
+                f"host {host_name} is not in lane {lane_name} (hosts: {copies})",
                 hint=f"see {lane.recipe_path}",
             )
         lanes = [lane]
