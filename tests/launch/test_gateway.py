@@ -344,7 +344,7 @@ def test_launch_replica_n_plans_its_own_host_set_and_records(tmp_path):
     res = runner.invoke(cli, ["--root", str(root), "launch", "r1", "--replica", "4", "--dry-run"])
     assert res.exit_code != 0 and "lane r1 has no replica 4" in res.output
     assert "0: dgx1, 1: dgx2, 2: dgx3, 3: dgx4" in res.output
-    for verb in (["stop"], ["status"], ["watch"], ["image", "load"]):  # what a user runs on one copy
+    for verb in (["stop"], ["status"], ["watch"], ["image", "load"], ["keys", "rotate"]):  # one copy's verbs
         assert "--replica" in runner.invoke(cli, [*verb, "--help"]).output, verb
 
     inv = inventory.load(root)
@@ -355,6 +355,18 @@ def test_launch_replica_n_plans_its_own_host_set_and_records(tmp_path):
     assert generations_dir(generations_home(view, "r1"), "r1") == (
         root / "recipes" / "r1" / "replicas" / "2" / "recipes" / "r1" / "generations"
     )
+
+    # a copy's key is rotated on that copy's hosts only (each copy's head holds the key it serves with)
+    from sparkfleet.launch.lanekeys import rotate
+
+    wrote: list[tuple[str, str]] = []
+
+    def agent(runner, action, req, **_kw):
+        wrote.append((runner.name, action))
+        return {"changed": True}
+
+    done = rotate(view, "r1", agent)
+    assert wrote == [("dgx3", "api-key-write")] and done.changed == ("dgx3",)
 
     # two hosts a copy, explicit [world] ranks: they move with the hosts, by position
     recipe = root / "recipes" / "r1" / "recipe.toml"

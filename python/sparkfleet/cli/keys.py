@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .gateway import STATE_OPTION, default_state_dir
+from .launch import REPLICA
 from .render import echo_json, load_inventory
 
 
@@ -17,27 +18,32 @@ def keys() -> None:
 
 @keys.command("rotate")
 @click.argument("lane")
+@REPLICA
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def rotate(ctx: click.Context, lane: str, as_json: bool) -> None:
+def rotate(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Make a new key for LANE and install it on every host of the lane; the key is never shown.
 
-    A running lane keeps serving with its old key until it is launched again.
+    A running lane keeps serving with its old key until it is launched again. Each copy of a lane
+    with [gateway] replicas holds its own key on its own hosts: --replica N rotates copy N's.
 
     \b
     Examples:
       sparkfleet keys rotate dsv41-flash-4x-mia
       sparkfleet keys rotate dsv41-flash-4x-mia --json
+      sparkfleet keys rotate dsv41-flash-2x2 --replica 1
     """
     from ..launch.lanekeys import rotate as do_rotate
+    from ..launch.replicas import instance_name, replica_inventory
     from ..nodecall import call_agent
 
-    done = do_rotate(load_inventory(ctx), lane, call_agent)
+    done = do_rotate(replica_inventory(load_inventory(ctx), lane, replica), lane, call_agent)
     if as_json:
-        echo_json({"lane": lane, "hosts": list(done.changed + done.unchanged)})
+        echo_json({"lane": lane, "replica": replica, "hosts": list(done.changed + done.unchanged)})
         return
     hosts = ", ".join(done.changed + done.unchanged)
-    click.echo(f"new API key for {lane} on {hosts}; relaunch the lane to serve with it")
+    name = instance_name(lane, replica)
+    click.echo(f"new API key for {name} on {hosts}; relaunch {name} to serve with it")
 
 
 @keys.command("add")
