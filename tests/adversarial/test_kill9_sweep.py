@@ -25,8 +25,7 @@ from sparkfleet.stage.plan import StageRequest
 
 from .tally import count, lost_bytes, partial_bytes
 
-# make test's xdist: with the other modules that launch lanes on this machine (their ports), one worker
-pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("local_lanes")]
+pytestmark = pytest.mark.timeout(900)
 
 
 def requests(nas: Path, local: Path) -> list[StageRequest]:

@@ -32,8 +32,7 @@ from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.supervisor import WatchSettings, watch_lane  # noqa: E402
 from support.lanefleet import write_fleet  # noqa: E402
 
-# make test's xdist: with the other modules that launch lanes on this machine (their ports), one worker
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("local_lanes")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
