@@ -317,6 +317,11 @@ class NetnsHost:
     def nvme(self) -> Path:
         return self.root / "nvme"
 
+    @property
+    def home(self) -> Path:
+        """The host's own $HOME in its ssh sessions (never this machine's: see `add_host`)."""
+        return self.root / "home"
+
     def ssh_argv(self, *command: str) -> list[str]:
         """OpenSSH client argv to reach this host; append a remote command or pass it here."""
         return ssh_argv(self) + list(command)
@@ -483,6 +488,8 @@ class FleetNet:
         addr = str(next(self._hosts_iter))
         root = self.dir / name
         (root / "nvme").mkdir(parents=True)
+        host_home = root / "home"
+        host_home.mkdir()
         etc = root / ".sshd"
         etc.mkdir()
         host = NetnsHost(name=name, netns=ns, addr=addr, port=22, root=root, key=self.key, veth="")
@@ -520,7 +527,10 @@ class FleetNet:
                 "MaxSessions 100\n"
                 "LogLevel ERROR\n"
                 f"Subsystem sftp {_sftp_server()}\n"
-                + "".join(f"SetEnv {k}={v}\n" for k, v in (env or {}).items())
+                # the host's own home, not this machine's: a session's shell reads $HOME/.bashrc,
+                # and this machine's (pyenv's `rehash` in it waits 60 s on a lock any killed session
+                # leaves behind) made every later ssh session of a CI run hang
+                + "".join(f"SetEnv {k}={v}\n" for k, v in {"HOME": str(host_home), **(env or {})}.items())
             )
             host.sshd_log = etc / "sshd.log"
             with open(host.sshd_log, "wb") as log:

@@ -101,6 +101,16 @@ def test_ssh_config_for_plain_host_names(fleet_hosts, ssh_config):
         assert r.stdout.split() == [h.addr]
 
 
+def test_each_host_has_its_own_home_not_this_machines(fleet_hosts):
+    """A session's shell reads $HOME/.bashrc: this machine's ran pyenv's `rehash`, which waits 60 s
+    on a lock a killed session leaves behind, and a CI run hung on every later ssh session."""
+    h = fleet_hosts(["dgx1"])["dgx1"]
+    r = h.ssh('printf "%s\\n" "$HOME"; ls -A "$HOME"')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [str(h.home)]
+    assert str(h.home) != os.path.expanduser("~")
+
+
 def test_processes_and_addresses_are_per_host(fleet_hosts):
     fleet = fleet_hosts(["dgx1", "dgx2"])
     a, b = fleet["dgx1"], fleet["dgx2"]
