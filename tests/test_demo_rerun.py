@@ -10,6 +10,10 @@ from sparkfleet.errors import SparkfleetError
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def test_demo_fleet_rebuilds_into_an_existing_workdir_and_the_rerun_copies_nothing(tmp_path):
     first = write_demo_fleet(tmp_path, shard_bytes=64 * 1024)

@@ -33,6 +33,11 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "sparkfleet"
 BARE = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
+
 def nix_wrapper(path: Path) -> Path:
     """The script nixpkgs' wrapPythonPrograms makes of a console entry point, around this checkout."""
     dirs = [*site.getsitepackages(), str(PKG.parent)]

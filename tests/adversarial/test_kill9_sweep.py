@@ -25,7 +25,8 @@ from sparkfleet.stage.plan import StageRequest
 
 from .tally import count, lost_bytes, partial_bytes
 
-pytestmark = pytest.mark.timeout(900)
+# make test's xdist: with the other modules that launch lanes on this machine (their ports), one worker
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("local_lanes")]
 
 
 def requests(nas: Path, local: Path) -> list[StageRequest]:

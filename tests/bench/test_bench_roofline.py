@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from sparkfleet import inventory
@@ -17,6 +18,11 @@ from sparkfleet.stage.targets import requests_for_host
 REPO = Path(__file__).resolve().parents[2]
 SHARD = 64 * 1024
 
+
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def test_the_demo_lane_report_carries_a_roofline_from_its_staged_checkpoint(
     tmp_path: Path, fake_lane

@@ -32,7 +32,8 @@ from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.supervisor import WatchSettings, watch_lane  # noqa: E402
 from support.lanefleet import write_fleet  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# make test's xdist: with the other modules that launch lanes on this machine (their ports), one worker
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("local_lanes")]
 
 
 def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):

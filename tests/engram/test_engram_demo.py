@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from sparkfleet import inventory
@@ -14,6 +15,10 @@ from sparkfleet.engram.config import packed_dir
 from sparkfleet.engram.ranges import HEADER_BYTES, pack_name
 from sparkfleet.stage.targets import requests_for_host
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def test_demo_lane_packs_per_rank_and_is_not_staged(tmp_path):
     demo = write_demo_fleet(tmp_path, shard_bytes=64 * 1024)

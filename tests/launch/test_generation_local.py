@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_launch_local import demo_recipe, free_port
 
 from sparkfleet import inventory
@@ -12,6 +13,10 @@ from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
 from support.lanefleet import write_fleet
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def test_no_wait_launch_records_a_started_generation(tmp_path):
     nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)

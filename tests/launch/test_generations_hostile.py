@@ -33,6 +33,11 @@ from support.lanefleet import write_fleet
 LANE = "demo"
 
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
+
 @pytest.fixture
 def root(tmp_path) -> Path:
     host = {"address": "localhost", "ssh_user": "root", "local_hub": str(tmp_path / "hub"),

@@ -33,6 +33,11 @@ SECRETS = {
 PLAIN = {"NCCL_DEBUG": "INFO", "SGLANG_LOG_LEVEL": "debug"}
 
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
+
 def test_secret_rule_by_key_and_by_value():
     env = {**SECRETS, **PLAIN, "SESSION_ID": "abc123def", "SHORT_KEY": "xy"}
     shown = redact_env(env)

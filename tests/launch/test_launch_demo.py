@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from sparkfleet import inventory
@@ -13,6 +14,10 @@ from sparkfleet.launch.demo import run_demo_launch
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def test_demo_lane_launches_after_staging(tmp_path):
     fleet = write_demo_fleet(tmp_path, shard_bytes=16 * 1024)

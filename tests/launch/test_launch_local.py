@@ -25,6 +25,10 @@ from sparkfleet.launch import records
 from sparkfleet.launch.runtimes import ProcessRuntime
 from support.lanefleet import MODELS, write_fleet
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -19,6 +19,10 @@ from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.launch import lane as lanes
 from support.lanefleet import write_fleet
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 @pytest.fixture
 def fleet(tmp_path):

@@ -20,6 +20,10 @@ from sparkfleet.launch.manifest import snapshot_rel
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
 
 def _staged_fleet(tmp_path):
     fleet = write_demo_fleet(tmp_path, shard_bytes=16 * 1024)

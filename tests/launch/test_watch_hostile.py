@@ -27,6 +27,11 @@ from support.lanefleet import write_fleet
 S = WatchSettings(interval_s=2.0, latency_s=1.5, expect="42")
 
 
+# make test runs modules on xdist workers: the lanes this module launches on this machine share
+# its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
+# one worker ("local_lanes"), one at a time
+pytestmark = pytest.mark.xdist_group("local_lanes")
+
 @pytest.mark.parametrize(
     ("content", "kind"), [(42, "int"), (["42"], "list"), ({}, "dict"), (True, "bool")], ids=str
 )
