@@ -83,11 +83,10 @@ lint: venv
 # `pytest` runs it). Most tests wait on sshd, rsync, engines and containers rather than the CPU, so
 # more workers than cores pays. --dist loadgroup: tests marked xdist_group (a module's shared fleet,
 # the one vLLM engine) stay on one worker; the rest go wherever a worker is free.
+# Modules that launch lanes on this machine share its ports (the rendezvous port 20000, the demo's
+# serving ports): they are one group, "local_lanes", run on one worker one at a time.
 # Tests marked `serial` hold a time bound that other workers' load can break: they run alone, after.
-# The default is one process: a parallel run here once had two workers' local lanes meet on the
-# default rendezvous port 20000 (test_local_weights refused), so `make test TEST_WORKERS=4` (about
-# 1.6x faster) waits until the lanes tests launch on this machine stop sharing ports.
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 4
 test: venv debian-deps lint engine-venv
 	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -q -ra -m serial
