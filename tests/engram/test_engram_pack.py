@@ -373,10 +373,12 @@ def test_world_size_change_refuses_then_force_replaces_and_removes_old_packs(fle
 
 @pytest.mark.parametrize("where", ["receipt-files", "journal-stale", "journal-files"])
 @pytest.mark.parametrize(
-    "name", ["../../victim.bin", "/tmp/sf-victim-engram.bin", "..", "sub/engram-l1-r0of4.bin"]
+    "name", ["../../victim.bin", "/tmp/sf-victim-engram-{unique}.bin", "..", "sub/engram-l1-r0of4.bin"]
 )
 def test_tampered_journal_or_receipt_never_deletes_outside_the_pack_dir(fleet, where, name):
     """Issue 10.14: `engram pack` deleted files named by a tampered journal or receipt."""
+    # an absolute victim of its own: make test's workers run this test's cases side by side
+    name = name.format(unique=f"{os.getpid()}-{where}")
     inv = fleet.inv()
     pack(inv, "eng4", "h1")
     out = fleet.out_dir("eng4", "h1")

@@ -383,6 +383,13 @@ def write_ssh_config(hosts: Mapping[str, NetnsHost] | Iterable[NetnsHost], path:
     return p
 
 
+def _setenv_word(name: str, value: str) -> str:
+    """NAME=VALUE as one word of an sshd_config line (double-quoted: sshd's own argv splitting)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or any(c in value for c in '"\\\n'):
+        raise ValueError(f"cannot pass {name}={value!r} through sshd SetEnv")
+    return f'"{name}={value}"'
+
+
 def _sftp_server() -> str:
     for c in SFTP_SERVER_CANDIDATES:
         if os.access(c, os.X_OK):
@@ -529,8 +536,11 @@ class FleetNet:
                 f"Subsystem sftp {_sftp_server()}\n"
                 # the host's own home, not this machine's: a session's shell reads $HOME/.bashrc,
                 # and this machine's (pyenv's `rehash` in it waits 60 s on a lock any killed session
-                # leaves behind) made every later ssh session of a CI run hang
-                + "".join(f"SetEnv {k}={v}\n" for k, v in {"HOME": str(host_home), **(env or {})}.items())
+                # leaves behind) made every later ssh session of a CI run hang.
+                # One SetEnv line: sshd keeps the first SetEnv line it reads and ignores the rest.
+                + "SetEnv "
+                + " ".join(_setenv_word(k, v) for k, v in {"HOME": str(host_home), **(env or {})}.items())
+                + "\n"
             )
             host.sshd_log = etc / "sshd.log"
             with open(host.sshd_log, "wb") as log:

@@ -101,14 +101,20 @@ def test_ssh_config_for_plain_host_names(fleet_hosts, ssh_config):
         assert r.stdout.split() == [h.addr]
 
 
-def test_each_host_has_its_own_home_not_this_machines(fleet_hosts):
+def test_each_host_has_its_own_home_and_every_env_it_was_given(fleetnet):
     """A session's shell reads $HOME/.bashrc: this machine's ran pyenv's `rehash`, which waits 60 s
-    on a lock a killed session leaves behind, and a CI run hung on every later ssh session."""
-    h = fleet_hosts(["dgx1"])["dgx1"]
-    r = h.ssh('printf "%s\\n" "$HOME"; ls -A "$HOME"')
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [str(h.home)]
-    assert str(h.home) != os.path.expanduser("~")
+    on a lock a killed session leaves behind, and a CI run hung on every later ssh session. And
+    sshd keeps only its first SetEnv line: every variable a host is given must reach its sessions
+    (podman's two config files, a test engine's DOCKER_HOST)."""
+    env = {"SF_ONE": "1", "SF_TWO": "two words", "SF_THREE": "/a/b:c"}
+    h = fleetnet.add_host("envhost", env=env)
+    try:
+        r = h.ssh('printf "%s\\n" "$HOME" "$SF_ONE" "$SF_TWO" "$SF_THREE"; ls -A "$HOME"')
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [str(h.home), *env.values()]
+        assert str(h.home) != os.path.expanduser("~")
+    finally:
+        fleetnet.remove_host(h)
 
 
 def test_processes_and_addresses_are_per_host(fleet_hosts):
