@@ -180,6 +180,49 @@ def test_a_stage_killed_mid_clone_converges_on_rerun(tmp_path, kit):
     assert [p.name for p in final.parent.iterdir()] == [final.name]
 
 
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPARKFLEET_HOST": "dgx1"}  # dgx1 is this machine: staged here
+    cmd = [sys.executable, "-m", "sparkfleet", "--root", str(root), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _launch_refusal(inv) -> str | None:
+    """launch's [[launch.trees]] check on dgx1 (the agent's own probe, on this filesystem)."""
+    from sparkfleet.launch.agent import probe
+    from sparkfleet.launch.plan import check_trees, node_facts, probe_request
+    from sparkfleet.launch.recipe import launch_recipe
+
+    recipe = launch_recipe(inv, "lane")
+    req = probe_request(inv, recipe, inv.host("dgx1"))
+    req.update(models=[], ports=[], memory=False)
+    try:
+        check_trees(inv, recipe, node_facts("dgx1", probe(req)))
+    except SparkfleetError as exc:
+        return f"{exc.message}\n{exc.hint}"
+    return None
+
+
+def test_stage_names_the_checkout_and_launch_no_longer_refuses(tmp_path, kit):
+    inv = _fleet(tmp_path, kit, sha=kit.serve_sha256)
+    build_nas_hub(tmp_path / "nas", shard_bytes=64 * 1024)
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    refusal = _launch_refusal(inv)
+    assert refusal is not None and "sparkfleet stage dgx1 --lane lane" in refusal
+    line = f"kit kit {REPO_ID}@{kit.rev[:10]} at {final}: "
+    dry = _cli(inv.root, "stage", "dgx1", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"{line}would fetch from {kit.path}" in dry.stdout and not final.exists()
+    dry = _cli(inv.root, "stage", "dgx1", "--lane", "lane", "--dry-run", "--json")
+    (planned,) = json.loads(dry.stdout)["kits"]
+    assert (planned["state"], planned["path"], planned["url"]) == ("fetch", str(final), str(kit.path))
+    run = _cli(inv.root, "stage", "dgx1", "--lane", "lane")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{line}fetched from {kit.path}" in run.stdout
+    assert _head(final) == kit.rev and _launch_refusal(inv) is None  # launch's refusal is gone
+    run = _cli(inv.root, "stage", "dgx1")
+    assert f"{line}present, left alone" in run.stdout
+
+
 def _real_git() -> str:
     import shutil
 

@@ -63,7 +63,7 @@ def trees_toml(pin: str, sha256: str | None = None) -> str:
     """A recipe's [launch] with one [[launch.trees]] from `pin` (the serving directory)."""
     pinned = f'sha256 = {{ "serve.py" = "{sha256}" }}\n' if sha256 else ""
     return (
-        '\n[launch]\ncommand = ["true"]\n\n[[launch.trees]]\n'
+        '\n[launch]\nruntime = "process"\ncommand = ["true"]\n\n[[launch.trees]]\n'
         f'pin = "{pin}"\npath = "{SERVING}"\ntarget = "/opt/ds41-serving"\n'
         f'needs = ["serve.py", "conservative.yaml"]\n{pinned}'
     )
