@@ -228,6 +228,18 @@ class Inventory:
                 hint=f"hosts are declared in {self.root / FLEET_FILE}",
             ) from None
 
+    def pin_of(self, name: str, kind: str, key: str) -> Pin:
+        """The pin `name`, which a recipe's `key` needs to be of `kind`; else an error at `key`
+        listing the pins of that kind (a tree's git pin, engram's hf pin)."""
+        pin = self.pins.get(name)
+        if pin is None or pin.kind != kind:
+            known = ", ".join(sorted(n for n, p in self.pins.items() if p.kind == kind)) or "none"
+            article = "an" if kind in ("hf", "oci") else "a"
+            raise InventoryError(
+                f"{key}: {name!r} is not {article} {kind} pin", hint=f"expected one of: {known}"
+            )
+        return pin
+
     def lane(self, name: str) -> Lane:
         try:
             return self.lanes[name]

@@ -89,12 +89,7 @@ def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, 
     out = []
     for i, doc in enumerate(docs):
         key = f"{where}: launch.trees[{i}]"
-        pin = inv.pins.get(doc["pin"])
-        if pin is None or pin.kind != "git":
-            known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "git")) or "none"
-            raise InventoryError(
-                f"{key}.pin: {doc['pin']!r} is not a git pin", hint=f"expected one of: {known}"
-            )
+        pin = inv.pin_of(doc["pin"], "git", f"{key}.pin")
         rel = PurePosixPath(doc["path"])
         if rel.is_absolute() or ".." in rel.parts:
             raise InventoryError(f"{key}.path: {doc['path']!r} must stay inside the checkout")
