@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..atomic import ensure_dir, fsync_dir, fsync_tree, is_temp_name, temp_name
-from ..errors import ExitCode, SparkfleetError
+from ..errors import ExitCode, SparkfleetError, from_os_error
 from ..kittrees import KITS_DIR, KitCheckout, tree_problems
 from ..pins.common import Unreachable, run_tool
 from .lock import hub_lock
@@ -84,9 +84,15 @@ def sweep(kits: Path) -> int:
     for pin_dir in kits.iterdir() if kits.is_dir() else ():
         if pin_dir.is_dir() and not pin_dir.is_symlink():
             for entry in pin_dir.iterdir():
-                if is_temp_name(entry.name):
-                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-                    removed += 1
+                if not is_temp_name(entry.name):
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    # a `kill -9` of the stage alone may leave its git still writing here: what
+                    # cannot go now goes on a later run (the fresh clone takes another temp name)
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed += 1
     return removed
 
 
@@ -146,13 +152,16 @@ def stage_kits(
     if not checkouts:
         return []
     kits = Path(state_dir) / KITS_DIR
-    ensure_dir(kits)
-    out = []
-    with hub_lock(kits, wait_seconds):
-        sweep(kits)
-        for co in checkouts:
-            out.append(_one(co, co.path(state_dir), host, progress))
-    return out
+    try:
+        ensure_dir(kits)
+        with hub_lock(kits, wait_seconds):
+            sweep(kits)
+            return [_one(co, co.path(state_dir), host, progress) for co in checkouts]
+    except OSError as exc:
+        err = from_os_error(exc, f"staging kit checkouts into {kits}")
+        if err is None:
+            raise
+        raise err from exc
 
 
 def _one(co: KitCheckout, final: Path, host: str, progress: StageProgress | None) -> KitResult:
