@@ -110,3 +110,15 @@ def test_a_rev_the_repository_lacks_is_refused_and_nothing_is_left(fleet):
     assert not (fleet["hosts"]["dgx1"].nvme / "hub").exists() or not any(
         (fleet["hosts"]["dgx1"].nvme / "hub").glob("models--*")
     )  # the models were not staged either: kits go first, a refusal stops the run
+
+
+def test_a_fanout_stages_the_kit_once_per_host_in_its_second_wave(fleet):
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["fanout"]
+    for outcome in record["hosts"]:  # wave 2's records: wave 1 (a share from the NAS) fetched none
+        (done,) = outcome["run"]["kits"]
+        assert (done["state"], done["head"]) == ("fetched", fleet["kit"].rev), outcome["host"]
+    for h in HOSTS:
+        assert git(checkout(fleet, h), "rev-parse", "HEAD") == fleet["kit"].rev
