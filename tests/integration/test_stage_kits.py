@@ -22,7 +22,7 @@ from support.kitrepo import FILES, SERVING, git, make_kit_repo, trees_toml
 from support.lanefleet import lane_recipe, use_ssh, write_fleet
 from support.stagefleet import STAGE_MODELS, STAGE_PINS
 
-pytestmark = [pytest.mark.netns]
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 HOSTS = ["dgx1", "dgx2"]
 LANE = "kitlane"
