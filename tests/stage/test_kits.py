@@ -76,6 +76,26 @@ def test_the_pin_is_cloned_from_its_url_else_github(tmp_path, kit):
     assert "git clone" not in hint
 
 
+def test_a_replica_copys_host_holds_the_kit_too(tmp_path, kit):
+    pin = {"kind": "git", "repo": REPO_ID, "rev": kit.rev, "url": str(kit.path)}
+    hosts = {
+        h: {"address": h, "local_hub": tmp_path / h, "nas_hub": tmp_path / "nas"}
+        for h in ("dgx1", "dgx2", "dgx3")
+    }
+    recipe = (
+        lane_recipe(["dgx1"], STAGE_MODELS, trees_toml("kit"))
+        + '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n'
+    )
+    pins = {**STAGE_PINS, "kit": pin}
+    inv = inventory.load(write_fleet(tmp_path / "f", hosts, {"lane": recipe}, defaults=DEFAULTS, pins=pins))
+    for lane in (None, "lane"):  # as the staging unit runs it, and by name
+        (co,) = kits_for_host(inv, "dgx2", lane)
+        assert (co.pin, co.rev, co.url) == ("kit", kit.rev, str(kit.path))
+    assert kits_for_host(inv, "dgx3") == []
+    with pytest.raises(InventoryError, match="host dgx3 is not in lane lane"):
+        kits_for_host(inv, "dgx3", "lane")
+
+
 def test_a_url_that_would_reach_git_as_an_option_is_refused(tmp_path, kit):
     with pytest.raises(InventoryError, match=r"pins\.kit\.url"):
         _fleet(tmp_path, kit, url="--upload-pack=touch /tmp/x")
