@@ -28,7 +28,7 @@ python3Packages.buildPythonApplication {
   # rather than vendor a second hub client; the import check below still runs.
   pythonRelaxDeps = [ "huggingface_hub" ];
 
-  # ssh for remote hosts, rsync as a transport, git for `pins resolve`.
+  # ssh for remote hosts, rsync as a transport, git for `pins resolve` and the kit checkouts `stage` clones.
   makeWrapperArgs = [ "--prefix" "PATH" ":" (lib.makeBinPath [ git openssh rsync ]) ];
 
   # The suite needs network namespaces, sshd and FUSE; CI runs it with `make test`.

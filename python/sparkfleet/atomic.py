@@ -69,6 +69,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under `root` (links are not followed): a tree another tool
+    wrote (a git checkout) is durable before it is renamed to its final name."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
 @contextmanager
 def temp_file(final: Path, mode: int = FILE_MODE) -> Iterator[tuple[int, Path]]:
     """Yield (fd, temp path) next to `final`; on error the temp is removed, on success left for `publish`."""

@@ -94,7 +94,7 @@ def _tree_checks(host_name: str, recipe: LaunchRecipe | None, state_dir, trees: 
         tree, missing = by_dir.get(t["dir"]), t.get("missing") or []
         lacks = f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
         detail = f"{t['dir']} -> {tree.target if tree else '?'}: " + (lacks if missing else "present")
-        fix = tree.fix(state_dir) if missing and tree else None
+        fix = tree.fix(state_dir, host_name, recipe.lane) if missing and tree else None
         out.append(Check(host_name, "kit tree", not missing, detail, fix, refuses=bool(missing)))
     return out
 

@@ -125,6 +125,8 @@ class Pin:
     commit: str | None = None
     # Nix's fixed-output hash (SRI) of what a derivation fetches for this pin, once resolved.
     nix_hash: str | None = None
+    # git pins: where hosts clone it from (a NAS mirror for hosts without internet); None: GitHub.
+    url: str | None = None
 
     @property
     def resolved(self) -> bool:
@@ -134,6 +136,11 @@ class Pin:
         if self.kind == "url":
             return _SHA256.fullmatch(self.value) is not None
         return _HEX40.fullmatch(self.value) is not None
+
+    @property
+    def clone_url(self) -> str:
+        """Where a git pin is cloned from: its `url` (a mirror), else GitHub's copy of `repo`."""
+        return self.url or f"https://github.com/{self.source}"
 
     @property
     def ref(self) -> str:
@@ -220,6 +227,18 @@ class Inventory:
                 f"unknown host {name!r} (known: {', '.join(sorted(self.hosts))})",
                 hint=f"hosts are declared in {self.root / FLEET_FILE}",
             ) from None
+
+    def pin_of(self, name: str, kind: str, key: str) -> Pin:
+        """The pin `name`, which a recipe's `key` needs to be of `kind`; else an error at `key`
+        listing the pins of that kind (a tree's git pin, engram's hf pin)."""
+        pin = self.pins.get(name)
+        if pin is None or pin.kind != kind:
+            known = ", ".join(sorted(n for n, p in self.pins.items() if p.kind == kind)) or "none"
+            article = "an" if kind in ("hf", "oci") else "a"
+            raise InventoryError(
+                f"{key}: {name!r} is not {article} {kind} pin", hint=f"expected one of: {known}"
+            )
+        return pin
 
     def lane(self, name: str) -> Lane:
         try:
@@ -434,7 +453,10 @@ def _pin(name: str, doc: dict[str, Any]) -> Pin:
     if kind == "hf":
         return Pin(name, kind, doc["revision"], doc["repo"], note=doc.get("note"))
     if kind == "git":
-        return Pin(name, kind, doc["rev"], doc["repo"], note=doc.get("note"), nix_hash=doc.get("nix_hash"))
+        return Pin(
+            name, kind, doc["rev"], doc["repo"], note=doc.get("note"), nix_hash=doc.get("nix_hash"),
+            url=doc.get("url"),
+        )
     if kind == "url":
         return Pin(name, kind, doc["sha256"], doc["url"], note=doc.get("note"), commit=doc.get("commit"))
     return Pin(  # a tag alone (no digest published yet) is unresolved: `sparkfleet pins resolve` asks

@@ -20,7 +20,7 @@ LAUNCH = "sparkfleet.launch."
 # runs on the node (the agent and what it starts). Controller: runs on the operator's machine and
 # reaches nodes through the agent. A new launch module must be placed on one of them.
 PURE = {
-    "recipe", "spec", "kitwire", "limits", "hosttrees", "manifest", "readiness", "bootcache", "weights",
+    "recipe", "spec", "kitwire", "limits", "manifest", "readiness", "bootcache", "weights",
     "replicas",
 }
 NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}

@@ -60,10 +60,12 @@ def test_a_host_without_the_kits_runtime_tree_is_refused_naming_it(tmp_path):
         exc.value.message
     )
     assert f"{serving} (the directory)" in exc.value.message
-    assert f"git -C {serving.parents[2]} checkout --detach {REV}" in exc.value.hint
+    assert exc.value.hint.startswith(f"sparkfleet stage dgx1 --lane {LANE} (clones ")  # staging fetches it
+    assert f"into {serving.parents[2]} on dgx1" in exc.value.hint
     (check,) = [c for c in _tree_checks("dgx1", recipe, state_dir_of(inv.host("dgx1")), facts.trees)
                 if "/opt/ds41-serving" in c.detail]  # fmt: skip
-    assert check.ok is False and "missing" in check.detail and "git clone" in check.hint and check.refuses
+    assert check.ok is False and "missing" in check.detail and check.refuses
+    assert check.hint.startswith(f"sparkfleet stage dgx1 --lane {LANE}")
 
     serving.mkdir(parents=True)  # a checkout that lacks one file the recipe names
     (serving / "serve.py").write_text("# stand-in\n")

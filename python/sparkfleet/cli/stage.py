@@ -14,9 +14,10 @@ from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec, repo_folder
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
+from ..stage.kits import plan_kits, stage_kits
 from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
-from ..stage.targets import requests_for_host
+from ..stage.targets import kits_for_host, requests_for_host
 from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
 from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
@@ -187,19 +188,32 @@ def stage(
             if not all(o.ok for o in outcomes):
                 sys.exit(max((o.exit_code or ExitCode.SHORTFALL) for o in outcomes if not o.ok))
             return
+    # The lanes' pinned kit checkouts ([[launch.trees]]): staged with the models, on the host itself;
+    # not by a fan-out share (wave 2 stages them) nor by a host serving its peers.
+    on_host = host and not (direct or share_spec or serve_peers)
+    kits = kits_for_host(load_inventory(ctx), host, lane) if on_host else []
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
         from ..inventory import GIB  # lazy, as below: direct mode reads no inventory
 
         reserve = int(reserve_gib * GIB)
+    state_dir = None
+    if host:
+        from ..inventory import state_dir_of  # lazy: the inventory is for the fleet, not direct mode
+
+        state_dir = state_dir_of(load_inventory(ctx).host(host))
     if dry_run:
         plans = execute.plan(requests)
         space = execute.space_check(requests, plans, reserve)
+        kit_plans = [k.as_dict() for k in plan_kits(kits, state_dir)]
         if as_json or events:
-            echo_json({"dry_run": True, "plans": [p.summary() for p in plans], "space": space})
+            echo_json({"dry_run": True, "plans": [p.summary() for p in plans], "space": space,
+                       "kits": kit_plans})  # fmt: skip
         else:
             for p in plans:
                 click.echo(_plan_line(p.summary()))
+            for k in kit_plans:
+                click.echo(kit_line(k))
             _print_space(space)
         if not space["ok"]:
             sys.exit(ExitCode.SPACE)  # where the real run would stop before byte one
@@ -229,31 +243,37 @@ def stage(
         if peer_spec
         else ()
     )
-    run_stage = functools.partial(
+    stage_models = functools.partial(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
         wait_seconds=wait_seconds, share=share, peers=peers,
     )  # fmt: skip
-    state_dir = None
-    if host:
-        from ..inventory import state_dir_of  # lazy: the inventory is for the fleet, not direct mode
 
-        state_dir = state_dir_of(load_inventory(ctx).host(host))
+    def run_stage(progress) -> tuple[execute.StageRun, list[dict]]:
+        """Kits first (small; a refused pin changes nothing), then the models."""
+        done = stage_kits(kits, state_dir, host, wait_seconds=wait_seconds, progress=progress)
+        return stage_models(progress=progress), [k.as_dict() for k in done]
+
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
     # once more on every host: the bound is for a plain stage only.
-    bound = (lambda r: with_io_bound(r, requests, state_dir)) if share is None and not peers else dict
+    plain = share is None and not peers
+
+    def bound(run: execute.StageRun, kit_results: list[dict]) -> dict:
+        record = with_io_bound(run.as_dict(), requests, state_dir) if plain else run.as_dict()
+        return record | {"kits": kit_results}
+
     if events:
         sink = EventsProgress()
         try:
-            run = run_stage(progress=sink)
+            run, kit_results = run_stage(progress=sink)
         except SparkfleetError as exc:
             sink.error(exc)
             sys.exit(exc.exit_code)
-        sink.result(bound(run.as_dict()))
+        sink.result(bound(run, kit_results))
         sys.exit(ExitCode.OK if run.ok else ExitCode.SHORTFALL)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
-        run = run_stage(progress=bar)
-    summary = bound(run.as_dict())
+        run, kit_results = run_stage(progress=bar)
+    summary = bound(run, kit_results)
     if as_json:
         echo_json(summary)
     else:
@@ -314,7 +334,21 @@ def _plan_line(s: dict, prefix: str = "") -> str:
     )
 
 
+def kit_line(k: dict, prefix: str = "") -> str:
+    """One kit checkout's line: which pinned checkout, from where, and what staging did (or would)."""
+    what = {
+        "present": "present, left alone",
+        "fetched": f"fetched from {k['url']}",
+        "replaced": f"replaced ({k['why']}) from {k['url']}; the old one kept at {k['kept']}",
+        "fetch": f"would fetch from {k['url']}",
+        "replace": f"would replace ({k['why']}) from {k['url']}",
+    }[k["state"]]
+    return f"{prefix}kit {k['pin']} {k['repo']}@{k['rev'][:10]} at {k['path']}: {what}"
+
+
 def print_stage_run(run: dict, prefix: str = "") -> None:
+    for k in run.get("kits", []):
+        click.echo(kit_line(k, prefix))
     for r in run["repos"]:
         peer = f", {human_bytes(r['peer_bytes'])} from peers" if r.get("peer_bytes") else ""
         click.echo(
@@ -409,7 +443,7 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
     if as_json:
         echo_json(
             {"dry_run": True, "fanout": fanout, "plans": plans, "nas_reads": nas_reads, "pulls": pulls,
-             "space": spaces}
+             "space": spaces, "kits": {h: a.get("kits", []) for h, a in answers.items()}}
         )  # fmt: skip
         if short:
             sys.exit(ExitCode.SPACE)
@@ -417,6 +451,8 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
     for h, a in answers.items():
         for p in a["plans"]:
             click.echo(_plan_line(p, prefix=f"{h}: "))
+        for k in a.get("kits", []):
+            click.echo(kit_line(k, prefix=f"{h}: "))
     for h, s in spaces.items():
         _print_space(s, prefix=f"{h}: ")
     for h, rels in wave1.items():

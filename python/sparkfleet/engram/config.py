@@ -82,12 +82,7 @@ def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
     if doc is None:
         return None
     where = f"{lane.recipe_path}: engram"
-    pin = inv.pins.get(doc["pin"])
-    if pin is None or pin.kind != "hf":
-        known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "hf")) or "none"
-        raise InventoryError(
-            f"{where}.pin: {doc['pin']!r} is not an hf pin", hint=f"expected one of: {known}"
-        )
+    pin = inv.pin_of(doc["pin"], "hf", f"{where}.pin")
     has_tables, has_pattern = "tables" in doc, "pattern" in doc
     if has_tables == has_pattern:
         raise InventoryError(

@@ -147,7 +147,7 @@ def probe(req: dict) -> dict:
     if req.get("ports"):
         out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
     if req.get("trees"):  # [[launch.trees]]: the kit's pinned files this node must hold
-        from .hosttrees import tree_problems
+        from ..kittrees import tree_problems
 
         out["trees"] = [
             {"dir": t["dir"], "missing": tree_problems(Path(t["dir"]), t["needs"], t.get("sha256"))}

@@ -150,7 +150,7 @@ def check_trees(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
         f"{nf.host}: the kit's runtime tree is not there as pinned "
         f"({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
         "the container would start without the files it runs",
-        hint=tree.fix(state_dir),
+        hint=tree.fix(state_dir, nf.host, recipe.lane),
         exit_code=ExitCode.REFUSED,
     )
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
+from ..kittrees import HostTree, host_trees
 from ..memory import DEFAULT_FLOOR_BYTES, MIB, MemoryNeed, parse_size
-from .hosttrees import HostTree, host_trees
 from .kitwire import NODE_FIELDS
 from .limits import ContainerLimits, container_limits
 

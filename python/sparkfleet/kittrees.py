@@ -4,7 +4,9 @@ Why: the EXL3 kit's container runs code that is not in its image: serve.py, cons
 combined_worker.py come from the kit's release/runtime/serving (portable_node.py binds a copy at
 /opt/ds41-serving), and the MXFP8 AOT library from release/runtime/aot (bound over flashinfer's).
 The kit's launcher rsyncs release/runtime to the worker; sparkfleet takes it from the pinned
-checkout of the kit's git pin on each host, at <state_dir>/kits/<pin>/<rev>/, bound read-only.
+checkout of the kit's git pin on each host, at <state_dir>/kits/<pin>/<rev>/, bound read-only;
+`sparkfleet stage HOST` puts it there (stage/kits.py). Launch (launch/recipe.py) and staging
+(stage/targets.py) both read [[launch.trees]] here, a floor below both.
 A tree that is not there (or lacks a file the recipe names) is refused before anything starts,
 naming the host, the directory and the files: booting a container that cannot find serve.py
 only shows up minutes later as a crash loop. Pure, but for `tree_problems`, which the node's
@@ -13,15 +15,18 @@ agent runs on its own filesystem.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ..digests import full_digest
-from ..errors import InventoryError
+from .digests import full_digest
+from .errors import InventoryError
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from .inventory import Inventory, Lane
+
+KITS_DIR = "kits"  # under a host's state_dir
 
 
 @dataclass(frozen=True)
@@ -35,21 +40,48 @@ class HostTree:
     target: str  # in the container
     needs: tuple[str, ...] = ()  # files (relative to path) that must be there
     sha256: dict[str, str] = field(default_factory=dict)  # file -> the sha256 the kit pins it at
+    url: str = ""  # where hosts clone the pin from (Pin.clone_url)
 
     def checkout(self, state_dir: str | Path) -> Path:
         """Where the pinned checkout lives on a host: one directory per revision, never mutated."""
-        return Path(state_dir) / "kits" / self.pin / self.rev
+        return Path(state_dir) / KITS_DIR / self.pin / self.rev
 
     def host_dir(self, state_dir: str | Path) -> Path:
         return self.checkout(state_dir) / self.path
 
-    def fix(self, state_dir: str | Path) -> str:
-        """The commands that put the tree there (on the host), as a hint."""
-        co = self.checkout(state_dir)
+    def fix(self, state_dir: str | Path, host: str, lane: str) -> str:
+        """The command that puts the tree there: staging the host for the lane clones the pin."""
         return (
-            f"on the host: git clone https://github.com/{self.repo} {co} && "
-            f"git -C {co} checkout --detach {self.rev}"
+            f"sparkfleet stage {host} --lane {lane} (clones {self.url or self.repo} at {self.rev} "
+            f"into {self.checkout(state_dir)} on {host})"
         )
+
+
+@dataclass(frozen=True)
+class KitCheckout:
+    """One pinned checkout a host holds: every tree its lanes bind from one git pin at one rev."""
+
+    pin: str
+    repo: str
+    rev: str
+    url: str
+    trees: tuple[HostTree, ...]
+
+    def path(self, state_dir: str | Path) -> Path:
+        return self.trees[0].checkout(state_dir)
+
+
+def kit_checkouts(lanes: Iterable[Lane], inv: Inventory) -> list[KitCheckout]:
+    """The checkouts `lanes` bind through [[launch.trees]], one per git pin (pins have one rev),
+    each with every tree read from it: what staging a host for those lanes puts there."""
+    by_pin: dict[str, list[HostTree]] = {}
+    for lane in lanes:
+        launch = lane.raw.get("launch") or {}
+        for tree in host_trees(launch.get("trees", []), inv, str(lane.recipe_path)):
+            trees = by_pin.setdefault(tree.pin, [])
+            if tree not in trees:
+                trees.append(tree)
+    return [KitCheckout(pin, t[0].repo, t[0].rev, t[0].url, tuple(t)) for pin, t in by_pin.items()]
 
 
 def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, ...]:
@@ -57,18 +89,15 @@ def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, 
     out = []
     for i, doc in enumerate(docs):
         key = f"{where}: launch.trees[{i}]"
-        pin = inv.pins.get(doc["pin"])
-        if pin is None or pin.kind != "git":
-            known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "git")) or "none"
-            raise InventoryError(
-                f"{key}.pin: {doc['pin']!r} is not a git pin", hint=f"expected one of: {known}"
-            )
+        pin = inv.pin_of(doc["pin"], "git", f"{key}.pin")
         rel = PurePosixPath(doc["path"])
         if rel.is_absolute() or ".." in rel.parts:
             raise InventoryError(f"{key}.path: {doc['path']!r} must stay inside the checkout")
         sums = dict(doc.get("sha256", {}))
         needs = tuple(dict.fromkeys([*doc.get("needs", ()), *sums]))  # a pinned file is needed too
-        out.append(HostTree(pin.name, pin.source, pin.value, str(rel), doc["target"], needs, sums))
+        out.append(
+            HostTree(pin.name, pin.source, pin.value, str(rel), doc["target"], needs, sums, pin.clone_url)
+        )
     return tuple(out)
 
 

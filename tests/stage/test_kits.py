@@ -1,0 +1,258 @@
+"""`stage` brings a lane's pinned kit checkout to <state_dir>/kits/<pin>/<rev>/ (issue 19).
+
+The pure parts (which checkouts a host's lanes bind, where a pin is cloned from, the hint) and the
+host side (stage/kits.py) on this machine, with a real git repository as the pin's url: a fresh
+fetch, a rerun that leaves it alone, a dirty or wrong checkout replaced (the old one kept whole), a
+rev the repository lacks or a commit without the trees' files refused with nothing left behind,
+a killed run's temp clone swept, and a second run on the same host refused by the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkfleet import inventory
+from sparkfleet.atomic import temp_name
+from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
+from sparkfleet.kittrees import kit_checkouts
+from sparkfleet.stage.kits import plan_kits, stage_kits
+from sparkfleet.stage.lock import hub_lock
+from sparkfleet.stage.targets import kits_for_host
+from support.kitrepo import FILES, SERVING, KitRepo, git, make_kit_repo, trees_toml
+from support.lanefleet import lane_recipe, repo_fleet, write_fleet
+from support.stagefleet import STAGE_MODELS, STAGE_PINS
+
+REPO_ID = "example/kit"
+DEFAULTS = {"ssh_user": "root", "reserve_gib": 0}
+
+
+def _fleet(tmp_path: Path, kit: KitRepo, rev: str | None = None, url: str | None = "repo", sha=None):
+    pin = {"kind": "git", "repo": REPO_ID, "rev": rev or kit.rev}
+    if url:
+        pin["url"] = str(kit.path) if url == "repo" else url
+    hosts = {"dgx1": {"address": "dgx1", "local_hub": tmp_path / "hub", "nas_hub": tmp_path / "nas",
+                      "state_dir": tmp_path / "state"}}  # fmt: skip
+    recipe = lane_recipe(["dgx1"], STAGE_MODELS, trees_toml("kit", sha))
+    pins = {**STAGE_PINS, "kit": pin}
+    root = write_fleet(tmp_path / "fleet", hosts, {"lane": recipe}, defaults=DEFAULTS, pins=pins)
+    return inventory.load(root)
+
+
+@pytest.fixture
+def kit(tmp_path) -> KitRepo:
+    return make_kit_repo(tmp_path / "kit-repo")
+
+
+def _stage(inv, **kw):
+    co = kits_for_host(inv, "dgx1")
+    return stage_kits(co, inventory.state_dir_of(inv.host("dgx1")), "dgx1", **kw)
+
+
+def _head(path: Path) -> str:
+    return git(path, "rev-parse", "HEAD")
+
+
+def test_the_pin_is_cloned_from_its_url_else_github(tmp_path, kit):
+    inv = _fleet(tmp_path, kit)
+    (co,) = kits_for_host(inv, "dgx1")
+    assert (co.pin, co.rev, co.url) == ("kit", kit.rev, str(kit.path))
+    assert co.path(tmp_path / "state") == tmp_path / "state" / "kits" / "kit" / kit.rev
+    assert co.trees[0].needs == ("serve.py", "conservative.yaml")
+    real = inventory.load(repo_fleet(tmp_path / "real"))
+    (exl3,) = kit_checkouts([real.lane("dsv41-flash-exl3-2x")], real)
+    assert exl3.url == "https://github.com/coolbho3k/DeepSeek-v4.1-Flash-2x-DGX-Spark"
+    assert len(exl3.trees) == 2  # both trees of the one pin: one checkout
+    assert kits_for_host(real, "dgx3", "dsv41-flash-4x-mia") == []  # no [[launch.trees]]
+    hint = exl3.trees[0].fix("/var/lib/sparkfleet", "dgx2", "dsv41-flash-exl3-2x")
+    assert hint.startswith("sparkfleet stage dgx2 --lane dsv41-flash-exl3-2x (clones ")
+    assert "git clone" not in hint
+
+
+def test_a_replica_copys_host_holds_the_kit_too(tmp_path, kit):
+    pin = {"kind": "git", "repo": REPO_ID, "rev": kit.rev, "url": str(kit.path)}
+    hosts = {
+        h: {"address": h, "local_hub": tmp_path / h, "nas_hub": tmp_path / "nas"}
+        for h in ("dgx1", "dgx2", "dgx3")
+    }
+    recipe = (
+        lane_recipe(["dgx1"], STAGE_MODELS, trees_toml("kit"))
+        + '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n'
+    )
+    pins = {**STAGE_PINS, "kit": pin}
+    inv = inventory.load(write_fleet(tmp_path / "f", hosts, {"lane": recipe}, defaults=DEFAULTS, pins=pins))
+    for lane in (None, "lane"):  # as the staging unit runs it, and by name
+        (co,) = kits_for_host(inv, "dgx2", lane)
+        assert (co.pin, co.rev, co.url) == ("kit", kit.rev, str(kit.path))
+    assert kits_for_host(inv, "dgx3") == []
+    with pytest.raises(InventoryError, match="host dgx3 is not in lane lane"):
+        kits_for_host(inv, "dgx3", "lane")
+
+
+def test_a_url_that_would_reach_git_as_an_option_is_refused(tmp_path, kit):
+    with pytest.raises(InventoryError, match=r"pins\.kit\.url"):
+        _fleet(tmp_path, kit, url="--upload-pack=touch /tmp/x")
+
+
+def test_fetch_then_a_rerun_leaves_it_alone(tmp_path, kit):
+    inv = _fleet(tmp_path, kit, rev=kit.rev[:10])  # abbreviated, like mia-tp4's cad252b7d3
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev[:10]
+    (dry,) = plan_kits(kits_for_host(inv, "dgx1"), tmp_path / "state")
+    assert (dry.state, dry.path) == ("fetch", str(final)) and not final.exists()
+    (done,) = _stage(inv)
+    assert (done.state, done.head) == ("fetched", kit.rev)
+    assert _head(final) == kit.rev and git(final, "status", "--porcelain") == ""
+    for rel, data in FILES.items():
+        assert (final / rel).read_bytes() == data
+    inode = final.stat().st_ino
+    (again,) = _stage(inv)
+    assert (again.state, again.head) == ("present", kit.rev) and final.stat().st_ino == inode
+    assert [p.name for p in final.parent.iterdir()] == [final.name]  # no temp, nothing aside
+
+
+def test_a_dirty_or_wrong_checkout_is_replaced_never_changed_in_place(tmp_path, kit):
+    inv = _fleet(tmp_path, kit)
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    _stage(inv)
+    (final / SERVING / "serve.py").write_text("# edited on the host\n")
+    old_inode = final.stat().st_ino
+    (dry,) = plan_kits(kits_for_host(inv, "dgx1"), tmp_path / "state")
+    assert dry.state == "replace" and "changed in place" in dry.why
+    (done,) = _stage(inv)
+    assert done.state == "replaced" and "changed in place" in done.why
+    assert (final / SERVING / "serve.py").read_bytes() == FILES[f"{SERVING}/serve.py"]
+    kept = Path(done.kept)
+    assert kept.stat().st_ino == old_inode  # moved aside whole: a running lane's bind still sees it
+    assert (kept / SERVING / "serve.py").read_text() == "# edited on the host\n"
+    git(final, "checkout", "--quiet", "--detach", kit.later)  # the right name, the wrong commit
+    (done,) = _stage(inv)
+    assert done.state == "replaced" and f"at {kit.later[:12]}, not {kit.rev}" in done.why
+    assert _head(final) == kit.rev
+
+
+@pytest.mark.parametrize("case", ["no such rev", "rev lacks the files", "unreachable url"])
+def test_a_bad_pin_is_refused_naming_it_and_nothing_is_left(tmp_path, kit, case):
+    rev = {"no such rev": "0123456789abcdef", "rev lacks the files": kit.later}.get(case, kit.rev)
+    url = str(tmp_path / "no-such-repo") if case == "unreachable url" else "repo"
+    inv = _fleet(tmp_path, kit, rev=rev, url=url)
+    with pytest.raises(SparkfleetError) as exc:
+        _stage(inv)
+    message = exc.value.message
+    assert message.startswith(f"dgx1: kit pin kit ({REPO_ID}@{rev}) from ")
+    assert (str(kit.path) if url == "repo" else url) in message
+    want = {"no such rev": ExitCode.REFUSED, "rev lacks the files": ExitCode.REFUSED}
+    assert exc.value.exit_code == want.get(case, ExitCode.UNREACHABLE)
+    if case == "rev lacks the files":
+        assert f"{SERVING}/serve.py" in message
+    kits = tmp_path / "state" / "kits"
+    assert [p.name for p in kits.iterdir()] == [".locks"]  # no checkout, no temp, no pin folder
+
+
+def test_a_killed_runs_temp_clone_is_swept_and_a_second_run_waits_its_turn(tmp_path, kit):
+    inv = _fleet(tmp_path, kit)
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    leftover = temp_name(final)
+    leftover.mkdir(parents=True)
+    (leftover / "half-written").write_text("x")
+    (done,) = _stage(inv)
+    assert done.state == "fetched" and not leftover.exists()
+    with hub_lock(tmp_path / "state" / "kits"), pytest.raises(LockBusyError):
+        _stage(inv)
+
+
+def test_a_stage_killed_mid_clone_converges_on_rerun(tmp_path, kit):
+    """kill -9 of a real `sparkfleet stage` while git is cloning: no final name; the rerun fetches."""
+    inv = _fleet(tmp_path, kit)
+    build_nas_hub(tmp_path / "nas", shard_bytes=64 * 1024)
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    hook = tmp_path / "slow-git"
+    hook.write_text(f'#!/bin/sh\n{_real_git()} "$@" || exit $?\nif [ "$1" = clone ]; then sleep 30; fi\n')
+    hook.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(hook)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SPARKFLEET_HOST": "dgx1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkfleet", "--root", str(inv.root), "stage", "dgx1", "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:  # the clone is there, whole, in its temp: the run dies before it is named
+        _wait_for(lambda: any((p / ".git").is_dir() for p in final.parent.glob(f".{kit.rev}*")))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the stage and its git, by their process group
+        proc.wait()
+    assert len(list(final.parent.glob(f".{kit.rev}*"))) == 1
+    assert not final.exists()
+    out = subprocess.run(
+        [sys.executable, "-m", "sparkfleet", "--root", str(inv.root), "stage", "dgx1", "--json"],
+        env={**os.environ, "SPARKFLEET_HOST": "dgx1"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (record,) = json.loads(out.stdout)["kits"]
+    assert record["state"] == "fetched" and _head(final) == kit.rev
+    assert [p.name for p in final.parent.iterdir()] == [final.name]
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPARKFLEET_HOST": "dgx1"}  # dgx1 is this machine: staged here
+    cmd = [sys.executable, "-m", "sparkfleet", "--root", str(root), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _launch_refusal(inv) -> str | None:
+    """launch's [[launch.trees]] check on dgx1 (the agent's own probe, on this filesystem)."""
+    from sparkfleet.launch.agent import probe
+    from sparkfleet.launch.plan import check_trees, node_facts, probe_request
+    from sparkfleet.launch.recipe import launch_recipe
+
+    recipe = launch_recipe(inv, "lane")
+    req = probe_request(inv, recipe, inv.host("dgx1"))
+    req.update(models=[], ports=[], memory=False)
+    try:
+        check_trees(inv, recipe, node_facts("dgx1", probe(req)))
+    except SparkfleetError as exc:
+        return f"{exc.message}\n{exc.hint}"
+    return None
+
+
+def test_stage_names_the_checkout_and_launch_no_longer_refuses(tmp_path, kit):
+    inv = _fleet(tmp_path, kit, sha=kit.serve_sha256)
+    build_nas_hub(tmp_path / "nas", shard_bytes=64 * 1024)
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    refusal = _launch_refusal(inv)
+    assert refusal is not None and "sparkfleet stage dgx1 --lane lane" in refusal
+    line = f"kit kit {REPO_ID}@{kit.rev[:10]} at {final}: "
+    dry = _cli(inv.root, "stage", "dgx1", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"{line}would fetch from {kit.path}" in dry.stdout and not final.exists()
+    dry = _cli(inv.root, "stage", "dgx1", "--lane", "lane", "--dry-run", "--json")
+    (planned,) = json.loads(dry.stdout)["kits"]
+    assert (planned["state"], planned["path"], planned["url"]) == ("fetch", str(final), str(kit.path))
+    run = _cli(inv.root, "stage", "dgx1", "--lane", "lane")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{line}fetched from {kit.path}" in run.stdout
+    assert _head(final) == kit.rev and _launch_refusal(inv) is None  # launch's refusal is gone
+    run = _cli(inv.root, "stage", "dgx1")
+    assert f"{line}present, left alone" in run.stdout
+
+
+def _real_git() -> str:
+    import shutil
+
+    return shutil.which("git") or "/usr/bin/git"
+
+
+def _wait_for(cond, timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

@@ -1,0 +1,69 @@
+"""A real git repository standing in for a kit (CI has no network): `git init`, files, commits.
+
+Shared by tests/stage/test_kits.py (this machine) and tests/integration/test_stage_kits.py (netns
+hosts staging over ssh): a lane's [[launch.trees]] pin gets `url` = this repository's path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "kit", "GIT_AUTHOR_EMAIL": "kit@example.invalid",
+    "GIT_COMMITTER_NAME": "kit", "GIT_COMMITTER_EMAIL": "kit@example.invalid",
+    "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+}  # fmt: skip
+
+SERVING = "release/runtime/serving"
+FILES = {
+    f"{SERVING}/serve.py": b"print('serve')\n",
+    f"{SERVING}/conservative.yaml": b"max_num_seqs: 6\n",
+    "README.md": b"a kit\n",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
+
+
+@dataclass(frozen=True)
+class KitRepo:
+    path: Path
+    rev: str  # the commit holding FILES
+    later: str  # a later commit without serve.py (the trees' needs are not there)
+
+    @property
+    def serve_sha256(self) -> str:
+        return hashlib.sha256(FILES[f"{SERVING}/serve.py"]).hexdigest()
+
+
+def make_kit_repo(path: Path) -> KitRepo:
+    """A repository whose first commit holds FILES; its second removes serve.py."""
+    path.mkdir(parents=True)
+    git(path, "init", "--quiet", "--initial-branch", "main")
+    for rel, data in FILES.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_bytes(data)
+    git(path, "add", "-A")
+    git(path, "commit", "--quiet", "-m", "kit")
+    rev = git(path, "rev-parse", "HEAD")
+    git(path, "rm", "--quiet", f"{SERVING}/serve.py")
+    git(path, "commit", "--quiet", "-m", "drop serve.py")
+    return KitRepo(path, rev, git(path, "rev-parse", "HEAD"))
+
+
+def trees_toml(pin: str, sha256: str | None = None) -> str:
+    """A recipe's [launch] with one [[launch.trees]] from `pin` (the serving directory)."""
+    pinned = f'sha256 = {{ "serve.py" = "{sha256}" }}\n' if sha256 else ""
+    return (
+        '\n[launch]\nruntime = "process"\ncommand = ["true"]\n\n[[launch.trees]]\n'
+        f'pin = "{pin}"\npath = "{SERVING}"\ntarget = "/opt/ds41-serving"\n'
+        f'needs = ["serve.py", "conservative.yaml"]\n{pinned}'
+    )
