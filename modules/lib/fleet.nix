@@ -64,6 +64,8 @@ let
       nixHash = doc.nix_hash or null;
       component = doc.component or null;
       manifest = doc.manifest or null;
+      # git pins: where hosts clone it from (sparkfleet.inventory.Pin.clone_url): a mirror, else GitHub
+      cloneUrl = if kind == "git" then doc.url or "https://github.com/${doc.repo}" else null;
       resolved =
         if kind == "oci" then digest value
         else if kind == "url" then sha256hex value

@@ -67,6 +67,11 @@ VARIED_FLEET = """\
     repo = "org/repo"
     rev = "cad252b7d3"
     nix_hash = "sha256-znKOwPXQnt3o7lDb3hdf19oDo0BLP4MfBOYiWkEHoik="
+    [pins.mirrored]
+    kind = "git"
+    repo = "org/kit"
+    rev = "878e0eecd893fadc69ad2d58b2df0fabb0fae2ee"
+    url = "/nas/git/kit.git"
 """
 
 VARIED_RECIPES = {
@@ -141,6 +146,8 @@ def test_pins_agree(tmp_path: Path) -> None:
                 pin.resolved,
             ), name
             assert (n["tag"], n["commit"], n["nixHash"]) == (pin.tag, pin.commit, pin.nix_hash), name
+            # where a host clones a git pin from ([[launch.trees]]: stage fetches the kit)
+            assert n["cloneUrl"] == (pin.clone_url if pin.kind == "git" else None), name
 
 
 @pytest.mark.parametrize("os_name", ["nixos", "dgx-os"])
