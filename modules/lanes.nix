@@ -49,7 +49,8 @@ in
       example = [ "dsv41-flash-4x-mia" ];
       description = ''
         Lanes headed here that `sparkfleet watch LANE` supervises, one unit each, started with the
-        lane. Restart=on-failure restarts the supervisor when it crashes (exit 70); exit 1 (its
+        lane. A lane whose recipe says `[watchdog] scope = "lane"` always has one (its kit's
+        controller stops every node when one stops; the supervisor is what does that here). Restart=on-failure restarts the supervisor when it crashes (exit 70); exit 1 (its
         restart budget for the lane is spent: a human is needed) is RestartPreventExitStatus.
       '';
     };
@@ -128,6 +129,6 @@ in
           RestartPreventExitStatus = "1";
         };
       };
-    }) (builtins.filter (l: builtins.elem l.lane cfg.watch) facts.lanes));
+    }) (builtins.filter (l: l.supervised || builtins.elem l.lane cfg.watch) facts.lanes));
   };
 }

@@ -180,6 +180,9 @@ let
         # One Spark, one GPU: two lanes headed here share this host and never serve together.
         conflicts = map (o: "${constants.unitPrefix}-lane-${o.name}.service")
           (filter (o: o.name != l.name && headOf o == h.name) (lanesOf h.name));
+        # [watchdog] scope = "lane": the kit's controller stops every node when one stops, so the
+        # lane always runs with its supervisor (sparkfleet.hostfacts.lane_scoped_watchdog)
+        supervised = ((recipes.${l.name}.watchdog or { }).scope or "rank") == "lane";
       };
 
       # What the lane image carries in Env (only Env is inherited from a base image, and the TP4

@@ -84,6 +84,10 @@ class LaneUnit:
     timeoutStartSec: float  # noqa: N815
     after: tuple[str, ...]
     conflicts: tuple[str, ...]
+    # `[watchdog] scope = "lane"`: the kit's own controller watches its nodes and stops them all
+    # when one stops (the EXL3 kit's portable_pair.py watch()), so the lane always runs with its
+    # supervisor (`sparkfleet watch LANE`), which is what stops the other ranks here
+    supervised: bool
 
 
 @dataclass(frozen=True)
@@ -168,7 +172,14 @@ def lane_unit(inv: Inventory, host: Host, lane: Lane) -> LaneUnit:
         timeoutStartSec=LANE_START_TIMEOUT_S,
         after=(f"{STAGING_UNIT}.service", "network-online.target"),
         conflicts=tuple(others),
+        supervised=lane_scoped_watchdog(lane),
     )
+
+
+def lane_scoped_watchdog(lane: Lane) -> bool:
+    """The recipe's `[watchdog] scope = "lane"`: one rank's stop stops the lane (default "rank")."""
+    section = lane.raw.get("watchdog")
+    return isinstance(section, dict) and section.get("scope") == "lane"
 
 
 SERVICE_STATE = "/var/lib/sparkfleet"

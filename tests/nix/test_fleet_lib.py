@@ -84,6 +84,8 @@ VARIED_RECIPES = {
         [launch]
         command = ["serve"]
         receipt_roots = ["/cache/r1", "/cache/r2", "/var/lib/kit/r3"]
+        [watchdog]
+        scope = "lane"
         [[models]]
         pin = "m"
     """,
@@ -126,6 +128,8 @@ def test_varied_inventory_facts_agree(tmp_path: Path) -> None:
     (two,) = from_nix["b"]["lanes"]
     assert two["hosts"] == ["b", "a"] and two["startArgv"] == ["sparkfleet", "launch", "two", "--no-wait"]
     assert two["stopArgv"] == ["sparkfleet", "stop", "two"] and two["timeoutStartSec"] == 1800
+    # [watchdog] scope = "lane" always runs with its supervisor; the default (rank) does not
+    assert two["supervised"] is True and a["lanes"][0]["supervised"] is False
     assert from_nix["b"]["staging"]["lock"] == "/data/hub/.locks/sparkfleet-stage.lock"
     # --here: the unit runs on the host itself, whatever its OS calls itself (no ssh to self)
     assert from_nix["b"]["staging"]["argv"] == ["sparkfleet", "stage", "b", "--here", "--json"]

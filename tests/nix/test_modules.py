@@ -366,6 +366,21 @@ def test_unit_environment_keeps_the_spec_roots_string_context() -> None:
     assert nix_eval(expr) == {"root": True, "plain": False}
 
 
+def test_a_lane_scoped_watchdog_always_runs_with_its_supervisor(fleet_root: Path) -> None:
+    """The EXL3 kit's controller (portable_pair.py watch()) stops both nodes when one stops; its
+    recipe says `[watchdog] scope = "lane"`, and `sparkfleet watch` is what stops the other rank
+    here: without a unit, a deployed lane kept a surviving rank running with nobody asking."""
+    cfg = evaluate(fleet_root, "dgx1")
+    assert cfg["failedAssertions"] == []
+    unit = cfg["services"]["sparkfleet-watch-dsv41-flash-exl3-2x"]
+    assert unit["serviceConfig"]["ExecStart"] == (
+        '"/run/current-system/sw/bin/sparkfleet" "watch" "dsv41-flash-exl3-2x"'
+    )
+    assert unit["wantedBy"] == ["sparkfleet-lane-dsv41-flash-exl3-2x.service"]
+    # lanes of the default scope (rank) get one only when named in sparkfleet.lanes.watch
+    assert "sparkfleet-watch-dsv41-flash-4x-mia" not in cfg["services"]
+
+
 def test_a_watched_lane_gets_a_supervisor_unit_that_restarts_on_a_crash_only(fleet_root: Path) -> None:
     """`watch` exits 70 when it crashes (restart it) and 1 when a human is needed (leave it)."""
     extra = '{ sparkfleet.lanes.watch = [ "dsv41-flash-4x-mia" ]; }'
@@ -378,6 +393,6 @@ def test_a_watched_lane_gets_a_supervisor_unit_that_restarts_on_a_crash_only(fle
     assert unit["wantedBy"] == ["sparkfleet-lane-dsv41-flash-4x-mia.service"]
     lane = cfg["services"]["sparkfleet-lane-dsv41-flash-4x-mia"]
     assert sc["User"] == lane["serviceConfig"]["User"]
-    assert "sparkfleet-watch-dsv41-flash-exl3-2x" not in cfg["services"]  # only the lanes named
+    assert "sparkfleet-watch-dsv41-flash-4x-aiden" not in cfg["services"]  # only the lanes named
     bad = evaluate(fleet_root, "dgx3", extra=extra)  # dgx3 heads no lane
     assert any("only lanes headed by dgx3 can be watched" in m for m in bad["failedAssertions"])
