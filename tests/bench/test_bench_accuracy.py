@@ -35,6 +35,7 @@ def _warm(endpoint: Endpoint) -> None:
     assert stream_chat(endpoint, chat_request(endpoint, "warm up", 2)).ok
 
 
+@pytest.mark.serial  # a time bound (rates within 1 %, TTFT): make test runs it alone, after the parallel part
 @pytest.mark.parametrize(
     ("per_chunk", "usage", "source"),
     [
@@ -58,6 +59,7 @@ def test_decode_within_one_percent_and_ttft(fake_lane, per_chunk, usage, source)
     assert abs(m.tpot_s - (m.latency_s - m.ttft_s) / 399) < 1e-9
 
 
+@pytest.mark.serial  # a time bound (rates within 1 %, TTFT): make test runs it alone, after the parallel part
 def test_local_tokenizer_counts_exactly_when_the_server_reports_no_usage(fake_lane, tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     from sparkfleet.demo.openai_server import VOCAB
@@ -81,6 +83,7 @@ def test_without_usage_or_tokenizer_the_estimate_is_labelled(fake_lane):
     assert m.ok and m.token_source == ESTIMATE
 
 
+@pytest.mark.serial  # a time bound (rates within 1 %, TTFT): make test runs it alone, after the parallel part
 def test_pp_rows_measure_prefill_with_unique_prefixes_and_a_cached_depth(fake_lane):
     lane = _server(fake_lane, 1, "continuous")
     endpoint = Endpoint(lane.url, "m")
