@@ -192,6 +192,7 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
     report = lanes.launch(inv, "fit", allow_nas_weights=True)
     try:
         assert report.ready.ok, report.ready.reason
+        assert report.notes == []  # scope = "rank" (the default): each node's watchdog is enough
         assert lanes.status(inv, "fit").running == 2
         set_mem(memdir, "dgx2", 0.4)  # 410 MiB: under coolbho3k's 512 MiB floor
         deadline = time.monotonic() + 20
@@ -229,6 +230,11 @@ def test_lane_scoped_watchdog_stops_every_node_and_is_not_restarted(gates):
     report = lanes.launch(inv, "pair", allow_nas_weights=True)
     try:
         assert report.ready.ok, report.ready.reason
+        # a launch by hand has no controller beside it (the kit's launcher always runs one): it says so
+        assert report.notes == [
+            "watchdog scope = lane: run `sparkfleet watch pair` beside this lane (a deployed lane's "
+            "watch unit does); it is what stops every rank when one stops"
+        ]
         set_mem(memdir, "dgx2", 0.4)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and lanes.status(inv, "pair").running == 2:

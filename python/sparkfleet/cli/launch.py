@@ -265,6 +265,8 @@ def launch(
     else:
         if report.nas_weights:
             click.secho(report.weights_note() + " (--allow-nas-weights)", fg="yellow")
+        for note in report.notes:
+            click.secho(f"note: {note}", fg="yellow")
         for r in report.started:
             ident = f"pid {r.pid}" if r.pid else f"container {str(r.container_id)[:12]}"
             cleared = f", cleared {len(r.receipts_cleared)} receipt roots" if r.receipts_cleared else ""

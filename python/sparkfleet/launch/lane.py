@@ -253,9 +253,11 @@ def _launch(
         if started:
             stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
         raise
+    notes = supervisor_notes(inv, lane_name, plan)
     if not wait:
         report = LaunchReport(
-            lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights
+            lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights,
+            notes=notes,
         )
         report.generation = record_launch(inv, plan, report, home)
         return report
@@ -295,9 +297,25 @@ def _launch(
     if not ready.ok and not keep_on_failure:
         stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
         stopped = True
-    report = LaunchReport(lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights)
+    report = LaunchReport(
+        lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes
+    )
     report.generation = record_launch(inv, plan, report, home)
     return report
+
+
+def supervisor_notes(inv: Inventory, lane_name: str, plan: LanePlan) -> list[str]:
+    """A lane whose recipe says `[watchdog] scope = "lane"` is stopped whole by its supervisor
+    (`watch`, or `status`), never by a node, which sees only itself (launch/lanestop.py). The
+    kit's own launcher always runs its controller beside the pair; a launch by hand does not, so
+    it says what to run (a deployed lane's sparkfleet-watch-LANE unit runs it)."""
+    if plan.recipe.watchdog_scope != "lane":
+        return []
+    cmd = f"sparkfleet watch {lane_name}{replica_flag(inv.lane(lane_name))}"
+    return [
+        f"watchdog scope = lane: run `{cmd}` beside this lane (a deployed lane's watch unit does); "
+        "it is what stops every rank when one stops"
+    ]
 
 
 def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> LaneStatus:

@@ -37,6 +37,7 @@ class LaunchReport:
     boot_cache: dict[str, dict] = field(default_factory=dict)  # host -> warm/cold, key, dir
     generation: dict | None = None  # the lane generation this launch recorded (launch/generations)
     nas_weights: dict[str, dict] = field(default_factory=dict)  # host -> non-optional NAS files (allowed)
+    notes: list[str] = field(default_factory=list)  # what the operator must do beside this launch
 
     def weights_note(self) -> str:
         """The line "weights from NAS on dgx2 (10 files)" when --allow-nas-weights let such a rank through."""
