@@ -14,7 +14,6 @@ from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec, repo_folder
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
-from ..stage.kits import plan_kits, stage_kits
 from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import kits_for_host, requests_for_host
@@ -23,6 +22,24 @@ from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
 
+
+def _plan_kits(kits: list, state_dir) -> list[dict]:
+    """What staging would do to each kit checkout (the dry run's `kits`)."""
+    if not kits:
+        return []
+    # lazy: its git runner (pins) reads the inventory, and direct mode (which has no kit) must not
+    from ..stage.kits import plan_kits
+
+    return [k.as_dict() for k in plan_kits(kits, state_dir)]
+
+
+def _stage_kits(kits: list, state_dir, host: str, **kw) -> list[dict]:
+    """Stage each kit checkout (the run record's `kits`)."""
+    if not kits:
+        return []
+    from ..stage.kits import stage_kits  # lazy, as _plan_kits
+
+    return [k.as_dict() for k in stage_kits(kits, state_dir, host, **kw)]
 
 def selectors(fn):
     """The options `stage` and `verify` share: a HOST (+ --lane) from the inventory, or direct mode."""
@@ -205,7 +222,7 @@ def stage(
     if dry_run:
         plans = execute.plan(requests)
         space = execute.space_check(requests, plans, reserve)
-        kit_plans = [k.as_dict() for k in plan_kits(kits, state_dir)]
+        kit_plans = _plan_kits(kits, state_dir)
         if as_json or events:
             echo_json({"dry_run": True, "plans": [p.summary() for p in plans], "space": space,
                        "kits": kit_plans})  # fmt: skip
@@ -250,8 +267,8 @@ def stage(
 
     def run_stage(progress) -> tuple[execute.StageRun, list[dict]]:
         """Kits first (small; a refused pin changes nothing), then the models."""
-        done = stage_kits(kits, state_dir, host, wait_seconds=wait_seconds, progress=progress)
-        return stage_models(progress=progress), [k.as_dict() for k in done]
+        done = _stage_kits(kits, state_dir, host, wait_seconds=wait_seconds, progress=progress)
+        return stage_models(progress=progress), done
 
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
     # once more on every host: the bound is for a plain stage only.
