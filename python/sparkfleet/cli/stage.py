@@ -14,7 +14,7 @@ from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec, repo_folder
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
-from ..stage.kits import plan_kits, stage_kits
+from ..stage.kits import plan_kits, stage_kits, verify_kits
 from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import kits_for_host, requests_for_host
@@ -346,6 +346,14 @@ def kit_line(k: dict, prefix: str = "") -> str:
     return f"{prefix}kit {k['pin']} {k['repo']}@{k['rev'][:10]} at {k['path']}: {what}"
 
 
+def kit_verdict_line(k: dict, prefix: str = "") -> str:
+    """verify's line for one kit checkout: ✓ at the pinned rev, clean, complete; ✗ why, and the fix."""
+    head = f"{prefix}{'✓' if k['ok'] else '✗'} kit {k['pin']} {k['repo']}@{k['rev'][:10]} at {k['path']}"
+    if k["ok"]:
+        return f"{head}: at the pinned rev, clean, complete"
+    return f"{head}: {k['why']}\n{prefix}  fix: {k['fix']}"
+
+
 def print_stage_run(run: dict, prefix: str = "") -> None:
     for k in run.get("kits", []):
         click.echo(kit_line(k, prefix))
@@ -419,6 +427,8 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
                 for repo in t["repos"]:
                     for problem in repo.get("problems", [])[:10]:
                         click.echo(f"  {problem}")
+                for k in t.get("kits", []):
+                    click.echo(kit_verdict_line(k, prefix=f"{r.host}: "))
             else:
                 click.secho(f"{r.host}: error: {r.error}", fg="red")
                 if r.hint:
@@ -502,20 +512,30 @@ def verify(
             return
     requests, _ = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     reports = execute.verify(requests, verify_mode)
+    kits = []  # the kit checkouts the host's lanes bind ([[launch.trees]]): as stage brings them
+    if host and not direct:
+        from ..inventory import state_dir_of  # lazy, as in stage: direct mode reads no inventory
+
+        inv = load_inventory(ctx)
+        needed = kits_for_host(inv, host, lane)
+        kits = [k.as_dict() for k in verify_kits(needed, state_dir_of(inv.host(host)), host, lane)]
     totals = {
         k: sum(getattr(r, k) for r in reports) for k in ("links_ok", "dangling", "mismatches", "missing")
     }
-    ok = all(r.ok for r in reports)
+    ok = all(r.ok for r in reports) and all(k["ok"] for k in kits)
     if as_json:
-        echo_json({"ok": ok, **totals, "repos": [r.as_dict() for r in reports]})
+        echo_json({"ok": ok, **totals, "repos": [r.as_dict() for r in reports], "kits": kits})
     else:
         for r in reports:
             click.echo(f"{r.repo}@{r.commit[:12]}: {r.line()}, missing: {r.missing}")
             for problem in r.problems[:20]:
                 click.echo(f"  {problem}")
+        for k in kits:
+            click.echo(kit_verdict_line(k))
         click.echo(
             f"links ok: {totals['links_ok']}, dangling: {totals['dangling']}, "
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"
+            + (f", kits ok: {sum(k['ok'] for k in kits)}/{len(kits)}" if kits else "")
         )
     if not ok:
         sys.exit(ExitCode.SHORTFALL)
