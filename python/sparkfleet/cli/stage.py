@@ -493,6 +493,9 @@ def verify(
 ) -> None:
     """Check HOST's local tree against the source; change nothing. Exit 0 only if complete and correct.
 
+    The kit checkouts HOST's lanes bind ([[launch.trees]]) are checked too: each at its pinned rev,
+    clean and holding the files the trees need (✗ names the fix: `sparkfleet stage HOST --lane L`).
+
     Like `stage HOST`, HOST is checked on HOST itself (over ssh when it is another machine);
     without HOST, --lane checks every host of the lane in parallel.
 

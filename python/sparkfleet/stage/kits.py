@@ -14,6 +14,8 @@ each host, and launch refuses a host without it. `stage HOST` runs on the host a
 A `kill -9` anywhere leaves the final name absent, the old checkout or the new one, whole; the
 rerun sweeps the temp and converges. A clone that fails (an unreachable URL, a rev the repository
 lacks, a file the trees need missing) raises naming the host, pin, URL and rev, leaving nothing.
+`verify HOST` asks step 2's question (checkout_problem, the one test of a checkout) of each
+checkout the host needs, with no lock and no sweep: it changes nothing (verify_kits).
 """
 
 from __future__ import annotations
