@@ -66,22 +66,32 @@ class KitCheckout:
     rev: str
     url: str
     trees: tuple[HostTree, ...]
+    lanes: tuple[str, ...] = ()  # the lanes that bind it: staging any of them brings it
 
     def path(self, state_dir: str | Path) -> Path:
         return self.trees[0].checkout(state_dir)
+
+    def fix(self, state_dir: str | Path, host: str, lane: str | None = None) -> str:
+        """The command that brings it: staging the host for `lane`, else for a lane that binds it."""
+        return self.trees[0].fix(state_dir, host, lane or (self.lanes[0] if self.lanes else "LANE"))
 
 
 def kit_checkouts(lanes: Iterable[Lane], inv: Inventory) -> list[KitCheckout]:
     """The checkouts `lanes` bind through [[launch.trees]], one per git pin (pins have one rev),
     each with every tree read from it: what staging a host for those lanes puts there."""
     by_pin: dict[str, list[HostTree]] = {}
+    lanes_of: dict[str, dict[str, None]] = {}
     for lane in lanes:
         launch = lane.raw.get("launch") or {}
         for tree in host_trees(launch.get("trees", []), inv, str(lane.recipe_path)):
             trees = by_pin.setdefault(tree.pin, [])
+            lanes_of.setdefault(tree.pin, {})[lane.name] = None
             if tree not in trees:
                 trees.append(tree)
-    return [KitCheckout(pin, t[0].repo, t[0].rev, t[0].url, tuple(t)) for pin, t in by_pin.items()]
+    return [
+        KitCheckout(pin, t[0].repo, t[0].rev, t[0].url, tuple(t), tuple(lanes_of[pin]))
+        for pin, t in by_pin.items()
+    ]
 
 
 def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, ...]:

@@ -5,7 +5,8 @@ Two netns hosts, each with its own sshd, NVMe dir and state_dir; the lane binds 
 network). `stage --lane` runs `stage HOST --here --events` on every host over ssh: each host's
 checkout appears at <state_dir>/kits/<pin>/<rev>/ at the pinned HEAD with the kit's files, a rerun
 leaves it alone, a checkout changed on the host is replaced, and a rev the repository lacks is
-refused naming the host, pin, url and rev, with nothing left behind.
+refused naming the host, pin, url and rev, with nothing left behind. `verify --lane` (on each host)
+reports the changed checkout with its fix and exits 1 before `stage` replaces it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,14 @@ def test_stage_brings_the_lanes_kit_checkout_to_every_host(fleet):
 
     served = checkout(fleet, "dgx2") / SERVING / "serve.py"
     served.write_text("# edited on dgx2\n")
+    checked = cli(fleet["root"], "verify", "--lane", LANE, "--json")  # on each host, over ssh
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    reports = {h["host"]: h["report"] for h in json.loads(checked.stdout)["hosts"]}
+    assert reports["dgx1"]["ok"] and [k["ok"] for k in reports["dgx1"]["kits"]] == [True]
+    (bad,) = reports["dgx2"]["kits"]
+    assert not reports["dgx2"]["ok"] and bad["why"].startswith("changed in place (1 paths")
+    assert bad["fix"].startswith(f"sparkfleet stage dgx2 --lane {LANE} (clones {kit.path} at {kit.rev}")
+    assert served.read_text() == "# edited on dgx2\n"  # verify changed nothing there
     fixed = cli(fleet["root"], "stage", "dgx2", "--json")  # every lane of the host
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     ((outcome,),) = [json.loads(fixed.stdout)["hosts"]]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ from sparkfleet.atomic import temp_name
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
 from sparkfleet.kittrees import kit_checkouts
-from sparkfleet.stage.kits import plan_kits, stage_kits
+from sparkfleet.stage.kits import plan_kits, stage_kits, verify_kits
 from sparkfleet.stage.lock import hub_lock
 from sparkfleet.stage.targets import kits_for_host
 from support.kitrepo import FILES, SERVING, KitRepo, git, make_kit_repo, trees_toml
@@ -243,9 +245,67 @@ def test_stage_names_the_checkout_and_launch_no_longer_refuses(tmp_path, kit):
     assert f"{line}present, left alone" in run.stdout
 
 
-def _real_git() -> str:
-    import shutil
+def test_verify_names_a_wrong_commit_and_a_wrong_sha256_and_changes_nothing(tmp_path, kit):
+    inv = _fleet(tmp_path, kit, sha=kit.serve_sha256)
+    state, final = tmp_path / "state", tmp_path / "state" / "kits" / "kit" / kit.rev
+    (co,) = kits_for_host(inv, "dgx1")
+    assert co.lanes == ("lane",)
+    (v,) = verify_kits([co], state, "dgx1")
+    assert (v.ok, v.why, v.path) == (False, "absent", str(final)) and not (state / "kits").exists()
+    fix = f"sparkfleet stage dgx1 --lane lane (clones {kit.path} at {kit.rev} into {final} on dgx1)"
+    assert v.fix == fix  # without --lane: the lane that binds it
+    _stage(inv)
+    (v,) = verify_kits([co], state, "dgx1", "lane")
+    assert (v.ok, v.why, v.fix) == (True, "", "")
+    other = replace(co, trees=(replace(co.trees[0], sha256={"serve.py": "0" * 64}),))
+    (v,) = verify_kits([other], state, "dgx1", "lane")
+    pinned = f"(sha256 {kit.serve_sha256[:12]}…, the kit pins 000000000000…)"
+    want = f"lacks {final / SERVING / 'serve.py'} {pinned}"
+    assert (v.ok, v.why, v.fix) == (False, want, fix)
+    git(final, "checkout", "--quiet", "--detach", kit.later)
+    (v,) = verify_kits([co], state, "dgx1", "lane")
+    assert (v.ok, v.why) == (False, f"at {kit.later[:12]}, not {kit.rev}")
+    assert _head(final) == kit.later and sorted(p.name for p in final.parent.iterdir()) == [final.name]
 
+
+def test_verify_after_stage_reports_the_kit_and_exits_1_when_it_is_changed_or_gone(tmp_path, kit):
+    """The user's order: `stage`, then `verify` before `launch`. Before issue 19's verify part, a
+    checkout edited on the host or removed still verified with exit 0 (only the models were read)."""
+    inv = _fleet(tmp_path, kit, sha=kit.serve_sha256)
+    build_nas_hub(tmp_path / "nas", shard_bytes=64 * 1024)
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    staged = _cli(inv.root, "stage", "dgx1")
+    assert staged.returncode == 0, staged.stdout + staged.stderr
+    line = f"kit kit {REPO_ID}@{kit.rev[:10]} at {final}"
+    good = _cli(inv.root, "verify", "dgx1")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert f"✓ {line}: at the pinned rev, clean, complete" in good.stdout
+    assert good.stdout.rstrip().endswith(", missing: 0, kits ok: 1/1")
+
+    served = final / SERVING / "serve.py"
+    served.write_text("# edited on the host\n")
+    fix = f"fix: sparkfleet stage dgx1 --lane lane (clones {kit.path} at {kit.rev} into {final} on dgx1)"
+    bad = _cli(inv.root, "verify", "dgx1", "--lane", "lane")
+    assert bad.returncode == ExitCode.SHORTFALL, bad.stdout + bad.stderr
+    assert f"✗ {line}: changed in place (1 paths, e.g. M {SERVING}/serve.py)\n  {fix}\n" in bad.stdout
+    assert "kits ok: 0/1" in bad.stdout
+    fleet = _cli(inv.root, "verify", "--lane", "lane")  # the lane-wide form: each host answers
+    assert fleet.returncode == ExitCode.SHORTFALL, fleet.stdout + fleet.stderr
+    assert f"dgx1: ✗ {line}: changed in place" in fleet.stdout and f"dgx1:   {fix}" in fleet.stdout
+    assert served.read_text() == "# edited on the host\n"  # verify changed nothing
+    assert sorted(p.name for p in final.parent.iterdir()) == [final.name]
+
+    shutil.rmtree(final)
+    gone = _cli(inv.root, "verify", "dgx1", "--json")
+    assert gone.returncode == ExitCode.SHORTFALL, gone.stdout + gone.stderr
+    doc = json.loads(gone.stdout)
+    assert (doc["ok"], doc["missing"], doc["mismatches"]) == (False, 0, 0)  # the models are whole
+    (k,) = doc["kits"]
+    assert (k["ok"], k["why"], k["path"], k["rev"]) == (False, "absent", str(final), kit.rev)
+    assert k["fix"] == fix.removeprefix("fix: ") and not final.exists()
+
+
+def _real_git() -> str:
     return shutil.which("git") or "/usr/bin/git"
 
 

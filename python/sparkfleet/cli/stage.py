@@ -363,6 +363,14 @@ def kit_line(k: dict, prefix: str = "") -> str:
     return f"{prefix}kit {k['pin']} {k['repo']}@{k['rev'][:10]} at {k['path']}: {what}"
 
 
+def kit_verdict_line(k: dict, prefix: str = "") -> str:
+    """verify's line for one kit checkout: ✓ at the pinned rev, clean, complete; ✗ why, and the fix."""
+    head = f"{prefix}{'✓' if k['ok'] else '✗'} kit {k['pin']} {k['repo']}@{k['rev'][:10]} at {k['path']}"
+    if k["ok"]:
+        return f"{head}: at the pinned rev, clean, complete"
+    return f"{head}: {k['why']}\n{prefix}  fix: {k['fix']}"
+
+
 def print_stage_run(run: dict, prefix: str = "") -> None:
     for k in run.get("kits", []):
         click.echo(kit_line(k, prefix))
@@ -436,6 +444,8 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
                 for repo in t["repos"]:
                     for problem in repo.get("problems", [])[:10]:
                         click.echo(f"  {problem}")
+                for k in t.get("kits", []):
+                    click.echo(kit_verdict_line(k, prefix=f"{r.host}: "))
             else:
                 click.secho(f"{r.host}: error: {r.error}", fg="red")
                 if r.hint:
@@ -500,6 +510,9 @@ def verify(
 ) -> None:
     """Check HOST's local tree against the source; change nothing. Exit 0 only if complete and correct.
 
+    The kit checkouts HOST's lanes bind ([[launch.trees]]) are checked too: each at its pinned rev,
+    clean and holding the files the trees need (✗ names the fix: `sparkfleet stage HOST --lane L`).
+
     Like `stage HOST`, HOST is checked on HOST itself (over ssh when it is another machine);
     without HOST, --lane checks every host of the lane in parallel.
 
@@ -519,20 +532,31 @@ def verify(
             return
     requests, _ = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     reports = execute.verify(requests, verify_mode)
+    kits = []  # the kit checkouts the host's lanes bind ([[launch.trees]]): as stage brings them
+    if host and not direct:
+        from ..inventory import state_dir_of  # lazy, as in stage: direct mode reads no inventory
+        from ..stage.kits import verify_kits  # lazy, as _plan_kits
+
+        inv = load_inventory(ctx)
+        needed = kits_for_host(inv, host, lane)
+        kits = [k.as_dict() for k in verify_kits(needed, state_dir_of(inv.host(host)), host, lane)]
     totals = {
         k: sum(getattr(r, k) for r in reports) for k in ("links_ok", "dangling", "mismatches", "missing")
     }
-    ok = all(r.ok for r in reports)
+    ok = all(r.ok for r in reports) and all(k["ok"] for k in kits)
     if as_json:
-        echo_json({"ok": ok, **totals, "repos": [r.as_dict() for r in reports]})
+        echo_json({"ok": ok, **totals, "repos": [r.as_dict() for r in reports], "kits": kits})
     else:
         for r in reports:
             click.echo(f"{r.repo}@{r.commit[:12]}: {r.line()}, missing: {r.missing}")
             for problem in r.problems[:20]:
                 click.echo(f"  {problem}")
+        for k in kits:
+            click.echo(kit_verdict_line(k))
         click.echo(
             f"links ok: {totals['links_ok']}, dangling: {totals['dangling']}, "
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"
+            + (f", kits ok: {sum(k['ok'] for k in kits)}/{len(kits)}" if kits else "")
         )
     if not ok:
         sys.exit(ExitCode.SHORTFALL)

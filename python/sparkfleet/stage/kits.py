@@ -14,6 +14,8 @@ each host, and launch refuses a host without it. `stage HOST` runs on the host a
 A `kill -9` anywhere leaves the final name absent, the old checkout or the new one, whole; the
 rerun sweeps the temp and converges. A clone that fails (an unreachable URL, a rev the repository
 lacks, a file the trees need missing) raises naming the host, pin, URL and rev, leaving nothing.
+`verify HOST` asks step 2's question (checkout_problem, the one test of a checkout) of each
+checkout the host needs, with no lock and no sweep: it changes nothing (verify_kits).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def checkout_problem(path: Path, co: KitCheckout) -> str | None:
     if not path.is_dir() or path.is_symlink():
         return "absent" if not path.exists() and not path.is_symlink() else "not a directory"
     try:
-        head = _git("-C", str(path), "rev-parse", "HEAD").strip()
+        head = _git("--no-optional-locks", "-C", str(path), "rev-parse", "HEAD").strip()
         changed = _git("--no-optional-locks", "-C", str(path), "status", "--porcelain").splitlines()
     except Unreachable as exc:
         return f"not a git checkout ({exc.message})"
@@ -76,6 +78,37 @@ def checkout_problem(path: Path, co: KitCheckout) -> str | None:
         return f"changed in place ({len(changed)} paths, e.g. {changed[0].strip()})"
     lacks = [p for t in co.trees for p in tree_problems(path / t.path, list(t.needs), t.sha256)]
     return f"lacks {', '.join(lacks[:3])}" if lacks else None
+
+
+@dataclass
+class KitVerdict:
+    """`verify`'s answer for one checkout a host needs: there, at the rev, clean and complete, or why not."""
+
+    pin: str
+    repo: str
+    rev: str
+    url: str
+    path: str
+    ok: bool
+    why: str = ""  # checkout_problem's words: absent, at another commit, changed in place, lacks …
+    fix: str = ""  # the command that brings it (KitCheckout.fix)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def verify_kits(
+    checkouts: list[KitCheckout], state_dir: Path, host: str, lane: str | None = None
+) -> list[KitVerdict]:
+    """Check each checkout as staging would before leaving it alone (checkout_problem), changing
+    nothing: no lock, no sweep, and git reads with --no-optional-locks (a running lane binds it)."""
+    out = []
+    for co in checkouts:
+        path = co.path(state_dir)
+        why = checkout_problem(path, co)
+        fix = "" if why is None else co.fix(state_dir, host, lane)
+        out.append(KitVerdict(co.pin, co.repo, co.rev, co.url, str(path), why is None, why or "", fix))
+    return out
 
 
 def sweep(kits: Path) -> int:
