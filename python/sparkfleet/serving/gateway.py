@@ -330,7 +330,8 @@ def up(
     wait_s: float = 60.0,
     on_event: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    """Start the gateway in front of the gateway lanes; wait until it lists every serving lane's model."""
+    """Start the gateway in front of the gateway lanes; wait until it lists every serving lane's model
+    and routes to every serving worker (each copy of a replicated lane among them)."""
     state_dir = Path(state_dir)
     prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event)
     p, key, states = prep.plan, prep.key, prep.states
@@ -346,6 +347,7 @@ def up(
     _record(state_dir, proc.pid, prep, bind, port, log)
     on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
     want = {w.model for w in p.workers if states[w.name] == "serving"}
+    want_urls = {w.url for w in p.workers if states[w.name] == "serving"}
     deadline = time.monotonic() + wait_s
     local = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
     while True:
@@ -354,10 +356,14 @@ def up(
             raise SparkfleetError(f"the gateway exited ({proc.returncode}): {tail.strip()[-600:]}",
                                   hint=f"its log: {log}")  # fmt: skip
         got = set(served_models(f"http://{local}:{port}", key))
-        if want <= got:
+        routed = routed_workers(f"http://127.0.0.1:{prep.router_port}", key) if want <= got else set()
+        if want <= got and want_urls <= routed:
             break
         if time.monotonic() > deadline:
-            on_event(f"gateway lists {sorted(got)} of {sorted(want)} after {wait_s:g} s; it keeps trying")
+            on_event(
+                f"gateway lists {sorted(got)} of {sorted(want)} and routes to {len(routed & want_urls)} "
+                f"of {len(want_urls)} serving workers after {wait_s:g} s; it keeps trying"
+            )
             break
         time.sleep(0.3)
     return {**status(state_dir), "lanes": states}
@@ -459,6 +465,25 @@ def served_models(base: str, key: str | None) -> list[str]:
     if code != 200 or not isinstance(body, dict):
         return []
     return [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+
+
+def routed_workers(router: str, key: str) -> set[str]:
+    """The worker URLs smg routes to now: registered and healthy (`GET /workers`, smg 1.13).
+
+    Why not its /v1/models alone: smg registers each worker on its own, after its own health
+    check, and lists a model as soon as ONE worker of it is in. Two copies of one lane serve one
+    model, so "listed" came while the second copy was still being registered, and every request
+    then went to the first (a clean-clone run: 10 of 10 to one copy)."""
+    code, body = _get(f"{router}/workers", key)
+    if code != 200 or not isinstance(body, dict):
+        return set()
+    workers = body.get("workers")
+    if not isinstance(workers, list):
+        return set()
+    return {
+        w["url"] for w in workers
+        if isinstance(w, dict) and w.get("is_healthy") is True and isinstance(w.get("url"), str)
+    }  # fmt: skip
 
 
 def status(state_dir: Path) -> dict[str, Any]:
