@@ -60,13 +60,17 @@ def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
         path.mkdir(parents=True, exist_ok=True)  # raises the right error (a file in the way, ...)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or new entry in `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync_open(path: str | Path, flags: int) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or new entry in `path` durable."""
+    _fsync_open(path, os.O_DIRECTORY)
 
 
 def fsync_tree(root: Path) -> None:
@@ -75,13 +79,8 @@ def fsync_tree(root: Path) -> None:
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if os.path.islink(path):
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if not os.path.islink(path):
+                _fsync_open(path, os.O_NOFOLLOW)
         fsync_dir(Path(dirpath))
 
 

@@ -41,6 +41,7 @@ def _stage_kits(kits: list, state_dir, host: str, **kw) -> list[dict]:
 
     return [k.as_dict() for k in stage_kits(kits, state_dir, host, **kw)]
 
+
 def selectors(fn):
     """The options `stage` and `verify` share: a HOST (+ --lane) from the inventory, or direct mode."""
     options = [

@@ -65,19 +65,24 @@ def _git(*args: str, timeout: float = 120) -> str:
 
 def checkout_problem(path: Path, co: KitCheckout) -> str | None:
     """Why the checkout at `path` is not the pinned one (None: it is, clean and complete)."""
+    return inspect_checkout(path, co)[1]
+
+
+def inspect_checkout(path: Path, co: KitCheckout) -> tuple[str, str | None]:
+    """The checkout's full commit ("" where git cannot tell) and checkout_problem's answer."""
     if not path.is_dir() or path.is_symlink():
-        return "absent" if not path.exists() and not path.is_symlink() else "not a directory"
+        return "", "absent" if not path.exists() and not path.is_symlink() else "not a directory"
     try:
         head = _git("--no-optional-locks", "-C", str(path), "rev-parse", "HEAD").strip()
         changed = _git("--no-optional-locks", "-C", str(path), "status", "--porcelain").splitlines()
     except Unreachable as exc:
-        return f"not a git checkout ({exc.message})"
+        return "", f"not a git checkout ({exc.message})"
     if not head.startswith(co.rev):
-        return f"at {head[:12]}, not {co.rev}"
+        return head, f"at {head[:12]}, not {co.rev}"
     if changed:
-        return f"changed in place ({len(changed)} paths, e.g. {changed[0].strip()})"
+        return head, f"changed in place ({len(changed)} paths, e.g. {changed[0].strip()})"
     lacks = [p for t in co.trees for p in tree_problems(path / t.path, list(t.needs), t.sha256)]
-    return f"lacks {', '.join(lacks[:3])}" if lacks else None
+    return head, f"lacks {', '.join(lacks[:3])}" if lacks else None
 
 
 @dataclass
@@ -202,9 +207,9 @@ def _one(co: KitCheckout, final: Path, host: str, progress: StageProgress | None
     result = KitResult(co.pin, co.repo, co.rev, co.url, str(final), "present")
     if progress is not None:
         progress.phase(f"kit {co.pin}@{co.rev[:10]}", 0, 1)
-    why = checkout_problem(final, co)
+    head, why = inspect_checkout(final, co)
     if why is None:
-        result.head = _git("-C", str(final), "rev-parse", "HEAD").strip()
+        result.head = head  # asked once: the check already read it
     else:
         made = not final.parent.exists()
         ensure_dir(final.parent)
