@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .display import DisplayNeed
 from .errors import ExitCode, SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
 from .hoststack import STACK_KEYS, HostFingerprint, drift
@@ -250,6 +251,8 @@ def _host_checks(
             )
     else:
         out.append(Check(host_name, "fabric", None, "lane needs no RoCE fabric" if recipe else "no lane"))
+    if recipe and recipe.display and facts.display is not None:
+        out.append(display_check(host_name, recipe.display, facts.display))
     if recipe and "api_key" in ans:
         out.append(_api_key_check(host_name, recipe, ans["api_key"]))
     gpu = ans.get("gpu", {})
@@ -397,3 +400,13 @@ def doctor(inv: Inventory, target: str, deploy: bool = False, replica: int = 0) 
     for h in hosts:
         report.checks += _host_checks(inv, h, recipes, deploy)
     return report
+
+
+def display_check(host_name: str, need: DisplayNeed, display: dict) -> Check:
+    """The DRM card a display-memory KV lane gives its ranks ([launch.display]), as the node has it:
+    what `launch` refuses (exit 5) is shown here first, with the same fix."""
+    problems = display.get("problems") or []
+    if not problems:
+        detail = f"{display['card']}: character device, group {display['gid']}; nvidia_drm {need.wants()}"
+        return Check(host_name, "display card", True, detail)
+    return Check(host_name, "display card", False, "; ".join(problems), need.fix(host_name), refuses=True)

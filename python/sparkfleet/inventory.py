@@ -49,6 +49,8 @@ class Host:
     ssh_key: Path | None = None
     # The node's RoCE fabric address: picks its GID index and is what peers dial (launch/fabric).
     fabric_ip: str | None = None
+    # The host's DRM card (/dev/dri/cardN): given to a lane's containers that keep KV in display memory.
+    drm_card: str | None = None
     # Node-local directory for launch records and rank logs (default: beside local_hub).
     state_dir: Path | None = None
     # The NFS export holding the NAS hub cache (server:/path), mounted at nas_hub's parent.
@@ -426,6 +428,7 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         reserve_bytes=int(float(merged.get("reserve_gib", 0)) * GIB),
         ssh_key=Path(merged["ssh_key"]) if "ssh_key" in merged else None,
         fabric_ip=merged.get("fabric_ip"),
+        drm_card=merged.get("drm_card"),
         state_dir=Path(merged["state_dir"]) if "state_dir" in merged else None,
         nas_export=merged.get("nas_export"),
         os=merged.get("os", "dgx-os"),

@@ -11,7 +11,9 @@ What this machine cannot hold, replaced and said so: --cpus 6 (2 cores here; doc
 quota above the machine's) -> 1.5; --memory 9g -> 96m (so the OOM kill is seen without 9 GiB);
 user = "host" runs as root under this root-run test, so docker keeps "host" (asserting it becomes
 this process's uid:gid) and podman gets a literal 1234:1234 to show --user takes effect.
-No GPU and no /dev/infiniband here: those flags are the CI argv test's (test_kit_entry.py).
+No GPU and no /dev/infiniband here: those flags are the CI argv test's (test_kit_entry.py). No DRM
+card either: the rank's [launch.display] card is a character device made here with mknod, owned by
+a group of its own, and the rank must see it at /dev/dri/card0 and be in that group.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 import subprocess
 import time
 import uuid
@@ -27,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import inventory
+from sparkfleet.display import DisplayDevice
 from sparkfleet.launch.manifest import BindMount
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.runtimes import ContainerRuntime
@@ -46,7 +50,12 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 # Inside the container: report the box, then allocate past the memory limit (touching every page).
 PROBE = """
-import json, os
+import json, os, stat
+try:
+    c = os.stat("/dev/dri/card0")
+    card = dict(char=stat.S_ISCHR(c.st_mode), rdev=[os.major(c.st_rdev), os.minor(c.st_rdev)], gid=c.st_gid)
+except OSError as exc:
+    card = str(exc)
 st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
 def cg(path):
     try:
@@ -63,7 +72,8 @@ json.dump(dict(uid=os.getuid(), gid=os.getgid(), cwd=os.getcwd(), capbnd=st["Cap
                nonewprivs=st.get("NoNewPrivs", "").strip(), ro=ro,
                memory=cg("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
                memsw=cg("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"),
-               pids=cg("/sys/fs/cgroup/pids/pids.max"), cpu=cg("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")),
+               pids=cg("/sys/fs/cgroup/pids/pids.max"), cpu=cg("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+               card=card, groups=os.getgroups()),
           open("/cache/box.json", "w"))
 hog = b"x" * (400 << 20)
 print("survived", len(hog), flush=True)
@@ -92,6 +102,22 @@ def _box(tmp_path: Path, user: str):
     return dataclasses.replace(lim, memory="96m", memory_swap="96m", cpus=1.5, user=user)
 
 
+CARD_GID = 4242  # the stand-in card's group: what --group-add must give the rank
+
+
+def _card(tmp_path: Path) -> DisplayDevice:
+    """The EXL3 lane's [launch.display] on a host whose card is a real character device (the null
+    device's numbers, mknod'ed here: this machine has no DRM card) owned by group CARD_GID."""
+    inv = inventory.load(repo_fleet(tmp_path / "fleet-display"))
+    need = launch_recipe(inv, "dsv41-flash-exl3-2x").display
+    assert need is not None and need.target == "/dev/dri/card0"
+    card = tmp_path / "dev-dri" / "card0"
+    card.parent.mkdir(parents=True)
+    os.mknod(card, stat.S_IFCHR | 0o660, os.makedev(1, 3))
+    os.chown(card, 0, CARD_GID)
+    return need.on(str(card))
+
+
 def _spec(tmp_path: Path, engine: str, image: str, container) -> LaunchSpec:
     cache = tmp_path / f"cache-{engine}"
     cache.mkdir()
@@ -103,6 +129,7 @@ def _spec(tmp_path: Path, engine: str, image: str, container) -> LaunchSpec:
         binds=(BindMount(cache, "/cache", False, "cache"),), devices=(), port=30000, gpus="none",
         shm_size="2g", state_dir=str(tmp_path / f"state-{engine}"), cache_dir=str(cache),
         receipt_roots=(), labels={"sparkfleet.lane": "limits"}, container=container,
+        display=_card(tmp_path / engine),
     )  # fmt: skip
 
 
@@ -122,6 +149,9 @@ def _inside(cache: Path, user: str, container) -> None:
     assert box["nonewprivs"] == "1"  # --security-opt no-new-privileges
     assert int(box["memory"]) == 96 << 20 and int(box["memsw"]) == 96 << 20
     assert box["pids"] == "512" and box["cpu"] == "150000"  # 1.5 CPUs of a 100 ms period
+    # [launch.display]: the host's card at /dev/dri/card0, and the rank in the card's group
+    assert box["card"] == {"char": True, "rdev": [1, 3], "gid": CARD_GID}, box["card"]
+    assert CARD_GID in box["groups"]
 
 
 def test_docker_runs_the_rank_in_the_declared_box(tmp_path, archive, monkeypatch):

@@ -327,33 +327,36 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
         assert {"/model", "/draft-exl3", "/cache"} <= targets
         kit_mounts = {m["target"] for m in _recipe("dsv41-flash-exl3-2x")["kit"]["mounts"]}
         assert targets == kit_mounts, "[kit.mounts] must list every mount the kit makes"
-        # the kit's box: every `docker create` flag but its name, labels, mounts, env, entrypoint and
-        # the DRM card ([kit.container] not_applied) is in what sparkfleet runs, on docker and podman
-        flags = _kit_box(command[2 : command.index(config["nodes"][spec.rank]["image"])])
+        # the kit's box: every `docker create` flag but its name, labels, mounts, env and entrypoint
+        # is in what sparkfleet runs, on docker and podman: the DRM card and its group too
+        node_cfg = config["nodes"][spec.rank]
+        flags = _kit_box(command[2 : command.index(node_cfg["image"])])
         recorded = _recipe("dsv41-flash-exl3-2x")["kit"]["container"]
-        user = f"{config['nodes'][spec.rank]['uid']}:{config['nodes'][spec.rank]['gid']}"
-        assert kit_pairs(flags, user) == kit_pairs(recorded["flags"], user), "[kit.container] is the kit's"
+        user = f"{node_cfg['uid']}:{node_cfg['gid']}"
+        card = {"DRM_CARD": node_cfg["drm_card"], "DRM_GID": str(node_cfg["drm_gid"])}
+        assert kit_pairs(flags, user) == kit_pairs(recorded["flags"], user, card), "[kit.container] is the kit's"
+        assert spec.display is not None and spec.display.card == node_cfg["drm_card"]
         for engine in ("docker", "podman"):
-            ours = run_pairs(container_run_argv(spec, engine, Path("/st/r.env"), user), spec.image)
+            argv = container_run_argv(spec, engine, Path("/st/r.env"), user, node_cfg["drm_gid"])
+            ours = run_pairs(argv, spec.image)
             lacking = missing_flags(kit_pairs(flags, user), ours)
             assert lacking == ([("--gpus", "all")] if engine == "podman" else []), (engine, lacking)
 
 
 def _kit_box(args: list[str]) -> list[str]:
     """portable_node.py's `docker create` args less what is not the box: --name, --label, --mount,
-    --env, --entrypoint (compared above) and the DRM card + its group ([kit.container] not_applied);
-    `--user U:G` written as the kit's `--user=$UID:$GID`."""
+    --env, --entrypoint (compared above); `--user U:G` and `--group-add G` written `--key=value`."""
     out, i = [], 0
     while i < len(args):
         a = args[i]
-        if a in ("--name", "--label", "--mount", "--env", "--group-add"):
+        if a in ("--name", "--label", "--mount", "--env"):
             i += 2
             continue
-        if a == "--user":
-            out.append("--user=$UID:$GID")
+        if a in ("--user", "--group-add"):
+            out.append(f"{a}={args[i + 1]}")
             i += 2
             continue
-        if not (a.startswith("--entrypoint=") or a.startswith("--device=/dev/dri/")):
+        if not a.startswith("--entrypoint="):
             out.append(a)
         i += 1
     return out

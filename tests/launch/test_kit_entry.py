@@ -248,20 +248,24 @@ def test_exl3_container_runs_in_the_kits_box_on_docker_and_podman(tmp_path, monk
     kit = _kit("dsv41-flash-exl3-2x")["container"]
     assert kit["source"].startswith("release/runtime/tools/portable_node.py docker_command()")
     assert "release/runtime/tools/portable_node.py" in _kit("dsv41-flash-exl3-2x")["sources"]
-    want = kit_pairs(kit["flags"], "1000:1000")
+    inv = _fleet(tmp_path)
+    card = {"DRM_CARD": inv.host("dgx1").drm_card or "", "DRM_GID": "44"}  # the card's group on the node
+    want = kit_pairs(kit["flags"], "1000:1000", card)
     for flag in ("--memory", "--cpus", "--read-only", "--cap-drop", "--user", "--ipc", "--pids-limit"):
         assert any(k == flag for k, _ in want), f"[kit.container] lacks {flag}"
-    plan = dry_run(_fleet(tmp_path), "dsv41-flash-exl3-2x")
+    assert ("--device", "/dev/dri/card0:/dev/dri/card0") in want and ("--group-add", "44") in want
+    plan = dry_run(inv, "dsv41-flash-exl3-2x")
     for spec in plan.by_rank():
-        docker = container_run_argv(spec, "docker", Path("/st/r.env"), "1000:1000")
+        docker = container_run_argv(spec, "docker", Path("/st/r.env"), "1000:1000", 44)
         assert not missing_flags(want, run_pairs(docker, spec.image)), spec.rank
-        podman = container_run_argv(spec, "podman", Path("/st/r.env"), "1000:1000")
+        podman = container_run_argv(spec, "podman", Path("/st/r.env"), "1000:1000", 44)
         # podman: GPUs by CDI (gpus = "all" is docker's --gpus), the rest the same flags
         lacking = missing_flags(want, run_pairs(podman, spec.image))
         assert lacking == [("--gpus", "all")], lacking
         assert podman[podman.index("--shm-size") + 1] == "2g"  # --ipc private: podman takes a shm size
         planned = planned_argv(spec)  # off the node: the user is shown as what it will be, not guessed
         assert planned[planned.index("--user") + 1] == f"<uid:gid of the sparkfleet user on {spec.host}>"
+        assert planned[planned.index("--group-add") + 1] == f"<gid of /dev/dri/card0 on {spec.host}>"
 
 
 def test_container_limits_are_checked_when_the_recipe_is_read(tmp_path):

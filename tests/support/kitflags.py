@@ -11,12 +11,16 @@ from __future__ import annotations
 BARE = {"-d", "--read-only", "--rm", "--init", "--privileged"}
 
 
-def kit_pairs(flags: list[str], user: str) -> list[tuple[str, str]]:
-    """The kit's `--key=value` / `--key` flags as pairs; $UID:$GID becomes `user`."""
+def kit_pairs(flags: list[str], user: str, node: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """The kit's `--key=value` / `--key` flags as pairs; $UID:$GID becomes `user`, and each other
+    `$NAME` the node's value in `node` (the DRM card: $DRM_CARD, $DRM_GID)."""
     out = []
     for f in flags:
         key, _, value = f.partition("=")
-        out.append((key, value.replace("$UID:$GID", user)))
+        value = value.replace("$UID:$GID", user)
+        for name, given in (node or {}).items():
+            value = value.replace("$" + name, given)
+        out.append((key, value))
     return out
 
 

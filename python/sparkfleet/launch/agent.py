@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import apikeys
 from ..atomic import write_bytes
+from ..display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
 from ..errors import SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
@@ -153,6 +154,10 @@ def probe(req: dict) -> dict:
             {"dir": t["dir"], "missing": tree_problems(Path(t["dir"]), t["needs"], t.get("sha256"))}
             for t in req["trees"]
         ]
+    if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
+        dev = device_from_dict(req["display"])
+        facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
+        out["display"] = {**to_jsonable(facts), "problems": display_problems(dev, facts)}
     return out
 
 

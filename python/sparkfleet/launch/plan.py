@@ -17,6 +17,7 @@ from ..fabric import NODE_ENV_KEYS, FabricFacts
 from ..hosts import HostUnreachable, connect, fan_out
 from ..images.record import built_image_id, planned_image
 from ..inventory import Host, Inventory, state_dir_of
+from ..jsonable import to_jsonable
 from ..nodecall import call_agent
 from . import records
 from .kitwire import node_env_missing
@@ -24,7 +25,7 @@ from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
 from .replicas import replica_flag
 from .runtimes import container_run_argv
-from .spec import LaunchSpec, ShapeError, build_spec, recipe_problems
+from .spec import LaunchSpec, ShapeError, build_spec, display_of, recipe_problems
 
 
 @dataclass
@@ -41,6 +42,7 @@ class NodeFacts:
     memory_error: str | None = None
     ports_in_use: list[int] = field(default_factory=list)
     trees: list[dict] = field(default_factory=list)  # [[launch.trees]] on the node: {dir, missing}
+    display: dict | None = None  # [launch.display] on the node: DisplayFacts fields + "problems"
 
 
 @dataclass
@@ -87,6 +89,7 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
             {"dir": str(t.host_dir(state_dir_of(host))), "needs": list(t.needs), "sha256": t.sha256}
             for t in recipe.trees
         ],
+        "display": to_jsonable(dev) if (dev := display_of(recipe, host, recipe.lane)) else None,
     }
 
 
@@ -117,6 +120,7 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
         memory=answer.get("memory"), memory_error=answer.get("memory_error"),
         ports_in_use=list(answer.get("ports_in_use", [])),
         trees=list(answer.get("trees", [])),
+        display=answer.get("display"),
     )  # fmt: skip
 
 
@@ -151,6 +155,21 @@ def check_trees(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
         f"({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
         "the container would start without the files it runs",
         hint=tree.fix(state_dir, nf.host, recipe.lane),
+        exit_code=ExitCode.REFUSED,
+    )
+
+
+def check_display(recipe: LaunchRecipe, nf: NodeFacts) -> None:
+    """Refuse (exit 5) a node that cannot give a rank its display-memory KV pool ([launch.display]):
+    no DRM card at the host's drm_card, or nvidia_drm not loaded as the lane needs. sparkfleet, like
+    the kit, never changes a module parameter: the fix is the host's configuration."""
+    problems = (nf.display or {}).get("problems") or []
+    if recipe.display is None or not problems:
+        return
+    raise SparkfleetError(
+        f"{nf.host}: lane {recipe.lane} keeps its KV cache in display memory, and this node cannot "
+        f"give a rank its DRM card: {'; '.join(problems)}",
+        hint=recipe.display.fix(nf.host),
         exit_code=ExitCode.REFUSED,
     )
 
@@ -273,6 +292,7 @@ def prepare(
             raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
         if probed and in_container:
             check_trees(inv, recipe, nf)
+            check_display(recipe, nf)
         host = inv.host(name)
         manifests[name] = build_manifest(
             name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..display import DisplayNeed
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..kittrees import HostTree, host_trees
@@ -124,6 +125,7 @@ class LaunchRecipe:
     container: ContainerLimits = ContainerLimits()  # [launch.container]: the box a kit runs in
     watchdog_scope: str = "rank"  # [watchdog] scope: "lane" = one rank's stop stops them all
     trees: tuple[HostTree, ...] = ()  # [[launch.trees]]: a kit's pinned files bound from each host
+    display: DisplayNeed | None = None  # [launch.display]: the host's DRM card, for display-memory KV
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -236,7 +238,15 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
         watchdog_scope=lane.raw.get("watchdog", {}).get("scope", "rank"),
         trees=host_trees(doc.get("trees", []), inv, str(lane.recipe_path)),
+        display=display_need(doc.get("display")),
     )
+
+
+def display_need(doc: dict | None) -> DisplayNeed | None:
+    """[launch.display] (schema-checked): the card's place in the container and its nvidia_drm needs."""
+    if doc is None:
+        return None
+    return DisplayNeed(doc["target"], tuple(sorted(doc.get("nvidia_drm", {}).items())))
 
 
 def memory_need(doc: dict, shm_size: str, runtime: str) -> MemoryNeed:

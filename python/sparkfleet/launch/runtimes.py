@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .. import procs
 from ..atomic import write_bytes
+from ..display import card_gid
 from ..errors import SparkfleetError
 from ..selfexec import module_argv
 from . import records
@@ -67,9 +68,12 @@ def _env_file_text(env: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
-def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path, user: str | None = None) -> list[str]:
+def container_run_argv(
+    spec: LaunchSpec, engine: str, env_file: Path, user: str | None = None, display_gid: int | None = None
+) -> list[str]:
     """`docker|podman run -d ...` with the flags Spark peers use, from the spec alone; `user` is
-    this node's uid:gid where the recipe says container.user = "host" (None: a plan off the node)."""
+    this node's uid:gid where the recipe says container.user = "host", `display_gid` the group of
+    its DRM card where the spec gives the rank one (None: a plan off the node, shown as a mark)."""
     argv = [engine, "run", "-d", "--name", spec.name]
     for k, v in spec.labels.items():
         argv += ["--label", f"{k}={v}"]
@@ -84,6 +88,9 @@ def container_run_argv(spec: LaunchSpec, engine: str, env_file: Path, user: str 
         argv += ["--gpus", "all"]
     for dev in spec.devices:
         argv += ["--device", dev]
+    if spec.display is not None:  # the card and its group only, never a privileged container
+        gid = str(display_gid) if display_gid is not None else f"<gid of {spec.display.card} on {spec.host}>"
+        argv += ["--device", spec.display.device_arg(), "--group-add", gid]
     argv += ["--env-file", str(env_file)]
     for b in spec.binds:
         argv += ["-v", b.docker_arg()]
@@ -273,7 +280,9 @@ class ContainerRuntime:
                 f"image {spec.image} is not present on {spec.host}",
                 hint="load the pinned image on every node (`sparkfleet doctor LANE` shows which lack it)",
             )
-        cp = self._run([engine, *container_run_argv(spec, self.engine, env_file, node_user())[1:]])
+        gid = card_gid(spec.display.card) if spec.display is not None else None
+        argv = container_run_argv(spec, self.engine, env_file, node_user(), gid)
+        cp = self._run([engine, *argv[1:]])
         if cp.returncode != 0:
             raise RuntimeError_(f"{self.engine} run {spec.name} failed: {cp.stderr.strip()}")
         return _started(spec, self.name, log, container_id=cp.stdout.strip().splitlines()[-1])

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .. import apikeys
+from ..display import DisplayDevice, device_from_dict
 from ..errors import SparkfleetError
 from ..inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
@@ -93,6 +94,7 @@ class LaunchSpec:
     boot_cache_key: str = ""
     entrypoint: str | None = None  # the image's entrypoint replaced (the kit's `--entrypoint`), or kept
     container: ContainerLimits = ContainerLimits()  # [launch.container]: limits and privileges
+    display: DisplayDevice | None = None  # the host's DRM card at [launch.display] target, with its group
 
     @property
     def is_head(self) -> bool:
@@ -259,6 +261,20 @@ def cache_dir_of(recipe: LaunchRecipe, host: Host) -> str:
     return value
 
 
+def display_of(recipe: LaunchRecipe, host: Host, where: str) -> DisplayDevice | None:
+    """The DRM card `host` gives the lane's containers ([launch.display]), or None if it needs none."""
+    if recipe.display is None or recipe.runtime not in ("docker", "podman"):
+        return None
+    if not host.drm_card:
+        raise ShapeError(
+            f"{where}: launch.display needs the DRM card of {host.name}, and hosts/fleet.toml gives "
+            f"{host.name} no drm_card",
+            hint='set drm_card = "/dev/dri/cardN" for the host (or in [defaults]); '
+            "`ls -l /dev/dri` on the host shows its cards",
+        )
+    return recipe.display.on(host.drm_card)
+
+
 def receipt_paths(recipe: LaunchRecipe, cache_dir: str, where: str) -> tuple[str, ...]:
     """Receipt roots (container paths inside cache_mount) as host paths inside `cache_dir`."""
     out = []
@@ -341,6 +357,9 @@ def recipe_problems(inv: Inventory, recipe: LaunchRecipe) -> list[tuple[str, Spa
     for name in lane.hosts:
         if not run("launch.cache_dir", cache_dir_of, recipe, inv.host(name)):
             break
+    for name in lane.hosts:
+        if not run("launch.display", display_of, recipe, inv.host(name), where):
+            break
     run("launch.receipt_roots", receipt_paths, recipe, "/", where)
     if world_ok:
         for name in recipe.world.by_rank():
@@ -417,6 +436,7 @@ def build_spec(
     state_dir = state_dir_of(host)
     check_weight_load_regex(recipe.weight_load_regex, where)
     cache_dir = cache_dir_of(recipe, host)
+    display = display_of(recipe, host, where)
     in_container = recipe.runtime in ("docker", "podman")
     manifest_binds = model_binds(manifest, recipe.model_mounts, inv) if in_container else ()
     model_path = manifest.model_paths.get(recipe.model.repo, "") if recipe.model else ""
@@ -555,6 +575,7 @@ def build_spec(
         boot_cache_key=boot_key,
         entrypoint=recipe.entrypoint if in_container else None,
         container=recipe.container,
+        display=display,
     )
 
 
@@ -573,4 +594,5 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
     for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
         d[key] = tuple(d.get(key) or ())
     d["container"] = limits_from_dict(d.get("container") or {})
+    d["display"] = device_from_dict(d["display"]) if d.get("display") else None
     return LaunchSpec(**d)
