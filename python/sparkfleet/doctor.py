@@ -18,6 +18,8 @@ from .hosts import HostUnreachable, LocalHost, connect
 from .hoststack import STACK_KEYS, HostFingerprint, drift
 from .images.record import built_image_id
 from .inventory import GIB, Host, Inventory, state_dir_of
+from .jsonable import to_jsonable
+from .kittrees import kit_checkouts
 from .launch.manifest import build_manifest
 from .launch.plan import image_fix, image_mismatch, image_request, lost_digest, node_facts, probe_request
 from .launch.recipe import LaunchRecipe, launch_recipe
@@ -25,6 +27,7 @@ from .launch.replicas import host_inventory, instance_name, replica_inventory
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths
 from .memory import MemoryFacts, admit, summary
 from .nodecall import call_agent
+from .stage.kits import KitVerdict
 
 
 @dataclass(frozen=True)
@@ -85,18 +88,19 @@ def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRec
     return [target], recipes
 
 
-def _tree_checks(host_name: str, recipe: LaunchRecipe | None, state_dir, trees: list[dict]) -> list[Check]:
-    """One check per [[launch.trees]] entry: the kit's pinned files present on the host, or which not."""
-    if recipe is None:
-        return []
+def _kit_checks(
+    host_name: str, recipe: LaunchRecipe, state_dir, verdicts: list[dict], trees: list[dict]
+) -> list[Check]:
+    """One check per kit checkout the lane binds ([[launch.trees]]), as the node's agent judged it
+    with verify's own test (stage/kits.verify_kits): at the pinned rev, clean, every needed file at
+    its sha256; else ✗ with why and `sparkfleet stage HOST --lane L`. It refuses (exit 5) where
+    launch would: where a tree's files are not there as pinned (the probe's `trees` facts)."""
+    unfit = {t["dir"] for t in trees if t.get("missing")}
     out = []
-    by_dir = {str(t.host_dir(state_dir)): t for t in recipe.trees}
-    for t in trees:
-        tree, missing = by_dir.get(t["dir"]), t.get("missing") or []
-        lacks = f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
-        detail = f"{t['dir']} -> {tree.target if tree else '?'}: " + (lacks if missing else "present")
-        fix = tree.fix(state_dir, host_name, recipe.lane) if missing and tree else None
-        out.append(Check(host_name, "kit tree", not missing, detail, fix, refuses=bool(missing)))
+    for v in (KitVerdict(**d) for d in verdicts):
+        dirs = {str(t.host_dir(state_dir)) for t in recipe.trees if str(t.checkout(state_dir)) == v.path}
+        fix, refuses = v.fix or None, bool(dirs & unfit)
+        out.append(Check(host_name, "kit checkout", v.ok, v.summary(), fix, refuses=refuses))
     return out
 
 
@@ -119,6 +123,8 @@ def _host_checks(
             lane=recipe.lane,
             state_dir=str(state_dir_of(host)),
             port=recipe.port,
+            host=host_name,  # the kit checkouts' fix names it
+            kits=to_jsonable(kit_checkouts([inv.lane(recipe.lane)], inv)),
         )
     built, built_error = None, None
     if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
@@ -185,7 +191,8 @@ def _host_checks(
                     else f"sparkfleet stage {host_name}",
                 )
             )
-    out += _tree_checks(host_name, recipe, state_dir_of(host), facts.trees)
+    if recipe:
+        out += _kit_checks(host_name, recipe, state_dir_of(host), ans.get("kits", []), facts.trees)
     if recipe and recipe.receipt_roots:
         spec_roots = req["receipt_roots"]
         stale = [x for x in ans["receipts"] if x.get("exists")]

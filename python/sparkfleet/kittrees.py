@@ -75,6 +75,12 @@ class KitCheckout:
         """The command that brings it: staging the host for `lane`, else for a lane that binds it."""
         return self.trees[0].fix(state_dir, host, lane or (self.lanes[0] if self.lanes else "LANE"))
 
+    @classmethod
+    def from_dict(cls, doc: dict) -> KitCheckout:
+        """The checkout from its JSON form (to_jsonable's): how doctor hands it to the node's agent."""
+        trees = tuple(HostTree(**{**t, "needs": tuple(t["needs"])}) for t in doc["trees"])
+        return cls(doc["pin"], doc["repo"], doc["rev"], doc["url"], trees, tuple(doc.get("lanes", ())))
+
 
 def kit_checkouts(lanes: Iterable[Lane], inv: Inventory) -> list[KitCheckout]:
     """The checkouts `lanes` bind through [[launch.trees]], one per git pin (pins have one rev),

@@ -6,7 +6,8 @@ network). `stage --lane` runs `stage HOST --here --events` on every host over ss
 checkout appears at <state_dir>/kits/<pin>/<rev>/ at the pinned HEAD with the kit's files, a rerun
 leaves it alone, a checkout changed on the host is replaced, and a rev the repository lacks is
 refused naming the host, pin, url and rev, with nothing left behind. `verify --lane` (on each host)
-reports the changed checkout with its fix and exits 1 before `stage` replaces it.
+reports the changed checkout with its fix and exits 1 before `stage` replaces it, and so does
+`doctor LANE` (each host's agent asks verify's question).
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ def test_stage_brings_the_lanes_kit_checkout_to_every_host(fleet):
     assert not reports["dgx2"]["ok"] and bad["why"].startswith("changed in place (1 paths")
     assert bad["fix"].startswith(f"sparkfleet stage dgx2 --lane {LANE} (clones {kit.path} at {kit.rev}")
     assert served.read_text() == "# edited on dgx2\n"  # verify changed nothing there
+    doctor = cli(fleet["root"], "doctor", LANE, "--json")  # the same verdict, from each host's agent
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    kits = {c["host"]: c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "kit checkout"}
+    assert kits["dgx1"]["ok"] and kits["dgx1"]["detail"].endswith(": at the pinned rev, clean, complete")
+    assert kits["dgx2"]["detail"].endswith(f": {bad['why']}") and kits["dgx2"]["hint"] == bad["fix"]
     fixed = cli(fleet["root"], "stage", "dgx2", "--json")  # every lane of the host
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     ((outcome,),) = [json.loads(fixed.stdout)["hosts"]]

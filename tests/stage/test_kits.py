@@ -23,6 +23,7 @@ import pytest
 from sparkfleet import inventory
 from sparkfleet.atomic import temp_name
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.doctor import doctor
 from sparkfleet.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
 from sparkfleet.kittrees import kit_checkouts
 from sparkfleet.stage.kits import plan_kits, stage_kits, verify_kits
@@ -36,11 +37,13 @@ REPO_ID = "example/kit"
 DEFAULTS = {"ssh_user": "root", "reserve_gib": 0}
 
 
-def _fleet(tmp_path: Path, kit: KitRepo, rev: str | None = None, url: str | None = "repo", sha=None):
+def _fleet(
+    tmp_path: Path, kit: KitRepo, rev: str | None = None, url: str | None = "repo", sha=None, address="dgx1"
+):
     pin = {"kind": "git", "repo": REPO_ID, "rev": rev or kit.rev}
     if url:
         pin["url"] = str(kit.path) if url == "repo" else url
-    hosts = {"dgx1": {"address": "dgx1", "local_hub": tmp_path / "hub", "nas_hub": tmp_path / "nas",
+    hosts = {"dgx1": {"address": address, "local_hub": tmp_path / "hub", "nas_hub": tmp_path / "nas",
                       "state_dir": tmp_path / "state"}}  # fmt: skip
     recipe = lane_recipe(["dgx1"], STAGE_MODELS, trees_toml("kit", sha))
     pins = {**STAGE_PINS, "kit": pin}
@@ -316,3 +319,48 @@ def _wait_for(cond, timeout: float = 20.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def _kit_checks(inv) -> list:
+    """doctor's kit lines for dgx1 (this machine: the agent runs here, on this filesystem)."""
+    return [c for c in doctor(inv, "dgx1").checks if c.name.startswith("kit")]
+
+
+def test_doctor_judges_the_checkout_as_verify_does_head_clean_complete(tmp_path, kit):
+    """Before: doctor's kit check only asked whether the trees' files were there, so a checkout
+    whose serve.py was edited on the host, or one at another commit holding the same files, was ✓
+    while `verify` said ✗. Now doctor asks the node the same question (checkout_problem)."""
+    inv = _fleet(tmp_path, kit, address="localhost")
+    final = tmp_path / "state" / "kits" / "kit" / kit.rev
+    fix = f"sparkfleet stage dgx1 --lane lane (clones {kit.path} at {kit.rev} into {final} on dgx1)"
+    line = f"kit kit {REPO_ID}@{kit.rev[:10]} at {final}: "  # verify's words (pin kit)
+    (absent,) = _kit_checks(inv)
+    assert (absent.ok, absent.detail, absent.hint) == (False, f"{line}absent", fix)
+    assert absent.refuses  # launch refuses it too (the trees' files are not there)
+    _stage(inv)
+    (good,) = _kit_checks(inv)
+    assert (good.ok, good.detail, good.hint) == (True, f"{line}at the pinned rev, clean, complete", None)
+
+    (final / SERVING / "serve.py").write_text("# edited on the host\n")
+    (dirty,) = _kit_checks(inv)
+    assert (dirty.ok, dirty.hint) == (False, fix), dirty
+    assert dirty.detail == f"{line}changed in place (1 paths, e.g. M {SERVING}/serve.py)"
+    assert not dirty.refuses  # its files are there: launch would bind it (doctor exits 1, not 5)
+    out = _cli(inv.root, "doctor", "dgx1", "--json")
+    assert out.returncode == ExitCode.SHORTFALL, out.stdout + out.stderr
+    (shown,) = [c for c in json.loads(out.stdout)["checks"] if c["name"].startswith("kit")]
+    assert (shown["ok"], shown["detail"], shown["hint"]) == (False, dirty.detail, fix)
+    text = _cli(inv.root, "doctor", "dgx1")
+    assert f"changed in place (1 paths, e.g. M {SERVING}/serve.py)" in text.stdout
+    assert f"fix: {fix}" in text.stdout
+
+    git(final, "checkout", "--quiet", "--", ".")
+    git(final, "checkout", "--quiet", "--detach", kit.later)  # serve.py gone with the later commit
+    (wrong,) = _kit_checks(inv)
+    assert (wrong.ok, wrong.detail, wrong.hint) == (False, f"{line}at {kit.later[:12]}, not {kit.rev}", fix)
+    git(final, "checkout", "--quiet", "--detach", kit.rev)
+    (serving := final / SERVING / "conservative.yaml").unlink()
+    git(final, "update-index", "--assume-unchanged", f"{SERVING}/conservative.yaml")  # clean, yet lacking
+    (lacking,) = _kit_checks(inv)
+    assert (lacking.ok, lacking.detail) == (False, f"{line}lacks {serving}")
+    assert _head(final) == kit.rev and sorted(p.name for p in final.parent.iterdir()) == [final.name]

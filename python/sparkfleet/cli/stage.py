@@ -366,10 +366,10 @@ def kit_line(k: dict, prefix: str = "") -> str:
 
 def kit_verdict_line(k: dict, prefix: str = "") -> str:
     """verify's line for one kit checkout: ✓ at the pinned rev, clean, complete; ✗ why, and the fix."""
-    head = f"{prefix}{'✓' if k['ok'] else '✗'} kit {k['pin']} {k['repo']}@{k['rev'][:10]} at {k['path']}"
-    if k["ok"]:
-        return f"{head}: at the pinned rev, clean, complete"
-    return f"{head}: {k['why']}\n{prefix}  fix: {k['fix']}"
+    from ..stage.kits import KitVerdict  # lazy, as _plan_kits
+
+    line = f"{prefix}{'✓' if k['ok'] else '✗'} {KitVerdict(**k).summary()}"
+    return line if k["ok"] else f"{line}\n{prefix}  fix: {k['fix']}"
 
 
 def print_stage_run(run: dict, prefix: str = "") -> None:

@@ -280,7 +280,7 @@ def logs(req: dict) -> dict:
 
 
 def doctor(req: dict) -> dict:
-    """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state."""
+    """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state, kit checkouts."""
     out = probe(req)
     hub = Path(req["local_hub"])
     probe_dir = next((p for p in (hub, *hub.parents) if p.exists()), Path("/"))
@@ -323,6 +323,13 @@ def doctor(req: dict) -> dict:
         }
     else:
         out["gpu"] = {"available": False, "apps": []}
+    if req.get("kits"):  # the lane's pinned kit checkouts, judged here as `verify` and `stage` do
+        from ..kittrees import KitCheckout
+        from ..stage.kits import verify_kits
+
+        checkouts = [KitCheckout.from_dict(k) for k in req["kits"]]
+        verdicts = verify_kits(checkouts, Path(req["state_dir"]), req["host"], req.get("lane"))
+        out["kits"] = [v.as_dict() for v in verdicts]
     if req.get("state_dir") and req.get("lane"):
         out["ranks"] = status(req)["ranks"]
         out["api_key"] = _auth_facts(req, any(r["running"] for r in out["ranks"]))

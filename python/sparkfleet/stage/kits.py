@@ -15,7 +15,8 @@ A `kill -9` anywhere leaves the final name absent, the old checkout or the new o
 rerun sweeps the temp and converges. A clone that fails (an unreachable URL, a rev the repository
 lacks, a file the trees need missing) raises naming the host, pin, URL and rev, leaving nothing.
 `verify HOST` asks step 2's question (checkout_problem, the one test of a checkout) of each
-checkout the host needs, with no lock and no sweep: it changes nothing (verify_kits).
+checkout the host needs, with no lock and no sweep: it changes nothing (verify_kits). `doctor HOST`
+asks the same through the node's agent (launch/agent.py's doctor action runs verify_kits there).
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ class KitVerdict:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def summary(self) -> str:
+        """The checkout and the verdict, one line: verify's and doctor's words for it."""
+        said = "at the pinned rev, clean, complete" if self.ok else self.why
+        return f"kit {self.pin} {self.repo}@{self.rev[:10]} at {self.path}: {said}"
 
 
 def verify_kits(
