@@ -18,8 +18,7 @@ from .hosts import HostUnreachable, LocalHost, connect
 from .hoststack import STACK_KEYS, HostFingerprint, drift
 from .images.record import built_image_id
 from .inventory import GIB, Host, Inventory, state_dir_of
-from .jsonable import to_jsonable
-from .kittrees import kit_checkouts
+from .kittrees import KitVerdict
 from .launch.manifest import build_manifest
 from .launch.plan import image_fix, image_mismatch, image_request, lost_digest, node_facts, probe_request
 from .launch.recipe import LaunchRecipe, launch_recipe
@@ -27,7 +26,6 @@ from .launch.replicas import host_inventory, instance_name, replica_inventory
 from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths
 from .memory import MemoryFacts, admit, summary
 from .nodecall import call_agent
-from .stage.kits import KitVerdict
 
 
 @dataclass(frozen=True)
@@ -88,19 +86,13 @@ def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRec
     return [target], recipes
 
 
-def _kit_checks(
-    host_name: str, recipe: LaunchRecipe, state_dir, verdicts: list[dict], trees: list[dict]
-) -> list[Check]:
+def kit_checks(host_name: str, verdicts: list[dict]) -> list[Check]:
     """One check per kit checkout the lane binds ([[launch.trees]]), as the node's agent judged it
     with verify's own test (stage/kits.verify_kits): at the pinned rev, clean, every needed file at
-    its sha256; else ✗ with why and `sparkfleet stage HOST --lane L`. It refuses (exit 5) where
-    launch would: where a tree's files are not there as pinned (the probe's `trees` facts)."""
-    unfit = {t["dir"] for t in trees if t.get("missing")}
+    its sha256; else ✗ with why and `sparkfleet stage HOST --lane L`, which launch refuses on."""
     out = []
     for v in (KitVerdict(**d) for d in verdicts):
-        dirs = {str(t.host_dir(state_dir)) for t in recipe.trees if str(t.checkout(state_dir)) == v.path}
-        fix, refuses = v.fix or None, bool(dirs & unfit)
-        out.append(Check(host_name, "kit checkout", v.ok, v.summary(), fix, refuses=refuses))
+        out.append(Check(host_name, "kit checkout", v.ok, v.summary(), v.fix or None, refuses=not v.ok))
     return out
 
 
@@ -123,8 +115,6 @@ def _host_checks(
             lane=recipe.lane,
             state_dir=str(state_dir_of(host)),
             port=recipe.port,
-            host=host_name,  # the kit checkouts' fix names it
-            kits=to_jsonable(kit_checkouts([inv.lane(recipe.lane)], inv)),
         )
     built, built_error = None, None
     if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
@@ -192,7 +182,7 @@ def _host_checks(
                 )
             )
     if recipe:
-        out += _kit_checks(host_name, recipe, state_dir_of(host), ans.get("kits", []), facts.trees)
+        out += kit_checks(host_name, facts.kits)
     if recipe and recipe.receipt_roots:
         spec_roots = req["receipt_roots"]
         stale = [x for x in ans["receipts"] if x.get("exists")]

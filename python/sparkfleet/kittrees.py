@@ -16,7 +16,7 @@ agent runs on its own filesystem.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -80,6 +80,28 @@ class KitCheckout:
         """The checkout from its JSON form (to_jsonable's): how doctor hands it to the node's agent."""
         trees = tuple(HostTree(**{**t, "needs": tuple(t["needs"])}) for t in doc["trees"])
         return cls(doc["pin"], doc["repo"], doc["rev"], doc["url"], trees, tuple(doc.get("lanes", ())))
+
+
+@dataclass
+class KitVerdict:
+    """`verify`'s answer for one checkout a host needs: there, at the rev, clean and complete, or why not."""
+
+    pin: str
+    repo: str
+    rev: str
+    url: str
+    path: str
+    ok: bool
+    why: str = ""  # checkout_problem's words: absent, at another commit, changed in place, lacks …
+    fix: str = ""  # the command that brings it (KitCheckout.fix)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """The checkout and the verdict, one line: verify's and doctor's words for it."""
+        said = "at the pinned rev, clean, complete" if self.ok else self.why
+        return f"kit {self.pin} {self.repo}@{self.rev[:10]} at {self.path}: {said}"
 
 
 def kit_checkouts(lanes: Iterable[Lane], inv: Inventory) -> list[KitCheckout]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.errors import ExitCode
 from support.kitrepo import FILES, SERVING, git, make_kit_repo, trees_toml
 from support.lanefleet import lane_recipe, use_ssh, write_fleet
 from support.stagefleet import STAGE_MODELS, STAGE_PINS
@@ -100,7 +101,7 @@ def test_stage_brings_the_lanes_kit_checkout_to_every_host(fleet):
     assert bad["fix"].startswith(f"sparkfleet stage dgx2 --lane {LANE} (clones {kit.path} at {kit.rev}")
     assert served.read_text() == "# edited on dgx2\n"  # verify changed nothing there
     doctor = cli(fleet["root"], "doctor", LANE, "--json")  # the same verdict, from each host's agent
-    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert doctor.returncode == ExitCode.REFUSED, doctor.stdout + doctor.stderr  # launch refuses it
     kits = {c["host"]: c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "kit checkout"}
     assert kits["dgx1"]["ok"] and kits["dgx1"]["detail"].endswith(": at the pinned rev, clean, complete")
     assert kits["dgx2"]["detail"].endswith(f": {bad['why']}") and kits["dgx2"]["hint"] == bad["fix"]

@@ -334,7 +334,8 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
         recorded = _recipe("dsv41-flash-exl3-2x")["kit"]["container"]
         user = f"{node_cfg['uid']}:{node_cfg['gid']}"
         card = {"DRM_CARD": node_cfg["drm_card"], "DRM_GID": str(node_cfg["drm_gid"])}
-        assert kit_pairs(flags, user) == kit_pairs(recorded["flags"], user, card), "[kit.container] is the kit's"
+        recorded_pairs = kit_pairs(recorded["flags"], user, card)
+        assert kit_pairs(flags, user) == recorded_pairs, "[kit.container] is the kit's"
         assert spec.display is not None and spec.display.card == node_cfg["drm_card"]
         for engine in ("docker", "podman"):
             argv = container_run_argv(spec, engine, Path("/st/r.env"), user, node_cfg["drm_gid"])

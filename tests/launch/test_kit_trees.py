@@ -4,9 +4,9 @@ The EXL3 kit's container runs serve.py, conservative.yaml and combined_worker.py
 release/runtime/serving, and the MXFP8 AOT library from release/runtime/aot (portable_node.py
 docker_command() at 878e0ee): none of them is in the image. sparkfleet binds them from the
 exl3-kit pin's checkout on each host; a host without it is refused (exit 5) before anything starts,
-naming the directory and the files. The node side is the agent's own probe, run here on this
-machine's filesystem. doctor judges the whole checkout as verify does (HEAD, clean, files): that
-is tests/stage/test_kits.py, on a real git checkout.
+naming the checkout and why: absent, not a git checkout, at another commit, changed in place, or
+lacking a needed file or its pinned sha256 (the node's agent judges it as `verify` does). The node
+side is the agent's own probe, run here on this machine's filesystem, over real git checkouts.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import inventory
+from sparkfleet.doctor import kit_checks
 from sparkfleet.errors import ExitCode, InventoryError, SparkfleetError
 from sparkfleet.inventory import state_dir_of
 from sparkfleet.launch.agent import probe
 from sparkfleet.launch.manifest import BindManifest
-from sparkfleet.launch.plan import check_trees, node_facts, probe_request
+from sparkfleet.launch.plan import check_kits, node_facts, probe_request
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.spec import build_spec
+from support.kitrepo import git
 from support.lanefleet import repo_fleet
 
 LANE = "dsv41-flash-exl3-2x"
@@ -44,51 +46,100 @@ def _fleet(tmp_path: Path) -> inventory.Inventory:
 def _probe(inv: inventory.Inventory, host: str):
     recipe = launch_recipe(inv, LANE)
     req = probe_request(inv, recipe, inv.host(host))
-    req.update(models=[], ports=[], memory=False)  # only the trees: the agent's own check, here
+    req.update(models=[], ports=[], memory=False)  # only the kit: the agent's own check, here
     return recipe, node_facts(host, probe(req))
 
 
-def test_a_host_without_the_kits_runtime_tree_is_refused_naming_it(tmp_path):
+STAND_INS = {  # the kit's files the lane binds, as stand-ins (CI has no network)
+    "release/runtime/serving/serve.py": b"print('serve')\n",
+    "release/runtime/serving/conservative.yaml": b"max_num_seqs: 6\n",
+    "release/runtime/serving/combined_worker.py": b"class CombinedWorker: ...\n",
+    "release/runtime/aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so": b"stand-in\n",
+}
+
+
+def _checkout(tmp_path: Path, inv: inventory.Inventory) -> tuple[inventory.Inventory, Path]:
+    """The exl3-kit pin's checkout on dgx1 as stage leaves it: a real git clone, detached at the
+    pin's rev, of a repository holding STAND_INS; the pin's rev is that commit (a stand-in cannot
+    have 878e0ee's)."""
+    repo = tmp_path / "exl3-kit-repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "--initial-branch", "main")
+    for rel, data in STAND_INS.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes(data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "--quiet", "-m", "kit")
+    rev = git(repo, "rev-parse", "HEAD")
+    fleet = inv.root / "hosts" / "fleet.toml"
+    fleet.write_text(fleet.read_text().replace(f'rev = "{REV}"', f'rev = "{rev}"'))
+    checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / rev
+    checkout.parent.mkdir(parents=True)
+    git(checkout.parent, "clone", "--quiet", "--no-checkout", str(repo), rev)
+    git(checkout, "checkout", "--quiet", "--detach", rev)
+    return inventory.load(inv.root), checkout
+
+
+def test_a_host_without_the_kits_checkout_is_refused_naming_it(tmp_path):
     inv = _fleet(tmp_path)
     recipe, facts = _probe(inv, "dgx1")
-    serving = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / REV / "release" / "runtime" / "serving"
+    final = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / REV
     with pytest.raises(SparkfleetError) as exc:
-        check_trees(inv, recipe, facts)
+        check_kits(recipe, facts)
     assert exc.value.exit_code == ExitCode.REFUSED
     repo = "coolbho3k/DeepSeek-v4.1-Flash-2x-DGX-Spark"
-    assert f"dgx1: the kit's runtime tree is not there as pinned (exl3-kit {repo}@{REV[:10]})" in (
+    assert f"dgx1: the kit is not there as pinned; kit exl3-kit {repo}@{REV[:10]} at {final}: absent" in (
         exc.value.message
     )
-    assert f"{serving} (the directory)" in exc.value.message
     assert exc.value.hint.startswith(f"sparkfleet stage dgx1 --lane {LANE} (clones ")  # staging fetches it
-    assert f"into {serving.parents[2]} on dgx1" in exc.value.hint
+    assert f"into {final} on dgx1" in exc.value.hint
+    (check,) = kit_checks("dgx1", facts.kits)
+    assert check.ok is False and check.refuses and check.hint == exc.value.hint
 
-    serving.mkdir(parents=True)  # a checkout that lacks one file the recipe names
-    (serving / "serve.py").write_text("# stand-in\n")
-    (serving / "conservative.yaml").write_text("max_num_seqs: 6\n")
+    serving = final / "release" / "runtime" / "serving"  # the files, written in place: no checkout
+    serving.mkdir(parents=True)
+    for name in ("serve.py", "conservative.yaml", "combined_worker.py"):
+        (serving / name).write_text("# stand-in\n")
     recipe, facts = _probe(inv, "dgx1")
-    with pytest.raises(SparkfleetError, match=r"missing .*serving/combined_worker\.py"):
-        check_trees(inv, recipe, facts)
+    with pytest.raises(SparkfleetError, match=r"at .*: not a git checkout"):
+        check_kits(recipe, facts)
+
+
+def test_a_checkout_edited_in_place_is_refused_as_the_kit_refuses_it(tmp_path):
+    """Before, launch checked only that the needed files were there: an edited serve.py started
+    (verify and doctor said ✗). The kit's own preflight refuses any runtime file that differs from
+    its manifest, so launch now refuses what verify refuses."""
+    inv, checkout = _checkout(tmp_path, _fleet(tmp_path))
+    so = checkout / "release/runtime/aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so"
+    text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()  # the recipe pins the stand-in's bytes
+    (inv.root / "recipes" / LANE / "recipe.toml").write_text(
+        text.replace(AOT_SHA, hashlib.sha256(so.read_bytes()).hexdigest())
+    )
+    inv = inventory.load(inv.root)
+    recipe, facts = _probe(inv, "dgx1")
+    check_kits(recipe, facts)  # the pinned commit, clean and complete: no refusal
+    serve = checkout / "release" / "runtime" / "serving" / "serve.py"
+    serve.write_text("print('patched by hand')\n")
+    recipe, facts = _probe(inv, "dgx1")
+    edited = r"changed in place \(1 paths, e\.g\. M release/runtime/serving/serve\.py\)"
+    with pytest.raises(SparkfleetError, match=edited):
+        check_kits(recipe, facts)
 
 
 def test_a_present_tree_is_bound_read_only_where_the_kit_reads_it(tmp_path):
-    inv = _fleet(tmp_path)
-    checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / REV / "release" / "runtime"
-    for rel in ("serving/serve.py", "serving/conservative.yaml", "serving/combined_worker.py",
-                "aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so"):  # fmt: skip
-        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / rel).write_text("stand-in\n")
+    inv, checkout = _checkout(tmp_path, _fleet(tmp_path))
+    checkout = checkout / "release" / "runtime"
     recipe, facts = _probe(inv, "dgx1")
     so = checkout / "aot" / "mxfp8_gemm_cutlass_sm120" / "mxfp8_gemm_cutlass_sm120.so"
     wrong = rf"{so} \(sha256 [0-9a-f]{{12}}…, the kit pins 6abdf60fb353…\)"
     with pytest.raises(SparkfleetError, match=wrong):
-        check_trees(inv, recipe, facts)  # the stand-in is not the kit's AOT_SHA: refused like the kit
+        check_kits(recipe, facts)  # the stand-in is not the kit's AOT_SHA: refused like the kit
     fake = hashlib.sha256(so.read_bytes()).hexdigest()  # a recipe that pins the stand-in's bytes
     text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()
     (inv.root / "recipes" / LANE / "recipe.toml").write_text(text.replace(AOT_SHA, fake))
     inv = inventory.load(inv.root)
     recipe, facts = _probe(inv, "dgx1")
-    check_trees(inv, recipe, facts)  # everything there and as pinned: no refusal
+    check_kits(recipe, facts)  # everything there and as pinned: no refusal
     empty = BindManifest("dgx1", (), (), {})
     spec = build_spec(inv, recipe, "dgx1", empty, {"dgx1": None}, fabric_unknown_ok=True)
     kit = {b.target: b for b in spec.binds if b.origin == "kit"}

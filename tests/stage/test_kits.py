@@ -214,14 +214,14 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 def _launch_refusal(inv) -> str | None:
     """launch's [[launch.trees]] check on dgx1 (the agent's own probe, on this filesystem)."""
     from sparkfleet.launch.agent import probe
-    from sparkfleet.launch.plan import check_trees, node_facts, probe_request
+    from sparkfleet.launch.plan import check_kits, node_facts, probe_request
     from sparkfleet.launch.recipe import launch_recipe
 
     recipe = launch_recipe(inv, "lane")
     req = probe_request(inv, recipe, inv.host("dgx1"))
     req.update(models=[], ports=[], memory=False)
     try:
-        check_trees(inv, recipe, node_facts("dgx1", probe(req)))
+        check_kits(recipe, node_facts("dgx1", probe(req)))
     except SparkfleetError as exc:
         return f"{exc.message}\n{exc.hint}"
     return None
@@ -345,9 +345,9 @@ def test_doctor_judges_the_checkout_as_verify_does_head_clean_complete(tmp_path,
     (dirty,) = _kit_checks(inv)
     assert (dirty.ok, dirty.hint) == (False, fix), dirty
     assert dirty.detail == f"{line}changed in place (1 paths, e.g. M {SERVING}/serve.py)"
-    assert not dirty.refuses  # its files are there: launch would bind it (doctor exits 1, not 5)
+    assert dirty.refuses  # launch refuses it as the kit's preflight does: other code than the kit's
     out = _cli(inv.root, "doctor", "dgx1", "--json")
-    assert out.returncode == ExitCode.SHORTFALL, out.stdout + out.stderr
+    assert out.returncode == ExitCode.REFUSED, out.stdout + out.stderr
     (shown,) = [c for c in json.loads(out.stdout)["checks"] if c["name"].startswith("kit")]
     assert (shown["ok"], shown["detail"], shown["hint"]) == (False, dirty.detail, fix)
     text = _cli(inv.root, "doctor", "dgx1")

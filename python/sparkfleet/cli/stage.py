@@ -366,7 +366,7 @@ def kit_line(k: dict, prefix: str = "") -> str:
 
 def kit_verdict_line(k: dict, prefix: str = "") -> str:
     """verify's line for one kit checkout: ✓ at the pinned rev, clean, complete; ✗ why, and the fix."""
-    from ..stage.kits import KitVerdict  # lazy, as _plan_kits
+    from ..kittrees import KitVerdict
 
     line = f"{prefix}{'✓' if k['ok'] else '✗'} {KitVerdict(**k).summary()}"
     return line if k["ok"] else f"{line}\n{prefix}  fix: {k['fix']}"

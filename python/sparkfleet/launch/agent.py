@@ -147,13 +147,14 @@ def probe(req: dict) -> dict:
             out["memory_error"] = str(exc)
     if req.get("ports"):
         out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
-    if req.get("trees"):  # [[launch.trees]]: the kit's pinned files this node must hold
-        from ..kittrees import tree_problems
+    kits = req.get("kits") or {}
+    if kits.get("checkouts"):  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
+        from ..kittrees import KitCheckout
+        from ..stage.kits import verify_kits
 
-        out["trees"] = [
-            {"dir": t["dir"], "missing": tree_problems(Path(t["dir"]), t["needs"], t.get("sha256"))}
-            for t in req["trees"]
-        ]
+        checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
+        verdicts = verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+        out["kits"] = [v.as_dict() for v in verdicts]
     if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
         dev = device_from_dict(req["display"])
         facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
@@ -280,7 +281,8 @@ def logs(req: dict) -> dict:
 
 
 def doctor(req: dict) -> dict:
-    """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state, kit checkouts."""
+    """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state, kit checkouts
+    (the probe's)."""
     out = probe(req)
     hub = Path(req["local_hub"])
     probe_dir = next((p for p in (hub, *hub.parents) if p.exists()), Path("/"))
@@ -323,13 +325,6 @@ def doctor(req: dict) -> dict:
         }
     else:
         out["gpu"] = {"available": False, "apps": []}
-    if req.get("kits"):  # the lane's pinned kit checkouts, judged here as `verify` and `stage` do
-        from ..kittrees import KitCheckout
-        from ..stage.kits import verify_kits
-
-        checkouts = [KitCheckout.from_dict(k) for k in req["kits"]]
-        verdicts = verify_kits(checkouts, Path(req["state_dir"]), req["host"], req.get("lane"))
-        out["kits"] = [v.as_dict() for v in verdicts]
     if req.get("state_dir") and req.get("lane"):
         out["ranks"] = status(req)["ranks"]
         out["api_key"] = _auth_facts(req, any(r["running"] for r in out["ranks"]))

@@ -18,6 +18,7 @@ from ..hosts import HostUnreachable, connect, fan_out
 from ..images.record import built_image_id, planned_image
 from ..inventory import Host, Inventory, state_dir_of
 from ..jsonable import to_jsonable
+from ..kittrees import KitVerdict, kit_checkouts
 from ..nodecall import call_agent
 from . import records
 from .kitwire import node_env_missing
@@ -41,7 +42,7 @@ class NodeFacts:
     memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
     memory_error: str | None = None
     ports_in_use: list[int] = field(default_factory=list)
-    trees: list[dict] = field(default_factory=list)  # [[launch.trees]] on the node: {dir, missing}
+    kits: list[dict] = field(default_factory=list)  # [[launch.trees]] checkouts: KitVerdict fields
     display: dict | None = None  # [launch.display] on the node: DisplayFacts fields + "problems"
 
 
@@ -85,10 +86,13 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
         ],
         "local_hub": str(host.local_hub),
         "nas_hub": str(host.nas_hub),
-        "trees": [
-            {"dir": str(t.host_dir(state_dir_of(host))), "needs": list(t.needs), "sha256": t.sha256}
-            for t in recipe.trees
-        ],
+        # the kit checkouts the lane binds ([[launch.trees]]): judged on the node as verify does
+        "kits": {
+            "host": host.name,
+            "state_dir": str(state_dir_of(host)),
+            "lane": recipe.lane,
+            "checkouts": to_jsonable(kit_checkouts([lane], inv)) if recipe.trees else [],
+        },
         "display": to_jsonable(dev) if (dev := display_of(recipe, host, recipe.lane)) else None,
     }
 
@@ -119,7 +123,7 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
         host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
         memory=answer.get("memory"), memory_error=answer.get("memory_error"),
         ports_in_use=list(answer.get("ports_in_use", [])),
-        trees=list(answer.get("trees", [])),
+        kits=list(answer.get("kits", [])),
         display=answer.get("display"),
     )  # fmt: skip
 
@@ -138,23 +142,20 @@ def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
         )
 
 
-def check_trees(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
-    """Refuse (exit 5) a node that lacks a kit tree the lane binds ([[launch.trees]]), naming the
-    directory, the missing files and how to put the pinned checkout there."""
-    missing = {t["dir"]: t["missing"] for t in nf.trees if t.get("missing")}
-    if not missing:
+def check_kits(recipe: LaunchRecipe, nf: NodeFacts) -> None:
+    """Refuse (exit 5) a node whose kit checkout ([[launch.trees]]) is not the pinned one: absent,
+    at another commit, changed in place, or lacking a file the recipe names (the node's agent judged
+    it as `verify` does). The kit refuses the same: its preflight checks every file of its runtime
+    against its own manifest ("Runtime kit differs from the independent public digest"), and a
+    container that cannot find serve.py only shows up minutes later as a crash loop."""
+    bad = [KitVerdict(**d) for d in nf.kits if not d.get("ok")]
+    if not bad:
         return
-    state_dir = state_dir_of(inv.host(nf.host))
-    tree = next(t for t in recipe.trees if str(t.host_dir(state_dir)) in missing)
-    lacks = "; ".join(
-        f"{d}: missing or not as pinned: {', '.join(m[:3])}" + (" ..." if len(m) > 3 else "")
-        for d, m in missing.items()
-    )
     raise SparkfleetError(
-        f"{nf.host}: the kit's runtime tree is not there as pinned "
-        f"({tree.pin} {tree.repo}@{tree.rev[:10]}): {lacks}; "
-        "the container would start without the files it runs",
-        hint=tree.fix(state_dir, nf.host, recipe.lane),
+        f"{nf.host}: the kit is not there as pinned; "
+        + "; ".join(v.summary() for v in bad)
+        + "; the container would run other code than the kit's",
+        hint=bad[0].fix,
         exit_code=ExitCode.REFUSED,
     )
 
@@ -291,7 +292,7 @@ def prepare(
         if recipe.fabric == "roce" and nf.fabric is None and probed:
             raise SparkfleetError(f"{name}: fabric detection failed: {nf.fabric_error}")
         if probed and in_container:
-            check_trees(inv, recipe, nf)
+            check_kits(recipe, nf)
             check_display(recipe, nf)
         host = inv.host(name)
         manifests[name] = build_manifest(

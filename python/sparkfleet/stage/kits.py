@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..atomic import ensure_dir, fsync_dir, fsync_tree, is_temp_name, temp_name
 from ..errors import ExitCode, SparkfleetError, from_os_error
-from ..kittrees import KITS_DIR, KitCheckout, tree_problems
+from ..kittrees import KITS_DIR, KitCheckout, KitVerdict, tree_problems
 from ..pins.common import Unreachable, run_tool
 from .lock import hub_lock
 
@@ -84,28 +84,6 @@ def inspect_checkout(path: Path, co: KitCheckout) -> tuple[str, str | None]:
         return head, f"changed in place ({len(changed)} paths, e.g. {changed[0].strip()})"
     lacks = [p for t in co.trees for p in tree_problems(path / t.path, list(t.needs), t.sha256)]
     return head, f"lacks {', '.join(lacks[:3])}" if lacks else None
-
-
-@dataclass
-class KitVerdict:
-    """`verify`'s answer for one checkout a host needs: there, at the rev, clean and complete, or why not."""
-
-    pin: str
-    repo: str
-    rev: str
-    url: str
-    path: str
-    ok: bool
-    why: str = ""  # checkout_problem's words: absent, at another commit, changed in place, lacks …
-    fix: str = ""  # the command that brings it (KitCheckout.fix)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def summary(self) -> str:
-        """The checkout and the verdict, one line: verify's and doctor's words for it."""
-        said = "at the pinned rev, clean, complete" if self.ok else self.why
-        return f"kit {self.pin} {self.repo}@{self.rev[:10]} at {self.path}: {said}"
 
 
 def verify_kits(
