@@ -15,6 +15,7 @@ agent runs on its own filesystem.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -41,6 +42,9 @@ class HostTree:
     needs: tuple[str, ...] = ()  # files (relative to path) that must be there
     sha256: dict[str, str] = field(default_factory=dict)  # file -> the sha256 the kit pins it at
     url: str = ""  # where hosts clone the pin from (Pin.clone_url)
+    # The kit's own manifest in the checkout ({"files": {name: {"sha256": ...}}}, names relative to
+    # its directory): every file it lists under `path` must be there at its sha256 (kit_tree_problems)
+    manifest: str = ""
 
     def checkout(self, state_dir: str | Path) -> Path:
         """Where the pinned checkout lives on a host: one directory per revision, never mutated."""
@@ -133,10 +137,66 @@ def host_trees(docs: list[dict], inv: Inventory, where: str) -> tuple[HostTree, 
             raise InventoryError(f"{key}.path: {doc['path']!r} must stay inside the checkout")
         sums = dict(doc.get("sha256", {}))
         needs = tuple(dict.fromkeys([*doc.get("needs", ()), *sums]))  # a pinned file is needed too
+        manifest = doc.get("manifest", "")
+        mdir = PurePosixPath(manifest).parent
+        above = mdir == rel or mdir in rel.parents
+        if manifest and (mdir.is_absolute() or ".." in mdir.parts or not above):
+            raise InventoryError(
+                f"{key}.manifest: {manifest!r} must be a file of the checkout in or above {doc['path']!r}",
+                hint="name the kit's own manifest listing this tree's files (names relative to its dir)",
+            )
+        if manifest and sums:
+            raise InventoryError(
+                f"{key}: sha256 restates what the kit's manifest {manifest!r} lists",
+                hint="drop sha256: the manifest's sha256 of every file under the tree is checked",
+            )
         out.append(
-            HostTree(pin.name, pin.source, pin.value, str(rel), doc["target"], needs, sums, pin.clone_url)
+            HostTree(
+                pin.name, pin.source, pin.value, str(rel), doc["target"], needs, sums, pin.clone_url, manifest
+            )
         )
     return tuple(out)
+
+
+MAX_MANIFEST_BYTES = 16 << 20  # the EXL3 kit's bundle-manifest.json is 125 kB
+
+
+def manifest_sums(checkout: Path, tree: HostTree) -> tuple[dict[str, str], str | None]:
+    """{file under tree.path: sha256} as the kit's own manifest lists them (never restated in a
+    recipe), or why the manifest cannot be read."""
+    where = checkout / tree.manifest
+    try:
+        with where.open("rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+        files = json.loads(raw)["files"] if len(raw) <= MAX_MANIFEST_BYTES else None
+        if not isinstance(files, dict):
+            raise ValueError("no files table")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {}, f"{where} (the kit's manifest: {getattr(exc, 'strerror', None) or exc})"
+    base, tree_dir = PurePosixPath(tree.manifest).parent, PurePosixPath(tree.path)
+    out = {}
+    for name, row in files.items():
+        full = base / name
+        if tree_dir in full.parents and isinstance(row, dict) and isinstance(row.get("sha256"), str):
+            out[str(full.relative_to(tree_dir))] = row["sha256"]
+    return out, None
+
+
+def kit_tree_problems(checkout: Path, tree: HostTree) -> list[str]:
+    """tree_problems of `tree` in the checkout at `checkout`: its needed files, the sha256 the
+    recipe pins, and every file the kit's manifest lists under the tree at its sha256 (the kit's
+    own preflight checks its runtime files against that manifest before every start)."""
+    pinned, needs = dict(tree.sha256), list(tree.needs)
+    if tree.manifest:
+        listed, why = manifest_sums(checkout, tree)
+        if why:
+            return [why]
+        unlisted = [n for n in tree.needs if n not in listed]
+        if unlisted:
+            return [f"{checkout / tree.path / n} (not in the kit's manifest {tree.manifest})"
+                    for n in unlisted]  # fmt: skip
+        needs, pinned = list(dict.fromkeys([*needs, *listed])), listed
+    return tree_problems(checkout / tree.path, needs, pinned)
 
 
 def tree_problems(directory: Path, needs: list[str], sha256: dict[str, str] | None = None) -> list[str]:

@@ -303,11 +303,17 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tools))  # portable_node imports launch_profile from beside it
     portable_node = _load(tools / "portable_node.py", "kit_exl3_portable_node")
     plan = dry_run(inv, "dsv41-flash-exl3-2x")
-    # the AOT library: bound where the kit binds it, checked against the kit's own AOT_SHA
+    # the AOT library: bound where the kit binds it, checked against the kit's own manifest, which
+    # lists it at portable_node.py's AOT_SHA (the recipe restates no sha256)
     trees = {t["target"]: t for t in _recipe("dsv41-flash-exl3-2x")["launch"]["trees"]}
     aot = trees[portable_node.AOT_TARGET]
-    assert aot["path"] == f"{EXL3_RUNTIME}/aot/{portable_node.AOT_NAME}"
-    assert aot["sha256"] == {f"{portable_node.AOT_NAME}.so": portable_node.AOT_SHA}
+    assert aot["path"] == f"{EXL3_RUNTIME}/aot/{portable_node.AOT_NAME}" and "sha256" not in aot
+    assert aot["manifest"] == f"{EXL3_RUNTIME}/bundle-manifest.json"
+    listed = json.loads((kit / aot["manifest"]).read_text())["files"]
+    so = f"aot/{portable_node.AOT_NAME}/{portable_node.AOT_NAME}.so"
+    assert listed[so]["sha256"] == portable_node.AOT_SHA
+    for name in trees["/opt/ds41-serving"]["needs"]:  # the kit's manifest lists each file the lane needs
+        assert f"serving/{name}" in listed, name
     for spec in plan.by_rank():
         node = portable_node.docker_command(config, spec.rank)
         added = _recipe("dsv41-flash-exl3-2x")["kit"]["ours_added"]

@@ -12,6 +12,7 @@ side is the agent's own probe, run here on this machine's filesystem, over real 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -56,25 +57,45 @@ STAND_INS = {  # the kit's files the lane binds, as stand-ins (CI has no network
     "release/runtime/serving/combined_worker.py": b"class CombinedWorker: ...\n",
     "release/runtime/aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so": b"stand-in\n",
 }
+MANIFEST = "release/runtime/bundle-manifest.json"  # the kit's own, as the recipe names it
+AOT = "aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so"
 
 
-def _checkout(tmp_path: Path, inv: inventory.Inventory) -> tuple[inventory.Inventory, Path]:
-    """The exl3-kit pin's checkout on dgx1 as stage leaves it: a real git clone, detached at the
-    pin's rev, of a repository holding STAND_INS; the pin's rev is that commit (a stand-in cannot
-    have 878e0ee's)."""
-    repo = tmp_path / "exl3-kit-repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
+def _listing(**overrides: str | None) -> dict:
+    """The kit's bundle-manifest.json for STAND_INS (names relative to release/runtime, as the
+    kit writes them), each entry's sha256 replaced or (None) left out as `overrides` say."""
+    files = {}
     for rel, data in STAND_INS.items():
+        name = rel.removeprefix("release/runtime/")
+        files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    for name, sha in overrides.items():
+        name = name.replace("__", "/").replace("_dot_", ".")
+        if sha is None:
+            files.pop(name)
+        else:
+            files[name] = {"bytes": 1, "sha256": sha}
+    return {"files": files}
+
+
+def _checkout(tmp_path: Path, inv: inventory.Inventory, listing: dict) -> tuple[inventory.Inventory, Path]:
+    """The exl3-kit pin's checkout on dgx1 as stage leaves it: a real git clone, detached at the
+    pin's rev, of a repository holding STAND_INS and `listing` as the kit's manifest; the pin's
+    rev is that commit (a stand-in cannot have 878e0ee's). Called again, it replaces both."""
+    repo = tmp_path / "exl3-kit-repo"
+    if not repo.exists():
+        repo.mkdir()
+        git(repo, "init", "--quiet", "--initial-branch", "main")
+    for rel, data in {**STAND_INS, MANIFEST: json.dumps(listing).encode()}.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_bytes(data)
     git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "-m", "kit")
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", "kit")
     rev = git(repo, "rev-parse", "HEAD")
     fleet = inv.root / "hosts" / "fleet.toml"
-    fleet.write_text(fleet.read_text().replace(f'rev = "{REV}"', f'rev = "{rev}"'))
+    pinned = inv.pins["exl3-kit"].value
+    fleet.write_text(fleet.read_text().replace(f'rev = "{pinned}"', f'rev = "{rev}"'))
     checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / rev
-    checkout.parent.mkdir(parents=True)
+    checkout.parent.mkdir(parents=True, exist_ok=True)
     git(checkout.parent, "clone", "--quiet", "--no-checkout", str(repo), rev)
     git(checkout, "checkout", "--quiet", "--detach", rev)
     return inventory.load(inv.root), checkout
@@ -109,15 +130,9 @@ def test_a_checkout_edited_in_place_is_refused_as_the_kit_refuses_it(tmp_path):
     """Before, launch checked only that the needed files were there: an edited serve.py started
     (verify and doctor said ✗). The kit's own preflight refuses any runtime file that differs from
     its manifest, so launch now refuses what verify refuses."""
-    inv, checkout = _checkout(tmp_path, _fleet(tmp_path))
-    so = checkout / "release/runtime/aot/mxfp8_gemm_cutlass_sm120/mxfp8_gemm_cutlass_sm120.so"
-    text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()  # the recipe pins the stand-in's bytes
-    (inv.root / "recipes" / LANE / "recipe.toml").write_text(
-        text.replace(AOT_SHA, hashlib.sha256(so.read_bytes()).hexdigest())
-    )
-    inv = inventory.load(inv.root)
+    inv, checkout = _checkout(tmp_path, _fleet(tmp_path), _listing())
     recipe, facts = _probe(inv, "dgx1")
-    check_kits(recipe, facts)  # the pinned commit, clean and complete: no refusal
+    check_kits(recipe, facts)  # the pinned commit, clean, every file at the kit's manifest's sha256
     serve = checkout / "release" / "runtime" / "serving" / "serve.py"
     serve.write_text("print('patched by hand')\n")
     recipe, facts = _probe(inv, "dgx1")
@@ -126,20 +141,35 @@ def test_a_checkout_edited_in_place_is_refused_as_the_kit_refuses_it(tmp_path):
         check_kits(recipe, facts)
 
 
-def test_a_present_tree_is_bound_read_only_where_the_kit_reads_it(tmp_path):
-    inv, checkout = _checkout(tmp_path, _fleet(tmp_path))
-    checkout = checkout / "release" / "runtime"
+def test_every_file_is_checked_against_the_kits_own_manifest(tmp_path):
+    """The recipe restates no sha256: each tree names the kit's bundle-manifest.json, and every file
+    it lists under the tree must be there at its sha256 — the AOT library at the kit's AOT_SHA (a
+    stand-in is not), a serving file the manifest lists but the checkout lacks, and a needed file
+    the manifest does not list are each refused, naming the file."""
+    inv = _fleet(tmp_path)
+    assert all(t.manifest == MANIFEST and not t.sha256 for t in launch_recipe(inv, LANE).trees)
+    inv, checkout = _checkout(tmp_path, inv, _listing(**{AOT.replace("/", "__"): AOT_SHA}))
     recipe, facts = _probe(inv, "dgx1")
-    so = checkout / "aot" / "mxfp8_gemm_cutlass_sm120" / "mxfp8_gemm_cutlass_sm120.so"
+    so = checkout / "release" / "runtime" / AOT
     wrong = rf"{so} \(sha256 [0-9a-f]{{12}}…, the kit pins 6abdf60fb353…\)"
     with pytest.raises(SparkfleetError, match=wrong):
         check_kits(recipe, facts)  # the stand-in is not the kit's AOT_SHA: refused like the kit
-    fake = hashlib.sha256(so.read_bytes()).hexdigest()  # a recipe that pins the stand-in's bytes
-    text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()
-    (inv.root / "recipes" / LANE / "recipe.toml").write_text(text.replace(AOT_SHA, fake))
-    inv = inventory.load(inv.root)
+    extra = _listing(**{"serving__tp_pad_dot_py": "0" * 64})  # listed by the kit, absent here
+    inv, checkout = _checkout(tmp_path, inv, extra)
     recipe, facts = _probe(inv, "dgx1")
-    check_kits(recipe, facts)  # everything there and as pinned: no refusal
+    with pytest.raises(SparkfleetError, match=r"serving/tp_pad\.py"):
+        check_kits(recipe, facts)
+    inv, checkout = _checkout(tmp_path, inv, _listing(**{"serving__combined_worker_dot_py": None}))
+    recipe, facts = _probe(inv, "dgx1")
+    with pytest.raises(SparkfleetError, match=r"combined_worker\.py \(not in the kit's manifest"):
+        check_kits(recipe, facts)
+
+
+def test_a_present_tree_is_bound_read_only_where_the_kit_reads_it(tmp_path):
+    inv, checkout = _checkout(tmp_path, _fleet(tmp_path), _listing())
+    checkout = checkout / "release" / "runtime"
+    recipe, facts = _probe(inv, "dgx1")
+    check_kits(recipe, facts)  # everything there and as the kit's manifest lists it: no refusal
     empty = BindManifest("dgx1", (), (), {})
     spec = build_spec(inv, recipe, "dgx1", empty, {"dgx1": None}, fabric_unknown_ok=True)
     kit = {b.target: b for b in spec.binds if b.origin == "kit"}
@@ -158,4 +188,13 @@ def test_a_tree_must_name_a_git_pin_and_stay_inside_it(tmp_path):
         launch_recipe(inventory.load(root), LANE)
     recipe.write_text(text.replace('path = "release/runtime/serving"', 'path = "../../etc"'))
     with pytest.raises(InventoryError, match=r"launch.trees\[0\].path: '../../etc' must stay inside"):
+        launch_recipe(inventory.load(root), LANE)
+    below = 'manifest = "release/runtime/aot/manifest.json"'  # not in or above the serving tree
+    recipe.write_text(text.replace('manifest = "release/runtime/bundle-manifest.json"', below, 1))
+    with pytest.raises(InventoryError, match=r"launch.trees\[0\].manifest: .* must be a file of the"):
+        launch_recipe(inventory.load(root), LANE)
+    named = 'manifest = "release/runtime/bundle-manifest.json"'
+    restated = named + '\nsha256 = { "serve.py" = "' + "0" * 64 + '" }'
+    recipe.write_text(text.replace(named, restated, 1))
+    with pytest.raises(InventoryError, match=r"sha256 restates what the kit's manifest"):
         launch_recipe(inventory.load(root), LANE)

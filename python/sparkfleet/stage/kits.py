@@ -5,7 +5,7 @@ each host, and launch refuses a host without it. `stage HOST` runs on the host a
   1. under the kits' stage lock (stage/lock.py, so two runs on one host never meet), sweep the
      temp clones a killed run left (TEMP_MARK names, atomic.temp_name);
   2. an existing checkout at the pinned rev, clean (`git status --porcelain` empty) and holding
-     every file the trees need, as pinned (kittrees.tree_problems), is left alone;
+     every file the trees need, as pinned (kittrees.kit_tree_problems), is left alone;
   3. otherwise `git clone --no-checkout URL TMP` + `git -C TMP checkout --detach REV` into a hidden
      sibling, HEAD checked against the rev (which may be abbreviated), the trees' files checked,
      the tree fsynced, and only then renamed to its final name;
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..atomic import ensure_dir, fsync_dir, fsync_tree, is_temp_name, temp_name
 from ..errors import ExitCode, SparkfleetError, from_os_error
-from ..kittrees import KITS_DIR, KitCheckout, KitVerdict, tree_problems
+from ..kittrees import KITS_DIR, KitCheckout, KitVerdict, kit_tree_problems
 from ..pins.common import Unreachable, run_tool
 from .lock import hub_lock
 
@@ -82,7 +82,7 @@ def inspect_checkout(path: Path, co: KitCheckout) -> tuple[str, str | None]:
         return head, f"at {head[:12]}, not {co.rev}"
     if changed:
         return head, f"changed in place ({len(changed)} paths, e.g. {changed[0].strip()})"
-    lacks = [p for t in co.trees for p in tree_problems(path / t.path, list(t.needs), t.sha256)]
+    lacks = [p for t in co.trees for p in kit_tree_problems(path, t)]
     return head, f"lacks {', '.join(lacks[:3])}" if lacks else None
 
 
@@ -144,7 +144,7 @@ def clone(co: KitCheckout, tmp: Path, host: str) -> str:
         raise _refuse(co, host, "no such commit there", ExitCode.REFUSED, exc.message) from None
     if not head.startswith(co.rev):
         raise _refuse(co, host, "wrong commit", ExitCode.REFUSED, f"checked out {head}")
-    lacks = [p for t in co.trees for p in tree_problems(tmp / t.path, list(t.needs), t.sha256)]
+    lacks = [p for t in co.trees for p in kit_tree_problems(tmp, t)]
     if lacks:
         shown = ", ".join(str(Path(p).relative_to(tmp)) for p in lacks[:3])
         raise _refuse(co, host, "the commit lacks what the lane binds", ExitCode.REFUSED, shown)
