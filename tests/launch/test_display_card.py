@@ -84,7 +84,7 @@ def test_this_machine_has_no_card_and_the_lane_is_refused_naming_both(tmp_path, 
     inv = inventory.load(repo_fleet(tmp_path / "fleet"))
     recipe = launch_recipe(inv, LANE)
     req = probe_request(inv, recipe, inv.host("dgx2"))
-    req.update(models=[], ports=[], memory=False, trees=[])  # only the display: the agent's own check
+    req.update(models=[], ports=[], memory=False, kits={})  # only the display: the agent's own check
     facts = node_facts("dgx2", probe(req))
     with pytest.raises(SparkfleetError) as exc:
         check_display(recipe, facts)
