@@ -165,7 +165,10 @@ def copy_out(seed: CacheSeed, pins: LockPins, dest: Path) -> None:
     runtime = ["--runtime=runc"] if seed.engine == "docker" else []  # the kit's flag; podman: its own
     label = f"--label=sparkfleet.cache-seed={uuid.uuid4().hex}"
     create = [seed.engine, "create", "--network=none", *runtime, label, "--entrypoint=/bin/true", seed.image]
-    cp = subprocess.run(create, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        cp = subprocess.run(create, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except OSError as exc:  # the engine itself is not there
+        raise refuse(seed, f"`{seed.engine} create` from {seed.image} failed: {exc.strerror}") from None
     cid = cp.stdout.strip().splitlines()[-1] if cp.stdout.strip() else ""
     if cp.returncode != 0 or not CONTAINER_ID.fullmatch(cid):
         raise refuse(seed, f"`{seed.engine} create` from {seed.image} failed: {cp.stderr.strip()[-300:]}")
