@@ -220,6 +220,19 @@ def same(path: Path, row: dict) -> bool:
     )  # fmt: skip
 
 
+def plain_dirs(base: Path, rel: PurePosixPath) -> bool:
+    """Make base/rel a chain of plain directories (mkdir where missing); False where a link or a
+    file stands on it: the seed never writes through a link the engine may have left in /cache."""
+    d = base
+    for part in rel.parts:
+        d = d / part
+        if d.is_symlink() or (d.exists() and not d.is_dir()):
+            return False
+        if not d.exists():
+            os.mkdir(d, 0o755)
+    return True
+
+
 def seed(tree: Path, files: dict[str, dict], roots: frozenset[str], cache_dir: Path) -> Seeded:
     """Copy into `cache_dir` each manifest file that is missing or differs (copy2, exact mtime_ns),
     each checked by sha256 before it takes its name; delete nothing. As create() does, the cache
@@ -233,10 +246,9 @@ def seed(tree: Path, files: dict[str, dict], roots: frozenset[str], cache_dir: P
         if same(target, row):
             kept += 1
             continue
-        ensure_dir(target.parent)
-        if target.parent.resolve() != target.parent or target.is_dir():
+        if not plain_dirs(base, PurePosixPath(name).parent) or target.is_dir():
             raise SparkfleetError(
-                f"cannot seed {target}: a link or a directory stands on its path in {cache_dir}",
+                f"cannot seed {target}: a link, a file or a directory stands on its path in {cache_dir}",
                 hint=f"inspect {target} (the seed never deletes what the engine wrote)",
             )
         tmp = temp_name(target)

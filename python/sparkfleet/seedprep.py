@@ -161,7 +161,9 @@ def copy_out(seed: CacheSeed, pins: LockPins, dest: Path) -> None:
     lock's; a tampered or other asset is refused, naming it, and left as `.copying` for inspection
     until the next run."""
     partial = dest.with_name(dest.name + ".copying")
-    partial.unlink(missing_ok=True)  # a dead run's (we hold the lock)
+    if partial.is_dir() and not partial.is_symlink():  # a dead run's (we hold the lock)
+        shutil.rmtree(partial)
+    partial.unlink(missing_ok=True)
     runtime = ["--runtime=runc"] if seed.engine == "docker" else []  # the kit's flag; podman: its own
     label = f"--label=sparkfleet.cache-seed={uuid.uuid4().hex}"
     create = [seed.engine, "create", "--network=none", *runtime, label, "--entrypoint=/bin/true", seed.image]

@@ -41,7 +41,7 @@ from sparkfleet.launch import agent, records
 from sparkfleet.launch.plan import check_cache_seed, dry_run, node_facts, probe_request
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.spec import LaunchSpec, cache_seed_of
-from sparkfleet.seedprep import prepare, prepared
+from sparkfleet.seedprep import prepare, prepared, seed_cache
 from support.engines import (
     Dockerd,
     docker_archive,
@@ -451,3 +451,18 @@ def test_a_seed_pin_the_lane_does_not_check_out_is_refused(tmp_path):
         match=r"launch.cache_seed.pin 'exl3-kit-image' is not a pin of the lane's \[\[launch.trees\]\]",
     ):
         launch_recipe(inv, LANE)
+
+
+def test_the_seed_never_writes_through_a_link_the_engine_left_in_the_cache(tmp_path):
+    seed = _placed(tmp_path, CACHE_FILES)
+    cache, outside = tmp_path / "lane-cache", tmp_path / "outside"
+    outside.mkdir()
+    cache.mkdir()
+    (cache / "triton").symlink_to(outside)  # a rank wrote a link where a cache root belongs
+    with pytest.raises(SparkfleetError, match="a link, a file or a directory stands on its path"):
+        seed_cache(seed, str(cache))
+    assert list(outside.iterdir()) == []  # nothing written through it
+    (cache / "triton").unlink()
+    got = seed_cache(seed, str(cache))  # cuda/ and exllamav3/ came in before triton/ was refused
+    assert (got.copied, got.kept) == (3, 2)
+    _assert_seeded(cache)
