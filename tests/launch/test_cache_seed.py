@@ -128,11 +128,13 @@ def _lock(asset: bytes, manifest: bytes, image_digest: str) -> bytes:
 
 
 def _fleet(tmp_path: Path) -> inventory.Inventory:
-    """The repository's fleet, dgx1's state_dir under tmp_path (where its checkout and store go)."""
+    """The repository's fleet, dgx1 this machine (its agent runs here) with its state_dir under
+    tmp_path (where its checkout and store go)."""
     root = repo_fleet(tmp_path / "fleet")
     fleet = root / "hosts" / "fleet.toml"
     state = tmp_path / "dgx1-state"
-    fleet.write_text(fleet.read_text().replace("[hosts.dgx1]\n", f'[hosts.dgx1]\nstate_dir = "{state}"\n', 1))
+    dgx1 = f'[hosts.dgx1]\naddress = "localhost"\nstate_dir = "{state}"\n'
+    fleet.write_text(fleet.read_text().replace('[hosts.dgx1]\naddress = "dgx1"\n', dgx1, 1))
     return inventory.load(root)
 
 
@@ -352,13 +354,15 @@ def test_podman_image_seeds_the_cache(tmp_path, images, monkeypatch):
 BIG = "torch-extensions/py311_cu128/big_ext/big_ext.so"
 
 
-def _placed(tmp_path: Path, files: dict[str, bytes], extra: list[tarfile.TarInfo] = ()) -> CacheSeed:
+def _placed(
+    tmp_path: Path, files: dict[str, bytes], extra: list[tarfile.TarInfo] = (), digest: str = "a" * 64
+) -> CacheSeed:
     """A store whose tar was already copied out of the image (registry.py's state after `docker cp`):
     no engine is asked again, so no engine is needed."""
     manifest = _manifest(files)
     asset = _tar(files, manifest, extra)
-    inv, _ = _kit(tmp_path, _lock(asset, manifest, "a" * 64))
-    seed = _seed(inv, "docker", "sha256:" + "a" * 64)
+    inv, _ = _kit(tmp_path, _lock(asset, manifest, digest))
+    seed = _seed(inv, "docker", "sha256:" + digest)
     store = Path(seed.store) / hashlib.sha256(asset).hexdigest()
     store.mkdir(parents=True)
     (store / "kernel-cache.tar").write_bytes(asset)
@@ -466,3 +470,20 @@ def test_the_seed_never_writes_through_a_link_the_engine_left_in_the_cache(tmp_p
     got = seed_cache(seed, str(cache))  # cuda/ and exllamav3/ came in before triton/ was refused
     assert (got.copied, got.kept) == (3, 2)
     _assert_seeded(cache)
+
+
+def test_doctor_shows_the_kernel_cache_line_and_never_prepares_it(tmp_path):
+    """doctor over the agent on this machine: the recipe's own pin (its image digest is the lock's),
+    first not prepared (doctor only reads: no tree is made), then prepared with its size."""
+    from sparkfleet.doctor import doctor
+
+    pinned = "30557154f0d56b613a95867d41918c50d61f94107fa46861343d08f28c54bce3"  # hosts/fleet.toml
+    seed = _placed(tmp_path, CACHE_FILES, digest=pinned)
+    inv = inventory.load(tmp_path / "fleet")
+    (line,) = [c for c in doctor(inv, LANE).checks if (c.host, c.name) == ("dgx1", "kernel cache")]
+    assert line.ok is True and "not prepared here yet" in line.detail, line
+    assert not (Path(seed.store) / hashlib.sha256(ASSET).hexdigest() / "tree").exists()
+    prepare(dataclasses.replace(seed, image=launch_recipe(inv, LANE).image.ref))
+    (line,) = [c for c in doctor(inv, LANE).checks if (c.host, c.name) == ("dgx1", "kernel cache")]
+    assert line.ok is True and f"prepared, {len(CACHE_FILES)} files" in line.detail, line
+    assert line.sizes == {"bytes": sum(len(d) for d in CACHE_FILES.values())}
