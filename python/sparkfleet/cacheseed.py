@@ -34,6 +34,7 @@ from .digests import full_digest
 from .errors import ExitCode, SparkfleetError
 
 # portable_node.py cache_inputs() at 878e0ee: its format, and its bounds on the inventory.
+LOCK_FORMAT = "ds41_public_recipe_lock_v2"  # recipe-lock.json at 878e0ee
 MANIFEST_NAME = "cache-manifest.json"
 MANIFEST_FORMAT = "ds41_auxiliary_runtime_cache_v1"
 MAX_FILES = 100000
@@ -120,12 +121,22 @@ class LockPins:
 
 def read_lock(seed: CacheSeed) -> LockPins:
     """runtime.files[asset] {bytes, sha256}, runtime.cache_manifest_sha256 and runtime.image, read
-    from the pinned checkout's lock (registry.py validate()'s rules), refusing naming the key."""
+    from the pinned checkout's lock (registry.py validate()'s rules), refusing naming the key.
+
+    pins/lock.py parse_lock() reads the same file for `pins import-lock` on the operator's machine,
+    but it stands on the inventory (TOML), which the node's agent must not import; this reads
+    only the runtime block, on the node, from the checkout launch verified."""
     try:
         doc = json.loads(Path(seed.lock).read_bytes())
     except (OSError, ValueError) as exc:
         raise refuse(seed, f"cannot read {seed.lock}: {exc}") from None
     runtime = doc.get("runtime") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and doc.get("format") != LOCK_FORMAT:
+        raise refuse(seed, f"{seed.lock}: format {doc.get('format')!r:.60} is not {LOCK_FORMAT}")
+    if isinstance(runtime, dict) and runtime.get("transport") != "ghcr":
+        # registry.py: only the ghcr transport packages the assets inside the pinned image
+        transport = runtime.get("transport")
+        raise refuse(seed, f"{seed.lock}: runtime.transport {transport!r:.40} puts no asset in the image")
     row = ((runtime or {}).get("files") or {}).get(seed.asset) if isinstance(runtime, dict) else None
     if not isinstance(row, dict):
         raise refuse(seed, f"{seed.lock} has no runtime.files[{seed.asset!r}]")

@@ -487,3 +487,14 @@ def test_doctor_shows_the_kernel_cache_line_and_never_prepares_it(tmp_path):
     (line,) = [c for c in doctor(inv, LANE).checks if (c.host, c.name) == ("dgx1", "kernel cache")]
     assert line.ok is True and f"prepared, {len(CACHE_FILES)} files" in line.detail, line
     assert line.sizes == {"bytes": sum(len(d) for d in CACHE_FILES.values())}
+
+
+def test_a_lock_whose_assets_are_not_in_the_image_is_refused_naming_the_key(tmp_path):
+    lock = json.loads(_lock(ASSET, MANIFEST, "a" * 64))
+    lock["runtime"]["transport"] = "huggingface"  # bootstrap.py downloads those; no image holds them
+    inv, checkout = _kit(tmp_path, json.dumps(lock).encode())
+    seed = _seed(inv, "docker", "sha256:" + "a" * 64)
+    with pytest.raises(SparkfleetError, match=r"recipe-lock.json: runtime.transport 'huggingface'") as exc:
+        prepare(seed)
+    assert exc.value.exit_code == ExitCode.REFUSED and str(checkout) in exc.value.message
+    assert not Path(seed.store).exists()  # nothing made
