@@ -47,10 +47,9 @@ from support.engines import (
     docker_archive,
     engines_skip_reason,
     layer_tar,
-    podman_cleanup,
-    podman_env,
+    podman_loaded,
 )
-from support.kitrepo import git
+from support.kitrepo import git, make_kit_repo
 from support.lanefleet import repo_fleet
 
 LANE = "dsv41-flash-exl3-2x"
@@ -142,21 +141,12 @@ def _kit(tmp_path: Path, lock: bytes) -> tuple[inventory.Inventory, Path]:
     """The exl3-kit pin's checkout on dgx1 as `sparkfleet stage` leaves it (a real git clone at the
     pin's rev, which is the stand-in's commit), holding `lock` as recipe-lock.json."""
     inv = _fleet(tmp_path)
-    repo = tmp_path / "exl3-kit-repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    for rel, data in {**STAND_INS, "recipe-lock.json": lock}.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(data)
-    git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "-m", "kit")
-    rev = git(repo, "rev-parse", "HEAD")
+    kit = make_kit_repo(tmp_path / "exl3-kit-repo", {**STAND_INS, "recipe-lock.json": lock})
     fleet = inv.root / "hosts" / "fleet.toml"
-    fleet.write_text(fleet.read_text().replace(f'rev = "{REV}"', f'rev = "{rev}"'))
-    checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / rev
-    checkout.parent.mkdir(parents=True)
-    git(checkout.parent, "clone", "--quiet", "--no-checkout", str(repo), rev)
-    git(checkout, "checkout", "--quiet", "--detach", rev)
+    fleet.write_text(fleet.read_text().replace(f'rev = "{REV}"', f'rev = "{kit.rev}"'))
+    checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / kit.rev
+    git(tmp_path, "clone", "--quiet", "--no-checkout", str(kit.path), str(checkout))
+    git(checkout, "checkout", "--quiet", "--detach", kit.rev)
     return inventory.load(inv.root), checkout
 
 
@@ -329,26 +319,19 @@ def test_podman_image_seeds_the_cache(tmp_path, images, monkeypatch):
     if reason := engines_skip_reason("podman"):
         pytest.skip(reason)
     (tar, good), _ = images
-    base = tmp_path / "podman"
-    env = podman_env(base)
-    try:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        subprocess.run(["podman", "load", "-i", str(tar)], check=True, capture_output=True)
+    with podman_loaded(tmp_path / "podman", tar, monkeypatch):
         hexid = good.removeprefix("sha256:")
         inv, _ = _kit(tmp_path, _lock(ASSET, MANIFEST, hexid))
         seed = _seed(inv, "podman", hexid)
         assert _probe(inv, seed, make=True).cache_seed["made"]
         left = subprocess.run(["podman", "ps", "-aq"], capture_output=True, text=True, check=True)
-        assert left.stdout.split() == []
+        assert left.stdout.split() == []  # created, never started, removed by ID
         cache = tmp_path / "lane-cache"
         out = agent.start({"spec": to_jsonable(_rank_spec(tmp_path, seed, cache))})
         assert out["cache_seed"]["copied"] == len(CACHE_FILES)
         _wait_for(cache / "seen.json")
         _assert_seeded(cache)
         agent.stop({"state_dir": str(tmp_path / "rank-state"), "lane": "seedtest", "timeout": 5})
-    finally:
-        podman_cleanup(env, base)
 
 
 BIG = "torch-extensions/py311_cu128/big_ext/big_ext.so"
