@@ -166,7 +166,9 @@ def copy_out(seed: CacheSeed, pins: LockPins, dest: Path) -> None:
     partial.unlink(missing_ok=True)
     runtime = ["--runtime=runc"] if seed.engine == "docker" else []  # the kit's flag; podman: its own
     label = f"--label=sparkfleet.cache-seed={uuid.uuid4().hex}"
-    create = [seed.engine, "create", "--network=none", *runtime, label, "--entrypoint=/bin/true", seed.image]
+    # --pull=never, as the lane's ranks run (runtimes.py): the pinned image is loaded, never fetched here
+    create = [seed.engine, "create", "--pull=never", "--network=none", *runtime, label,
+              "--entrypoint=/bin/true", seed.image]  # fmt: skip
     try:
         cp = subprocess.run(create, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     except OSError as exc:  # the engine itself is not there

@@ -481,3 +481,23 @@ def test_a_lock_whose_assets_are_not_in_the_image_is_refused_naming_the_key(tmp_
         prepare(seed)
     assert exc.value.exit_code == ExitCode.REFUSED and str(checkout) in exc.value.message
     assert not Path(seed.store).exists()  # nothing made
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_an_image_the_host_has_not_loaded_is_refused_never_pulled(tmp_path, dockerd, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", dockerd.host)
+    absent = "b" * 64
+    inv, _ = _kit(tmp_path, _lock(ASSET, MANIFEST, absent))
+    seed = _seed(
+        inv, "docker", f"ghcr.io/coolbho3k/deepseek-v4.1-flash-exl3-3bpw-2x-dgx-spark@sha256:{absent}"
+    )
+    facts = _probe(inv, seed, make=True)
+    assert facts.cache_seed["ok"] is False
+    assert f"`docker create` from {seed.image} failed" in facts.cache_seed["problem"]
+    assert (
+        "No such image" in facts.cache_seed["problem"]
+    )  # --pull=never: the pinned image is loaded, not fetched
+    with pytest.raises(SparkfleetError) as exc:
+        check_cache_seed(inv, launch_recipe(inv, LANE), facts)
+    assert exc.value.exit_code == ExitCode.REFUSED and "load the lane's image" in exc.value.hint
