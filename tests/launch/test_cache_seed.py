@@ -419,6 +419,18 @@ def test_dry_run_shows_the_seed_and_the_recipe_names_no_sha256(tmp_path, monkeyp
             and seed.image_path == "/opt/ds41-release/kernel-cache.tar"
         )
         assert "kernel-cache.tar out of" in seed.describe() and "recipe-lock.json" in seed.describe()
+    from click.testing import CliRunner
+
+    from sparkfleet.cli import main
+
+    args = ["--root", str(inv.root), "launch", LANE, "--dry-run"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count("  cache:   seeded before the serve: kernel-cache.tar out of") == 2
+    doc = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    assert [r["cache_seed"] for r in doc["ranks"]] == [
+        plan.specs[r["host"]].cache_seed.describe() for r in doc["ranks"]
+    ]
     recipe_text = (inv.root / "recipes" / LANE / "recipe.toml").read_text()
     table = recipe_text.split("[launch.cache_seed]")[1].split("\n\n")[0]
     assert "sha256" not in table  # read from the kit's lock, never restated
