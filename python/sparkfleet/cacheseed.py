@@ -70,8 +70,9 @@ class CacheSeed:
 
     def fix(self, host: str) -> str:
         return (
-            f"load the lane's image {self.image} on {host} ({self.engine} image inspect must find it), "
-            f"and stage the kit checkout (sparkfleet stage {host} --lane LANE); then launch again"
+            f"load the lane's image {self.image} on {host} (`{self.engine} pull` it there or load its "
+            f"archive: `{self.engine} image inspect` must find it), and stage the kit checkout "
+            f"(sparkfleet stage {host} --lane LANE); then launch again"
         )
 
 
