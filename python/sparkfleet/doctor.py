@@ -23,7 +23,7 @@ from .launch.manifest import build_manifest
 from .launch.plan import image_fix, image_mismatch, image_request, lost_digest, node_facts, probe_request
 from .launch.recipe import LaunchRecipe, launch_recipe
 from .launch.replicas import host_inventory, instance_name, replica_inventory
-from .launch.spec import build_spec, cache_dir_of, check_env_extras, check_world, receipt_paths
+from .launch.spec import build_spec, cache_dir_of, cache_seed_of, check_env_extras, check_world, receipt_paths
 from .memory import MemoryFacts, admit, summary
 from .nodecall import call_agent
 
@@ -250,6 +250,8 @@ def _host_checks(
         out.append(Check(host_name, "fabric", None, "lane needs no RoCE fabric" if recipe else "no lane"))
     if recipe and recipe.display and facts.display is not None:
         out.append(display_check(host_name, recipe.display, facts.display))
+    if recipe and facts.cache_seed is not None:
+        out.append(cache_seed_check(inv, host_name, recipe, facts.cache_seed))
     if recipe and "api_key" in ans:
         out.append(_api_key_check(host_name, recipe, ans["api_key"]))
     gpu = ans.get("gpu", {})
@@ -397,6 +399,21 @@ def doctor(inv: Inventory, target: str, deploy: bool = False, replica: int = 0) 
     for h in hosts:
         report.checks += _host_checks(inv, h, recipes, deploy)
     return report
+
+
+def cache_seed_check(inv: Inventory, host_name: str, recipe: LaunchRecipe, seed: dict) -> Check:
+    """The kit's kernel cache the lane's /cache is seeded from ([launch.cache_seed]): prepared on the
+    node, not yet (launch makes it from the image), or why launch would refuse (exit 5)."""
+    need = cache_seed_of(recipe, inv.host(host_name))
+    asset = need.asset if need else "cache seed"
+    if not seed.get("ok"):
+        fix = need.fix(host_name).replace("LANE", recipe.lane) if need else seed.get("hint")
+        return Check(host_name, "kernel cache", False, f"{asset}: {seed.get('problem')}", fix, refuses=True)
+    if not seed.get("prepared"):
+        detail = f"{asset}: not prepared here yet; launch copies it out of the image and checks it first"
+        return Check(host_name, "kernel cache", True, detail)
+    detail = f"{asset}: prepared, {seed['files']} files ({{bytes}}) at {seed['tree']}; seeded every serve"
+    return Check(host_name, "kernel cache", True, detail, sizes={"bytes": int(seed["bytes"])})
 
 
 def display_check(host_name: str, need: DisplayNeed, display: dict) -> Check:

@@ -41,8 +41,7 @@ from support.engines import (
     engines_skip_reason,
     layer_tar,
     make_rootfs,
-    podman_cleanup,
-    podman_env,
+    podman_loaded,
 )
 from support.lanefleet import repo_fleet
 
@@ -190,12 +189,7 @@ def test_docker_runs_the_rank_in_the_declared_box(tmp_path, archive, monkeypatch
 
 def test_podman_runs_the_rank_in_the_declared_box(tmp_path, archive, monkeypatch):
     tar, image = archive
-    base = tmp_path / "podman"
-    env = podman_env(base)
-    try:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        subprocess.run(["podman", "load", "-i", str(tar)], check=True, capture_output=True)
+    with podman_loaded(tmp_path / "podman", tar, monkeypatch):
         container = _box(tmp_path, "1234:1234")
         spec = _spec(tmp_path, "podman", image.removeprefix("sha256:"), container)
         rt = ContainerRuntime("podman")
@@ -215,5 +209,3 @@ def test_podman_runs_the_rank_in_the_declared_box(tmp_path, archive, monkeypatch
         assert state["OOMKilled"] is True or state["ExitCode"] == 137, state
         _inside(Path(spec.cache_dir), "1234:1234", container)
         assert rt.stop(rec, 5).stopped
-    finally:
-        podman_cleanup(env, base)

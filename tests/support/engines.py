@@ -28,6 +28,8 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sparkfleet
@@ -228,3 +230,17 @@ def podman_cleanup(env: dict[str, str], base: Path) -> None:
     for mnt in sorted((m for m in _mounts() if m.startswith(str(base))), reverse=True):
         subprocess.run(["umount", "-l", mnt], capture_output=True)
     shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def podman_loaded(base: Path, archive: Path, mp) -> Iterator[dict[str, str]]:
+    """podman with its state under `base` (podman_env, set in the test's env through the pytest
+    MonkeyPatch `mp`) holding the image of `archive`; its containers, images and store removed after."""
+    env = podman_env(base)
+    try:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        subprocess.run(["podman", "load", "-i", str(archive)], check=True, capture_output=True)
+        yield env
+    finally:
+        podman_cleanup(env, base)

@@ -44,11 +44,12 @@ class KitRepo:
         return hashlib.sha256(FILES[f"{SERVING}/serve.py"]).hexdigest()
 
 
-def make_kit_repo(path: Path) -> KitRepo:
-    """A repository whose first commit holds FILES; its second removes serve.py."""
+def make_kit_repo(path: Path, files: dict[str, bytes] = FILES) -> KitRepo:
+    """A repository whose first commit holds `files` (FILES: the serving stand-ins); its second
+    removes serve.py (which `files` must hold)."""
     path.mkdir(parents=True)
     git(path, "init", "--quiet", "--initial-branch", "main")
-    for rel, data in FILES.items():
+    for rel, data in files.items():
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
         (path / rel).write_bytes(data)
     git(path, "add", "-A")

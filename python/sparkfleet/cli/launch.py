@@ -320,6 +320,7 @@ def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool) -
                 "env": {k: v for k, v in redact_env(spec.env).items() if k not in unknown},
                 "binds": [b.docker_arg() for b in spec.binds],
                 "devices": list(spec.devices),
+                "cache_seed": spec.cache_seed.describe() if spec.cache_seed else None,
                 "unknown": unknown,
             }
         )
@@ -346,6 +347,8 @@ def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool) -
         for b in r["binds"]:
             click.echo(f"    {b}")
         click.echo(f"  devices: {', '.join(r['devices']) or '(none)'}")
+        if r["cache_seed"]:
+            click.echo(f"  cache:   seeded before the serve: {r['cache_seed']}")
         for line in _unknown_lines(r["unknown"], indent="  "):
             click.echo(line)
 

@@ -159,11 +159,18 @@ def probe(req: dict) -> dict:
         dev = device_from_dict(req["display"])
         facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
         out["display"] = {**to_jsonable(facts), "problems": display_problems(dev, facts)}
+    if req.get("cache_seed"):  # [launch.cache_seed]: the verified tree, made once when launch asks
+        from ..cacheseed import seed_from_dict
+        from ..seedprep import seed_facts
+
+        seed = req["cache_seed"]
+        out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
     return out
 
 
 def start(req: dict) -> dict:
-    """before_serve (receipt roots), refuse if this lane's rank already runs, start, record."""
+    """before_serve (receipt roots, then the cache seed), refuse if this lane's rank already runs,
+    start, record."""
     spec = spec_from_dict(req["spec"])
     state_dir = Path(spec.state_dir)
     key = apikeys.read_key(state_dir, spec.lane)
@@ -180,11 +187,18 @@ def start(req: dict) -> dict:
             )
     cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
     boot_cache = cache_state(spec) if spec.boot_cache_dir else None
+    seeded = None
+    if spec.cache_seed is not None:  # the kit's kernel cache, as each of its runs starts with it
+        from ..seedprep import seed_cache
+
+        seeded = to_jsonable(seed_cache(spec.cache_seed, spec.cache_dir))
     rec = runtime.start(spec)
     rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
     records.save(state_dir, rec)
     records.last_run_path(state_dir, spec.lane, spec.rank).unlink(missing_ok=True)  # a new run began
     out = {"record": to_jsonable(rec), "receipts": to_jsonable(cleared), "boot_cache": boot_cache}
+    if seeded is not None:
+        out["cache_seed"] = seeded
     wd = req.get("watchdog")
     if wd:
         out["watchdog"] = watchdog.spawn(

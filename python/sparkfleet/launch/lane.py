@@ -248,6 +248,12 @@ def _launch(
                     cleared,
                 )
             )
+            if seeded := ans.get("cache_seed"):  # [launch.cache_seed]: what the serve's /cache got
+                asset = spec.cache_seed.asset if spec.cache_seed else "the kit's kernel cache"
+                on_event(
+                    f"seeded {spec.host}:{spec.cache_dir} from {asset}: {seeded['copied']} of "
+                    f"{seeded['files']} files copied, {seeded['kept']} already there"
+                )
             on_event(f"started rank {spec.rank} on {spec.host} ({spec.name})")
     except SparkfleetError:
         if started:

@@ -26,7 +26,7 @@ from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
 from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
 from .replicas import replica_flag
 from .runtimes import container_run_argv
-from .spec import LaunchSpec, ShapeError, build_spec, display_of, recipe_problems
+from .spec import LaunchSpec, ShapeError, build_spec, cache_seed_of, display_of, recipe_problems
 
 
 @dataclass
@@ -44,6 +44,7 @@ class NodeFacts:
     ports_in_use: list[int] = field(default_factory=list)
     kits: list[dict] = field(default_factory=list)  # [[launch.trees]] checkouts: KitVerdict fields
     display: dict | None = None  # [launch.display] on the node: DisplayFacts fields + "problems"
+    cache_seed: dict | None = None  # [launch.cache_seed] on the node: seedprep.seed_facts
 
 
 @dataclass
@@ -94,6 +95,8 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
             "checkouts": to_jsonable(kit_checkouts([lane], inv)) if recipe.trees else [],
         },
         "display": to_jsonable(dev) if (dev := display_of(recipe, host, recipe.lane)) else None,
+        # [launch.cache_seed]: doctor asks whether the tree is there; launch's probe sets "prepare"
+        "cache_seed": to_jsonable(seed) if (seed := cache_seed_of(recipe, host)) else None,
     }
 
 
@@ -125,6 +128,7 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
         ports_in_use=list(answer.get("ports_in_use", [])),
         kits=list(answer.get("kits", [])),
         display=answer.get("display"),
+        cache_seed=answer.get("cache_seed"),
     )  # fmt: skip
 
 
@@ -171,6 +175,23 @@ def check_display(recipe: LaunchRecipe, nf: NodeFacts) -> None:
         f"{nf.host}: lane {recipe.lane} keeps its KV cache in display memory, and this node cannot "
         f"give a rank its DRM card: {'; '.join(problems)}",
         hint=recipe.display.fix(nf.host),
+        exit_code=ExitCode.REFUSED,
+    )
+
+
+def check_cache_seed(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> None:
+    """Refuse (exit 5) a node where the kit's kernel cache cannot be had ([launch.cache_seed]): the
+    image lacks it, it is not the asset the kit's lock pins, or the lock cannot be read. A rank
+    started with an unseeded /cache recompiles every JIT kernel (minutes), and its compilers
+    would not run from the inputs the kit qualified."""
+    facts = nf.cache_seed or {}
+    seed = cache_seed_of(recipe, inv.host(nf.host))
+    if seed is None or facts.get("ok", True):
+        return
+    raise SparkfleetError(
+        f"{nf.host}: lane {recipe.lane} seeds /cache from the kit's {seed.asset}, which cannot be had "
+        f"here: {facts.get('problem')}",
+        hint=seed.fix(nf.host).replace("LANE", recipe.lane),
         exit_code=ExitCode.REFUSED,
     )
 
@@ -262,6 +283,8 @@ def prepare(
             return not_probed(name, offline)
         host = inv.host(name)
         req = probe_request(inv, recipe, host)
+        if req.get("cache_seed"):  # launch makes the tree if the node lacks it (doctor only reads)
+            req["cache_seed"]["prepare"] = True
         if built:
             req["built_image"] = image_request(recipe, host, built)
         try:
@@ -294,6 +317,7 @@ def prepare(
         if probed and in_container:
             check_kits(recipe, nf)
             check_display(recipe, nf)
+            check_cache_seed(inv, recipe, nf)
         host = inv.host(name)
         manifests[name] = build_manifest(
             name, host.local_hub, host.nas_hub, nf.models, recipe.hub_mount if in_container else None

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
+from ..cacheseed import SeedNeed
 from ..display import DisplayNeed
 from ..errors import InventoryError
 from ..inventory import GIB, Inventory, Lane, ModelNeed, Pin
@@ -126,6 +128,7 @@ class LaunchRecipe:
     watchdog_scope: str = "rank"  # [watchdog] scope: "lane" = one rank's stop stops them all
     trees: tuple[HostTree, ...] = ()  # [[launch.trees]]: a kit's pinned files bound from each host
     display: DisplayNeed | None = None  # [launch.display]: the host's DRM card, for display-memory KV
+    cache_seed: SeedNeed | None = None  # [launch.cache_seed]: the kit's pinned kernel cache, into /cache
 
 
 def world_of(lane: Lane) -> WorldShape:
@@ -197,6 +200,7 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             )
     t = doc.get("timeouts", {})
     shm_size = doc.get("shm_size", "32g")
+    trees = host_trees(doc.get("trees", []), inv, str(lane.recipe_path))
     return LaunchRecipe(
         lane=lane.name,
         world=world_of(lane),
@@ -237,9 +241,37 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
         node_env=node_env,
         container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
         watchdog_scope=lane.raw.get("watchdog", {}).get("scope", "rank"),
-        trees=host_trees(doc.get("trees", []), inv, str(lane.recipe_path)),
+        trees=trees,
         display=display_need(doc.get("display")),
+        cache_seed=seed_need(doc.get("cache_seed"), trees, image, str(lane.recipe_path)),
     )
+
+
+def seed_need(
+    doc: dict | None, trees: tuple[HostTree, ...], image: Pin | None, where: str
+) -> SeedNeed | None:
+    """[launch.cache_seed] (schema-checked): its pin must be one the lane binds through [[launch.trees]]
+    (so staging brings the checkout and launch verifies it), its files inside that checkout, and the
+    lane must run a pinned registry image (the asset is read out of it, checked against the lock)."""
+    if doc is None:
+        return None
+    tree = next((t for t in trees if t.pin == doc["pin"]), None)
+    if tree is None:
+        raise InventoryError(
+            f"{where}: launch.cache_seed.pin {doc['pin']!r} is not a pin of the lane's [[launch.trees]]",
+            hint="the lock is read from the kit checkout that staging brings for [[launch.trees]]",
+        )
+    for key in ("lock", "roots_from"):
+        rel = PurePosixPath(doc[key])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise InventoryError(
+                f"{where}: launch.cache_seed.{key}: {doc[key]!r} must stay inside the checkout"
+            )
+    if image is None:
+        raise InventoryError(
+            f"{where}: launch.cache_seed needs launch.image (the pinned image the asset is read from)"
+        )
+    return SeedNeed(tree.pin, tree.rev, doc["lock"], doc["asset"], doc["image_path"], doc["roots_from"])
 
 
 def display_need(doc: dict | None) -> DisplayNeed | None:

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .. import apikeys
+from ..cacheseed import CacheSeed, seed_from_dict
 from ..display import DisplayDevice, device_from_dict
 from ..errors import SparkfleetError
 from ..inventory import state_dir_of
@@ -95,6 +96,7 @@ class LaunchSpec:
     entrypoint: str | None = None  # the image's entrypoint replaced (the kit's `--entrypoint`), or kept
     container: ContainerLimits = ContainerLimits()  # [launch.container]: limits and privileges
     display: DisplayDevice | None = None  # the host's DRM card at [launch.display] target, with its group
+    cache_seed: CacheSeed | None = None  # [launch.cache_seed] on this host: copied into cache_dir first
 
     @property
     def is_head(self) -> bool:
@@ -273,6 +275,17 @@ def display_of(recipe: LaunchRecipe, host: Host, where: str) -> DisplayDevice | 
             "`ls -l /dev/dri` on the host shows its cards",
         )
     return recipe.display.on(host.drm_card)
+
+
+def cache_seed_of(recipe: LaunchRecipe, host: Host) -> CacheSeed | None:
+    """[launch.cache_seed] on `host`: the lock and roots file in its checkout of the kit's pin, the
+    store under its state dir (None: the lane seeds nothing, or runs no container)."""
+    need = recipe.cache_seed
+    if need is None or recipe.runtime not in ("docker", "podman") or recipe.image is None:
+        return None
+    state_dir = Path(state_dir_of(host))
+    checkout = next(t for t in recipe.trees if t.pin == need.pin).checkout(state_dir)
+    return need.on(checkout, state_dir, recipe.runtime, recipe.image.ref)
 
 
 def receipt_paths(recipe: LaunchRecipe, cache_dir: str, where: str) -> tuple[str, ...]:
@@ -576,6 +589,7 @@ def build_spec(
         entrypoint=recipe.entrypoint if in_container else None,
         container=recipe.container,
         display=display,
+        cache_seed=cache_seed_of(recipe, host),
     )
 
 
@@ -595,4 +609,5 @@ def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
         d[key] = tuple(d.get(key) or ())
     d["container"] = limits_from_dict(d.get("container") or {})
     d["display"] = device_from_dict(d["display"]) if d.get("display") else None
+    d["cache_seed"] = seed_from_dict(d["cache_seed"]) if d.get("cache_seed") else None
     return LaunchSpec(**d)
