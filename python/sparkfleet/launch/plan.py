@@ -94,7 +94,7 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
             "lane": recipe.lane,
             "checkouts": to_jsonable(kit_checkouts([lane], inv)) if recipe.trees else [],
         },
-        "display": to_jsonable(dev) if (dev := display_of(recipe, host, recipe.lane)) else None,
+        "display": to_jsonable(dev) if (dev := display_of(recipe, host, str(lane.recipe_path))) else None,
         # [launch.cache_seed]: doctor asks whether the tree is there; launch's probe sets "prepare"
         "cache_seed": to_jsonable(seed) if (seed := cache_seed_of(recipe, host)) else None,
     }
