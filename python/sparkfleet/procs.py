@@ -71,3 +71,24 @@ def group_members(pgid: int) -> list[int]:
         if fields and fields[0] not in GONE_STATES and int(fields[2]) == pgid:
             out.append(int(entry.name))
     return out
+
+
+def children(ppid: int) -> list[tuple[int, int]]:
+    """Live (non-zombie) children of `ppid`, each as (pid, start ticks): what a caller waits on,
+    a recycled PID told apart by same_process."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and fields[0] not in GONE_STATES and int(fields[1]) == ppid:
+            out.append((int(entry.name), int(fields[19])))
+    return out
+
+
+def command_line(pid: int) -> str:
+    """`pid`'s command line as it shows it now (a process may rewrite it: nginx does), "" if gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -221,6 +221,7 @@ def test_teardown_when_test_body_raises():
     _assert_gone(*state)
 
 
+@pytest.mark.serial  # another worker's sweep would clean the dead session's leftovers first: run alone
 def test_sweep_cleans_up_after_killed_session():
     """A session SIGKILLed mid-test leaves netns, sshd, bridge and a mount; the next sweep removes them."""
     child_code = textwrap.dedent(

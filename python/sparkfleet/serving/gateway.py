@@ -434,11 +434,16 @@ def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s
             f"the gateway (pid {rec.pid}) runs without its front",
             hint="sparkfleet gateway down; sparkfleet gateway up",
         )
+    old = procs.children(pid)  # the workers that hold the old key map
     os.kill(pid, signal.SIGHUP)
     if confirm is not None:
         local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
         deadline = time.monotonic() + wait_s
-        while _get(f"http://{local}:{rec.port}/v1/models", confirm[0])[0] != confirm[1]:
+        # One answer from a new worker is not enough: until an old worker takes its shutdown, it
+        # still accepts connections with the old keys (a revoked key got 200 right after revoke).
+        while _get(f"http://{local}:{rec.port}/v1/models", confirm[0])[0] != confirm[1] or any(
+            _still_accepting(p, ticks) for p, ticks in old
+        ):
             if time.monotonic() > deadline:
                 raise SparkfleetError(
                     f"the gateway did not take the new keys within {wait_s:g} s",
@@ -446,6 +451,13 @@ def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s
                 )
             time.sleep(0.1)
     return True
+
+
+def _still_accepting(pid: int, ticks: int) -> bool:
+    """An nginx worker of the old configuration that may still accept a connection: it runs and has
+    not begun its graceful shutdown, which closes its listening sockets and retitles it "worker
+    process is shutting down" (nginx(8) reload: old workers stop accepting, finish, and exit)."""
+    return procs.same_process(pid, ticks, procs.boot_id()) and "shutting down" not in procs.command_line(pid)
 
 
 def add_user(state_dir: Path, name: str) -> tuple[str, bool]:
