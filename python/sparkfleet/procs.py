@@ -61,29 +61,27 @@ def same_process(pid: int, ticks: int | None, boot: str | None) -> bool:
     return state is not None and state not in GONE_STATES and start_ticks(pid) == ticks
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group `pgid`."""
+def _live(field: int, value: int) -> list[tuple[int, list[str]]]:
+    """Live (non-zombie) processes whose stat field `field` (0 = state, 1 = ppid, 2 = pgrp) is `value`."""
     out = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         fields = _stat_fields(int(entry.name))
-        if fields and fields[0] not in GONE_STATES and int(fields[2]) == pgid:
-            out.append(int(entry.name))
+        if fields and fields[0] not in GONE_STATES and int(fields[field]) == value:
+            out.append((int(entry.name), fields))
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    return [pid for pid, _ in _live(2, pgid)]
 
 
 def children(ppid: int) -> list[tuple[int, int]]:
     """Live (non-zombie) children of `ppid`, each as (pid, start ticks): what a caller waits on,
     a recycled PID told apart by same_process."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and fields[0] not in GONE_STATES and int(fields[1]) == ppid:
-            out.append((int(entry.name), int(fields[19])))
-    return out
+    return [(pid, int(fields[19])) for pid, fields in _live(1, ppid)]
 
 
 def command_line(pid: int) -> str:
