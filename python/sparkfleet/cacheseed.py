@@ -22,6 +22,7 @@ Node-side and light: the agent imports it (no TOML, no jsonschema).
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -68,11 +69,11 @@ class CacheSeed:
             f"(sha256, mtime_ns), prepared once under {self.store}"
         )
 
-    def fix(self, host: str) -> str:
+    def fix(self, host: str, lane: str = "LANE") -> str:
         return (
             f"load the lane's image {self.image} on {host} (`{self.engine} pull` it there or load its "
             f"archive: `{self.engine} image inspect` must find it), and stage the kit checkout "
-            f"(sparkfleet stage {host} --lane LANE); then launch again"
+            f"(sparkfleet stage {host} --lane {lane}); then launch again"
         )
 
 
@@ -180,8 +181,6 @@ def safe_name(name: object) -> bool:
 def check_manifest(raw: bytes, pins: LockPins, roots: frozenset[str], where: str) -> dict[str, dict]:
     """The manifest's files, after portable_node.py cache_inputs()'s checks: its sha256 is the lock's,
     its format, each name under a cache root (no lock files), bytes and sha256 bounded, total ≤ 8 GiB."""
-    import hashlib
-
     if hashlib.sha256(raw).hexdigest() != pins.manifest_sha256:
         want = pins.manifest_sha256
         raise SparkfleetError(f"{where}: sha256 is not the lock's cache_manifest_sha256 {want[:12]}…")
@@ -252,7 +251,8 @@ def seed(tree: Path, files: dict[str, dict], roots: frozenset[str], cache_dir: P
     base = cache_dir.resolve()
     for part in sorted(roots | set(EXTRA_DIRS)):
         ensure_dir(base / part)
-    copied = kept = 0
+    kept = 0
+    changed: set[Path] = set()  # the directories that got a file: fsynced once each, at the end
     for name, row in sorted(files.items()):
         target = base / name
         if same(target, row):
@@ -276,7 +276,8 @@ def seed(tree: Path, files: dict[str, dict], roots: frozenset[str], cache_dir: P
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        copied += 1
-    for d in {(base / n).parent for n in files}:
+        changed.add(target.parent)
+    for d in changed:  # a reseed with nothing to copy (every serve but the first) syncs nothing
         fsync_dir(d)
+    copied = len(files) - kept
     return Seeded(str(tree), len(files), sum(r["bytes"] for r in files.values()), copied, kept)

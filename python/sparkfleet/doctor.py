@@ -407,7 +407,7 @@ def cache_seed_check(inv: Inventory, host_name: str, recipe: LaunchRecipe, seed:
     need = cache_seed_of(recipe, inv.host(host_name))
     asset = need.asset if need else "cache seed"
     if not seed.get("ok"):
-        fix = need.fix(host_name).replace("LANE", recipe.lane) if need else seed.get("hint")
+        fix = need.fix(host_name, recipe.lane) if need else seed.get("hint")
         return Check(host_name, "kernel cache", False, f"{asset}: {seed.get('problem')}", fix, refuses=True)
     if not seed.get("prepared"):
         detail = f"{asset}: not prepared here yet; launch copies it out of the image and checks it first"

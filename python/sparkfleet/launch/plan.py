@@ -191,7 +191,7 @@ def check_cache_seed(inv: Inventory, recipe: LaunchRecipe, nf: NodeFacts) -> Non
     raise SparkfleetError(
         f"{nf.host}: lane {recipe.lane} seeds /cache from the kit's {seed.asset}, which cannot be had "
         f"here: {facts.get('problem')}",
-        hint=seed.fix(nf.host).replace("LANE", recipe.lane),
+        hint=seed.fix(nf.host, recipe.lane),
         exit_code=ExitCode.REFUSED,
     )
 
