@@ -18,11 +18,9 @@ from sparkfleet.images.record import host_span
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _dry(tmp_path, monkeypatch, *extra):
+def _dry(tmp_path, monkeypatch, *extra, lane="dsv41-flash-4x-mia"):
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
-    return CliRunner().invoke(
-        main, ["--root", str(ROOT), "launch", "dsv41-flash-4x-mia", "--dry-run", *extra]
-    )
+    return CliRunner().invoke(main, ["--root", str(ROOT), "launch", lane, "--dry-run", *extra])
 
 
 def test_dry_run_without_a_loaded_image_prints_the_plan(tmp_path, monkeypatch):
@@ -46,6 +44,27 @@ def test_dry_run_after_a_load_names_the_build_and_missing_hosts(tmp_path, monkey
     assert res.exit_code == ExitCode.OK, res.output
     assert f"mia-tp4-image {built}" in res.stdout and "not loaded on dgx3, dgx4" in res.stdout
     assert f" {built} python3 -m sglang.launch_server" in res.stdout
+
+
+def test_dry_run_of_a_lane_whose_image_pin_is_a_tag_previews_and_launch_still_refuses(tmp_path, monkeypatch):
+    """The Aiden lane's image is pinned by its tag (production-1.2) until `pins resolve`: the preview
+    used to exit 2 on it; it shows the plan with the tag marked unresolved. launch refuses it still."""
+    lane = "dsv41-flash-4x-aiden"
+    res = _dry(tmp_path, monkeypatch, lane=lane)
+    assert res.exit_code == ExitCode.OK, res.output
+    note = (
+        "aidendle94/sparkrun-sglang-dsv41-gb10:production-1.2 (pin aiden-production not resolved to a "
+        "digest: `sparkfleet pins resolve` names it; launch refuses until then)"
+    )
+    assert f"image: {note}" in res.stdout
+    heads = [ln for ln in res.stdout.splitlines() if ln.startswith("[")]
+    assert len(heads) == 4 and heads[-1].startswith("[4] rank 0 (head) on dgx1")
+    assert " '<aidendle94/sparkrun-sglang-dsv41-gb10:production-1.2: not resolved>' " in res.stdout
+    assert "--ep 4" in res.stdout or "EP_SIZE=4" in res.stdout
+    doc = json.loads(_dry(tmp_path, monkeypatch, "--json", lane=lane).stdout)
+    assert doc["image"] == note and len(doc["ranks"]) == 4
+    real = CliRunner().invoke(main, ["--root", str(ROOT), "launch", lane])
+    assert real.exit_code == ExitCode.USAGE and "image pin aiden-production is not resolved" in real.output
 
 
 def test_host_span():

@@ -132,18 +132,43 @@ def node_facts(host: str, answer: dict) -> NodeFacts:
     )  # fmt: skip
 
 
-def check_shape(inv: Inventory, recipe: LaunchRecipe) -> None:
-    """The checks that need no node: run before any ssh."""
+def check_shape(inv: Inventory, recipe: LaunchRecipe, preview: bool = False) -> None:
+    """The checks that need no node: run before any ssh.
+
+    `preview` (a dry run, an offline plan): an image pin not yet resolved to a digest is shown, not
+    refused; the preview is what an operator reads before `pins resolve`, and launch still refuses."""
     lane = inv.lane(recipe.lane)
     problems = recipe_problems(inv, recipe)
     if problems:
         raise problems[0][1]
-    if recipe.runtime in ("docker", "podman") and recipe.image is not None and not recipe.image.resolved:
+    if preview:
+        return
+    if unresolved_image(recipe):
         raise ShapeError(
             f"lane {lane.name}: image pin {recipe.image.name} is not resolved "
             f"({recipe.image.value or f'tag {recipe.image.tag}, no digest'})",
             hint="a launch names images by full digest: run `sparkfleet pins resolve` first",
         )
+
+
+def unresolved_image(recipe: LaunchRecipe) -> bool:
+    """Whether the lane runs a container image whose pin names no digest yet (a tag only)."""
+    in_container = recipe.runtime in ("docker", "podman")
+    return in_container and recipe.image is not None and not recipe.image.resolved
+
+
+def previewed_image(recipe: LaunchRecipe) -> tuple[str, str]:
+    """For a preview of a lane whose image pin is a tag only: the placeholder a rank's argv shows
+    and the line that says why, e.g. `aidendle94/…:production-1.2 (pin aiden-production not
+    resolved …)`. The tag is the operator's word, never the digest it stands for today."""
+    pin = recipe.image
+    assert pin is not None
+    named = f"{pin.source}:{pin.tag}" if pin.tag else pin.ref
+    return (
+        f"<{named}: not resolved>",
+        f"{named} (pin {pin.name} not resolved to a digest: `sparkfleet pins resolve` names it; "
+        "launch refuses until then)",
+    )
 
 
 def check_kits(recipe: LaunchRecipe, nf: NodeFacts) -> None:
@@ -266,7 +291,7 @@ def prepare(
     with ExitCode.UNREACHABLE after showing what could be derived).
     """
     recipe = launch_recipe(inv, lane_name)
-    check_shape(inv, recipe)
+    check_shape(inv, recipe, preview=offline is not None)
     lane = inv.lane(lane_name)
     names = hosts or list(lane.hosts)
     for name in names:
@@ -356,11 +381,15 @@ def dry_run(inv: Inventory, lane_name: str) -> LanePlan:
     """The lane's plan from the inventory and recipe alone: every check `launch` runs first, no ssh.
 
     A lane whose image is a Nix build previews before any `image load`: the image is shown as not
-    loaded (from the operator's record), never a reason to refuse the preview."""
+    loaded (from the operator's record), never a reason to refuse the preview. So does a lane whose
+    image pin is still a tag: shown as not resolved."""
     plan = prepare(inv, lane_name, offline=DRY_RUN_WHY)
     if plan.recipe.image_build and plan.recipe.runtime in ("docker", "podman"):
         ref, plan.image_note = planned_image(plan.recipe, list(plan.specs))
         plan.specs = {h: dataclasses.replace(s, image=s.image or ref) for h, s in plan.specs.items()}
+    elif unresolved_image(plan.recipe):
+        ref, plan.image_note = previewed_image(plan.recipe)
+        plan.specs = {h: dataclasses.replace(s, image=ref) for h, s in plan.specs.items()}
     return plan
 
 
