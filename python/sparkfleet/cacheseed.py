@@ -217,6 +217,7 @@ class Seeded:
     bytes: int
     copied: int  # missing or differing, copied in
     kept: int  # already the seed's (size and mtime_ns)
+    asset_sha256: str = ""  # the kit's asset the tree was unpacked from (its lock's sha256)
 
 
 def same(path: Path, row: dict) -> bool:

@@ -29,7 +29,7 @@ import tarfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .atomic import ensure_dir, fsync_dir, fsync_tree
@@ -64,6 +64,7 @@ class Prepared:
     files: dict[str, dict]
     roots: frozenset[str]
     made: bool  # made by this call (False: it was there already)
+    sha256: str  # the asset's, as the kit's lock pins it: the tree's name in the store
 
     @property
     def bytes(self) -> int:
@@ -116,7 +117,7 @@ def prepared(seed: CacheSeed) -> Prepared | None:
     tree = store_of(seed, pins) / TREE
     if not tree.is_dir():
         return None
-    return Prepared(tree, tree_files(seed, pins, roots, tree), roots, False)
+    return Prepared(tree, tree_files(seed, pins, roots, tree), roots, False, pins.asset_sha256)
 
 
 def prepare(seed: CacheSeed) -> Prepared:
@@ -128,7 +129,7 @@ def prepare(seed: CacheSeed) -> Prepared:
     with store_lock(root):
         if tree.is_dir():
             try:
-                return Prepared(tree, tree_files(seed, pins, roots, tree), roots, False)
+                return Prepared(tree, tree_files(seed, pins, roots, tree), roots, False, pins.asset_sha256)
             except SparkfleetError:
                 shutil.rmtree(tree)  # ours, changed in place: made again below from the pinned asset
         archive = root / seed.asset
@@ -148,7 +149,7 @@ def prepare(seed: CacheSeed) -> Prepared:
         os.rename(staging, tree)
         fsync_dir(root)
         archive.unlink()
-    return Prepared(tree, files, roots, True)
+    return Prepared(tree, files, roots, True, pins.asset_sha256)
 
 
 def asset_ok(path: Path, pins: LockPins) -> bool:
@@ -256,4 +257,5 @@ def seed_facts(seed: CacheSeed, make: bool) -> dict:
 def seed_cache(seed: CacheSeed, cache_dir: str) -> Seeded:
     """Before a serve: the tree (made if missing), copied into the lane's cache dir where it differs."""
     got = prepare(seed)
-    return seed_into(got.tree, got.files, got.roots, Path(cache_dir))
+    seeded = seed_into(got.tree, got.files, got.roots, Path(cache_dir))
+    return replace(seeded, asset_sha256=got.sha256)

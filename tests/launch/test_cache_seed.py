@@ -264,6 +264,7 @@ def test_docker_image_seeds_the_cache_before_every_serve(tmp_path, images, docke
     cache = tmp_path / "lane-cache"
     out = agent.start({"spec": to_jsonable(_rank_spec(tmp_path, seed, cache))})
     assert out["cache_seed"]["copied"] == len(CACHE_FILES) and out["cache_seed"]["kept"] == 0
+    assert out["cache_seed"]["asset_sha256"] == hashlib.sha256(ASSET).hexdigest()  # what launch records
     _wait_for(cache / "seen.json")
     assert json.loads((cache / "seen.json").read_text()) == MTIME_NS
     _assert_seeded(cache)

@@ -33,6 +33,7 @@ def test_no_wait_launch_records_a_started_generation(tmp_path):
             str(tmp_path / "state" / "bootcache" / "demo")
         )
         assert gen["memory"]["spark"].startswith("MemAvailable ") and gen["canary"] is None
+        assert gen["cache_seed"] == {}  # no [launch.cache_seed]: no /cache was seeded
         saved = generations.load_all(inv.root, "demo")
         assert [g["id"] for g in saved] == [gen["id"]]
         assert json.loads(json.dumps(saved[0]))["recipe_sha256"] == gen["recipe_sha256"]

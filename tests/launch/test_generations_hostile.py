@@ -76,6 +76,7 @@ BAD = {
     "nested": b"[" * 100_000 + b"]" * 100_000,
     "not-json": b"\xff{",
     "status-int": "status",
+    "seed-list": "cache_seed",
 }
 
 
@@ -85,6 +86,8 @@ def _bad(root: Path, kind: str) -> Path:
         return plant_gen(root, record(root, t, created_at="yesterday"))
     if kind == "status-int":
         return plant_gen(root, record(root, t, status=1))
+    if kind == "seed-list":  # cache_seed is host -> what its /cache got
+        return plant_gen(root, record(root, t, cache_seed=["kernel-cache.tar"]))
     return plant(root, f"{gens.utc_id(t)}.json", BAD[kind])
 
 

@@ -94,7 +94,7 @@ def problem(gen: Any, lane: str, stem: str) -> str | None:
     none = type(None)
     for key, kinds in (("good", (bool,)), ("image", (dict, none)), ("boot", (dict,)), ("drift", (list,)),
                        ("promotion", (dict, none)), ("rolled_back_from", (str, none)), ("hosts", (list,)),
-                       ("rolled_back_to", (str, none)), ("nas_weights", (dict,)),
+                       ("rolled_back_to", (str, none)), ("nas_weights", (dict,)), ("cache_seed", (dict,)),
                        ("pins", (dict,))):  # fmt: skip
         if key in gen and not isinstance(gen[key], kinds):
             return f"{key} is {_what(gen[key])}"
@@ -283,6 +283,7 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
         "memory": pre.memory if pre else {},
         "boot": _boot(plan, report, history),
         "nas_weights": report.nas_weights,  # non-optional weights served from the NAS (allowed)
+        "cache_seed": report.cache_seed,  # host -> the kit's kernel cache each /cache got first
         "rolled_back_to": None,  # a rollback's relaunch: the good generation it brought back
         "rolled_back_from": None,  # ... and the generation that was current when it did
         "stopped_at": None,  # `stop` ended it (status keeps how the launch went)

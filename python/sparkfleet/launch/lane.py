@@ -228,6 +228,7 @@ def _launch(
         on_event(f"API key created for {lane_name} on {', '.join(inv.lane(lane_name).hosts)}")
     started: list[StartedRank] = []
     boot_cache: dict[str, dict] = {}
+    seeded_caches: dict[str, dict] = {}
     watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
@@ -250,6 +251,7 @@ def _launch(
             )
             if seeded := ans.get("cache_seed"):  # [launch.cache_seed]: what the serve's /cache got
                 asset = spec.cache_seed.asset if spec.cache_seed else "the kit's kernel cache"
+                seeded_caches[spec.host] = {"asset": asset, **seeded}
                 on_event(
                     f"seeded {spec.host}:{spec.cache_dir} from {asset}: {seeded['copied']} of "
                     f"{seeded['files']} files copied, {seeded['kept']} already there"
@@ -263,7 +265,7 @@ def _launch(
     if not wait:
         report = LaunchReport(
             lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights,
-            notes=notes,
+            notes=notes, cache_seed=seeded_caches,
         )
         report.generation = record_launch(inv, plan, report, home)
         return report
@@ -304,7 +306,8 @@ def _launch(
         stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
         stopped = True
     report = LaunchReport(
-        lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes
+        lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes,
+        cache_seed=seeded_caches,
     )
     report.generation = record_launch(inv, plan, report, home)
     return report
