@@ -38,8 +38,8 @@ class LaunchReport:
     generation: dict | None = None  # the lane generation this launch recorded (launch/generations)
     nas_weights: dict[str, dict] = field(default_factory=dict)  # host -> non-optional NAS files (allowed)
     notes: list[str] = field(default_factory=list)  # what the operator must do beside this launch
-    # host -> what [launch.cache_seed] put in the rank's /cache before its serve: asset, asset_sha256,
-    # files, copied, kept (a cold boot after a reseed of every file reads from this)
+    # host -> what [launch.cache_seed] put in that rank's /cache before its serve: asset, asset_sha256,
+    # files, copied, kept (copied = files: the rank's compilers started from the seed alone)
     cache_seed: dict[str, dict] = field(default_factory=dict)
 
     def weights_note(self) -> str:
