@@ -40,8 +40,9 @@ def test_decode_rate_and_token_counts_match_the_engine(engine):
     """Decode within 1 % of the engine's request_decode_time; prompt and completion counts exact.
 
     Request by request. On this shared 2-core box (other engineers' jobs, load ~10) single
-    requests read −5.5 % to +26 % off the engine's counter, so the median of five requests must be
-    within 1 % and each within 10 %. Counts exact in every one. The deviation is not the client's
+    requests read −5.5 % to +26 % off the engine's counter (+13.8 % in a clean-clone run with nothing
+    else on the machine), so the median of five requests must be within 1 % and each between −10 %
+    and +30 %. Counts exact in every one. The deviation is not the client's
     clock: benchmarks/decode_deviation.py reads each chunk's kernel arrival stamp beside the
     client's read time (< 0.7 % apart), and the gap opens inside vLLM, between its API server
     handling a request's first output and writing its first chunk (up to 12.5 % of the decode;
@@ -60,7 +61,7 @@ def test_decode_rate_and_token_counts_match_the_engine(engine):
         assert m.prompt_tokens == delta(before, after, "vllm:request_prompt_tokens_sum")
         engine_tps = (tokens - 1) / delta(before, after, "vllm:request_decode_time_seconds_sum")
         ratios.append(m.decode_tps / engine_tps)
-    assert abs(sorted(ratios)[2] - 1) <= 0.01 and all(abs(r - 1) <= 0.10 for r in ratios), ratios
+    assert abs(sorted(ratios)[2] - 1) <= 0.01 and all(0.90 <= r <= 1.30 for r in ratios), ratios
 
 
 def test_prefilled_tokens_are_what_the_engine_computed(engine):
