@@ -60,7 +60,7 @@ def test_dry_run_of_a_lane_whose_image_pin_is_a_tag_previews_and_launch_still_re
     heads = [ln for ln in res.stdout.splitlines() if ln.startswith("[")]
     assert len(heads) == 4 and heads[-1].startswith("[4] rank 0 (head) on dgx1")
     assert " '<aidendle94/sparkrun-sglang-dsv41-gb10:production-1.2: not resolved>' " in res.stdout
-    assert "--ep 4" in res.stdout or "EP_SIZE=4" in res.stdout
+    assert res.stdout.count("--ep-size 4") == 4 and res.stdout.count("EP_SIZE=4") == 4  # TP4/EP4, each rank
     doc = json.loads(_dry(tmp_path, monkeypatch, "--json", lane=lane).stdout)
     assert doc["image"] == note and len(doc["ranks"]) == 4
     real = CliRunner().invoke(main, ["--root", str(ROOT), "launch", lane])
