@@ -6,6 +6,15 @@ measured) — see tally.py for the rules that keep these figures able to fail. W
 $SPARKFLEET_FIGURES set, the counts are written there at the end of the session;
 `tests/adversarial/figures.py` runs the suite that way and prints them per surface (SECURITY.md
 quotes its output).
+
+Each case names the surfaces it attacks with `@pytest.mark.surface(id, ...)`, so the suite can say
+which surfaces taking outside input have a hostile case and which have none. The id forms:
+
+* `cli:VERB [SUB] [--option]` - a verb, or one of its options or the file it names
+  (`cli:keys add --out`, `cli:demo --workdir`);
+* `agent:ACTION` - a node agent action (`agent:probe`);
+* `http:SERVER METHOD PATH` - a path a served API exposes (`http:gateway POST /workers`);
+* `file:WHAT` - a file sparkfleet reads that someone else wrote (`file:kit bundle-manifest.json`).
 """
 
 from __future__ import annotations
