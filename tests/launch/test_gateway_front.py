@@ -40,8 +40,8 @@ def test_keys_add_list_revoke_keep_every_file_private(tmp_path):
 
     (state / "users" / "eve.key").write_text("sk-sf-" + "e" * 40 + "\n")
     (state / "users" / "eve.key").chmod(0o644)  # readable by others: refused, not used
-    with pytest.raises(Exception, match="not a 0600 regular file"):
-        users.keys(state)
+    files = users.key_files(state)
+    assert files.admitted == {} and "not a 0600 regular file" in files.refused["eve"]
 
 
 def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_path):
@@ -49,15 +49,16 @@ def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_p
     if nginx is None:
         pytest.fail("nginx is a test dependency (Makefile DEB_PACKAGES: nginx-light)")
     state = tmp_path / "gw"
-    key = gateway.gateway_key(state)
+    key, admin = gateway.gateway_key(state), gateway.admin_key(state)
     users.add(state, "alice")
-    p = front.write(state, key, "127.0.0.1", gateway.free_port(), gateway.free_port())
-    assert key not in p.conf.read_text() and key in p.users_conf.read_text()
+    p = front.write(state, key, admin, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    for secret in (key, admin):
+        assert secret not in p.conf.read_text() and secret in p.users_conf.read_text()
     assert re.search(r"proxy_set_header Authorization \$sparkfleet_upstream_auth;", p.conf.read_text())
     check = subprocess.run([*front.argv(p, nginx), "-t", "-q"], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stderr
     with pytest.raises(Exception, match="letters, digits"):
-        front.users_conf_text('bad"key with spaces', {})
+        front.users_conf_text('bad"key with spaces', admin, {})
 
 
 def test_gateway_main_starts_under_a_wrapper_that_adds_site_dirs_only_in_its_script(tmp_path):

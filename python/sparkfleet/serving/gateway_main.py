@@ -35,8 +35,9 @@ def start_front(front: dict, wait_s: float = 10.0) -> subprocess.Popen:
     deadline = time.monotonic() + wait_s
     while not pid_file.exists():
         if proc.poll() is not None:
-            log = front["error_log"]
-            print(f"gateway front (nginx) exited {proc.returncode}: see {log}", file=sys.stderr)
+            log = Path(front["error_log"])
+            why = _last_line(log)
+            print(f"gateway front (nginx) exited {proc.returncode}: {why} (see {log})", file=sys.stderr)
             sys.exit(1)
         if time.monotonic() > deadline:
             proc.terminate()
@@ -44,6 +45,15 @@ def start_front(front: dict, wait_s: float = 10.0) -> subprocess.Popen:
             sys.exit(1)
         time.sleep(0.05)
     return proc
+
+
+def _last_line(log: Path) -> str:
+    """nginx's last word in its error log (`[emerg] bind() ... failed (98: Address already in use)`)."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no error log"
+    return lines[-1][-300:] if lines else "nothing in its error log"
 
 
 def main(argv: list[str] | None = None) -> int:
