@@ -63,7 +63,8 @@ def _admin_cases(foreign: str, worker_id: str) -> list[tuple[str, str, str, obje
         ("DELETE /workers/{id}", "DELETE", f"/v1/models/..%2F..%2Fworkers/{worker_id}", None),
         ("DELETE /workers/{id}", "DELETE", f"/workers/{worker_id}/../../v1/models", None),
         ("GET /workers/{id}", "GET", f"/workers/{worker_id}%2F..%2F..%2Fv1%2Fmodels", None),
-        ("POST /v1/tokenizers", "POST", "/v1/chat/completions/..%2F..%2Fv1/tokenizers", {"name": "t", "source": "/"}),
+        ("POST /v1/tokenizers", "POST", "/v1/chat/completions/..%2F..%2Fv1/tokenizers",
+         {"name": "t", "source": "/"}),
     ]
 
 
@@ -130,7 +131,9 @@ def _worker_ids(gw) -> list[str]:
     return [w["id"] for w in ans.json()["workers"]]
 
 
-@pytest.mark.surface("http:gateway GET /workers", "http:gateway DELETE /workers/{id}", "http:gateway POST /workers")
+@pytest.mark.surface(
+    "http:gateway GET /workers", "http:gateway DELETE /workers/{id}", "http:gateway POST /workers"
+)
 def test_the_operators_admin_key_opens_admin_paths_and_nothing_adds_a_worker(gw, listener, figures):
     from sparkfleet.serving import gateway
 

@@ -53,7 +53,9 @@ class Answer:
         return json.loads(self.body or b"null")
 
 
-def request(url: str, key: str | None, method: str = "GET", body: object = None, timeout: float = 30) -> Answer:
+def request(
+    url: str, key: str | None, method: str = "GET", body: object = None, timeout: float = 30
+) -> Answer:
     """One HTTP request; any status is an answer (None: nothing answered)."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -94,8 +96,9 @@ class LocalGateway:
 
 
 def start_lane(port: int, key: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "sparkfleet.demo.openai_server", "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", MODEL, "--api-key-env", "SPARKFLEET_API_KEY", "--decode-tps", "4000"]  # fmt: skip
+    argv = [sys.executable, "-m", "sparkfleet.demo.openai_server", "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", MODEL, "--api-key-env", "SPARKFLEET_API_KEY",
+            "--decode-tps", "4000"]  # fmt: skip
     proc = subprocess.Popen(argv, env={"PATH": "/usr/bin:/bin", "SPARKFLEET_API_KEY": key},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 30
@@ -173,8 +176,9 @@ def foreign_listener() -> Iterator[Listener]:
             elif self.path.startswith("/get_server_info") or self.path.startswith("/get_model_info"):
                 body = {"model_path": "evil-model", "served_model_name": "evil-model"}
             else:
-                body = {"id": "x", "object": "chat.completion", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": "captured"}, "finish_reason": "stop"}]}
+                answer = {"role": "assistant", "content": "captured"}
+                body = {"id": "x", "object": "chat.completion",
+                        "choices": [{"index": 0, "message": answer, "finish_reason": "stop"}]}  # fmt: skip
             data = json.dumps(body).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
