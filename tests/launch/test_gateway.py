@@ -418,7 +418,9 @@ def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
         # up returned once smg routes to both copies, not once it lists their one model (smg
         # registers each worker on its own: a clean-clone run sent 10 of 10 requests to one copy)
         router = f"http://127.0.0.1:{gateway.load_record(state).router_port}"
-        assert gateway.routed_workers(router, key) == {w.url for w in gateway.plan(inv).workers}
+        admin = gateway.admin_key(state)
+        assert gateway.routed_workers(router, admin) == {w.url for w in gateway.plan(inv).workers}
+        assert gateway.routed_workers(router, key) == set()  # smg's worker list: the admin key's only
         seen = Counter(chat(st["url"], key)[1] for _ in range(10))
         assert set(seen) == {w.url for w in gateway.plan(inv).workers} and set(seen.values()) == {5}, seen
 

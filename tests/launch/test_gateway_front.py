@@ -61,6 +61,34 @@ def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_p
         front.users_conf_text('bad"key with spaces', admin, {})
 
 
+HOSTILE_DIR_NAMES = ["state dir", "quo'te\"s", "dollar $HOME", "semi;colon {brace}", "back\\slash"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_DIR_NAMES)
+def test_front_config_holds_no_state_dir_path_so_any_dir_name_passes_nginx_t(tmp_path, name):
+    """A state dir with a space made `nginx -t` fail ("invalid number of arguments in pid
+    directive"): every path in nginx.conf is now relative to the prefix nginx is given in argv."""
+    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
+    if nginx is None:
+        pytest.fail("nginx is a test dependency (Makefile DEB_PACKAGES: nginx-light)")
+    state = tmp_path / name / "gw"
+    key, admin = gateway.gateway_key(state), gateway.admin_key(state)
+    p = front.write(state, key, admin, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    assert str(tmp_path) not in p.conf.read_text()
+    check = subprocess.run([*front.argv(p, nginx), "-t"], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    assert f"{p.root}/nginx.conf test is successful" in check.stderr
+
+
+def test_front_refuses_a_bind_that_is_not_an_ip_address(tmp_path):
+    state = tmp_path / "gw"
+    key, admin = gateway.gateway_key(state), gateway.admin_key(state)
+    for bind in ("127.0.0.1:80; include /etc/shadow", "localhost", "", "::1 x"):
+        with pytest.raises(Exception, match="listens on an IP address"):
+            front.write(state, key, admin, bind, 8080, 9090)
+    assert not (state / "front" / "nginx.conf").exists()  # refused before anything was written
+
+
 def test_gateway_main_starts_under_a_wrapper_that_adds_site_dirs_only_in_its_script(tmp_path):
     """The deployed unit's `gateway run` under nixpkgs' wrapper: the interpreter is bare, and the
     script itself adds sparkfleet's and smg's site dirs (site.addsitedir, as nixpkgs' wrap.sh
