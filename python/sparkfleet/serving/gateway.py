@@ -533,11 +533,12 @@ class Reload:
     refused: dict[str, str]  # users whose key file was left out of it, and why (they get 401)
 
 
-def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s: float = 10.0) -> Reload:
+def reload_users(state_dir: Path, confirm: tuple[str, bool] | None = None, wait_s: float = 10.0) -> Reload:
     """Rewrite the front's key map from the user key files; a running front reloads it (SIGHUP).
 
-    `confirm` = (key, status): wait until a request with `key` gets `status` (401 for a revoked key,
-    200 for a new one), so `keys revoke` returns once the gateway refuses the key.
+    `confirm` = (key, admitted): wait until the front passes a request with `key` (a new key) or
+    answers it 401 (a revoked one), so `keys revoke` returns once the gateway refuses the key.
+    Passed means anything but 401: with no lane serving, smg answers /v1/models with 503.
     """
     state_dir = Path(state_dir)
     refused = front.write_users(state_dir, gateway_key(state_dir), admin_key(state_dir))
@@ -553,12 +554,17 @@ def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s
     old = procs.children(pid)  # the workers that hold the old key map
     os.kill(pid, signal.SIGHUP)
     if confirm is not None:
+        key, admitted = confirm
+        url = f"http://{_local(rec.bind)}:{rec.port}/v1/models"
+
+        def taken() -> bool:
+            code = _get(url, key)[0]
+            return code is not None and (code != 401) == admitted
+
         deadline = time.monotonic() + wait_s
         # One answer from a new worker is not enough: until an old worker takes its shutdown, it
         # still accepts connections with the old keys (a revoked key got 200 right after revoke).
-        while _get(f"http://{_local(rec.bind)}:{rec.port}/v1/models", confirm[0])[0] != confirm[1] or any(
-            _still_accepting(p, ticks) for p, ticks in old
-        ):
+        while not taken() or any(_still_accepting(p, ticks) for p, ticks in old):
             if time.monotonic() > deadline:
                 raise SparkfleetError(
                     f"the gateway did not take the new keys within {wait_s:g} s",
@@ -585,7 +591,7 @@ def add_user(state_dir: Path, name: str, out: Path | None = None) -> tuple[str, 
     with users.locked(state_dir):
         key = users.add(state_dir, name, out)
         try:
-            return key, reload_users(state_dir, (key, 200))
+            return key, reload_users(state_dir, (key, True))
         except BaseException:
             users.discard(state_dir, name, out)
             with contextlib.suppress(SparkfleetError, OSError):
@@ -601,7 +607,7 @@ def revoke_user(state_dir: Path, name: str) -> Reload:
     state_dir = Path(state_dir)
     with users.locked(state_dir):
         key = users.begin_revoke(state_dir, name)
-        done = reload_users(state_dir, (key, 401) if key else None)
+        done = reload_users(state_dir, (key, False) if key else None)
         users.finish_revoke(state_dir, name)
         return done
 
