@@ -112,3 +112,4 @@ def test_up_returns_once_the_gateway_answers_then_the_lane_takes_its_key(fleet):
     assert res.exit_code == 0 and json.loads(res.stdout) == {"stopped": True}
     res = CliRunner(env={"SPARKFLEET_GATEWAY_STATE": str(state)}).invoke(cli, ["gateway", "down", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout) == {"stopped": False}
+

@@ -1,13 +1,16 @@
-"""The gateway's front (nginx) and the per-user key files, without a fleet: modes, names, and the
-generated config as nginx itself reads it (`nginx -t`)."""
+"""The gateway's front (nginx) and the per-user key files, without a running lane: modes, names, the
+generated config as nginx itself reads it (`nginx -t`), and `gateway run --json`."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,11 @@ from click.testing import CliRunner
 
 from sparkfleet.cli import main as cli
 from sparkfleet.serving import front, gateway, users
+
+try:
+    from support.localgateway import LANE, free_port, request, write_gateway_fleet
+except ImportError:  # tests/ imported as a package
+    from tests.support.localgateway import LANE, free_port, request, write_gateway_fleet
 
 
 def test_keys_add_list_revoke_keep_every_file_private(tmp_path):
@@ -114,3 +122,36 @@ def test_gateway_main_starts_under_a_wrapper_that_adds_site_dirs_only_in_its_scr
     proc = subprocess.run([bare, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "No module named" not in proc.stderr and "--policy" in proc.stdout  # smg's own help
+
+
+def test_gateway_run_json_reports_what_it_found_before_it_becomes_the_gateway(tmp_path):
+    """`gateway run --json` (the unit's ExecStart): one JSON document first, then the gateway itself."""
+    inv = write_gateway_fleet(tmp_path, free_port(), tmp_path / "host-state")  # its lane not running
+    state = tmp_path / "gw"
+    port = free_port()
+    argv = [sys.executable, "-m", "sparkfleet", "--root", str(inv.root), "gateway", "run",
+            "--port", str(port), "--bind", "127.0.0.1", "--json"]  # fmt: skip
+    proc = subprocess.Popen(argv, env={**os.environ, "SPARKFLEET_GATEWAY_STATE": str(state)},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        text = ""
+        while True:
+            line = proc.stdout.readline()
+            assert line, f"no JSON document before the end of output: {text!r}"
+            text += line
+            if line.startswith("}"):
+                break
+        st = json.loads(text)
+        assert st["pid"] == proc.pid and st["port"] == port and st["policy"] == "round_robin"
+        assert st["lanes"] == {LANE: "not answering (the gateway adds it once it is up)"}
+        assert st["key_changed"] == {LANE: True} and st["key_failed"] == {}
+        assert any("now holds the gateway's key" in e for e in st["events"])
+        deadline = time.monotonic() + 30
+        models = f"http://127.0.0.1:{port}/v1/models"
+        while request(models, gateway.gateway_key(state), timeout=2).status is None:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        assert gateway.status(state)["pid"] == proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
