@@ -12,6 +12,7 @@ a worker, was never called (with the gateway's key or without). Each case is cou
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -160,4 +161,5 @@ def test_the_operators_admin_key_opens_admin_paths_and_nothing_adds_a_worker(gw,
         assert time.monotonic() < deadline, gw.workers()
         time.sleep(0.2)
     assert gateway.admin_key(gw.state) == admin  # one key per gateway state, made once, 0600
-    assert (gw.state / "keys" / f"{gateway.ADMIN_KEY_NAME}.key").stat().st_mode & 0o777 == 0o600
+    admin_file = Path(gateway.status(gw.state)["admin_key_file"])  # where `gateway status` says it is
+    assert admin_file.read_text().strip() == admin and admin_file.stat().st_mode & 0o777 == 0o600

@@ -40,7 +40,10 @@ def up(
     """Start the gateway: each lane's served_model_name is a model id, replicas share one.
 
     The gateway's key becomes every gateway lane's key (a lane running with another key must be
-    launched again; `up` names it). Clients send the gateway's key as a Bearer token.
+    launched again; `up` names it), once the gateway answers: if it does not start, `up` says why
+    and no lane's key changes. Clients send the gateway's key (or a user's, `keys add`) as a
+    Bearer token; it opens the inference API only. smg's admin paths (/workers, ...) take the admin
+    key, whose file `gateway status` names.
 
     \b
     Examples:
@@ -123,6 +126,7 @@ def status(state_dir: Path | None, as_json: bool) -> None:
                    f"models {', '.join(st['models']) or 'none yet'}")  # fmt: skip
         for w in st["workers"]:
             click.echo(f"  {w['model']} <- {w['lane']} {w['url']}")
+        click.echo(f"  admin API (/workers, ...): the key in {st['admin_key_file']}")
     if not st["running"]:
         sys.exit(ExitCode.SHORTFALL)
 

@@ -646,7 +646,8 @@ def status(state_dir: Path) -> dict[str, Any]:
     running = is_running(rec)
     out: dict[str, Any] = {"running": running, "pid": rec.pid, "port": rec.port, "policy": rec.policy,
                            "workers": rec.workers, "log": rec.log,
-                           "users": [u.name for u in users.listing(Path(state_dir))]}  # fmt: skip
+                           "users": [u.name for u in users.listing(Path(state_dir))],
+                           "admin_key_file": str(apikeys.key_path(state_dir, ADMIN_KEY_NAME))}  # fmt: skip
     if running:
         base = f"http://{_local(rec.bind)}:{rec.port}"
         out["url"] = f"{base}/v1"
