@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import apikeys
+from sparkfleet import apikeys, inventory
 from sparkfleet.cli import main as cli
+from sparkfleet.errors import ExitCode
 from sparkfleet.serving import gateway
 
 from .tally import bad_input
@@ -113,3 +115,28 @@ def test_up_returns_once_the_gateway_answers_then_the_lane_takes_its_key(fleet):
     res = CliRunner(env={"SPARKFLEET_GATEWAY_STATE": str(state)}).invoke(cli, ["gateway", "down", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout) == {"stopped": False}
 
+
+
+@pytest.mark.surface("cli:gateway up")
+def test_up_with_a_lane_host_down_gives_every_lane_its_old_key_back(fleet, tmp_path):
+    """The gateway answers, then one lane's host cannot take the key: the lanes already given it
+    get their old key back, the gateway is stopped, and `up` names the host."""
+    inv, state, old = fleet
+    root = Path(inv.root)
+    recipe = (root / "recipes" / LANE / "recipe.toml").read_text()
+    down_host = "gw9"  # a host whose ssh port answers nothing
+    (root / "recipes" / "zz-lane").mkdir()
+    (root / "recipes" / "zz-lane" / "recipe.toml").write_text(
+        recipe.replace(f'hosts = ["{HOST}"]', f'hosts = ["{down_host}"]')
+    )
+    fleet_toml = root / "hosts" / "fleet.toml"
+    fleet_toml.write_text(fleet_toml.read_text() + f'\n[hosts.{down_host}]\naddress = "127.0.0.9"\n'
+                          f'ssh_user = "root"\nssh_port = {free_port()}\n'
+                          f'local_hub = "{tmp_path}/gw9-hub"\nnas_hub = "{tmp_path}/nas"\n')  # fmt: skip
+    inv = inventory.load(root)
+    assert [w.lane for w in gateway.plan(inv).workers] == [LANE, "zz-lane"]  # the key goes to LANE first
+    res = up(inv, state, free_port(), "--bind", "127.0.0.1")
+    assert res.exit_code == ExitCode.UNREACHABLE, res.output
+    assert down_host in res.output and "Traceback" not in res.output
+    assert lane_key(inv) == old  # given the gateway's key, then its own back
+    assert not gateway.status(state)["running"]
