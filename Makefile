@@ -28,7 +28,8 @@ $(BIN)/sparkfleet: pyproject.toml
 
 venv: $(BIN)/sparkfleet
 
-# The demo needs the package and its runtime dependencies only (no test tools), installed
+# The demo needs the package and its runtime dependencies only (no test tools), and the gateway's
+# (smg: the `gateway` extra, so `sparkfleet gateway up` works on the demo as written), installed
 # visibly: a first run spends a minute or two here and should say so. pip's own progress stays on
 # the terminal; the warnings a machine's pip config makes for every package (an extra index or
 # find-links location that lacks it: "WARNING: Location ... is ignored") are dropped from stderr.
@@ -36,7 +37,7 @@ PIP_NOISE := ^WARNING: Location
 $(VENV)/.demo-deps: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing sparkfleet and its runtime dependencies into $(VENV) (first run only)"
-	bash -o pipefail -c '$(BIN)/python -m pip install --progress-bar on -e . 2> >(grep -v "$(PIP_NOISE)" >&2)'
+	bash -o pipefail -c '$(BIN)/python -m pip install --progress-bar on -e ".[gateway]" 2> >(grep -v "$(PIP_NOISE)" >&2)'
 	@touch $@
 
 debian-deps:

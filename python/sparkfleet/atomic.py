@@ -128,6 +128,24 @@ def write_bytes(final: Path, data: bytes, mode: int = FILE_MODE) -> bool:
     return True
 
 
+def create_new(final: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """Write `data` to `final`, which must not exist yet (FileExistsError, nothing written if it does).
+
+    The complete, fsynced temp is linked into place (link(2) never replaces a name), so of two
+    writers racing for one name exactly one wins, and nobody ever reads a partial file there.
+    """
+    with temp_file(final, mode) as (fd, tmp):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    try:
+        os.link(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(final.parent)
+
+
 def symlink(final: Path, target: str) -> bool:
     """Point `final` at `target` atomically. Returns False if it already does (nothing written)."""
     try:

@@ -24,6 +24,8 @@ def test_demo_installs_runtime_deps_only_and_visibly(tmp_path):
     for line in installs:
         assert "[test]" not in line, f"the demo pulls test-only packages: {line}"
         assert " -q" not in line, f"a silent install: {line}"
+    # the gateway's smg too: `gateway up` on the demo died on "No module named 'smg'"
+    assert any('-e ".[gateway]"' in line for line in installs), installs
     assert "sparkfleet demo --workdir .demo" in out.stdout
 
 

@@ -22,7 +22,8 @@ def two_copies(workdir):
     recipe = demo.root / "recipes" / DEMO_LANE / "recipe.toml"
     text = recipe.read_text().replace('hosts = ["dgx1", "dgx2"]', 'hosts = ["dgx1"]', 1)
     text = text.replace("\ntp = 2\n", "\ntp = 1\n", 1)  # one host a copy
-    recipe.write_text(text + '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n')
+    assert text.count("\n[gateway]\n") == 1  # the demo's lane serves through the gateway already
+    recipe.write_text(text.replace("\n[gateway]\n", '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n', 1))
     return demo
 
 

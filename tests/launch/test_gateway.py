@@ -223,7 +223,9 @@ def test_per_user_keys_at_the_front_smg_tenant_keys_reach_the_lane_and_are_refus
     # which refuses it (the 401 comes from the worker: smg names the worker it routed to)
     tenant = apikeys.new_key()
     port = free_port()
-    argv = [*gateway.router_argv(p, key, "127.0.0.1", port, free_port()), "--tenant-api-key", f"t1:{tenant}"]
+    admin = gateway.admin_key(state)
+    argv = [*gateway.router_argv(p, key, admin, "127.0.0.1", port, free_port()),
+            "--tenant-api-key", f"t1:{tenant}"]  # fmt: skip
     config = tmp_path / "plain-smg.json"
     config.write_text(json.dumps({"argv": argv}))
     config.chmod(0o600)
@@ -393,7 +395,7 @@ def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
     inv = inventory.load(root)
     state = tmp_path / "gw"
     done = gateway.share_key(inv, state, lanes.call_agent)
-    assert set(done) == {"r1", "r1#1"}  # the key went to both replicas' hosts
+    assert set(done.changed) == {"r1", "r1#1"} and not done.failed  # the key went to both replicas' hosts
     runner = CliRunner()
 
     def run(*args: str):
@@ -416,7 +418,9 @@ def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
         # up returned once smg routes to both copies, not once it lists their one model (smg
         # registers each worker on its own: a clean-clone run sent 10 of 10 requests to one copy)
         router = f"http://127.0.0.1:{gateway.load_record(state).router_port}"
-        assert gateway.routed_workers(router, key) == {w.url for w in gateway.plan(inv).workers}
+        admin = gateway.admin_key(state)
+        assert gateway.routed_workers(router, admin) == {w.url for w in gateway.plan(inv).workers}
+        assert gateway.routed_workers(router, key) == set()  # smg's worker list: the admin key's only
         seen = Counter(chat(st["url"], key)[1] for _ in range(10))
         assert set(seen) == {w.url for w in gateway.plan(inv).workers} and set(seen.values()) == {5}, seen
 

@@ -1,13 +1,16 @@
-"""The gateway's front (nginx) and the per-user key files, without a fleet: modes, names, and the
-generated config as nginx itself reads it (`nginx -t`)."""
+"""The gateway's front (nginx) and the per-user key files, without a running lane: modes, names, the
+generated config as nginx itself reads it (`nginx -t`), and `gateway run --json`."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,11 @@ from click.testing import CliRunner
 
 from sparkfleet.cli import main as cli
 from sparkfleet.serving import front, gateway, users
+
+try:
+    from support.localgateway import LANE, free_port, request, write_gateway_fleet
+except ImportError:  # tests/ imported as a package
+    from tests.support.localgateway import LANE, free_port, request, write_gateway_fleet
 
 
 def test_keys_add_list_revoke_keep_every_file_private(tmp_path):
@@ -40,8 +48,8 @@ def test_keys_add_list_revoke_keep_every_file_private(tmp_path):
 
     (state / "users" / "eve.key").write_text("sk-sf-" + "e" * 40 + "\n")
     (state / "users" / "eve.key").chmod(0o644)  # readable by others: refused, not used
-    with pytest.raises(Exception, match="not a 0600 regular file"):
-        users.keys(state)
+    files = users.key_files(state)
+    assert files.admitted == {} and "not a 0600 regular file" in files.refused["eve"]
 
 
 def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_path):
@@ -49,15 +57,44 @@ def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_p
     if nginx is None:
         pytest.fail("nginx is a test dependency (Makefile DEB_PACKAGES: nginx-light)")
     state = tmp_path / "gw"
-    key = gateway.gateway_key(state)
+    key, admin = gateway.gateway_key(state), gateway.admin_key(state)
     users.add(state, "alice")
-    p = front.write(state, key, "127.0.0.1", gateway.free_port(), gateway.free_port())
-    assert key not in p.conf.read_text() and key in p.users_conf.read_text()
+    p = front.write(state, key, admin, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    for secret in (key, admin):
+        assert secret not in p.conf.read_text() and secret in p.users_conf.read_text()
     assert re.search(r"proxy_set_header Authorization \$sparkfleet_upstream_auth;", p.conf.read_text())
     check = subprocess.run([*front.argv(p, nginx), "-t", "-q"], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stderr
     with pytest.raises(Exception, match="letters, digits"):
-        front.users_conf_text('bad"key with spaces', {})
+        front.users_conf_text('bad"key with spaces', admin, {})
+
+
+HOSTILE_DIR_NAMES = ["state dir", "quo'te\"s", "dollar $HOME", "semi;colon {brace}", "back\\slash"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_DIR_NAMES)
+def test_front_config_holds_no_state_dir_path_so_any_dir_name_passes_nginx_t(tmp_path, name):
+    """A state dir with a space made `nginx -t` fail ("invalid number of arguments in pid
+    directive"): every path in nginx.conf is now relative to the prefix nginx is given in argv."""
+    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
+    if nginx is None:
+        pytest.fail("nginx is a test dependency (Makefile DEB_PACKAGES: nginx-light)")
+    state = tmp_path / name / "gw"
+    key, admin = gateway.gateway_key(state), gateway.admin_key(state)
+    p = front.write(state, key, admin, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    assert str(tmp_path) not in p.conf.read_text()
+    check = subprocess.run([*front.argv(p, nginx), "-t"], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    assert f"{p.root}/nginx.conf test is successful" in check.stderr
+
+
+def test_front_refuses_a_bind_that_is_not_an_ip_address(tmp_path):
+    state = tmp_path / "gw"
+    key, admin = gateway.gateway_key(state), gateway.admin_key(state)
+    for bind in ("127.0.0.1:80; include /etc/shadow", "localhost", "", "::1 x"):
+        with pytest.raises(Exception, match="listens on an IP address"):
+            front.write(state, key, admin, bind, 8080, 9090)
+    assert not (state / "front" / "nginx.conf").exists()  # refused before anything was written
 
 
 def test_gateway_main_starts_under_a_wrapper_that_adds_site_dirs_only_in_its_script(tmp_path):
@@ -85,3 +122,36 @@ def test_gateway_main_starts_under_a_wrapper_that_adds_site_dirs_only_in_its_scr
     proc = subprocess.run([bare, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "No module named" not in proc.stderr and "--policy" in proc.stdout  # smg's own help
+
+
+def test_gateway_run_json_reports_what_it_found_before_it_becomes_the_gateway(tmp_path):
+    """`gateway run --json` (the unit's ExecStart): one JSON document first, then the gateway itself."""
+    inv = write_gateway_fleet(tmp_path, free_port(), tmp_path / "host-state")  # its lane not running
+    state = tmp_path / "gw"
+    port = free_port()
+    argv = [sys.executable, "-m", "sparkfleet", "--root", str(inv.root), "gateway", "run",
+            "--port", str(port), "--bind", "127.0.0.1", "--json"]  # fmt: skip
+    proc = subprocess.Popen(argv, env={**os.environ, "SPARKFLEET_GATEWAY_STATE": str(state)},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        text = ""
+        while True:
+            line = proc.stdout.readline()
+            assert line, f"no JSON document before the end of output: {text!r}"
+            text += line
+            if line.startswith("}"):
+                break
+        st = json.loads(text)
+        assert st["pid"] == proc.pid and st["port"] == port and st["policy"] == "round_robin"
+        assert st["lanes"] == {LANE: "not answering (the gateway adds it once it is up)"}
+        assert st["key_changed"] == {LANE: True} and st["key_failed"] == {}
+        assert any("now holds the gateway's key" in e for e in st["events"])
+        deadline = time.monotonic() + 30
+        models = f"http://127.0.0.1:{port}/v1/models"
+        while request(models, gateway.gateway_key(state), timeout=2).status is None:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        assert gateway.status(state)["pid"] == proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)

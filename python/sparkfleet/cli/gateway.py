@@ -40,7 +40,10 @@ def up(
     """Start the gateway: each lane's served_model_name is a model id, replicas share one.
 
     The gateway's key becomes every gateway lane's key (a lane running with another key must be
-    launched again; `up` names it). Clients send the gateway's key as a Bearer token.
+    launched again; `up` names it), once the gateway answers: if it does not start, `up` says why
+    and no lane's key changes. Clients send the gateway's key (or a user's, `keys add`) as a
+    Bearer token; it opens the inference API only. smg's admin paths (/workers, ...) take the admin
+    key, whose file `gateway status` names.
 
     \b
     Examples:
@@ -68,8 +71,10 @@ def up(
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Gateway port.")
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address the gateway listens on.")
 @STATE_OPTION
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what it found (lanes, keys) as JSON, before the gateway's own log.")  # fmt: skip
 @click.pass_context
-def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None) -> None:
+def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None, as_json: bool) -> None:
     """Run the gateway in the foreground (what the sparkfleet-gateway unit runs).
 
     The same gateway as `up`, as this process: it ends when the process is stopped (SIGTERM), its
@@ -78,16 +83,24 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None) -> Non
     \b
     Examples:
       SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run
-      sparkfleet gateway run --port 8080
+      sparkfleet gateway run --port 8080 --json
     """
     from ..nodecall import call_agent
     from ..serving.gateway import run as do_run
 
+    events: list[str] = []
+
     def event(msg: str) -> None:
-        click.echo(f"· {msg}", err=True)
+        events.append(msg)
+        if not as_json:
+            click.echo(f"· {msg}", err=True)
+
+    def starting(st: dict) -> None:  # the last word before this process becomes the gateway
+        if as_json:
+            echo_json({**st, "events": events})
 
     do_run(load_inventory(ctx), state_dir or default_state_dir(), call_agent, bind=bind, port=port,
-           on_event=event)  # fmt: skip
+           on_event=event, on_start=starting)  # fmt: skip
 
 
 @gateway.command("status")
@@ -113,19 +126,26 @@ def status(state_dir: Path | None, as_json: bool) -> None:
                    f"models {', '.join(st['models']) or 'none yet'}")  # fmt: skip
         for w in st["workers"]:
             click.echo(f"  {w['model']} <- {w['lane']} {w['url']}")
+        click.echo(f"  admin API (/workers, ...): the key in {st['admin_key_file']}")
     if not st["running"]:
         sys.exit(ExitCode.SHORTFALL)
 
 
 @gateway.command("down")
 @STATE_OPTION
-def down(state_dir: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def down(state_dir: Path | None, as_json: bool) -> None:
     """Stop the gateway `up` started (its recorded process only).
 
     \b
     Examples:
       sparkfleet gateway down
+      sparkfleet gateway down --json
     """
     from ..serving.gateway import down as do_down
 
-    click.echo("gateway stopped" if do_down(state_dir or default_state_dir()) else "gateway was not running")
+    stopped = do_down(state_dir or default_state_dir())
+    if as_json:
+        echo_json({"stopped": stopped})  # False: none was running
+        return
+    click.echo("gateway stopped" if stopped else "gateway was not running")

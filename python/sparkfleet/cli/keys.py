@@ -46,6 +46,13 @@ def rotate(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     click.echo(f"new API key for {name} on {hosts}; relaunch {name} to serve with it")
 
 
+def _warn_refused(refused: dict[str, str]) -> None:
+    """Users whose key file the front left out: they get 401 until it is fixed; nobody else is held."""
+    for user, why in sorted(refused.items()):
+        click.echo(f"· {user} is refused at the gateway: {why}", err=True)
+        click.echo(f"  fix: sparkfleet keys revoke {user}; sparkfleet keys add {user}", err=True)
+
+
 @keys.command("add")
 @click.argument("user")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -56,25 +63,26 @@ def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> N
     """Make a gateway key for USER; a running gateway takes it at once.
 
     The key is shown once (or written to --out), never again: give it to the user. It opens the
-    gateway only; the lanes behind it keep the gateway's own key.
+    gateway's inference API only (chat, completions, embeddings, models); the lanes behind it keep
+    the gateway's own key. If --out cannot be written, or the gateway does not take the key, no
+    key is made: run it again.
 
     \b
     Examples:
       sparkfleet keys add alice
       sparkfleet keys add alice --out alice.key
     """
-    from ..atomic import write_bytes
     from ..serving.gateway import add_user
 
-    key, live = add_user(state_dir or default_state_dir(), user)
-    if out is not None:
-        write_bytes(out, (key + "\n").encode(), mode=0o600)
+    key, done = add_user(state_dir or default_state_dir(), user, out)
     shown = None if out is not None else key
     if as_json:
-        echo_json({"user": user, "key": shown, "out": str(out) if out else None, "gateway_reloaded": live})
+        echo_json({"user": user, "key": shown, "out": str(out) if out else None,
+                   "gateway_reloaded": done.live, "refused_users": done.refused})  # fmt: skip
         return
     click.echo(f"{user}: key written to {out}" if out else key)
-    click.echo(f"· {user} can use the gateway" + (" now" if live else " once it is up"), err=True)
+    click.echo(f"· {user} can use the gateway" + (" now" if done.live else " once it is up"), err=True)
+    _warn_refused(done.refused)
 
 
 @keys.command("list")
@@ -83,9 +91,12 @@ def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> N
 def list_(state_dir: Path | None, as_json: bool) -> None:
     """The users who hold a gateway key (names and dates; never a key).
 
+    A user whose revoke did not finish is listed as "revoking": `keys revoke USER` finishes it.
+
     \b
     Examples:
       sparkfleet keys list
+      sparkfleet keys list --json
     """
     import time
 
@@ -93,10 +104,12 @@ def list_(state_dir: Path | None, as_json: bool) -> None:
 
     got = listing(state_dir or default_state_dir())
     if as_json:
-        echo_json([{"user": u.name, "created": u.created} for u in got])
+        echo_json([{"user": u.name, "created": u.created, "revoking": u.revoking} for u in got])
         return
     for u in got:
-        click.echo(f"{u.name}\t{time.strftime('%Y-%m-%d %H:%M', time.localtime(u.created))}")
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(u.created))
+        click.echo(f"{u.name}\t{when}" + (f"\trevoking (finish it: sparkfleet keys revoke {u.name})"
+                                          if u.revoking else ""))  # fmt: skip
     if not got:
         click.echo("no user keys (the operator's gateway key only)", err=True)
 
@@ -104,14 +117,23 @@ def list_(state_dir: Path | None, as_json: bool) -> None:
 @keys.command("revoke")
 @click.argument("user")
 @STATE_OPTION
-def revoke(user: str, state_dir: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def revoke(user: str, state_dir: Path | None, as_json: bool) -> None:
     """Remove USER's gateway key; a running gateway refuses it before this returns.
+
+    If it stops before that (an error, a kill), USER stays listed as revoking: run it again.
 
     \b
     Examples:
       sparkfleet keys revoke alice
+      sparkfleet keys revoke alice --json
     """
     from ..serving.gateway import revoke_user
 
-    live = revoke_user(state_dir or default_state_dir(), user)
-    click.echo(f"{user}: key revoked" + ("; the gateway refuses it now" if live else ""))
+    done = revoke_user(state_dir or default_state_dir(), user)
+    if as_json:
+        echo_json({"user": user, "revoked": True, "gateway_refuses_it": done.live,
+                   "refused_users": done.refused})  # fmt: skip
+        return
+    click.echo(f"{user}: key revoked" + ("; the gateway refuses it now" if done.live else ""))
+    _warn_refused(done.refused)

@@ -132,6 +132,10 @@ row_bytes = 264
 # What the checkpoint cannot say (sparkfleet roofline): the demo's engram reads 2 rows a token.
 [roofline]
 engram_rows_per_token = 2
+
+# Serve it behind the gateway too: `sparkfleet gateway up`, then `sparkfleet keys add alice`
+# (docs/serving.md). round_robin is the default policy.
+[gateway]
 """ + demo_launch_tables()
     atomic.write_bytes(root / "hosts" / "fleet.toml", fleet.encode())
     atomic.write_bytes(root / "recipes" / DEMO_LANE / "recipe.toml", recipe.encode())

@@ -17,10 +17,14 @@ MiaAI-Lab's docs/tp8.md measured cache_aware sending every stream of a shared-pr
 replica (prose at c32: 296 tok/s against 673 with round_robin), and a bench's prompts share a prefix.
 
 Keys: one gateway key, which is also every gateway lane's key (`lanekeys`): "lanes take only the
-gateway's key". It reaches smg through a 0600 JSON file (`gateway_main`), never argv. Per-user keys
-(`serving.users`, `sparkfleet keys add USER`) are checked by nginx in front of smg (`serving.front`),
-which calls smg with the gateway's key: smg itself would pass a user's key on to the lanes. smg
-listens on loopback only; the public port is the front's.
+gateway's key". Per-user keys (`serving.users`, `sparkfleet keys add USER`) are checked by nginx in
+front of smg (`serving.front`), which calls smg with the gateway's key: smg itself would pass a
+user's key on to the lanes. Since every user request reaches smg carrying the gateway's key, that
+key must open nothing but inference there: smg's admin routes (workers, tokenizers, ...) take a
+third key, the admin key, as smg's control-plane key (`--control-plane-api-keys`, which replaces
+`--api-key` on those routes, measured against smg 1.13.0), and the front lets only it through to
+them. All keys reach smg through a 0600 JSON file (`gateway_main`), never argv. smg listens on
+loopback only; the public port is the front's.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -44,7 +49,7 @@ from .. import apikeys, procs
 from ..atomic import ensure_dir, write_bytes
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import Inventory, replica_sets
-from ..launch.lanekeys import Call, install
+from ..launch.lanekeys import Call, host_key, install
 from ..launch.recipe import launch_recipe
 from ..selfexec import module_argv
 from . import front, users
@@ -53,6 +58,8 @@ POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load"
 DEFAULT_POLICY = "round_robin"
 ROUTED_HEADER = "x-smg-routed-worker-id"
 KEY_NAME = "gateway"  # the key file under the gateway's state dir (apikeys layout)
+ADMIN_KEY_NAME = "gateway-admin"  # the operator's admin key, beside it (never on a lane, never a user's)
+ADMIN_KEY_ID = "operator"  # its id and name among smg's control-plane keys
 STATE_ENV = "SPARKFLEET_GATEWAY_STATE"  # where `gateway up` keeps its key, config, record and log
 
 
@@ -164,36 +171,77 @@ def _check_replicas(workers: list[Worker]) -> None:
                 seen[h] = w.name
 
 
-def gateway_key(state_dir: Path) -> str:
-    """The gateway's key (made on first use), 0600 under the gateway's state dir."""
-    key = apikeys.read_key(state_dir, KEY_NAME)
+def _own_key(state_dir: Path, name: str) -> str:
+    key = apikeys.read_key(state_dir, name)
     if key is None:
         key = apikeys.new_key()
-        apikeys.write_key(state_dir, KEY_NAME, key)
+        apikeys.write_key(state_dir, name, key)
     return key
 
 
-def share_key(inv: Inventory, state_dir: Path, call: Call) -> dict[str, bool]:
-    """Install the gateway's key as the key of every gateway lane (lane -> its key file changed).
+def gateway_key(state_dir: Path) -> str:
+    """The gateway's key (made on first use), 0600 under the gateway's state dir."""
+    return _own_key(state_dir, KEY_NAME)
 
-    A lane already running with its old key must be launched again to take it (`up` says which).
+
+def admin_key(state_dir: Path) -> str:
+    """The operator's admin key for smg's admin API (made on first use), 0600 beside the gateway's."""
+    return _own_key(state_dir, ADMIN_KEY_NAME)
+
+
+@dataclass(frozen=True)
+class KeyShare:
+    """What installing the gateway's key on the gateway lanes did."""
+
+    changed: dict[str, bool]  # worker -> whether its hosts' key files changed
+    failed: dict[str, str]  # worker -> why its hosts did not take the key (lenient mode only)
+
+
+def share_key(inv: Inventory, state_dir: Path, call: Call, *, all_or_nothing: bool = True) -> KeyShare:
+    """Install the gateway's key as the key of every gateway lane (each replica's hosts).
+
+    All or nothing (`gateway up`): if a host cannot take it, every host already changed gets its
+    old key back before the error is raised, so a failed `up` leaves each lane as its clients knew
+    it. Lenient (`gateway run`, a unit at boot): a lane whose host is down is reported, the others
+    take the key. A lane already running with its old key must be launched again to take it.
     """
     key = gateway_key(state_dir)
-    out = {}
-    for w in plan(inv).workers:
-        out[w.name] = any(install(inv, w.lane, key, list(w.hosts), call).values())
-    return out
+    old: dict[tuple[str, str], str | None] = {}
+    changed, failed = {}, {}
+    try:
+        for w in plan(inv).workers:
+            try:
+                if all_or_nothing:
+                    for h in w.hosts:
+                        old.setdefault((w.lane, h), host_key(inv, w.lane, h, call))
+                changed[w.name] = any(install(inv, w.lane, key, list(w.hosts), call).values())
+            except SparkfleetError as exc:
+                if all_or_nothing:
+                    raise
+                failed[w.name] = exc.message
+    except BaseException:
+        for (lane, h), was in old.items():
+            if was is not None and was != key:
+                with contextlib.suppress(SparkfleetError):
+                    install(inv, lane, was, [h], call)
+        raise
+    return KeyShare(changed, failed)
 
 
 def _get(url: str, key: str | None, timeout: float = 3.0) -> tuple[int | None, Any]:
+    """(HTTP status or None when nothing answered, the JSON body or None)."""
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read(1 << 20) or b"null")
+            status, raw = resp.status, resp.read(1 << 20)
     except urllib.error.HTTPError as exc:
         return exc.code, None
     except (urllib.error.URLError, OSError, ValueError):
         return None, None
+    try:
+        return status, json.loads(raw or b"null")
+    except ValueError:
+        return status, None
 
 
 def worker_states(p: GatewayPlan, key: str) -> dict[str, str]:
@@ -229,13 +277,15 @@ def is_running(rec: GatewayRecord) -> bool:
     return procs.same_process(rec.pid, rec.start_ticks, rec.boot_id)
 
 
-def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: int) -> list[str]:
+def router_argv(p: GatewayPlan, key: str, admin: str, bind: str, port: int, metrics_port: int) -> list[str]:
     """smg's arguments (they travel in the 0600 config file, not an argv)."""
     return [
         "--host", bind, "--port", str(port),
         "--worker-urls", *[w.url for w in p.workers],
         "--policy", p.policy,
         "--api-key", key,
+        # smg's admin and worker routes take this key instead of --api-key (id:name:role:key)
+        "--control-plane-api-keys", f"{ADMIN_KEY_ID}:{ADMIN_KEY_ID}:admin:{admin}",
         # the front names the user in smg's tenant header (and replaces any header a client sent)
         "--trust-tenant-header", "--tenant-header-name", front.TENANT_HEADER,
         # metrics on loopback, on a port of our choosing (smg's default 0.0.0.0:29000 collides)
@@ -250,16 +300,14 @@ def router_argv(p: GatewayPlan, key: str, bind: str, port: int, metrics_port: in
 class _Prepared:
     plan: GatewayPlan
     key: str
-    states: dict[str, str]
+    admin: str
     config: Path  # the 0600 JSON gateway_main runs from
     router_port: int
 
 
-def _prepare(
-    inv: Inventory, state_dir: Path, call: Call, bind: str, port: int, metrics_port: int,
-    on_event: Callable[[str], None], strict_keys: bool = True,
-) -> _Prepared:  # fmt: skip
-    """Everything before the process: the plan, the key on every lane, smg's and the front's config."""
+def _prepare(inv: Inventory, state_dir: Path, bind: str, port: int, metrics_port: int) -> _Prepared:
+    """Everything before the process, and nothing on a lane: the plan, smg's and the front's config."""
+    front.check_bind(bind)
     ensure_dir(state_dir, 0o700)
     rec = load_record(state_dir)
     if rec is not None and is_running(rec):
@@ -269,27 +317,15 @@ def _prepare(
             exit_code=ExitCode.REFUSED,
         )
     p = plan(inv)
-    try:
-        changed = share_key(inv, state_dir, call)
-    except SparkfleetError as exc:
-        if strict_keys:
-            raise
-        # a unit at boot: a lane host that is down must not keep the gateway from the others
-        on_event(f"the gateway's key is not on every lane host ({exc.message}); serving the others")
-        changed = {}
-    for lane, did in changed.items():
-        if did:
-            on_event(f"{lane}: now holds the gateway's key")
-    key = gateway_key(state_dir)
-    states = worker_states(p, key)
+    key, admin = gateway_key(state_dir), admin_key(state_dir)
     config = _paths(state_dir)[0]
     router_port = free_port()
-    argv = router_argv(p, key, "127.0.0.1", router_port, metrics_port or port + 1)
-    fp = front.write(state_dir, key, bind, port, router_port)
+    argv = router_argv(p, key, admin, "127.0.0.1", router_port, metrics_port or port + 1)
+    fp = front.write(state_dir, key, admin, bind, port, router_port)
     front_cfg = {"argv": front.argv(fp, front.nginx_binary()), "pid": str(fp.pid),
                  "error_log": str(fp.error_log)}  # fmt: skip
     write_bytes(config, json.dumps({"argv": argv, "front": front_cfg}).encode(), mode=0o600)
-    return _Prepared(p, key, states, config, router_port)
+    return _Prepared(p, key, admin, config, router_port)
 
 
 def _record(state_dir: Path, pid: int, prep: _Prepared, bind: str, port: int, log: Path | str) -> None:
@@ -319,6 +355,59 @@ def main_command(config: Path) -> tuple[list[str], dict[str, str]]:
     return module_argv("sparkfleet.serving.gateway_main", str(config)), dict(os.environ)
 
 
+def _local(bind: str) -> str:
+    """Where this host reaches a listener bound to `bind`."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+
+
+def _log_line(log: Path, offset: int, keys: tuple[str, ...]) -> str:
+    """The last line this run wrote to the gateway's log (keys redacted, colours dropped)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    for key in keys:
+        text = apikeys.scrub(text, key)
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in text.splitlines()]
+    return next((ln for ln in reversed(lines) if ln), "(nothing in its log)")[-400:]
+
+
+def _wait_answering(proc: subprocess.Popen, prep: _Prepared, base: str, log: Path, offset: int,
+                    deadline: float, wait_s: float) -> None:  # fmt: skip
+    """Until smg answers through the front: GET /health with the admin key passes nginx, then smg.
+
+    Why not "until it lists the lanes' models": with no lane serving (the demo stops its lane) there
+    is nothing to list, and `up` returned at once while the gateway was dying on its first import.
+    """
+    keys = (prep.key, prep.admin)
+    while True:
+        if proc.poll() is not None:
+            raise SparkfleetError(
+                f"the gateway did not start (exit {proc.returncode}): {_log_line(log, offset, keys)}",
+                hint=f"its log: {log}. No lane's key was changed",
+                exit_code=ExitCode.SHORTFALL,
+            )
+        if _get(f"{base}/health", prep.admin, timeout=2)[0] == 200:
+            return
+        if time.monotonic() > deadline:
+            raise SparkfleetError(
+                f"the gateway did not answer within {wait_s:g} s: {_log_line(log, offset, keys)}",
+                hint=f"its log: {log}; a longer --wait if this host is slow. No lane's key was changed",
+                exit_code=ExitCode.SHORTFALL,
+            )
+        time.sleep(0.2)
+
+
+def _report_share(done: KeyShare, on_event: Callable[[str], None]) -> None:
+    for lane, did in done.changed.items():
+        if did:
+            on_event(f"{lane}: now holds the gateway's key")
+    for lane, why in done.failed.items():
+        on_event(f"{lane}: the gateway's key is not on its hosts ({why}); the gateway serves the others")
+
+
 def up(
     inv: Inventory,
     state_dir: Path,
@@ -330,14 +419,20 @@ def up(
     wait_s: float = 60.0,
     on_event: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    """Start the gateway in front of the gateway lanes; wait until it lists every serving lane's model
-    and routes to every serving worker (each copy of a replicated lane among them)."""
+    """Start the gateway in front of the gateway lanes.
+
+    Returns once the gateway answers, then once it lists every serving lane's model and routes to
+    every serving worker (each copy of a replicated lane among them). The lanes get the gateway's
+    key only after the gateway answers: a gateway that fails to start is stopped, says why (its
+    log's last line) and leaves every lane's key as it was.
+    """
     state_dir = Path(state_dir)
-    prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event)
-    p, key, states = prep.plan, prep.key, prep.states
+    prep = _prepare(inv, state_dir, bind, port, metrics_port)
+    p, key = prep.plan, prep.key
     log = _paths(state_dir)[2]
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
+        offset = out.tell()
         argv, env = main_command(prep.config)
         proc = subprocess.Popen(
             argv, env=env,
@@ -345,20 +440,28 @@ def up(
             start_new_session=True, close_fds=True,
         )  # fmt: skip
     _record(state_dir, proc.pid, prep, bind, port, log)
-    on_event(f"gateway started (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
+    deadline = time.monotonic() + wait_s
+    base = f"http://{_local(bind)}:{port}"
+    try:
+        _wait_answering(proc, prep, base, log, offset, deadline, wait_s)
+        on_event(f"gateway answers (pid {proc.pid}) on {bind}:{port}, policy {p.policy}")
+        _report_share(share_key(inv, state_dir, call), on_event)
+    except BaseException:
+        down(state_dir)
+        raise
+    states = worker_states(p, key)
     want = {w.model for w in p.workers if states[w.name] == "serving"}
     want_urls = {w.url for w in p.workers if states[w.name] == "serving"}
-    deadline = time.monotonic() + wait_s
-    local = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
     while True:
-        if proc.poll() is not None:
-            tail = apikeys.scrub(Path(log).read_text(errors="replace")[-2000:], key)
-            raise SparkfleetError(f"the gateway exited ({proc.returncode}): {tail.strip()[-600:]}",
-                                  hint=f"its log: {log}")  # fmt: skip
-        got = set(served_models(f"http://{local}:{port}", key))
-        routed = routed_workers(f"http://127.0.0.1:{prep.router_port}", key) if want <= got else set()
+        got = set(served_models(base, key))
+        routed = routed_workers(f"http://127.0.0.1:{prep.router_port}", prep.admin) if want <= got else set()
         if want <= got and want_urls <= routed:
             break
+        if proc.poll() is not None:
+            raise SparkfleetError(
+                f"the gateway exited ({proc.returncode}): {_log_line(log, offset, (key, prep.admin))}",
+                hint=f"its log: {log}",
+            )
         if time.monotonic() > deadline:
             on_event(
                 f"gateway lists {sorted(got)} of {sorted(want)} and routes to {len(routed & want_urls)} "
@@ -378,19 +481,26 @@ def run(
     port: int = DEFAULT_PORT,
     metrics_port: int = 0,
     on_event: Callable[[str], None] = lambda _m: None,
+    on_start: Callable[[dict[str, Any]], None] = lambda _st: None,
 ) -> None:
     """The gateway in the foreground (the systemd unit's ExecStart): this process becomes it.
 
     The record names this PID (exec keeps it), so `gateway status`, `keys add|revoke` and `gateway
     down` on the host act on the unit's gateway as on one `up` started. A lane host that is down
-    does not keep the gateway from starting (the unit would fail at boot otherwise).
+    does not keep the gateway from starting (the unit would fail at boot otherwise). `on_start`
+    gets what was found, just before the exec.
     """
     state_dir = Path(state_dir)
-    prep = _prepare(inv, state_dir, call, bind, port, metrics_port, on_event, strict_keys=False)
-    for lane, what in prep.states.items():
+    prep = _prepare(inv, state_dir, bind, port, metrics_port)
+    shared = share_key(inv, state_dir, call, all_or_nothing=False)
+    _report_share(shared, on_event)
+    states = worker_states(prep.plan, prep.key)
+    for lane, what in states.items():
         on_event(f"{lane}: {what}")
     _record(state_dir, os.getpid(), prep, bind, port, "stderr (a unit: journalctl -u sparkfleet-gateway)")
     on_event(f"gateway on {bind}:{port}, policy {prep.plan.policy}")
+    on_start({"pid": os.getpid(), "bind": bind, "port": port, "policy": prep.plan.policy, "lanes": states,
+              "key_changed": shared.changed, "key_failed": shared.failed})  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
     argv, env = main_command(prep.config)
@@ -415,19 +525,26 @@ def _front_pid(state_dir: Path, rec: GatewayRecord) -> int | None:
     return pid if ppid == rec.pid else None
 
 
-def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s: float = 10.0) -> bool:
+@dataclass(frozen=True)
+class Reload:
+    """What rewriting the front's key map did."""
+
+    live: bool  # a running gateway's front took the new map
+    refused: dict[str, str]  # users whose key file was left out of it, and why (they get 401)
+
+
+def reload_users(state_dir: Path, confirm: tuple[str, bool] | None = None, wait_s: float = 10.0) -> Reload:
     """Rewrite the front's key map from the user key files; a running front reloads it (SIGHUP).
 
-    `confirm` = (key, status): wait until a request with `key` gets `status` (401 for a revoked key,
-    200 for a new one), so `keys revoke` returns once the gateway refuses the key. True if a running
-    gateway reloaded.
+    `confirm` = (key, admitted): wait until the front passes a request with `key` (a new key) or
+    answers it 401 (a revoked one), so `keys revoke` returns once the gateway refuses the key.
+    Passed means anything but 401: with no lane serving, smg answers /v1/models with 503.
     """
     state_dir = Path(state_dir)
-    key = gateway_key(state_dir)
-    front.write_users(state_dir, key)
+    refused = front.write_users(state_dir, gateway_key(state_dir), admin_key(state_dir))
     rec = load_record(state_dir)
     if rec is None or not is_running(rec) or not rec.router_port:
-        return False
+        return Reload(False, refused)
     pid = _front_pid(state_dir, rec)
     if pid is None:
         raise SparkfleetError(
@@ -437,20 +554,24 @@ def reload_users(state_dir: Path, confirm: tuple[str, int] | None = None, wait_s
     old = procs.children(pid)  # the workers that hold the old key map
     os.kill(pid, signal.SIGHUP)
     if confirm is not None:
-        local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
+        key, admitted = confirm
+        url = f"http://{_local(rec.bind)}:{rec.port}/v1/models"
+
+        def taken() -> bool:
+            code = _get(url, key)[0]
+            return code is not None and (code != 401) == admitted
+
         deadline = time.monotonic() + wait_s
         # One answer from a new worker is not enough: until an old worker takes its shutdown, it
         # still accepts connections with the old keys (a revoked key got 200 right after revoke).
-        while _get(f"http://{local}:{rec.port}/v1/models", confirm[0])[0] != confirm[1] or any(
-            _still_accepting(p, ticks) for p, ticks in old
-        ):
+        while not taken() or any(_still_accepting(p, ticks) for p, ticks in old):
             if time.monotonic() > deadline:
                 raise SparkfleetError(
                     f"the gateway did not take the new keys within {wait_s:g} s",
                     hint=f"its front's log: {front.paths(state_dir).error_log}",
                 )
             time.sleep(0.1)
-    return True
+    return Reload(True, refused)
 
 
 def _still_accepting(pid: int, ticks: int) -> bool:
@@ -460,16 +581,35 @@ def _still_accepting(pid: int, ticks: int) -> bool:
     return procs.same_process(pid, ticks, procs.boot_id()) and "shutting down" not in procs.command_line(pid)
 
 
-def add_user(state_dir: Path, name: str) -> tuple[str, bool]:
-    """A new key for user NAME, taken by a running gateway at once: (key, reloaded)."""
-    key = users.add(Path(state_dir), name)
-    return key, reload_users(state_dir, (key, 200))
+def add_user(state_dir: Path, name: str, out: Path | None = None) -> tuple[str, Reload]:
+    """A new key for user NAME (written to `out` when given), taken by a running gateway at once.
+
+    If the gateway does not take it, the key is removed again (it was never shown): a rerun starts
+    clean instead of finding a key nobody holds.
+    """
+    state_dir = Path(state_dir)
+    with users.locked(state_dir):
+        key = users.add(state_dir, name, out)
+        try:
+            return key, reload_users(state_dir, (key, True))
+        except BaseException:
+            users.discard(state_dir, name, out)
+            with contextlib.suppress(SparkfleetError, OSError):
+                front.write_users(state_dir, gateway_key(state_dir), admin_key(state_dir))
+            raise
 
 
-def revoke_user(state_dir: Path, name: str) -> bool:
-    """USER's key removed; a running gateway refuses it before this returns. True if one reloaded."""
-    key = users.revoke(Path(state_dir), name)
-    return reload_users(state_dir, (key, 401))
+def revoke_user(state_dir: Path, name: str) -> Reload:
+    """USER's key removed; a running gateway refuses it before this returns.
+
+    Stopped anywhere (an error, `kill -9`), the user stays listed as revoking and a rerun finishes.
+    """
+    state_dir = Path(state_dir)
+    with users.locked(state_dir):
+        key = users.begin_revoke(state_dir, name)
+        done = reload_users(state_dir, (key, False) if key else None)
+        users.finish_revoke(state_dir, name)
+        return done
 
 
 def served_models(base: str, key: str | None) -> list[str]:
@@ -479,14 +619,14 @@ def served_models(base: str, key: str | None) -> list[str]:
     return [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
 
 
-def routed_workers(router: str, key: str) -> set[str]:
-    """The worker URLs smg routes to now: registered and healthy (`GET /workers`, smg 1.13).
+def routed_workers(router: str, admin: str) -> set[str]:
+    """The worker URLs smg routes to now: registered and healthy (`GET /workers` with the admin key).
 
     Why not its /v1/models alone: smg registers each worker on its own, after its own health
     check, and lists a model as soon as ONE worker of it is in. Two copies of one lane serve one
     model, so "listed" came while the second copy was still being registered, and every request
     then went to the first (a clean-clone run: 10 of 10 to one copy)."""
-    code, body = _get(f"{router}/workers", key)
+    code, body = _get(f"{router}/workers", admin)
     if code != 200 or not isinstance(body, dict):
         return set()
     workers = body.get("workers")
@@ -506,11 +646,12 @@ def status(state_dir: Path) -> dict[str, Any]:
     running = is_running(rec)
     out: dict[str, Any] = {"running": running, "pid": rec.pid, "port": rec.port, "policy": rec.policy,
                            "workers": rec.workers, "log": rec.log,
-                           "users": [u.name for u in users.listing(Path(state_dir))]}  # fmt: skip
+                           "users": [u.name for u in users.listing(Path(state_dir))],
+                           "admin_key_file": str(apikeys.key_path(state_dir, ADMIN_KEY_NAME))}  # fmt: skip
     if running:
-        local = "127.0.0.1" if rec.bind in ("0.0.0.0", "::") else rec.bind
-        out["url"] = f"http://{local}:{rec.port}/v1"
-        out["models"] = sorted(set(served_models(f"http://{local}:{rec.port}", gateway_key(Path(state_dir)))))
+        base = f"http://{_local(rec.bind)}:{rec.port}"
+        out["url"] = f"{base}/v1"
+        out["models"] = sorted(set(served_models(base, gateway_key(Path(state_dir)))))
     return out
 
 

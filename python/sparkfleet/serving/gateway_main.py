@@ -29,14 +29,15 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def start_front(front: dict, wait_s: float = 10.0) -> subprocess.Popen:
     """nginx in the foreground (daemon off), up once it wrote its pid file; exits 1 if it fails."""
-    pid_file = Path(front["pid"])
+    pid_file, log = Path(front["pid"]), Path(front["error_log"])
     pid_file.unlink(missing_ok=True)
+    offset = log.stat().st_size if log.exists() else 0
     proc = subprocess.Popen(front["argv"], stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only
     deadline = time.monotonic() + wait_s
     while not pid_file.exists():
         if proc.poll() is not None:
-            log = front["error_log"]
-            print(f"gateway front (nginx) exited {proc.returncode}: see {log}", file=sys.stderr)
+            why = _first_emergency(log, offset)
+            print(f"gateway front (nginx) exited {proc.returncode}: {why} (see {log})", file=sys.stderr)
             sys.exit(1)
         if time.monotonic() > deadline:
             proc.terminate()
@@ -44,6 +45,19 @@ def start_front(front: dict, wait_s: float = 10.0) -> subprocess.Popen:
             sys.exit(1)
         time.sleep(0.05)
     return proc
+
+
+def _first_emergency(log: Path, offset: int) -> str:
+    """Why nginx did not start: the first `[emerg]` it logged this time (`bind() to ... failed (98:
+    Address already in use)`), not its last (`still could not bind()` after its retries)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no error log"
+    first = next((ln for ln in lines if "[emerg]" in ln), lines[-1] if lines else "nothing in its error log")
+    return first[-300:]
 
 
 def main(argv: list[str] | None = None) -> int:
