@@ -35,6 +35,11 @@ class MetricSpec:
     labels: tuple[str, ...]
     help: str
 
+    @property
+    def exposed(self) -> str:
+        """The name in the text a scrape reads (a counter's samples and TYPE line end in _total)."""
+        return self.name + "_total" if self.kind == "counter" else self.name
+
 
 def _g(name: str, labels: tuple[str, ...], text: str) -> MetricSpec:
     return MetricSpec(name, "gauge", labels, text)
