@@ -401,7 +401,7 @@ def fingerprint(req: dict) -> dict:
 
 def host_facts(req: dict) -> dict:
     """Memory, NVMe, staged bytes per pin and the last measured rates (the fleet view's one read)."""
-    from ..view.nodefacts import host_facts as facts
+    from .hostread import host_facts as facts
 
     return facts(req)
 

@@ -8,6 +8,6 @@ snapshot instead of holding the scrape.
 
 Modules, top to bottom: `cli/view.py` parses; `server.py` serves; `metrics.py` and `page.py`
 render a `FleetSnapshot` (`snapshot.py`); `collect.py` builds one from the fleet's records and
-the node agents' answers (`nodefacts.py` is the node side); `targets.py` writes Prometheus file_sd
+the node agents' answers (`launch/hostread.py` is the node side); `targets.py` writes Prometheus file_sd
 targets from the inventory; `rules.py` ships the alert rules.
 """

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..launch.hostread import StagedPin
 from ..launch.watchstate import WatchState
-from .nodefacts import StagedPin
 
 
 @dataclass(frozen=True)

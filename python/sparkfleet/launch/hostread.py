@@ -1,4 +1,5 @@
-"""The node side of the fleet view: one cheap read of a host's facts (agent action `host-facts`).
+"""The node side of the fleet view (`sparkfleet view`): one cheap read of a host's facts (agent
+action `host-facts`).
 
 What it reads, and nothing else: /proc/meminfo (or the injected $SPARKFLEET_MEMINFO), statvfs of
 the local hub's filesystem, the host's measurements.json (the last NVMe/NAS rates staging and the
@@ -23,10 +24,10 @@ from typing import Any
 from ..errors import SparkfleetError
 from ..hubcache import HubRoot, repo_folder
 from ..jsonable import to_jsonable
-from ..launch.watchdog import meminfo_source, shm_source
 from ..memory import read_memory
 from ..roofline.machine import read_measurements_doc
 from ..stage.plan import StageRequest
+from .watchdog import meminfo_source, shm_source
 
 # The measurements a host's state dir may hold that the view shows (roofline/machine.py names them).
 RATES = ("nvme_write", "nvme_read", "nas_read", "fabric_link")
