@@ -164,28 +164,20 @@ def targets(
       sparkfleet view targets --out /etc/prometheus/sparkfleet
       sparkfleet view targets --out ./prom --view 10.0.0.1:9841 --key-file ./view.key
     """
-    from ..atomic import write_bytes
     from ..view.service import parse_listen
-    from ..view.targets import RULES_NAME, rules_path, scrape_config, target_groups, write_targets
+    from ..view.targets import target_groups, write_prometheus_dir
 
     if interval <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
     listen = parse_listen(view_at)
     inv = load_inventory(ctx)
-    out = out.absolute()
-    written = write_targets(inv, listen.scrape_address, out)
-    rules = out / RULES_NAME
-    write_bytes(rules, rules_path().read_bytes())
-    config = scrape_config(out, rules, interval, key_file.absolute() if key_file else None)
-    prom = out / "prometheus.yml"
-    write_bytes(prom, (json.dumps(config, indent=1) + "\n").encode())
+    files = write_prometheus_dir(inv, listen.scrape_address, out, interval, key_file)
     groups = target_groups(inv, listen.scrape_address)
     if as_json:
-        echo_json({"files": {**written, "rules": rules, "prometheus": prom},
-                   "targets": {k: [g.as_json() for g in v] for k, v in groups.items()}})  # fmt: skip
+        echo_json({"files": files, "targets": {k: [g.as_json() for g in v] for k, v in groups.items()}})
         return
-    for name, path in written.items():
+    for name in groups:
         shown = ", ".join(t for g in groups[name] for t in g.targets) or "none"
-        click.echo(f"{path}: {shown}")
-    click.echo(f"{rules}: the alert rules (promtool check rules {rules})")
-    click.echo(f"{prom}: the scrape config (prometheus --config.file={prom})")
+        click.echo(f"{files[name]}: {shown}")
+    click.echo(f"{files['rules']}: the alert rules (promtool check rules {files['rules']})")
+    click.echo(f"{files['prometheus']}: the scrape config (prometheus --config.file={files['prometheus']})")

@@ -102,6 +102,28 @@ def scrape_config(
     }
 
 
+def write_prometheus_dir(inv: Inventory, view: str, out: Path, interval_s: float,
+                         key_file: Path | None = None) -> dict[str, Path]:  # fmt: skip
+    """`view targets`: the file_sd files, the rules and a prometheus.yml reading them, all in `out`.
+
+    A folder that cannot be written is an error naming it (nothing half-written stays behind a
+    final name: each file is written whole or not at all)."""
+    out = out.absolute()
+    try:
+        written = write_targets(inv, view, out)
+        rules = out / RULES_NAME
+        write_bytes(rules, rules_path().read_bytes())
+        config = scrape_config(out, rules, interval_s, key_file.absolute() if key_file else None)
+        prom = out / "prometheus.yml"
+        write_bytes(prom, (json.dumps(config, indent=1) + "\n").encode())
+    except OSError as exc:
+        raise SparkfleetError(
+            f"{out}: cannot write Prometheus's files there ({exc.strerror or exc})",
+            hint="--out names a folder this user can create and write",
+        ) from None
+    return {**written, "rules": rules, "prometheus": prom}
+
+
 def rules_path() -> Path:
     """The alert rules shipped with sparkfleet (promtool-checked: tests/view/test_rules.py)."""
     return Path(__file__).parent / "rules" / RULES_NAME
