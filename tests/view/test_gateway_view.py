@@ -13,6 +13,7 @@ from sparkfleet.serving.front import paths as front_paths
 from sparkfleet.serving.gateway import KEY_NAME
 from sparkfleet.view.gatewaylog import access_counts, gateway_view
 from sparkfleet.view.metrics import gateway_samples
+from sparkfleet.view.snapshot import FleetSnapshot, snapshot_json
 from support.lanefleet import lane_recipe, write_fleet
 
 KEY = "sk-sf-" + "g" * 40
@@ -60,4 +61,7 @@ def test_requests_per_user_and_replicas_up(tmp_path, worker):
     assert names.count("sparkfleet_gateway_requests") == 2 and samples("sparkfleet_gateway_up") == ((), 0.0)
     with log.open("a") as fh:
         fh.write('2026-09-27T05:31:00+00:00 10.0.0.9 alice "GET /v1/models HTTP/1.1" 200 w1 0.01\n')
-    assert gateway_view(inv, state, counts).requests[("alice", "200")] == 3  # only the new line is read
+    again = gateway_view(inv, state, counts)
+    assert again.requests[("alice", "200")] == 3  # only the new line is read
+    rows = snapshot_json(FleetSnapshot(1.0, 0.1, 1, None, (), (), again))["gateway"]["requests"]
+    assert {"user": "alice", "code": "200", "requests": 3} in rows

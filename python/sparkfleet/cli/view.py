@@ -131,7 +131,9 @@ def snapshot(ctx: click.Context, node_timeout: float, as_json: bool) -> None:
     short = [v.lane for v in snap.lanes if v.wanted and not v.up]
     short += [h.host for h in snap.hosts if not h.reachable]
     if as_json:
-        echo_json(snap)
+        from ..view.snapshot import snapshot_json
+
+        echo_json(snapshot_json(snap))
     else:
         click.echo("lanes:")
         click.echo("\n".join(_lane_line(v) for v in snap.lanes) or "  (none with [launch])")

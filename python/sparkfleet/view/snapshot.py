@@ -7,7 +7,9 @@ nobody could read is None (its metric is left out, its cell shows a dash), never
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..jsonable import to_jsonable
 from ..launch.hostread import StagedPin
 from ..launch.watchstate import WatchState
 
@@ -101,3 +103,12 @@ class FleetSnapshot:
     lanes: tuple[LaneView, ...]
     hosts: tuple[HostView, ...]
     gateway: GatewayView | None = None
+
+
+def snapshot_json(snap: FleetSnapshot) -> dict[str, Any]:
+    """`view snapshot --json`: the records as JSON, the gateway's counts as {user, code, requests} rows."""
+    doc = to_jsonable(snap)
+    if snap.gateway is not None:
+        rows = sorted(snap.gateway.requests.items())
+        doc["gateway"]["requests"] = [{"user": u, "code": c, "requests": n} for (u, c), n in rows]
+    return doc
