@@ -17,6 +17,8 @@ DEB_PACKAGES += docker-registry skopeo
 DEB_PACKAGES += nginx-light
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.
 DEB_PACKAGES += chromium
+# The fleet view (sparkfleet view): Prometheus scrapes the exporter in the tests, promtool checks the rules.
+DEB_PACKAGES += prometheus
 
 .PHONY: test demo shell lint venv debian-deps clean engine-venv
 

@@ -101,6 +101,7 @@
         storage = ./modules/storage.nix;
         staging = ./modules/staging.nix;
         lanes = ./modules/lanes.nix;
+        view = ./modules/view.nix; # the head host's fleet view and its Prometheus (docs/fleet-ops.md)
         eval-only = ./modules/eval-only.nix;
       };
 

@@ -73,6 +73,9 @@ class Host:
     mac: str | None = None
     wol_broadcast: str | None = None
 
+    # The host's Prometheus node exporter, when it runs one (sparkfleet view targets lists it).
+    node_exporter_port: int | None = None
+
     # The known-good host stack (kernel, driver, cuda, nccl, firmware): [defaults.stack] + [hosts.X.stack].
     stack: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -439,6 +442,7 @@ def _host(name: str, defaults: dict[str, Any], own: dict[str, Any]) -> Host:
         services=tuple(sorted(merged.get("services", ()))),
         mac=own.get("mac"),  # one NIC's: never a default
         wol_broadcast=merged.get("wol_broadcast"),
+        node_exporter_port=merged.get("node_exporter_port"),
     )
 
 

@@ -37,6 +37,7 @@ from .bench.target import for_lane
 from .errors import SparkfleetError
 from .hosts import connect, fan_out
 from .inventory import RECIPES_DIR
+from .launch import watchstate
 from .launch.generations import current, scan
 from .launch.lane import launch, status, stop
 from .launch.lanestop import status_enforced
@@ -189,9 +190,13 @@ class Supervisor:
         sleep: Callable[[float], None] = time.sleep,
         on_event: Callable[[str], None] = lambda _m: None,
         hold: Callable[[], str | None] = lambda: None,
+        on_state: Callable[[str, WatchOutcome, ProbeResult | None], None] = lambda *_a: None,
     ) -> None:
-        """`hold()` names a reason a restart must not be tried (the memory watchdog fired), else None."""
+        """`hold()` names a reason a restart must not be tried (the memory watchdog fired), else None.
+        `on_state(state, outcome, probe)` hears what the loop does after every probe (one of
+        launch/watchstate.py's STATES), for whoever shows the lane live."""
         self.hold = hold
+        self.on_state = on_state
         self.lane, self.s = lane, settings
         self.probe, self.collect, self.restart, self.stop = probe, collect, restart, stop
         self.clock, self.sleep, self.on_event = clock, sleep, on_event
@@ -207,6 +212,9 @@ class Supervisor:
             self.on_event(f"{self.lane}: {what} raised {crash_text(exc)}")
             return fallback(exc) if callable(fallback) else fallback
 
+    def _tell(self, state: str, out: WatchOutcome, res: ProbeResult) -> None:
+        self._guard("telling the state", lambda: self.on_state(state, out, res), None)
+
     def budget_left(self, now: float) -> int:
         while self.restarts and now - self.restarts[0] > self.s.window_s:
             self.restarts.popleft()
@@ -221,6 +229,7 @@ class Supervisor:
                               lambda exc, t0=start: ProbeResult(False, self.clock() - t0, None,
                                                       f"the probe raised {crash_text(exc)}"))  # fmt: skip
             out.probes += 1
+            self._tell("watching" if res.ok else "failing", out, res)
             if res.ok:
                 last_ok_end = self.clock()
                 self.sleep(max(0.0, self.s.interval_s - (last_ok_end - start)))
@@ -241,12 +250,14 @@ class Supervisor:
                     f"{len(self.restarts)} restarts in the last {self.s.window_s:g} s did not keep it healthy"
                 )
                 out.message = f"{self.lane}: {why}; the lane is stopped and needs a human (bundle: {bundle})"
+                self._tell("needs_human", out, res)
                 self.on_event(out.message)
                 return out
             backoff = self.s.backoff_s * (2 ** len(self.restarts))
             self.on_event(
                 f"{self.lane}: restarting in {backoff:g} s ({self.budget_left(seen)} restarts left)"
             )
+            self._tell("restarting", out, res)
             self.sleep(backoff)
             self.restarts.append(self.clock())
             ok = bool(self._guard("the restart", self.restart, False))
@@ -419,10 +430,18 @@ def watch_lane(
         errs = [e for e in status(inv, lane_name).errors if e["error"].startswith("memory watchdog:")]
         return "; ".join([*tripped, *(f"{e['host']}: {e['error']}" for e in errs)]) or None
 
+    home = generations_home(inv, lane_name)
+
+    def tell(state: str, out: WatchOutcome, res: ProbeResult | None) -> None:
+        counts = (out.probes, out.failures, out.restarts)
+        watchstate.record(home, lane_name, state, counts, res.ok if res else None,
+                          res.latency_s if res else None, res.error if res else None)  # fmt: skip
+
     sup = Supervisor(
         lane_name,
         settings,
         hold=hold,
+        on_state=tell,
         probe=probe,
         collect=lambda reason: str(collect_incident(inv, lane_name, reason)),
         restart=restart,

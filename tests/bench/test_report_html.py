@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -22,9 +21,7 @@ import pytest
 from bench_fleet import write_fleet_root
 
 from sparkfleet.bench.report.html import COLORS, write_page
-
-CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+from support.chromium import needs_chromium, run_chromium
 
 FP = {
     "host": "dgx1",
@@ -120,34 +117,6 @@ def _dom(text: str) -> _Dom:
     return dom
 
 
-def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    profile = tmp_path / f"chromium-profile-{len(list(tmp_path.glob('chromium-profile-*')))}"
-    argv = [
-        CHROMIUM or "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        "--disable-dev-shm-usage",  # containers often have a 64 MiB /dev/shm
-        f"--user-data-dir={profile}",
-        *args,
-    ]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:  # our own session only: chromium and the children it started
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
 def _page(tmp_path: Path, roofline: bool) -> tuple[Path, list[str]]:
     folder = tmp_path / "recipes" / "lane-x" / "reports"
     names = _lane_reports(folder, roofline)
@@ -179,7 +148,7 @@ def test_the_page_is_self_contained_and_links_every_report(tmp_path):
 @needs_chromium
 def test_chromium_renders_every_chart(tmp_path):
     page, names = _page(tmp_path, roofline=True)
-    done = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    done = run_chromium(tmp_path, "--dump-dom", page.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
     dom = _dom(done.stdout)
     decode = dom.find("circle", "chart-decode", "decode", cls="pt")
@@ -227,7 +196,7 @@ def _median_y(points: list[tuple[int, int]]) -> int:
 def test_chromium_screenshot_shows_the_charts_drawn(tmp_path):
     page, _ = _page(tmp_path, roofline=True)
     shot = tmp_path / "page.png"
-    done = _chromium(tmp_path, "--window-size=1100,1500", f"--screenshot={shot}", page.as_uri())
+    done = run_chromium(tmp_path, "--window-size=1100,1500", f"--screenshot={shot}", page.as_uri())
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     px = _pixels(shot)
     for series in (
@@ -261,7 +230,7 @@ def test_chromium_screenshot_shows_the_charts_drawn(tmp_path):
 def test_no_roofline_data_leaves_no_roofline_colour(tmp_path):
     page, _ = _page(tmp_path, roofline=False)
     shot = tmp_path / "page.png"
-    done = _chromium(tmp_path, "--window-size=1100,1500", f"--screenshot={shot}", page.as_uri())
+    done = run_chromium(tmp_path, "--window-size=1100,1500", f"--screenshot={shot}", page.as_uri())
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     px = _pixels(shot)
     assert px["roofline"] == [] and len(px["decode"]) > 40

@@ -23,9 +23,13 @@ PURE = {
     "recipe", "spec", "kitwire", "limits", "manifest", "readiness", "bootcache", "weights",
     "replicas",
 }
-NODE = {"records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent"}
+NODE = {
+    "records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent",
+    "hostread",
+}
 CONTROLLER = {
     "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo", "lanestop",
+    "watchstate",
 }
 
 

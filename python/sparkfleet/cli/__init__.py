@@ -43,6 +43,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("gateway", "gateway"),
     ("release", "release"),
     ("registry", "registry"),
+    ("view", "view"),
     ("generations", "watch"), ("generations", "promote"), ("generations", "rollback"),
     ("generations", "history"),
 ]

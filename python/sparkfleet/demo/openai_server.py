@@ -393,7 +393,12 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._error(HTTPStatus.SERVICE_UNAVAILABLE, "server is starting", "service_unavailable")
             return
-        if self.intercept(path) or self._booting() or not self._authorized() or self.answer_get(path):
+        if self.intercept(path) or self._booting():
+            return
+        if path == "/metrics":  # without the key, as vLLM serves it (its key guards /v1 paths only)
+            self._send_text(HTTPStatus.OK, render_prometheus(cfg, state))
+            return
+        if not self._authorized() or self.answer_get(path):
             return
         if path == "/v1/models":
             model = {
@@ -412,8 +417,6 @@ class Handler(BaseHTTPRequestHandler):
             if lifetime is not None:
                 info["internal_states"] = [{"avg_spec_accept_length": lifetime}]
             self._send_json(HTTPStatus.OK, info)
-        elif path == "/metrics":
-            self._send_text(HTTPStatus.OK, render_prometheus(cfg, state))
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no route {path}")
 

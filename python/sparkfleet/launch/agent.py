@@ -5,7 +5,8 @@ shell strings: `sparkfleet agent ACTION` (or `python -m sparkfleet.launch.agent 
 Everything that must read the node itself happens here: its sysfs (fabric), its hubs (staged
 and verified state), its receipt roots, its processes and containers, its logs and its ports.
 
-Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident. A user
+Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident, host-facts
+(the fleet view's read), and the key and image actions. A user
 error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
 stays meaningful.
 """
@@ -398,6 +399,13 @@ def fingerprint(req: dict) -> dict:
     return {"fingerprint": fp.to_dict()}
 
 
+def host_facts(req: dict) -> dict:
+    """Memory, NVMe, staged bytes per pin and the last measured rates (the fleet view's one read)."""
+    from .hostread import host_facts as facts
+
+    return facts(req)
+
+
 def api_key(req: dict) -> dict:
     """The lane's key on this node, for the controller's clients (answered on stdout, never argv)."""
     return {"key": apikeys.read_key(Path(req["state_dir"]), req["lane"])}
@@ -425,6 +433,7 @@ ACTIONS = {
     "canary": canary,
     "fingerprint": fingerprint,
     "incident": incident,
+    "host-facts": host_facts,
 }
 
 

@@ -48,8 +48,10 @@ def stop(
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
     results = [r for rs in fan_out(stop_one, list(lane.hosts)) for r in rs]
-    if any(r.get("was_running") for r in results) and all(r["stopped"] for r in results):
-        # history: this generation was stopped, not still "ready" (a replica's in its own folder)
+    if results and all(r["stopped"] for r in results):
+        # history: this generation was stopped, not still "ready" (a replica's in its own folder);
+        # a lane whose ranks had crashed is stopped too: the operator no longer wants it running,
+        # and the fleet view's lane-down alert (wanted and not up) must hear that
         mark_stopped(generations_root or generations_home(inv, lane_name), lane_name)
     return results
 

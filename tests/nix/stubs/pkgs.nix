@@ -160,6 +160,7 @@ let
       rich = "rich";
       huggingface-hub = "huggingface_hub";
       safetensors = "safetensors";
+      prometheus-client = "prometheus_client";
     }; in py;
     git = "git";
     perl = "perl";
