@@ -76,3 +76,15 @@ def test_demo_fresh_refuses_a_workdir_it_did_not_write(tmp_path):
     res = CliRunner().invoke(main, ["demo", "--workdir", str(tmp_path), "--fresh"])
     assert res.exit_code == 2 and "was not written by `sparkfleet demo`" in res.output
     assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_an_older_demos_workdir_marked_in_its_nas_is_still_the_demos(tmp_path):
+    """A workdir an older demo wrote carries its marker in nas/ only: it is taken (and marked at the
+    top), so `make demo` keeps working on an existing .demo/."""
+    from sparkfleet.demo.fleet import DEMO_MARKER, claim_workdir
+
+    (tmp_path / "nas").mkdir()
+    (tmp_path / "nas" / DEMO_MARKER).write_text("written by sparkfleet demo\n")
+    (tmp_path / "fleet").mkdir()
+    claim_workdir(tmp_path)
+    assert (tmp_path / DEMO_MARKER).is_file() and (tmp_path / "fleet").is_dir()
