@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from .atomic import ensure_dir, fsync_dir, temp_name
 from .digests import full_digest
 from .errors import ExitCode, SparkfleetError
+from .relnames import plain_relative
 
 # portable_node.py cache_inputs() at 878e0ee: its format, and its bounds on the inventory.
 LOCK_FORMAT = "ds41_public_recipe_lock_v2"  # recipe-lock.json at 878e0ee
@@ -170,14 +171,6 @@ def cache_roots(seed: CacheSeed) -> frozenset[str]:
     raise refuse(seed, f"{seed.roots_from} defines no literal CACHE_ROOTS")
 
 
-def safe_name(name: object) -> bool:
-    """A plain relative POSIX path (bootstrap.py relative() and cache_inputs()'s own rules)."""
-    if not isinstance(name, str) or not name or name == "." or any(c in name for c in "\0\n\r\\"):
-        return False
-    p = PurePosixPath(name)
-    return not p.is_absolute() and ".." not in p.parts and str(p) == name
-
-
 def check_manifest(raw: bytes, pins: LockPins, roots: frozenset[str], where: str) -> dict[str, dict]:
     """The manifest's files, after portable_node.py cache_inputs()'s checks: its sha256 is the lock's,
     its format, each name under a cache root (no lock files), bytes and sha256 bounded, total ≤ 8 GiB."""
@@ -195,7 +188,7 @@ def check_manifest(raw: bytes, pins: LockPins, roots: frozenset[str], where: str
     for name, row in files.items():
         p = PurePosixPath(name) if isinstance(name, str) else None
         bad = (
-            not safe_name(name) or p is None or p.parts[0] not in roots or name.endswith(".lock")
+            not plain_relative(name) or p is None or p.parts[0] not in roots or name.endswith(".lock")
             or p.name == ".ninja_lock" or not isinstance(row, dict) or type(row.get("bytes")) is not int
             or not 0 <= row["bytes"] <= MAX_FILE_BYTES or not SHA256.fullmatch(str(row.get("sha256", "")))
             or ("mtime_ns" in row and (type(row["mtime_ns"]) is not int or not 0 <= row["mtime_ns"] < 2**63))

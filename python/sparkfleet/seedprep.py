@@ -43,12 +43,12 @@ from .cacheseed import (
     image_digest,
     read_lock,
     refuse,
-    safe_name,
     same,
 )
 from .cacheseed import seed as seed_into
 from .digests import full_digest
 from .errors import SparkfleetError
+from .relnames import plain_relative
 from .stage.lock import open_lock_file
 
 TREE = "tree"
@@ -207,7 +207,7 @@ def extract(archive: Path, staging: Path) -> None:
     staging.mkdir()
     with tarfile.open(archive, "r|") as stream:
         for item in stream:
-            if not safe_name(item.name):
+            if not plain_relative(item.name):
                 raise SparkfleetError(f"{archive}: unsafe member {item.name!r}")
             if not (item.isdir() or item.isfile()):
                 raise SparkfleetError(f"{archive}: {item.name!r} is a link or a device, not a file")
