@@ -7,7 +7,8 @@ and verified state), its receipt roots, its processes and containers, its logs a
 
 Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident. A user
 error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
-stays meaningful.
+stays meaningful; so is any other exception one action raises (exit_code 70, its traceback on
+stderr): the controller gets an answer it can report, never a dead agent's silence.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import traceback
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any
 from .. import apikeys
 from ..atomic import write_bytes
 from ..display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
 from . import records, watchdog
@@ -438,6 +440,18 @@ def main(argv: list[str] | None = None) -> int:
         answer = {"ok": True, **ACTIONS[args[0]](req)}
     except SparkfleetError as exc:
         answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+    except Exception as exc:  # noqa: BLE001 - one action's failure is its answer, never a dead agent
+        # Whatever one action raised (a bug, a file on the node no check foresaw) is answered as that
+        # action's error, so the controller (launch, the supervisor) reports it and goes on; the
+        # traceback goes to the agent's stderr, for whoever debugs it.
+        traceback.print_exc(file=sys.stderr)
+        answer = {
+            "ok": False,
+            "error": f"agent {args[0]} failed on this node: {type(exc).__name__}: {exc}"[:2000],
+            "hint": "a sparkfleet bug or a state on the node no check foresaw; the agent's stderr has "
+            "the traceback (run the action by hand: `sparkfleet agent ACTION < request.json`)",
+            "exit_code": int(ExitCode.CRASHED),
+        }
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     return 0
