@@ -149,13 +149,8 @@ def probe(req: dict) -> dict:
             out["memory_error"] = str(exc)
     if req.get("ports"):
         out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
-    kits = req.get("kits") or {}
-    if kits.get("checkouts"):  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
-        from ..kittrees import KitCheckout
-        from ..stage.kits import verify_kits
-
-        checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
-        verdicts = verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+    verdicts = _kit_verdicts(req)
+    if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
         out["kits"] = [v.as_dict() for v in verdicts]
     if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
         dev = device_from_dict(req["display"])
@@ -166,13 +161,31 @@ def probe(req: dict) -> dict:
         from ..seedprep import seed_facts
 
         seed = req["cache_seed"]
-        out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
+        unpinned = [v for v in verdicts if v.pin == seed.get("pin") and not v.ok]
+        if unpinned:  # the lock and CACHE_ROOTS are read only from the checkout as pinned
+            v = unpinned[0]
+            out["cache_seed"] = {"ok": False, "problem": f"its lock is not read: {v.summary()}",
+                                 "hint": v.fix}  # fmt: skip
+        else:
+            out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
     return out
 
 
+def _kit_verdicts(req: dict) -> list:
+    """verify's verdict on each kit checkout the request names (its "kits"): [] when it names none."""
+    kits = req.get("kits") or {}
+    if not kits.get("checkouts"):
+        return []
+    from ..kittrees import KitCheckout
+    from ..stage.kits import verify_kits
+
+    checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
+    return verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+
+
 def start(req: dict) -> dict:
-    """before_serve (receipt roots, then the cache seed), refuse if this lane's rank already runs,
-    start, record."""
+    """Refuse if this lane's rank already runs or its kit checkouts (the request's "kits") are not
+    as pinned; before_serve (receipt roots, then the cache seed); start, record."""
     spec = spec_from_dict(req["spec"])
     state_dir = Path(spec.state_dir)
     key = apikeys.read_key(state_dir, spec.lane)
@@ -187,6 +200,15 @@ def start(req: dict) -> dict:
                 + ("" if st.running else f": {st.detail}"),
                 hint=f"sparkfleet stop {spec.lane}",
             )
+    # The kit's files the rank will run ([[launch.trees]]) are judged again here, just before they
+    # run: the probe's verdict is from before the preflight, and the checkout may change since.
+    changed = [v for v in _kit_verdicts(req) if not v.ok]
+    if changed:
+        raise SparkfleetError(
+            f"{spec.host}: the kit is not there as pinned; {changed[0].summary()}; nothing was started",
+            hint=changed[0].fix,
+            exit_code=ExitCode.REFUSED,
+        )
     cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
     boot_cache = cache_state(spec) if spec.boot_cache_dir else None
     seeded = None
