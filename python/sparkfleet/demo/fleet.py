@@ -105,8 +105,8 @@ def claim_workdir(workdir: Path) -> None:
         raise SparkfleetError(
             f"{workdir} was not written by `sparkfleet demo` (it has no {DEMO_MARKER}); nothing was "
             "stopped, written or removed there",
-            hint="give `--workdir` a new or empty directory (or move that one aside); a fleet of your "
-            "own is run with `sparkfleet --root DIR ...`, never by the demo",
+            hint="give `--workdir` a new or empty directory, or move that one aside (the demo writes, "
+            "stops and removes only a fleet of its own)",
         )
     atomic.ensure_dir(workdir)
     atomic.write_bytes(workdir / DEMO_MARKER, MARKER_TEXT)
