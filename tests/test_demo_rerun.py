@@ -9,6 +9,7 @@ from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
+from support.lanefleet import serve_demo_lane
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
@@ -48,12 +49,8 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
     workdir = tmp_path / "demo"
     fleet = write_demo_fleet(workdir, shard_bytes=16 * 1024)
     inv = inventory.load(fleet.root)
-    for host in inv.lane(DEMO_LANE).hosts:
-        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
     try:
-        assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
-        old = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
-        assert len(old) == 2 and all(procs.group_members(p) for p in old)
+        old = serve_demo_lane(inv)
         proc = subprocess.run(
             [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh",
              "--shard-mib", "1"],

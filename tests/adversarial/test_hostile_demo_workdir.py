@@ -21,8 +21,7 @@ import pytest
 from sparkfleet import inventory, procs
 from sparkfleet.demo.fleet import DEMO_LANE, DEMO_MARKER, write_demo_fleet
 from sparkfleet.launch import lane as lanes
-from sparkfleet.stage import execute
-from sparkfleet.stage.targets import requests_for_host
+from support.lanefleet import serve_demo_lane
 
 from .tally import bad_input, lost_bytes
 
@@ -77,12 +76,8 @@ def test_a_hand_made_fleet_with_a_serving_rank_is_left_alone(tmp_path, figures):
     fleet_toml = workdir / "fleet" / "hosts" / "fleet.toml"
     fleet_toml.write_text("# my own fleet, edited by hand\n" + fleet_toml.read_text())
     inv = inventory.load(workdir / "fleet")
-    for host in inv.lane(DEMO_LANE).hosts:
-        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
     try:
-        assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
-        pids = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
-        assert len(pids) == 2 and all(procs.group_members(p) for p in pids)
+        pids = serve_demo_lane(inv)
         before = _files(workdir)
         proc = _demo(workdir)
         refused = _refused(proc, workdir)
