@@ -9,6 +9,7 @@ from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.errors import SparkfleetError
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
+from support.lanefleet import serve_demo_lane
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
@@ -48,12 +49,8 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
     workdir = tmp_path / "demo"
     fleet = write_demo_fleet(workdir, shard_bytes=16 * 1024)
     inv = inventory.load(fleet.root)
-    for host in inv.lane(DEMO_LANE).hosts:
-        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
     try:
-        assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
-        old = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
-        assert len(old) == 2 and all(procs.group_members(p) for p in old)
+        old = serve_demo_lane(inv)
         proc = subprocess.run(
             [sys.executable, "-m", "sparkfleet", "demo", "--workdir", str(workdir), "--fresh",
              "--shard-mib", "1"],
@@ -76,3 +73,15 @@ def test_demo_fresh_refuses_a_workdir_it_did_not_write(tmp_path):
     res = CliRunner().invoke(main, ["demo", "--workdir", str(tmp_path), "--fresh"])
     assert res.exit_code == 2 and "was not written by `sparkfleet demo`" in res.output
     assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_an_older_demos_workdir_marked_in_its_nas_is_still_the_demos(tmp_path):
+    """A workdir an older demo wrote carries its marker in nas/ only: it is taken (and marked at the
+    top), so `make demo` keeps working on an existing .demo/."""
+    from sparkfleet.demo.fleet import DEMO_MARKER, claim_workdir
+
+    (tmp_path / "nas").mkdir()
+    (tmp_path / "nas" / DEMO_MARKER).write_text("written by sparkfleet demo\n")
+    (tmp_path / "fleet").mkdir()
+    claim_workdir(tmp_path)
+    assert (tmp_path / DEMO_MARKER).is_file() and (tmp_path / "fleet").is_dir()

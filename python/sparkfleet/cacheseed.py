@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from .atomic import ensure_dir, fsync_dir, temp_name
 from .digests import full_digest
 from .errors import ExitCode, SparkfleetError
+from .relnames import plain_relative
 
 # portable_node.py cache_inputs() at 878e0ee: its format, and its bounds on the inventory.
 LOCK_FORMAT = "ds41_public_recipe_lock_v2"  # recipe-lock.json at 878e0ee
@@ -157,25 +158,71 @@ def image_digest(ref: str) -> str:
 
 
 def cache_roots(seed: CacheSeed) -> frozenset[str]:
-    """CACHE_ROOTS as the kit's own file defines it (a literal set, read with ast, never run)."""
+    """CACHE_ROOTS as the kit's own file defines it, read with ast, never run: its top-level
+    assignments in order (`=`, an annotated `=`, `|=`), each a set of string literals, written as a
+    set, list or tuple display, `set(...)`/`frozenset(...)` of one, a `|` of those, or CACHE_ROOTS
+    itself. Anything else is refused naming the line: a value that would take running the file to
+    know is not read. Each root must be one plain directory name (seed() makes each under /cache)."""
+    where = seed.roots_from
     try:
-        tree = ast.parse(Path(seed.roots_from).read_bytes())
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise refuse(seed, f"cannot read CACHE_ROOTS from {seed.roots_from}: {exc}") from None
+        tree = ast.parse(Path(where).read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError) as exc:
+        raise refuse(seed, f"cannot read CACHE_ROOTS from {where}: {exc}") from None
+    roots: frozenset[str] | None = None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CACHE_ROOTS" for t in node.targets):
-            value = ast.literal_eval(node.value)
-            if isinstance(value, (set, frozenset)) and value and all(isinstance(v, str) for v in value):
-                return frozenset(value)
-    raise refuse(seed, f"{seed.roots_from} defines no literal CACHE_ROOTS")
+        try:
+            assigns, value = _roots_assignment(node, roots)
+        except RecursionError:  # a `|` chain thousands long: no kit writes one
+            assigns, value = True, None
+        if not assigns:
+            continue
+        if value is None:
+            why = "CACHE_ROOTS is not a set of names that can be read without running the file"
+            raise refuse(seed, f"{where}:{node.lineno}: {why}")
+        roots = value
+    if not roots:
+        raise refuse(seed, f"{where} defines no CACHE_ROOTS (a non-empty set of names)")
+    bad = sorted(r for r in roots if not plain_relative(r) or "/" in r)
+    if bad:
+        raise refuse(seed, f"{where}: CACHE_ROOTS holds {bad[0]!r:.80}, which is not one directory name")
+    return roots
 
 
-def safe_name(name: object) -> bool:
-    """A plain relative POSIX path (bootstrap.py relative() and cache_inputs()'s own rules)."""
-    if not isinstance(name, str) or not name or name == "." or any(c in name for c in "\0\n\r\\"):
-        return False
-    p = PurePosixPath(name)
-    return not p.is_absolute() and ".." not in p.parts and str(p) == name
+def _roots_assignment(node: ast.stmt, prior: frozenset[str] | None) -> tuple[bool, frozenset[str] | None]:
+    """(does this top-level statement assign CACHE_ROOTS, the value it gives it: None where that
+    value is not read here)."""
+    if isinstance(node, ast.Assign) and any(_is_roots(t) for t in node.targets):
+        return True, _roots_value(node.value, prior)
+    if isinstance(node, ast.AnnAssign) and _is_roots(node.target):
+        return True, _roots_value(node.value, prior)
+    if isinstance(node, ast.AugAssign) and _is_roots(node.target):
+        more = _roots_value(node.value, prior)
+        ok = isinstance(node.op, ast.BitOr) and prior is not None and more is not None
+        return True, prior | more if ok else None
+    return False, None
+
+
+def _is_roots(target: ast.expr) -> bool:
+    return isinstance(target, ast.Name) and target.id == "CACHE_ROOTS"
+
+
+SET_CALLS = ("set", "frozenset")
+
+
+def _roots_value(node: ast.expr | None, prior: frozenset[str] | None) -> frozenset[str] | None:
+    if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+        names = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return frozenset(names) if len(names) == len(node.elts) else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SET_CALLS:
+        if node.keywords or len(node.args) > 1:
+            return None
+        return _roots_value(node.args[0], prior) if node.args else frozenset()
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _roots_value(node.left, prior), _roots_value(node.right, prior)
+        return left | right if left is not None and right is not None else None
+    if isinstance(node, ast.Name) and node.id == "CACHE_ROOTS":
+        return prior
+    return None
 
 
 def check_manifest(raw: bytes, pins: LockPins, roots: frozenset[str], where: str) -> dict[str, dict]:
@@ -195,7 +242,7 @@ def check_manifest(raw: bytes, pins: LockPins, roots: frozenset[str], where: str
     for name, row in files.items():
         p = PurePosixPath(name) if isinstance(name, str) else None
         bad = (
-            not safe_name(name) or p is None or p.parts[0] not in roots or name.endswith(".lock")
+            not plain_relative(name) or p is None or p.parts[0] not in roots or name.endswith(".lock")
             or p.name == ".ninja_lock" or not isinstance(row, dict) or type(row.get("bytes")) is not int
             or not 0 <= row["bytes"] <= MAX_FILE_BYTES or not SHA256.fullmatch(str(row.get("sha256", "")))
             or ("mtime_ns" in row and (type(row["mtime_ns"]) is not int or not 0 <= row["mtime_ns"] < 2**63))
@@ -250,8 +297,18 @@ def seed(tree: Path, files: dict[str, dict], roots: frozenset[str], cache_dir: P
     each checked by sha256 before it takes its name; delete nothing. As create() does, the cache
     roots and tmp/ hf/ exist afterwards."""
     base = cache_dir.resolve()
-    for part in sorted(roots | set(EXTRA_DIRS)):
-        ensure_dir(base / part)
+    dirs = [base / part for part in sorted(roots | set(EXTRA_DIRS))]
+    blocked = [d for d in dirs if d.is_symlink() or (d.exists() and not d.is_dir())]
+    if blocked:  # checked before anything is made or copied: a refusal changes nothing
+        raise SparkfleetError(
+            f"cannot seed {cache_dir}: {blocked[0]} is a link or a file, where the kit's cache makes a "
+            f"directory (TMPDIR, HF_HOME and the compilers' caches point there)"
+            + (f"; so are {', '.join(d.name for d in blocked[1:])}" if blocked[1:] else ""),
+            hint=f"inspect {blocked[0]} and remove it (the seed never writes through, nor deletes, "
+            "what the engine wrote); then launch again",
+        )
+    for d in dirs:
+        ensure_dir(d)
     kept = 0
     changed: set[Path] = set()  # the directories that got a file: fsynced once each, at the end
     for name, row in sorted(files.items()):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from .digests import full_digest
 from .errors import InventoryError
+from .relnames import inside, plain_relative
 
 if TYPE_CHECKING:
     from .inventory import Inventory, Lane
@@ -163,8 +164,12 @@ MAX_MANIFEST_BYTES = 16 << 20  # the EXL3 kit's bundle-manifest.json is 125 kB
 
 def manifest_sums(checkout: Path, tree: HostTree) -> tuple[dict[str, str], str | None]:
     """{file under tree.path: sha256} as the kit's own manifest lists them (never restated in a
-    recipe), or why the manifest cannot be read."""
+    recipe), or why the manifest cannot be read. A manifest that lists a name leaving the checkout
+    (`..`, an absolute name) is refused whole, as is one that is itself a link out of it: its
+    hashes would be of files that are not the kit's, and naming them would print them."""
     where = checkout / tree.manifest
+    if inside(checkout, tree.manifest) is None:
+        return {}, f"{where} (the kit's manifest: a link out of the checkout)"
     try:
         with where.open("rb") as f:
             raw = f.read(MAX_MANIFEST_BYTES + 1)
@@ -176,16 +181,27 @@ def manifest_sums(checkout: Path, tree: HostTree) -> tuple[dict[str, str], str |
     base, tree_dir = PurePosixPath(tree.manifest).parent, PurePosixPath(tree.path)
     out = {}
     for name, row in files.items():
+        if not plain_relative(name):
+            shown = repr(name)[:120]
+            return {}, f"{where} (the kit's manifest lists {shown}, a name that leaves the checkout)"
         full = base / name
         if tree_dir in full.parents and isinstance(row, dict) and isinstance(row.get("sha256"), str):
             out[str(full.relative_to(tree_dir))] = row["sha256"]
     return out, None
 
 
+def _in_checkout(checkout: Path, *parts: str) -> bool:
+    rel = str(PurePosixPath(*parts))
+    return rel == "." or inside(checkout, rel) is not None
+
+
 def kit_tree_problems(checkout: Path, tree: HostTree) -> list[str]:
     """tree_problems of `tree` in the checkout at `checkout`: its needed files, the sha256 the
     recipe pins, and every file the kit's manifest lists under the tree at its sha256 (the kit's
-    own preflight checks its runtime files against that manifest before every start)."""
+    own preflight checks its runtime files against that manifest before every start). Nothing
+    outside the checkout is read: a tree, or a file in it, that a link takes out is a problem."""
+    if not _in_checkout(checkout, tree.path):
+        return [f"{checkout / tree.path} (the directory: a link out of the checkout)"]
     pinned, needs = dict(tree.sha256), list(tree.needs)
     if tree.manifest:
         listed, why = manifest_sums(checkout, tree)
@@ -196,6 +212,13 @@ def kit_tree_problems(checkout: Path, tree: HostTree) -> list[str]:
             return [f"{checkout / tree.path / n} (not in the kit's manifest {tree.manifest})"
                     for n in unlisted]  # fmt: skip
         needs, pinned = list(dict.fromkeys([*needs, *listed])), listed
+    out = [
+        f"{checkout / tree.path / n} (a link out of the checkout, or not a plain name)"
+        for n in dict.fromkeys([*needs, *pinned])
+        if not _in_checkout(checkout, tree.path, n)
+    ]
+    if out:
+        return out
     return tree_problems(checkout / tree.path, needs, pinned)
 
 

@@ -10,8 +10,10 @@ cache-manifest.json. This module does the same under `<state_dir>/cacheseed/<ass
 
 - `<asset>`: the copied tar, renamed into place once its size and sha256 are the lock's, removed
   once the tree is made;
-- `tree.extracting/` → `tree/`: unpacked, each manifest file checked (size, sha256), its mtime_ns
-  set, fsynced, then renamed. A `tree/` is only ever a whole verified tree.
+- `tree.extracting/` → `tree/`: the files the tar's cache-manifest.json lists unpacked (the
+  manifest first checked against the lock; each file only at the size it lists; whatever else the
+  tar holds stays packed, so the manifest's bounds bound the disk it takes), each checked (size,
+  sha256), its mtime_ns set, fsynced, then renamed. A `tree/` is only ever a whole verified tree.
 
 Unlike the kit, which stops at an interrupted extraction ("inspect it before continuing"), a rerun
 converges: under the store's flock a leftover `.copying` file or `tree.extracting/` can only be a
@@ -21,6 +23,7 @@ dead run's (kill -9, a power cut), and is removed and redone. Node-side and ligh
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import shutil
@@ -33,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .atomic import ensure_dir, fsync_dir, fsync_tree
+from .atomic import write_bytes as atomic_write
 from .cacheseed import (
     MANIFEST_NAME,
     CacheSeed,
@@ -43,12 +47,12 @@ from .cacheseed import (
     image_digest,
     read_lock,
     refuse,
-    safe_name,
     same,
 )
 from .cacheseed import seed as seed_into
 from .digests import full_digest
-from .errors import SparkfleetError
+from .errors import SpaceError, SparkfleetError
+from .relnames import plain_relative
 from .stage.lock import open_lock_file
 
 TREE = "tree"
@@ -140,10 +144,10 @@ def prepare(seed: CacheSeed) -> Prepared:
         if staging.exists():  # a dead run's (we hold the lock)
             shutil.rmtree(staging)
         try:
-            extract(archive, staging)
-            files = tree_files_fresh(staging, pins, roots)
-        except (SparkfleetError, tarfile.TarError, OSError) as exc:
-            why = exc.message if isinstance(exc, SparkfleetError) else str(exc)
+            files = extract(archive, staging, pins, roots)
+            tree_files_fresh(staging, files)
+        except (SparkfleetError, *TAR_ERRORS) as exc:
+            why = exc.message if isinstance(exc, SparkfleetError) else f"not a tar it can unpack ({exc})"
             raise refuse(seed, f"{archive}: {why}") from None
         fsync_tree(staging)
         os.rename(staging, tree)
@@ -201,44 +205,93 @@ def copy_out(seed: CacheSeed, pins: LockPins, dest: Path) -> None:
     fsync_dir(dest.parent)
 
 
-def extract(archive: Path, staging: Path) -> None:
-    """bootstrap.py extract()'s rules: every member a plain relative path, a file or a directory
-    (no links, no devices), written exclusively, mode & 0o777 and mtime kept."""
-    staging.mkdir()
+# What Python's tarfile raises on an archive it cannot read, beyond TarError: a pax header's bad
+# sparse map (ValueError), a name that is not UTF-8 (UnicodeError, a ValueError), a member cut short
+# (EOFError), and the OS's own errors. Each is the archive's fault, refused naming it.
+TAR_ERRORS = (tarfile.TarError, OSError, ValueError, OverflowError, EOFError)
+MAX_MANIFEST_BYTES = 64 << 20  # MAX_FILES rows of the kit's format fit in well under this
+
+
+def read_manifest(archive: Path, pins: LockPins, roots: frozenset[str]) -> tuple[bytes, dict[str, dict]]:
+    """The tar's cache-manifest.json (its first such member, a file of at most MAX_MANIFEST_BYTES),
+    checked against the lock's cache_manifest_sha256 and the kit's bounds (check_manifest): what
+    `extract` then unpacks, and nothing else."""
     with tarfile.open(archive, "r|") as stream:
         for item in stream:
-            if not safe_name(item.name):
-                raise SparkfleetError(f"{archive}: unsafe member {item.name!r}")
-            if not (item.isdir() or item.isfile()):
-                raise SparkfleetError(f"{archive}: {item.name!r} is a link or a device, not a file")
-            out = staging / item.name
-            if item.isdir():
-                out.mkdir(parents=True, exist_ok=True)
+            if item.name != MANIFEST_NAME:
                 continue
+            if not item.isfile() or item.sparse is not None or not 0 < item.size <= MAX_MANIFEST_BYTES:
+                raise SparkfleetError(f"{MANIFEST_NAME} is not a file of 1..{MAX_MANIFEST_BYTES} bytes")
+            src = stream.extractfile(item)
+            assert src is not None  # a regular file member
+            raw = src.read(item.size)
+            return raw, check_manifest(raw, pins, roots, MANIFEST_NAME)
+    raise SparkfleetError(f"no {MANIFEST_NAME} in it")
+
+
+def tar_mtime(item: tarfile.TarInfo) -> int:
+    """A member's mtime in ns; a pax header may say inf, nan or 1e300, which is no time at all."""
+    t = item.mtime
+    if not (isinstance(t, (int, float)) and math.isfinite(t) and 0 <= t < 2**63 / 1e9):
+        raise SparkfleetError(f"{item.name!r}: mtime {t!r:.40} is not a time")
+    return int(t * 1_000_000_000)
+
+
+def extract(archive: Path, staging: Path, pins: LockPins, roots: frozenset[str]) -> dict[str, dict]:
+    """bootstrap.py extract()'s rules: every member a plain relative path, a file or a directory
+    (no links, no devices), written exclusively, mode & 0o777 and mtime kept; returns the manifest's
+    files. Only the files the manifest lists are unpacked, each only at the size it lists (before a
+    byte is written): the manifest is pinned by the lock and bounded (≤ MAX_FILE_BYTES a file,
+    MAX_TOTAL_BYTES in all), so what lands on disk is too, whatever the tar holds besides (a sparse
+    member of a few header blocks expands to any size it claims)."""
+    raw, files = read_manifest(archive, pins, roots)
+    need = sum(row["bytes"] for row in files.values())
+    staging.mkdir()
+    free = shutil.disk_usage(staging).free
+    if need > free:
+        raise SpaceError(
+            f"{staging}: the kernel cache needs {need} bytes, {free} are free",
+            hint=f"free space under {staging.parent} (or give the host another state_dir)",
+        )
+    written: set[str] = set()
+    with tarfile.open(archive, "r|") as stream:
+        for item in stream:
+            if not plain_relative(item.name):
+                raise SparkfleetError(f"unsafe member {item.name!r}")
+            if not (item.isdir() or item.isfile()):
+                raise SparkfleetError(f"{item.name!r} is a link or a device, not a file")
+            row = files.get(item.name)
+            if item.isdir() or row is None:
+                continue  # directories come with their files; what the manifest lacks stays packed
+            if item.name in written:
+                raise SparkfleetError(f"{item.name!r} appears twice")
+            if item.size != row["bytes"]:
+                listed = row["bytes"]
+                raise SparkfleetError(f"{item.name!r} is {item.size} bytes, the manifest lists {listed}")
+            mtime_ns = row.get("mtime_ns")
+            if mtime_ns is None:
+                mtime_ns = tar_mtime(item)
+            out = staging / item.name
             out.parent.mkdir(parents=True, exist_ok=True)
             src = stream.extractfile(item)
             assert src is not None  # a regular file member
             with open(out, "xb") as fh:
                 shutil.copyfileobj(src, fh, 1 << 20)
             os.chmod(out, item.mode & 0o777)
-            os.utime(out, (item.mtime, item.mtime))
+            os.utime(out, ns=(mtime_ns, mtime_ns))
+            written.add(item.name)
+    atomic_write(staging / MANIFEST_NAME, raw)
+    return files
 
 
-def tree_files_fresh(staging: Path, pins: LockPins, roots: frozenset[str]) -> dict[str, dict]:
-    """Every manifest file of a just-unpacked tree checked by size and sha256, its mtime_ns set."""
-    manifest = staging / MANIFEST_NAME
-    if not manifest.is_file():
-        raise SparkfleetError(f"no {MANIFEST_NAME} in it")
-    files = check_manifest(manifest.read_bytes(), pins, roots, MANIFEST_NAME)
+def tree_files_fresh(staging: Path, files: dict[str, dict]) -> None:
+    """Every manifest file of a just-unpacked tree there, checked by size and sha256."""
     for name, row in files.items():
         path = staging / name
         if not path.is_file() or path.is_symlink() or path.stat().st_size != row["bytes"]:
             raise SparkfleetError(f"{name}: missing or not {row['bytes']} bytes")
         if full_digest(path, "sha256") != row["sha256"]:
             raise SparkfleetError(f"{name}: sha256 is not the manifest's")
-        if "mtime_ns" in row:
-            os.utime(path, ns=(row["mtime_ns"], row["mtime_ns"]))
-    return files
 
 
 def seed_facts(seed: CacheSeed, make: bool) -> dict:

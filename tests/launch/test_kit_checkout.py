@@ -7,6 +7,12 @@ kits is committed here: the tests run the kits' own launchers in their dry-run m
 kit's production.sh --dry-run, with ssh, ip and the RoCE sysfs reads answered by stubs) or import
 them (the EXL3 kit's portable_node.docker_command()), for this fleet's hosts, and compare what they
 would run on each node with what sparkfleet renders.
+
+They run as root, so nothing of a kit runs before it is known to be the kit: every file the
+recipe's [kit.sources] names is read once from the checkout, checked against the sha256 recorded
+there, and copied into the test's own directory, and only that copy is run or imported. A file that
+differs fails the test before anything runs; a file the kit would run that [kit.sources] does not
+name is simply not there. (A checkout without .git is judged by the same sha256s.)
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import pytest
 from sparkfleet import inventory
 from sparkfleet.launch.plan import dry_run
 from sparkfleet.launch.runtimes import container_run_argv
+from sparkfleet.relnames import inside
 from support.kitflags import kit_pairs, missing_flags, run_pairs
 from support.lanefleet import repo_fleet
 
@@ -45,20 +52,39 @@ def _recipe(lane: str) -> dict:
     return tomllib.loads((ROOT / "recipes" / lane / "recipe.toml").read_text())
 
 
-def _checkout(lane: str) -> Path:
-    """The kit's checkout for `lane`, at the commit its [kit] table names (when it is a git checkout)."""
-    kit = _recipe(lane)["kit"]
+def _kit_checkout(lane: str) -> Path:
+    """The kit's checkout for `lane` under SPARKFLEET_KIT_DIR (skipped where there is none). Read as
+    data only: what runs is _verified_kit's copy."""
     fleet = tomllib.loads((ROOT / "hosts" / "fleet.toml").read_text())
-    repo = fleet["pins"][kit["pin"]]["repo"]
+    repo = fleet["pins"][_recipe(lane)["kit"]["pin"]]["repo"]
     path = Path(KIT_DIR) / repo
     if not path.is_dir():
         pytest.skip(f"no checkout of {repo} under SPARKFLEET_KIT_DIR={KIT_DIR}")
-    if (path / ".git").exists():
-        head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
-        assert head.stdout.strip() == kit["commit"], (
-            f"{path} is at {head.stdout.strip()}, not {kit['commit']}"
-        )
     return path
+
+
+def _verified_kit(lane: str, tmp_path: Path) -> Path:
+    """The files [kit.sources] names, each read once from the kit's checkout, checked against the
+    sha256 recorded there and written under `tmp_path`: the only kit files a test runs or imports.
+    Any file missing, different, or a link out of the checkout fails the test before anything of
+    the kit has run (its hash is shown only for a file inside the checkout)."""
+    kit = _recipe(lane)["kit"]
+    path, out, wrong = _kit_checkout(lane), tmp_path / "verified-kit", {}
+    for name, want in kit["sources"].items():
+        src = inside(path, name)
+        data = src.read_bytes() if src is not None and src.is_file() else None
+        got = hashlib.sha256(data).hexdigest() if data is not None else None
+        if got != want:
+            wrong[name] = got or ("not a file in the checkout" if src is not None else "leaves the checkout")
+            continue
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    if wrong:
+        pytest.fail(
+            f"{path} is not {lane}'s kit at {kit['commit']} ([kit.sources] recorded vs the checkout: "
+            f"{wrong}); nothing of it was run"
+        )
+    return out
 
 
 def _same_argv(kit: list[str], ours: list[str]) -> bool:
@@ -80,19 +106,12 @@ def _fleet(tmp_path: Path) -> inventory.Inventory:
 
 
 @pytest.mark.parametrize("lane", ["dsv41-flash-exl3-2x", "dsv41-flash-4x-aiden"])
-def test_recorded_sources_are_the_kits_files(lane):
+def test_recorded_sources_are_the_kits_files(lane, tmp_path):
     """Every file the recipe's facts come from has, in the checkout, the sha256 the recipe records."""
-    path = _checkout(lane)
-    sources = _recipe(lane)["kit"]["sources"]
-    wrong = {
-        name: (
-            digest,
-            hashlib.sha256((path / name).read_bytes()).hexdigest() if (path / name).is_file() else None,
-        )
-        for name, digest in sources.items()
-        if not (path / name).is_file() or hashlib.sha256((path / name).read_bytes()).hexdigest() != digest
-    }
-    assert not wrong, f"recorded vs checkout: {wrong}"
+    kit = _verified_kit(lane, tmp_path)
+    assert sorted(str(p.relative_to(kit)) for p in kit.rglob("*") if p.is_file()) == sorted(
+        _recipe(lane)["kit"]["sources"]
+    )
 
 
 # ---- the Aiden kit: production.sh --dry-run -----------------------------------------------------
@@ -204,7 +223,7 @@ AIDEN_NODE_KEYS = {
 
 
 def test_aiden_lane_runs_what_production_sh_runs(tmp_path, monkeypatch):
-    kit = _checkout("dsv41-flash-4x-aiden")
+    kit = _verified_kit("dsv41-flash-4x-aiden", tmp_path)
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     inv = _fleet(tmp_path)
     commands = _aiden_kit_commands(kit, inv, tmp_path)
@@ -295,7 +314,7 @@ EXL3_NODE_KEYS = {"NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLO
 
 
 def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
-    kit = _checkout("dsv41-flash-exl3-2x")
+    kit = _verified_kit("dsv41-flash-exl3-2x", tmp_path)
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     inv = _fleet(tmp_path)
     config = _exl3_config(kit, inv)
@@ -309,7 +328,8 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
     aot = trees[portable_node.AOT_TARGET]
     assert aot["path"] == f"{EXL3_RUNTIME}/aot/{portable_node.AOT_NAME}" and "sha256" not in aot
     assert aot["manifest"] == f"{EXL3_RUNTIME}/bundle-manifest.json"
-    listed = json.loads((kit / aot["manifest"]).read_text())["files"]
+    # the kit's manifest is data, read from the checkout itself ([kit.sources] does not name it)
+    listed = json.loads((_kit_checkout("dsv41-flash-exl3-2x") / aot["manifest"]).read_text())["files"]
     so = f"aot/{portable_node.AOT_NAME}/{portable_node.AOT_NAME}.so"
     assert listed[so]["sha256"] == portable_node.AOT_SHA
     for name in trees["/opt/ds41-serving"]["needs"]:  # the kit's manifest lists each file the lane needs

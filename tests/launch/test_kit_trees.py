@@ -26,7 +26,7 @@ from sparkfleet.launch.manifest import BindManifest
 from sparkfleet.launch.plan import check_kits, node_facts, probe_request
 from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.spec import build_spec
-from support.kitrepo import git
+from support.kitrepo import commit_files, pinned_checkout
 from support.lanefleet import repo_fleet
 
 LANE = "dsv41-flash-exl3-2x"
@@ -82,22 +82,8 @@ def _checkout(tmp_path: Path, inv: inventory.Inventory, listing: dict) -> tuple[
     pin's rev, of a repository holding STAND_INS and `listing` as the kit's manifest; the pin's
     rev is that commit (a stand-in cannot have 878e0ee's). Called again, it replaces both."""
     repo = tmp_path / "exl3-kit-repo"
-    if not repo.exists():
-        repo.mkdir()
-        git(repo, "init", "--quiet", "--initial-branch", "main")
-    for rel, data in {**STAND_INS, MANIFEST: json.dumps(listing).encode()}.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(data)
-    git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "--allow-empty", "-m", "kit")
-    rev = git(repo, "rev-parse", "HEAD")
-    fleet = inv.root / "hosts" / "fleet.toml"
-    pinned = inv.pins["exl3-kit"].value
-    fleet.write_text(fleet.read_text().replace(f'rev = "{pinned}"', f'rev = "{rev}"'))
-    checkout = state_dir_of(inv.host("dgx1")) / "kits" / "exl3-kit" / rev
-    checkout.parent.mkdir(parents=True, exist_ok=True)
-    git(checkout.parent, "clone", "--quiet", "--no-checkout", str(repo), rev)
-    git(checkout, "checkout", "--quiet", "--detach", rev)
+    rev = commit_files(repo, {**STAND_INS, MANIFEST: json.dumps(listing).encode()})
+    checkout = pinned_checkout(inv.root, "exl3-kit", repo, rev, state_dir_of(inv.host("dgx1")))
     return inventory.load(inv.root), checkout
 
 

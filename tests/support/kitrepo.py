@@ -68,3 +68,44 @@ def trees_toml(pin: str, sha256: str | None = None) -> str:
         f'pin = "{pin}"\npath = "{SERVING}"\ntarget = "/opt/ds41-serving"\n'
         f'needs = ["serve.py", "conservative.yaml"]\n{pinned}'
     )
+
+
+@dataclass(frozen=True)
+class Link:
+    """A symbolic link committed to a kit repository (git keeps links): its target text."""
+
+    target: str
+
+
+def commit_files(repo: Path, files: dict[str, bytes | Link]) -> str:
+    """Write `files` (bytes, or a Link) into `repo` (made on the first call), commit, return the commit."""
+    if not repo.exists():
+        repo.mkdir(parents=True)
+        git(repo, "init", "--quiet", "--initial-branch", "main")
+    for rel, data in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        if isinstance(data, Link):
+            path.symlink_to(data.target)
+        else:
+            path.write_bytes(data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", "kit")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def pinned_checkout(root: Path, pin: str, repo: Path, rev: str, state_dir: Path) -> Path:
+    """The pin's checkout as `sparkfleet stage` leaves it on a host (a real clone of `repo`, detached
+    at `rev`, under `state_dir`), with hosts/fleet.toml at `root` pinning `pin` to `rev`."""
+    fleet = root / "hosts" / "fleet.toml"
+    text = fleet.read_text()
+    head = text.index(f"[pins.{pin}]")
+    start = text.index('rev = "', head) + len('rev = "')
+    fleet.write_text(text[:start] + rev + text[text.index('"', start) :])
+    checkout = state_dir / "kits" / pin / rev
+    checkout.parent.mkdir(parents=True, exist_ok=True)
+    git(checkout.parent, "clone", "--quiet", "--no-checkout", str(repo), rev)
+    git(checkout, "checkout", "--quiet", "--detach", rev)
+    return checkout

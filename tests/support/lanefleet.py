@@ -230,3 +230,20 @@ def repo_fleet(root: Path, digest: str = STAND_IN_DIGEST) -> Path:
     (root / "hosts" / "fleet.toml").write_text(pinned)
     shutil.copytree(REPO / "recipes", root / "recipes")
     return root
+
+
+def serve_demo_lane(inv) -> list[int]:
+    """The demo lane staged on its hosts and launched (process runtime, no canary), as a previous
+    `sparkfleet demo` leaves it serving: its ranks' PIDs, each checked alive. The caller stops it."""
+    from sparkfleet import procs
+    from sparkfleet.demo.fleet import DEMO_LANE
+    from sparkfleet.launch import lane as lanes
+    from sparkfleet.stage import execute
+    from sparkfleet.stage.targets import requests_for_host
+
+    for host in inv.lane(DEMO_LANE).hosts:
+        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
+    assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
+    pids = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
+    assert len(pids) == 2 and all(procs.group_members(p) for p in pids)
+    return pids

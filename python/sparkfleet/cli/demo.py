@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from .. import inventory
-from ..demo.fleet import DEMO_LANE, write_demo_fleet
+from ..demo.fleet import DEMO_LANE, claim_workdir, clear_workdir, write_demo_fleet
 from ..engram import pack as engram_pack
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import state_dir_of
@@ -68,22 +68,16 @@ def _spark_kind() -> inventory.HostKind | None:
 
 
 def _clear_previous(workdir: Path, fresh: bool) -> None:
-    """Stop a previous demo's lane in `workdir` (by its records); with `fresh`, then remove the dir."""
-    from ..demo.fleet import DEMO_MARKER
+    """Take `workdir` for the demo (refused, changing nothing, unless it is new, empty or carries the
+    demo's marker), stop the lanes a previous demo there still runs (by its records), and with
+    `fresh` empty it."""
     from ..launch.demo import stop_previous_demo
 
-    if not workdir.exists():
-        return
+    claim_workdir(workdir)
     for r in stop_previous_demo(workdir):
         click.echo(f"stopped the previous demo's {r['lane']} rank {r.get('rank', '?')} on {r['host']}")
-    if not fresh:
-        return
-    if any(workdir.iterdir()) and not (workdir / "nas" / DEMO_MARKER).is_file():
-        raise SparkfleetError(
-            f"{workdir} was not written by `sparkfleet demo`; --fresh removes only a demo's workdir",
-            hint="pick another --workdir",
-        )
-    shutil.rmtree(workdir)
+    if fresh:
+        clear_workdir(workdir)
 
 
 @click.command()
@@ -96,13 +90,15 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
 @click.option(
     "--fresh",
     is_flag=True,
-    help="Start from an empty --workdir: stop what a previous demo there still runs, then remove it.",
+    help="Start from an empty --workdir: stop what a previous demo there still runs, then empty it.",
 )
 @click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
 def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
     """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
 
-    A previous demo's lane still running in --workdir is stopped first (by its records), so its
+    --workdir must be new, empty, or a previous demo's (it carries the demo's marker, which the
+    demo writes there first): anything else is refused, and nothing in it is stopped, written or
+    removed. A previous demo's lane still running there is stopped first (by its records), so its
     servers never outlive the records that name them.
 
     \b

@@ -7,7 +7,9 @@ through exactly the code paths the real fleet does — only the paths point into
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from .hubfixture import (
 DEMO_LANE = "demo-exl3-2x"
 DEMO_HOSTS = ("dgx1", "dgx2")
 DEMO_MARKER = ".sparkfleet-demo"
+MARKER_TEXT = b"written by `sparkfleet demo`: a demo run here may stop, rebuild and remove what is here\n"
 
 
 @dataclass(frozen=True)
@@ -58,27 +61,97 @@ def host_kinds_toml(kinds: Iterable[HostKind]) -> str:
     return "\n".join(out)
 
 
+def _lstat_is(path: Path, kind) -> bool:
+    """Is `path` itself (never what a link there points at) of `kind` (stat.S_ISDIR, S_ISREG)?"""
+    try:
+        return kind(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_demo_workdir(workdir: Path) -> bool:
+    """Does `workdir` carry the demo's marker, checked without following a single link?
+
+    The marker is `workdir/.sparkfleet-demo`, written when the demo first takes the directory (new
+    or empty) and kept until the directory is removed. A workdir an older demo wrote carries it in
+    its own `nas/` instead, which counts only as a real directory holding a regular file: a `nas`
+    link into another demo's folder would otherwise lend that folder's marker to this one."""
+    if not _lstat_is(workdir, stat.S_ISDIR):
+        return False
+    if _lstat_is(workdir / DEMO_MARKER, stat.S_ISREG):
+        return True
+    nas = workdir / "nas"
+    return _lstat_is(nas, stat.S_ISDIR) and _lstat_is(nas / DEMO_MARKER, stat.S_ISREG)
+
+
+def claim_workdir(workdir: Path) -> None:
+    """Take `workdir` for the demo: a new or empty directory is marked; one that carries the marker
+    is the demo's already; anything else is refused, changing nothing. Everything the demo stops,
+    writes or removes in a workdir comes after this: a fleet the demo never wrote (its ranks, its
+    hosts/fleet.toml) is never touched."""
+    if workdir.is_symlink():
+        raise SparkfleetError(
+            f"--workdir {workdir} is a link (to {os.readlink(workdir)}); nothing was stopped, written "
+            "or removed",
+            hint="give the directory itself as --workdir",
+        )
+    if workdir.exists() and not workdir.is_dir():
+        raise SparkfleetError(f"--workdir {workdir} is not a directory", hint="pick another --workdir")
+    if is_demo_workdir(workdir):
+        if not _lstat_is(workdir / DEMO_MARKER, stat.S_ISREG):  # an older demo's: marked in nas/ only
+            atomic.write_bytes(workdir / DEMO_MARKER, MARKER_TEXT)
+        return
+    if workdir.exists() and any(workdir.iterdir()):
+        raise SparkfleetError(
+            f"{workdir} was not written by `sparkfleet demo` (it has no {DEMO_MARKER}); nothing was "
+            "stopped, written or removed there",
+            hint="give `--workdir` a new or empty directory, or move that one aside (the demo writes, "
+            "stops and removes only a fleet of its own)",
+        )
+    atomic.ensure_dir(workdir)
+    atomic.write_bytes(workdir / DEMO_MARKER, MARKER_TEXT)
+
+
+def clear_workdir(workdir: Path) -> None:
+    """`--fresh`: remove everything in a demo's workdir but its marker, never following a link (a
+    link is removed, not what it points at). A `kill -9` midway leaves the workdir still marked, so
+    the rerun finishes the job."""
+    if not is_demo_workdir(workdir):
+        raise SparkfleetError(
+            f"{workdir} was not written by `sparkfleet demo`; --fresh removes only a demo's workdir",
+            hint="give `--workdir` a new or empty directory",
+        )
+    for entry in os.scandir(workdir):
+        if entry.name == DEMO_MARKER:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
 def write_demo_fleet(
     workdir: Path, shard_bytes: int = 1024 * 1024, host_kind: HostKind | None = None
 ) -> DemoFleet:
     """Build the NAS fixture and a two-host inventory pointing at it under `workdir`.
 
     `host_kind` (the checkout's GB10 figures, when the demo runs in one) makes the demo "Sparks"
-    that kind, so the demo report's roofline divides by the real machine's figures.
+    that kind, so the demo report's roofline divides by the real machine's figures. Refused,
+    changing nothing, where `workdir` is not the demo's (claim_workdir).
     """
+    claim_workdir(workdir)
     workdir = workdir.resolve()
     nas = workdir / "nas"
-    if nas.exists() or nas.is_symlink():
+    if nas.is_symlink() or (nas.exists() and not nas.is_dir()):
+        raise SparkfleetError(
+            f"{nas} exists but was not written by `sparkfleet demo` (a link or a file)",
+            hint="pick another --workdir, or move that one aside",
+        )
+    if nas.exists():
         # A rerun into the same workdir: the NAS fixture is rebuilt (it is deterministic, so the
-        # hosts' staged trees stay valid and the rerun copies nothing); only ever our own fixture.
-        if not (nas / DEMO_MARKER).is_file() or nas.is_symlink():
-            raise SparkfleetError(
-                f"{nas} exists but was not written by `sparkfleet demo`",
-                hint="pick another --workdir, or move that directory aside",
-            )
+        # hosts' staged trees stay valid and the rerun copies nothing).
         shutil.rmtree(nas)
     fixture = build_nas_hub(nas / "hub", shard_bytes=shard_bytes)
-    atomic.write_bytes(nas / DEMO_MARKER, b"written by sparkfleet demo; rebuilt on every demo run\n")
     engram = build_engram_repo(fixture.root, rows={1: 4001, 14: 4003})
     root = workdir / "fleet"
     hosts = "\n".join(

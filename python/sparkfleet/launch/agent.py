@@ -8,7 +8,8 @@ and verified state), its receipt roots, its processes and containers, its logs a
 Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident, host-facts
 (the fleet view's read), and the key and image actions. A user
 error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
-stays meaningful.
+stays meaningful; so is any other exception one action raises (exit_code 70, its traceback on
+stderr): the controller gets an answer it can report, never a dead agent's silence.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import traceback
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 from .. import apikeys
 from ..atomic import write_bytes
 from ..display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
 from . import records, watchdog
@@ -148,13 +150,8 @@ def probe(req: dict) -> dict:
             out["memory_error"] = str(exc)
     if req.get("ports"):
         out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
-    kits = req.get("kits") or {}
-    if kits.get("checkouts"):  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
-        from ..kittrees import KitCheckout
-        from ..stage.kits import verify_kits
-
-        checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
-        verdicts = verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+    verdicts = _kit_verdicts(req)
+    if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
         out["kits"] = [v.as_dict() for v in verdicts]
     if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
         dev = device_from_dict(req["display"])
@@ -165,13 +162,31 @@ def probe(req: dict) -> dict:
         from ..seedprep import seed_facts
 
         seed = req["cache_seed"]
-        out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
+        unpinned = [v for v in verdicts if v.pin == seed.get("pin") and not v.ok]
+        if unpinned:  # the lock and CACHE_ROOTS are read only from the checkout as pinned
+            v = unpinned[0]
+            out["cache_seed"] = {"ok": False, "problem": f"its lock is not read: {v.summary()}",
+                                 "hint": v.fix}  # fmt: skip
+        else:
+            out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
     return out
 
 
+def _kit_verdicts(req: dict) -> list:
+    """verify's verdict on each kit checkout the request names (its "kits"): [] when it names none."""
+    kits = req.get("kits") or {}
+    if not kits.get("checkouts"):
+        return []
+    from ..kittrees import KitCheckout
+    from ..stage.kits import verify_kits
+
+    checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
+    return verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+
+
 def start(req: dict) -> dict:
-    """before_serve (receipt roots, then the cache seed), refuse if this lane's rank already runs,
-    start, record."""
+    """Refuse if this lane's rank already runs or its kit checkouts (the request's "kits") are not
+    as pinned; before_serve (receipt roots, then the cache seed); start, record."""
     spec = spec_from_dict(req["spec"])
     state_dir = Path(spec.state_dir)
     key = apikeys.read_key(state_dir, spec.lane)
@@ -186,6 +201,15 @@ def start(req: dict) -> dict:
                 + ("" if st.running else f": {st.detail}"),
                 hint=f"sparkfleet stop {spec.lane}",
             )
+    # The kit's files the rank will run ([[launch.trees]]) are judged again here, just before they
+    # run: the probe's verdict is from before the preflight, and the checkout may change since.
+    changed = [v for v in _kit_verdicts(req) if not v.ok]
+    if changed:
+        raise SparkfleetError(
+            f"{spec.host}: the kit is not there as pinned; {changed[0].summary()}; nothing was started",
+            hint=changed[0].fix,
+            exit_code=ExitCode.REFUSED,
+        )
     cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
     boot_cache = cache_state(spec) if spec.boot_cache_dir else None
     seeded = None
@@ -447,6 +471,18 @@ def main(argv: list[str] | None = None) -> int:
         answer = {"ok": True, **ACTIONS[args[0]](req)}
     except SparkfleetError as exc:
         answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+    except Exception as exc:  # noqa: BLE001 - one action's failure is its answer, never a dead agent
+        # Whatever one action raised (a bug, a file on the node no check foresaw) is answered as that
+        # action's error, so the controller (launch, the supervisor) reports it and goes on; the
+        # traceback goes to the agent's stderr, for whoever debugs it.
+        traceback.print_exc(file=sys.stderr)
+        answer = {
+            "ok": False,
+            "error": f"agent {args[0]} failed on this node: {type(exc).__name__}: {exc}"[:2000],
+            "hint": "a sparkfleet bug or a state on the node no check foresaw; the agent's stderr has "
+            "the traceback (run the action by hand: `sparkfleet agent ACTION < request.json`)",
+            "exit_code": int(ExitCode.CRASHED),
+        }
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     return 0

@@ -21,7 +21,7 @@ from ..jsonable import to_jsonable
 from ..nodecall import call_agent, state_request
 from .generations import current, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
-from .plan import LanePlan, prepare
+from .plan import LanePlan, kits_request, prepare
 from .preflight import preflight
 from .readiness import BootWatch, RankExit, RankProgress, wait_ready
 from .recipe import launch_recipe
@@ -234,7 +234,8 @@ def _launch(
     watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
-            req = {"spec": to_jsonable(spec), "watchdog": watchdog}
+            kits = kits_request(inv, plan.recipe, inv.host(spec.host))
+            req = {"spec": to_jsonable(spec), "watchdog": watchdog, "kits": kits}
             ans = call_agent(connect(inv.host(spec.host)), "start", req)
             if ans.get("boot_cache"):
                 boot_cache[spec.host] = ans["boot_cache"]

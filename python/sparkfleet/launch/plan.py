@@ -74,6 +74,17 @@ class LanePlan:
         return list(reversed(self.by_rank()))
 
 
+def kits_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
+    """The kit checkouts the lane binds ([[launch.trees]]), for the node's agent to judge as verify
+    does: in the probe (launch and doctor) and again in each rank's start, just before they run."""
+    return {
+        "host": host.name,
+        "state_dir": str(state_dir_of(host)),
+        "lane": recipe.lane,
+        "checkouts": to_jsonable(kit_checkouts([inv.lane(recipe.lane)], inv)) if recipe.trees else [],
+    }
+
+
 def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
     lane = inv.lane(recipe.lane)
     rank = recipe.world.ranks.get(host.name, 0)
@@ -87,13 +98,7 @@ def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
         ],
         "local_hub": str(host.local_hub),
         "nas_hub": str(host.nas_hub),
-        # the kit checkouts the lane binds ([[launch.trees]]): judged on the node as verify does
-        "kits": {
-            "host": host.name,
-            "state_dir": str(state_dir_of(host)),
-            "lane": recipe.lane,
-            "checkouts": to_jsonable(kit_checkouts([lane], inv)) if recipe.trees else [],
-        },
+        "kits": kits_request(inv, recipe, host),
         "display": to_jsonable(dev) if (dev := display_of(recipe, host, str(lane.recipe_path))) else None,
         # [launch.cache_seed]: doctor asks whether the tree is there; launch's probe sets "prepare"
         "cache_seed": to_jsonable(seed) if (seed := cache_seed_of(recipe, host)) else None,

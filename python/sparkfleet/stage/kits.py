@@ -4,8 +4,9 @@ Why: the EXL3 lane binds kit code that is not in its image from <state_dir>/kits
 each host, and launch refuses a host without it. `stage HOST` runs on the host and puts it there:
   1. under the kits' stage lock (stage/lock.py, so two runs on one host never meet), sweep the
      temp clones a killed run left (TEMP_MARK names, atomic.temp_name);
-  2. an existing checkout at the pinned rev, clean (`git status --porcelain` empty) and holding
-     every file the trees need, as pinned (kittrees.kit_tree_problems), is left alone;
+  2. an existing checkout at the pinned rev, clean (`git status --porcelain --ignored` empty: no
+     file changed, added, or hidden by the kit's .gitignore) and holding every file the trees
+     need, as pinned (kittrees.kit_tree_problems), is left alone;
   3. otherwise `git clone --no-checkout URL TMP` + `git -C TMP checkout --detach REV` into a hidden
      sibling, HEAD checked against the rev (which may be abbreviated), the trees' files checked,
      the tree fsynced, and only then renamed to its final name;
@@ -75,7 +76,10 @@ def inspect_checkout(path: Path, co: KitCheckout) -> tuple[str, str | None]:
         return "", "absent" if not path.exists() and not path.is_symlink() else "not a directory"
     try:
         head = _git("--no-optional-locks", "-C", str(path), "rev-parse", "HEAD").strip()
-        changed = _git("--no-optional-locks", "-C", str(path), "status", "--porcelain").splitlines()
+        # --ignored: a file the kit's .gitignore hides (a planted __pycache__/*.pyc beside the
+        # serving code the container puts on its PYTHONPATH) would run as the kit's all the same
+        status = ("status", "--porcelain", "--ignored")
+        changed = _git("--no-optional-locks", "-C", str(path), *status).splitlines()
     except Unreachable as exc:
         return "", f"not a git checkout ({exc.message})"
     if not head.startswith(co.rev):
