@@ -431,7 +431,8 @@ ACTIONS = {
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0] not in ACTIONS:
-        print(f"usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
+        unknown = f"unknown action {args[0]!r}; " if len(args) == 1 else ""
+        print(f"{unknown}usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
         return 2
     try:
         req = json.loads(sys.stdin.read() or "{}")
