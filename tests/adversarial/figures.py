@@ -114,6 +114,9 @@ def rows(marks: dict[str, list[str]], surfaces: list) -> list[Row]:
     for s in surfaces:
         g = group_of(s)
         row = out.setdefault(g, Row(g))
+        if not s.required:  # a flag: its cases count for its verb; it is never missing
+            row.tests |= {n for n, ids in marks.items() if s.id in ids}
+            continue
         if s.kind == "cli":
             opt = s.id.rsplit(" ", 1)[-1].removeprefix("cli:") if s.param is not None else None
             row.takes = (row.takes + ("; " if row.takes and opt else "")) + (opt or s.what)

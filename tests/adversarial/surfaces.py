@@ -4,9 +4,10 @@ The adversarial suite must have a hostile case for each (test_surface_coverage.p
 table lists them (figures.py --write), and a surface is named by one id (conftest.py's forms):
 
 * `cli:VERB [SUB]` for each command the real click tree has (its positional arguments), and
-  `cli:VERB [SUB] --option` for each option that takes a value (a path, a number, a name). Flags
-  (`--json`, `--dry-run`) carry no value of their own and are not surfaces; the root group's
-  options are `cli:--root`. Walked from `sparkfleet.cli.main`, lazy verbs included.
+  `cli:VERB [SUB] --option` for each option that takes a value (a path, a number, a name); the
+  root group's are `cli:--root`. Walked from `sparkfleet.cli.main`, lazy verbs included. A flag
+  (`--json`, `--fresh`) carries no value of its own: a case may name it (`required=False`), but
+  none is asked for.
 * `agent:ACTION` for each key of `sparkfleet.launch.agent.ACTIONS`: one JSON request on stdin.
 * `http:SERVER METHOD PATH`: `gateway` is what the public port answers: the nginx front passes
   every path to smg (`location /` in `serving.front.conf_text`), so each route smg has is one
@@ -43,6 +44,7 @@ class Surface:
     group: str  # the SECURITY.md row it is listed under (a verb and its options share one)
     command: tuple[str, ...] = ()  # cli: the command path under `sparkfleet`
     param: click.Parameter | None = field(default=None, compare=False)  # cli options: the option
+    required: bool = True  # a surface that must have a case (a flag may, need not)
 
 
 # ---- cli ------------------------------------------------------------------------------------------
@@ -68,7 +70,7 @@ def option_name(p: click.Option) -> str:
 
 
 def takes_value(p: click.Parameter) -> bool:
-    return isinstance(p, click.Option) and not p.is_flag and not p.count and option_name(p) != "--help"
+    return isinstance(p, click.Option) and not p.is_flag and not p.count
 
 
 def cli_surfaces() -> list[Surface]:
@@ -78,18 +80,14 @@ def cli_surfaces() -> list[Surface]:
     for path, cmd in _clitree().walk(main):
         verb = " ".join(path)
         group = f"cli:{verb}" if verb else "cli:sparkfleet"
-        leaf = not isinstance(cmd, click.Group)
-        if leaf:
-            args = [p.name for p in cmd.params if isinstance(p, click.Argument)]
-            what = (
-                "arguments " + ", ".join(a.upper() for a in args if a) if args else "the verb (no arguments)"
-            )
-            out.append(Surface(f"cli:{verb}", "cli", what, group, path))
+        args = [p.name or "" for p in cmd.params if isinstance(p, click.Argument)]
+        if args:  # a verb without arguments takes its input through its options and files
+            out.append(Surface(f"cli:{verb}", "cli", " ".join(a.upper() for a in args), group, path))
         for p in cmd.params:
-            if takes_value(p):
-                name = option_name(p)  # type: ignore[arg-type]
+            if isinstance(p, click.Option) and option_name(p) not in ("--help", "--version"):
+                name = option_name(p)
                 sid = f"cli:{verb} {name}" if verb else f"cli:{name}"
-                out.append(Surface(sid, "cli", f"{name} ({p.type.name})", group, path, p))
+                out.append(Surface(sid, "cli", name, group, path, p, required=takes_value(p)))
     return out
 
 
@@ -194,7 +192,7 @@ def _handler_routes(source: Path) -> dict[str, list[tuple[str, str]]]:
 
 
 # The package's HTTP servers by module; a server in another module is named by its module.
-HTTP_SERVERS = {"sparkfleet.demo.openai_server": "demo-lane"}
+HTTP_SERVERS = {"sparkfleet.demo.openai_server": "demo-lane", "sparkfleet.view.server": "view"}
 
 
 def http_servers() -> dict[str, list[tuple[str, str]]]:
@@ -233,7 +231,7 @@ class FileSurface:
 
 
 FILES: tuple[FileSurface, ...] = (
-    FileSurface("fleet.toml", "inventory authors (git)", (
+    FileSurface("hosts/fleet.toml", "inventory authors (git)", (
         "sparkfleet.inventory:read_toml", "sparkfleet.launch.generations:record_launch",
         "sparkfleet.pins.resolve_verify:resolve", "sparkfleet.pins.manifest:import_manifest",
         "sparkfleet.pins.lock:import_lock",
@@ -300,22 +298,26 @@ FILES: tuple[FileSurface, ...] = (
     FileSurface("fleet CA", "the registry's CA directory", (
         "sparkfleet.cli.bootstrap:_fleet_ca", "sparkfleet.images.registry:make_ca",
     )),
-    FileSurface("kit lock", "the kit's authors (its lock file)", (
+    FileSurface("kit recipe-lock.json", "the kit's authors (its lock file)", (
         "sparkfleet.pins.lock:parse_lock", "sparkfleet.pins.lock:import_lock",
+        "sparkfleet.cacheseed:read_lock",
     )),
     FileSurface("pins manifest", "a model's publishers (a manifest the operator imports)", (
         "sparkfleet.pins.manifest:import_manifest",
     )),
     FileSurface("flake.lock", "the repository's authors (git)", ("sparkfleet.pins.oci:locked_tool_argv",)),
-    FileSurface("cache seed", "the kit's image and lock (the kernel-cache tar and its roots)", (
-        "sparkfleet.cacheseed:read_lock", "sparkfleet.cacheseed:cache_roots", "sparkfleet.cacheseed:seed",
-        "sparkfleet.seedprep:extract", "sparkfleet.seedprep:tree_files",
-        "sparkfleet.seedprep:tree_files_fresh",
-        "sparkfleet.seedprep:copy_out",
+    FileSurface("kit kernel-cache.tar", "the kit's image (its kernel cache, as the lock pins it)", (
+        "sparkfleet.cacheseed:seed", "sparkfleet.seedprep:extract", "sparkfleet.seedprep:tree_files",
+        "sparkfleet.seedprep:tree_files_fresh", "sparkfleet.seedprep:copy_out",
     )),
-    FileSurface("kit manifest", "the kit checkout on a node", ("sparkfleet.kittrees:manifest_sums",)),
+    FileSurface("kit cache_roots source", "the kit's source (the file that names its cache roots)", (
+        "sparkfleet.cacheseed:cache_roots",
+    )),
+    FileSurface("kit bundle-manifest.json", "the kit checkout on a node", (
+        "sparkfleet.kittrees:manifest_sums",
+    )),
     FileSurface("lane API key", "the node's state dir", ("sparkfleet.apikeys:read_key",)),
-    FileSurface("gateway user key", "the gateway's state dir", ("sparkfleet.serving.users:_read",)),
+    FileSurface("gateway users/USER.key", "the gateway's state dir", ("sparkfleet.serving.users:_read",)),
     FileSurface("gateway state", "the gateway's state dir (record, config, nginx pid)", (
         "sparkfleet.serving.gateway:load_record", "sparkfleet.serving.gateway:up",
         "sparkfleet.serving.gateway:_front_pid", "sparkfleet.serving.gateway_main:main",
@@ -412,7 +414,13 @@ def all_surfaces() -> list[Surface]:
 
 
 def ids() -> list[str]:
-    return [s.id for s in all_surfaces()]
+    """Every surface that must have a case."""
+    return [s.id for s in all_surfaces() if s.required]
+
+
+def known_ids() -> set[str]:
+    """Every id a case may name (flags too)."""
+    return {s.id for s in all_surfaces()}
 
 
 if __name__ == "__main__":  # the list, one id a line

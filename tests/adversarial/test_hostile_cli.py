@@ -126,7 +126,7 @@ def _owned_elsewhere(s: Surface) -> bool:
 
 def _typed_cases():
     for s in cli_surfaces():
-        if s.param is None or _owned_elsewhere(s):
+        if s.param is None or not s.required or _owned_elsewhere(s):
             continue
         for value, why in bad_values(s.param):
             yield pytest.param(s, value, why, id=f"{s.id}={value}", marks=pytest.mark.surface(s.id))
