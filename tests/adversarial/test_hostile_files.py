@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 from sparkfleet import apikeys, procs
 from sparkfleet.bench import quality
 from sparkfleet.errors import SparkfleetError
-from sparkfleet.launch import agent, canary_worker, records
+from sparkfleet.launch import agent, canary_worker, receipts, records
 from sparkfleet.pins import oci
 from sparkfleet.pins.common import PinError
 from sparkfleet.pins.manifest import parse_manifest
 from sparkfleet.stage import lock, peerserve
 
-from .tally import bad_input, count
+from .tally import bad_input, count, lost_bytes
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8)
 json_values = (
@@ -319,3 +319,48 @@ def test_a_rank_log_of_escapes_and_binary_comes_back_as_text_without_the_key(tmp
     text = answer["logs"]["0"]
     bad_input(figures, "rank-log", refused=key not in text)
     assert answer["ok"] and key not in text and "--api-key" in text
+
+
+# ---- the lane's cache dir, where the containers (root inside) write -------------------------------
+
+
+def _plant_in_cache(kind: str, cache: Path, victim: Path) -> list[str]:
+    """What a container can leave where the receipts are cleared; the receipt roots the recipe names."""
+    if kind == "root-is-a-link":
+        (cache / "receipts").symlink_to(victim)
+        return [str(cache / "receipts")]
+    if kind == "parent-is-a-link":
+        (cache / "kv").symlink_to(victim)
+        return [str(cache / "kv" / "receipts")]
+    if kind == "link-inside-the-root":
+        (cache / "receipts").mkdir()
+        (cache / "receipts" / "escape").symlink_to(victim)
+        return [str(cache / "receipts")]
+    if kind == "root-climbs-out":
+        return [str(cache / ".." / ".." / "victim")]
+    raise AssertionError(kind)
+
+
+@pytest.mark.surface("file:lane cache dir")
+@pytest.mark.parametrize(
+    "kind", ["root-is-a-link", "parent-is-a-link", "link-inside-the-root", "root-climbs-out"]
+)
+def test_what_a_container_leaves_in_its_cache_never_makes_a_clear_delete_outside(tmp_path, figures, kind):
+    state = tmp_path / "state"
+    cache = state / "lanes" / "lane-a" / "cache"
+    cache.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "receipts").mkdir()
+    (victim / "keep.bin").write_bytes(b"not the lane's" * 64)
+    source = {"keep.bin": (victim / "keep.bin").read_bytes()}
+    roots = _plant_in_cache(kind, cache, victim)
+    try:
+        receipts.clear_receipts(roots, sudo=("false",), base=str(cache), state_dir=str(state))
+        outcome = "cleared"
+    except SparkfleetError:
+        outcome = "refused"
+    final = {p.name: p.read_bytes() for p in victim.iterdir() if p.is_file()}
+    lost = lost_bytes(figures, "lane-cache-dir", source, final)
+    bad_input(figures, "lane-cache-dir", refused=lost == 0 and (victim / "receipts").is_dir())
+    assert lost == 0 and (victim / "receipts").is_dir(), (kind, outcome, sorted(os.listdir(victim)))
