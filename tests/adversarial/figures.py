@@ -45,13 +45,13 @@ MEASURED_BY = {"lost_bytes": "lost_bytes_checks", "partial_bytes": "partial_byte
 HEADER = (
     "surface",
     "takes",
-    "cases",
     "not covered",
+    "cases",
     "bad inputs refused / known bad",
     "faults",
     "lost bytes",
 )
-CHECKED = 4  # the columns the code and the collected marks decide (test_surface_coverage.py checks them)
+CHECKED = 3  # the columns the code and the collected marks decide (test_surface_coverage.py checks them)
 
 
 def summarize(counts: dict[str, int]) -> dict[str, Any]:
@@ -95,10 +95,11 @@ class Row:
     tests: set[str] = field(default_factory=set)  # nodeids of the cases marked for its surfaces
     missing: list[str] = field(default_factory=list)  # its surfaces without a case
     figures: tuple[str, str, str] = (NOT_RUN, NOT_RUN, NOT_RUN)
+    required: bool = False  # holds a surface that must have a case
 
     def cells(self) -> list[str]:
         missing = ", ".join(f"`{m}`" for m in self.missing) if self.missing else "—"
-        return [f"`{self.group}`", self.takes, str(len(self.tests)), missing, *self.figures]
+        return [f"`{self.group}`", self.takes, missing, str(len(self.tests)), *self.figures]
 
 
 def group_of(surface) -> str:
@@ -126,9 +127,10 @@ def rows(marks: dict[str, list[str]], surfaces: list) -> list[Row]:
             row.takes = s.what
         covering = {n for n, ids in marks.items() if s.id in ids}
         row.tests |= covering
+        row.required = True
         if not covering:
             row.missing.append(s.id)
-    return list(out.values())
+    return [r for r in out.values() if r.required]  # a verb with flags only: its input is files
 
 
 def row_figures(row_ids: set[str], tests: dict[str, dict]) -> tuple[str, str, str]:
@@ -149,20 +151,54 @@ def row_figures(row_ids: set[str], tests: dict[str, dict]) -> tuple[str, str, st
     return (bad, faults, lost)
 
 
-def render(table: list[Row], preface: str) -> str:
+LABELS = "<!-- by label -->"
+
+
+def label_table(counts: dict[str, int]) -> str:
+    """Per tally label (what a test counts under, tally.py), from the run: every figure, including
+    those of checks that attack no listed surface (the watch probe's hostile servers)."""
+    shown = summarize(counts)["labels"]
+    lines = [
+        "Per tally label (tests/adversarial/tally.py), the same run:",
+        "",
+        "| label | bad inputs refused / known bad | accepted | faults | lost bytes (checks) | other counts |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    main = {"bad_inputs_tried", "bad_inputs_refused", "bad_inputs_accepted", "faults_injected",
+            "lost_bytes", "lost_bytes_checks", "partial_bytes", "partial_bytes_checks"}  # fmt: skip
+    for label, f in shown.items():
+        lost = (
+            f"{f['lost_bytes']} ({f.get('lost_bytes_checks', 0)})"
+            if f.get("lost_bytes_checks")
+            else NOT_MEASURED
+        )
+        other = ", ".join(f"{k} {v}" for k, v in f.items() if k not in main) or "—"
+        bad = (
+            f"{f.get('bad_inputs_refused', 0)} / {f['bad_inputs_tried']}"
+            if f.get("bad_inputs_tried")
+            else "—"
+        )
+        lines.append(
+            f"| {label} | {bad} | {f.get('bad_inputs_accepted', 0)} | {f.get('faults_injected', 0) or '—'} | "
+            f"{lost} | {other} |"
+        )
+    return "\n".join(lines)
+
+
+def render(table: list[Row], preface: str, labels: str) -> str:
     lines = [BEGIN, "", preface, "", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r.cells()) + " |" for r in table]
-    return "\n".join([*lines, "", END])
+    return "\n".join([*lines, "", LABELS, "", labels.strip(), "", END])
 
 
 def parse(text: str) -> list[list[str]]:
-    """The table's rows in SECURITY.md, as cells."""
+    """The per-surface table's rows in SECURITY.md, as cells."""
     if BEGIN not in text or END not in text:
         return []
-    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0].split(LABELS, 1)[0]
     out = []
     for line in block.splitlines():
-        if line.startswith("| ") and not line.startswith("| surface |"):
+        if line.startswith("| ") and not line.startswith(("| surface |", "| --- |")):
             out.append([c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
     return out
 
@@ -182,13 +218,13 @@ def collect_marks() -> dict[str, list[str]]:
         return {k: v for k, v in json.loads(out.read_text()).items() if v}
 
 
-def write(table: list[Row], preface: str) -> None:
+def write(table: list[Row], preface: str, labels: str) -> None:
     text = SECURITY.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{SECURITY} has no {BEGIN} … {END} block to write")
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    SECURITY.write_text(head + render(table, preface) + tail)
+    SECURITY.write_text(head + render(table, preface, labels) + tail)
 
 
 def run_suite(examples: int, select: str | None) -> tuple[dict[str, Any], subprocess.CompletedProcess, float]:
@@ -226,14 +262,14 @@ def main() -> int:
         if not args.write:
             parser.error("--no-run goes with --write")
         old = {
-            cells[0]: tuple(cells[CHECKED:])
-            for cells in parse(SECURITY.read_text())
-            if len(cells) == len(HEADER)
+            cells[0]: tuple(cells[4:]) for cells in parse(SECURITY.read_text()) if len(cells) == len(HEADER)
         }
         for r in table:
             r.figures = old.get(f"`{r.group}`", r.figures)  # type: ignore[assignment]
-        preface = _old_preface() or "Not run yet: `tests/adversarial/figures.py --write`."
-        write(table, preface)
+        block = _old_block()
+        preface = block.split("\n\n", 1)[0] if block and not block.startswith("|") else ""
+        labels = block.split(LABELS, 1)[1] if LABELS in block else ""
+        write(table, preface or "Not run yet: `tests/adversarial/figures.py --write`.", labels)
         return 0
     doc, proc, seconds = run_suite(args.examples, args.select)
     by_group: dict[str, set[str]] = {}
@@ -265,18 +301,15 @@ def main() -> int:
             f"{t['faults_injected']} faults, {t['lost_bytes']} bytes lost "
             f"({t['lost_bytes_checks']} comparisons)."
         )
-        write(table, preface)
+        write(table, preface, label_table(doc["counts"]))
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-2000:])
     return proc.returncode
 
 
-def _old_preface() -> str:
-    if BEGIN not in SECURITY.read_text():
-        return ""
-    block = SECURITY.read_text().split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    first = block.split("\n\n", 1)[0].strip()
-    return "" if first.startswith("|") else first
+def _old_block() -> str:
+    text = SECURITY.read_text()
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip() if BEGIN in text else ""
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ there are any), so a value wrongly accepted reaches nothing. Each refusal is cou
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from pathlib import Path
 
@@ -329,3 +331,24 @@ def test_a_tag_with_path_parts_writes_only_inside_the_reports_folder(sandbox, tm
     bad_input(figures, "cli-arguments", refused=not outside)
     assert not outside, outside
     assert any(p.is_file() for p in made), "the failed run's report was not written at all"
+
+
+@pytest.mark.surface("cli:launch --release")
+def test_a_dry_run_of_a_release_plans_the_releases_recipe_not_the_checkouts(sandbox, tmp_path):
+    """`launch LANE --release NAME --dry-run` used to ignore the release: it showed the checkout's plan."""
+    recipe = (sandbox.root / "recipes" / LANE / "recipe.toml").read_text()
+    served = 'served_model_name = "deepseek-v4.1-flash"'
+    assert served in recipe
+    frozen = recipe.replace(served, 'served_model_name = "sf-release-r1"')
+    release = {
+        "generation": "20261204T000000Z", "recipe_text": frozen,
+        "fleet_text": (sandbox.root / "hosts" / "fleet.toml").read_text(),
+        "recipe_sha256": hashlib.sha256(frozen.encode()).hexdigest(),
+        "image": {"registry": "10.9.9.9:5000", "repo": "fleet/exl3", "digest": "sha256:" + "cd" * 32},
+    }  # fmt: skip
+    (sandbox.root / "recipes" / LANE / "releases").mkdir()
+    (sandbox.root / "recipes" / LANE / "releases" / "r1.json").write_text(json.dumps(release))
+    checkout = sandbox.run(["launch", LANE, "--dry-run", "--json"])
+    released = sandbox.run(["launch", LANE, "--release", "r1", "--dry-run", "--json"])
+    assert checkout.code == 0 and released.code == 0, _explain(["launch", LANE, "--release", "r1"], released)
+    assert "sf-release-r1" in released.output and "sf-release-r1" not in checkout.output
