@@ -80,7 +80,9 @@ def from_dict(d: dict) -> LaunchRecord:
             raise TypeError(f"launch record: {key} is not a list of strings")
         d[key] = tuple(value)
     for key in (*_STRS, *_OPTIONAL_STRS, *_INTS, *_OPTIONAL_INTS):
-        value = d.get(key)
+        if key not in d:  # absent: the field's default, or LaunchRecord's own TypeError below
+            continue
+        value = d[key]
         if value is None and key in (*_OPTIONAL_STRS, *_OPTIONAL_INTS):
             continue
         want = str if key in (*_STRS, *_OPTIONAL_STRS) else int
