@@ -6,8 +6,8 @@ table lists them (figures.py --write), and a surface is named by one id (conftes
 * `cli:VERB [SUB]` for each command the real click tree has (its positional arguments), and
   `cli:VERB [SUB] --option` for each option that takes a value (a path, a number, a name); the
   root group's are `cli:--root`. Walked from `sparkfleet.cli.main`, lazy verbs included. A flag
-  (`--json`, `--fresh`) carries no value of its own: a case may name it (`required=False`), but
-  none is asked for.
+  (`--json`, `--fresh`) carries no value of its own, and a verb without arguments takes its input
+  through its options and files: a case may name either (`required=False`), none is asked for.
 * `agent:ACTION` for each key of `sparkfleet.launch.agent.ACTIONS`: one JSON request on stdin.
 * `http:SERVER METHOD PATH`: `gateway` is what the public port answers: the nginx front passes
   every path to smg (`location /` in `serving.front.conf_text`), so each route smg has is one
@@ -81,8 +81,9 @@ def cli_surfaces() -> list[Surface]:
         verb = " ".join(path)
         group = f"cli:{verb}" if verb else "cli:sparkfleet"
         args = [p.name or "" for p in cmd.params if isinstance(p, click.Argument)]
-        if args:  # a verb without arguments takes its input through its options and files
-            out.append(Surface(f"cli:{verb}", "cli", " ".join(a.upper() for a in args), group, path))
+        if not isinstance(cmd, click.Group):  # a verb without arguments: its options and files are
+            what = " ".join(a.upper() for a in args)  # its surfaces, but a case may name the verb
+            out.append(Surface(f"cli:{verb}", "cli", what, group, path, required=bool(args)))
         for p in cmd.params:
             if isinstance(p, click.Option) and option_name(p) not in ("--help", "--version"):
                 name = option_name(p)
@@ -291,7 +292,7 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.images.archive:source_kind", "sparkfleet.images.archive:open_stream",
         "sparkfleet.images.archive:inspect_build", "sparkfleet.images.registry:push",
     )),
-    FileSurface("image record", "the operator's and the nodes' state dirs", (
+    FileSurface("image push record", "the operator's and the nodes' state dirs", (
         "sparkfleet.images.record:read_push_record", "sparkfleet.images.record:read_operator_record",
         "sparkfleet.images.node:read_record",
     )),
