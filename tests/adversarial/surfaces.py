@@ -98,10 +98,11 @@ def cli_surfaces() -> list[Surface]:
 def agent_surfaces() -> list[Surface]:
     from sparkfleet.launch.agent import ACTIONS
 
-    return [
-        Surface(f"agent:{a}", "agent", (ACTIONS[a].__doc__ or a).strip().splitlines()[0], f"agent:{a}")
-        for a in sorted(ACTIONS)
-    ]
+    def what(action: str) -> str:  # the docstring's first paragraph, on one line
+        doc = (ACTIONS[action].__doc__ or action).strip().split("\n\n", 1)[0]
+        return " ".join(doc.split())
+
+    return [Surface(f"agent:{a}", "agent", what(a), f"agent:{a}") for a in sorted(ACTIONS)]
 
 
 # ---- http -----------------------------------------------------------------------------------------
