@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import re
 import sys
 from collections.abc import Iterator
@@ -149,16 +150,19 @@ def front_locations() -> list[tuple[str, str]]:
     """(modifier, path) of each `location` in the nginx front's config, as `gateway up` writes it."""
     from sparkfleet.serving import front
 
-    text = front.conf_text(front.paths(Path("/state")), "127.0.0.1", 8080, 18080)
+    given = {"p": front.paths(Path("/state")), "bind": "127.0.0.1", "port": 8080, "router_port": 18080}
+    params = inspect.signature(front.conf_text).parameters
+    text = front.conf_text(**{k: v for k, v in given.items() if k in params})
     return re.findall(r"^\s*location\s+(?:(=|~\*?|\^~)\s+)?(\S+)\s*\{", text, re.M)
 
 
 def gateway_routes() -> list[tuple[str, str]]:
-    """What the gateway's public port answers: smg's routes (behind `location /`) and the front's own."""
+    """What the gateway's public port answers: smg's routes (behind the front's locations) and any
+    path the front answers itself (an exact location no smg route has)."""
     routes = list(SMG_ROUTES)
     for modifier, path in front_locations():
-        if modifier == "" and path == "/":
-            continue  # every smg route, listed above
+        if modifier in ("", "^~") and any(p.startswith(path) for _, p in SMG_ROUTES):
+            continue  # a prefix in front of smg's routes: they are listed
         if not any(p == path for _, p in routes):
             routes.append(("*", path))
     return routes

@@ -204,13 +204,14 @@ def test_every_path_smgs_own_security_warning_names_is_listed():
 
 
 def test_the_front_passes_everything_to_smg_or_names_each_path():
-    """The gateway's list holds smg's routes because the front's `location /` passes every path on;
-    a location of its own (an allow list, a refusal) is listed too."""
+    """The gateway's list holds smg's routes because the front's locations pass them on (`location /`
+    every path); a location of its own that no smg route has is listed too."""
     locations = S.front_locations()
     assert locations, "the nginx front has no location: gateway_routes() cannot read it"
     routes = S.gateway_routes()
     for modifier, path in locations:
-        assert modifier == "" and path == "/" or any(p == path for _, p in routes), (modifier, path)
+        prefix = modifier in ("", "^~") and any(p.startswith(path) for _, p in S.SMG_ROUTES)
+        assert prefix or any(p == path for _, p in routes), (modifier, path)
 
 
 # ---- SECURITY.md ----------------------------------------------------------------------------------
