@@ -450,7 +450,7 @@ def test_git_daemon_transport(fleet, tmp_path: Path) -> None:
 def test_cli_resolve_and_verify_json(fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARKFLEET_ROOT", str(fleet["root"]))
     monkeypatch.setenv("SPARKFLEET_GIT_BASE", fleet["git"])
-    monkeypatch.setenv("SPARKFLEET_REGISTRY", fleet["http"])
+    monkeypatch.setenv("SPARKFLEET_PINS_REGISTRY", fleet["http"])
     monkeypatch.setenv("HF_ENDPOINT", fleet["http"])
     runner = CliRunner()
     bad = runner.invoke(main, ["pins", "verify", "--json"])

@@ -1,4 +1,4 @@
-"""How the adversarial suite counts, so that its figures can fail (issue 20).
+"""How the adversarial suite counts, so that its figures can fail.
 
 Every figure belongs to a surface (`inventory`, `stage-kill9`, `image-archive`, ...) and is
 stored as "surface/metric" in the session's Counter (conftest.py). Three rules:

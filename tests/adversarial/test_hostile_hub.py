@@ -124,6 +124,7 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     return out
 
 
+@pytest.mark.surface("file:hub tree")
 @given(
     mutations=st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 1000)), min_size=1, max_size=3),
     mode=st.sampled_from(["sample", "full"]),

@@ -1,4 +1,4 @@
-"""Hostile inputs to the surfaces of issue 20's items 13–16, each judged by an oracle written here.
+"""Hostile image archives, kit locks, bootstrap's write paths and report figures, each judged here.
 
 * image-archive: a good docker-archive mutated (tags of the wrong type, `..` or absolute member
   names, manifests of the wrong shape, a missing config, deep nesting, duplicates) must be an
@@ -84,6 +84,7 @@ def _archive(mutations: set[str], text: str) -> tuple[list[tuple[str, bytes]], l
     return members, tags
 
 
+@pytest.mark.surface("file:image archive")
 @given(
     bad=st.sets(st.sampled_from(BAD_ARCHIVE), max_size=2),
     benign=st.sets(st.sampled_from(BENIGN_ARCHIVE), max_size=2),
@@ -180,6 +181,7 @@ LOCK_KEYS = [("runtime",), ("runtime", "files"), ("runtime", "files", "k.tar"),
              ("runtime", "image"), ("model", "repo"), ("model", "revision")]  # fmt: skip
 
 
+@pytest.mark.surface("file:kit recipe-lock.json", "cli:pins import-lock")
 @given(key=st.sampled_from(LOCK_KEYS), value=JSON_VALUES)
 def test_any_value_at_any_lock_key_is_a_pin_error_or_imports(tmp_path_factory, figures, key, value):
     root = tmp_path_factory.mktemp("pins")
@@ -215,6 +217,7 @@ PLANTS = ["temp-to-file", "temp-to-missing", "temp-to-dir", "final-to-file"]
 WRITES = ["sudoers", "nix.conf", "nix-link"]
 
 
+@pytest.mark.surface("cli:bootstrap")
 @pytest.mark.parametrize("what", WRITES)
 @pytest.mark.parametrize("plant", PLANTS)
 def test_links_planted_where_bootstrap_writes(tmp_path, figures, what, plant):
@@ -289,6 +292,7 @@ def _finite(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@pytest.mark.surface("file:bench report", "cli:report html")
 @given(decode=DECODE)
 def test_any_decode_figure_renders_and_a_non_finite_one_is_a_dash(tmp_path_factory, figures, decode):
     folder = tmp_path_factory.mktemp("reports")

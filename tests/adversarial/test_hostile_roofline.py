@@ -2,11 +2,11 @@
 
 - measurements.json: any JSON value as a measured figure either passes the one vetting path
   (a finite real number, not a bool, 25-150 % of the kind's declared figure) and is used, or the
-  declared figure is used and a warning says why (issue 18, issue 20 item 10);
+  declared figure is used and a warning says why (a measurement file is anyone's to edit);
 - config.json: any value for a dimension either is refused naming the key, or gives a cost whose
-  figures are finite and positive (issue 20 item 9);
+  figures are finite and positive (a checkpoint's config is the publisher's);
 - a safetensors header with any offsets and shapes either is refused cleanly, or every tensor it
-  describes lies inside the file and no two share a byte (issue 20 item 11).
+  describes lies inside the file and no two share a byte.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import math
 import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def _real(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+@pytest.mark.surface("file:measurements")
 @given(value=json_values | near_declared)
 def test_a_tampered_measurement_is_used_only_when_it_passes(tmp_path_factory, figures, value) -> None:
     root = tmp_path_factory.mktemp("fleet")
@@ -91,6 +93,7 @@ dimension_values = (
 )
 
 
+@pytest.mark.surface("file:checkpoint config.json")
 @given(key=st.sampled_from(DIMENSIONS), value=dimension_values)
 def test_a_tampered_config_is_refused_naming_the_key_or_costs_sanely(tmp_path_factory, figures, key, value):
     snap = tmp_path_factory.mktemp("snap")
@@ -129,6 +132,7 @@ entries = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.surface("file:safetensors header")
 @given(
     header=st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), entries, min_size=1),
     data=st.binary(max_size=64),

@@ -97,6 +97,7 @@ def _wrong_type(key: str, value) -> bool:
     return not isinstance(value, list)  # drift, hosts
 
 
+@pytest.mark.surface("file:generation record")
 @given(key=st.sampled_from(TYPED), value=json_values, edit_recipe=st.booleans())
 def test_a_tampered_generation_is_refused_naming_its_file(tmp_path_factory, figures, key, value, edit_recipe):
     root = tmp_path_factory.mktemp("fleet")

@@ -119,6 +119,7 @@ def _set(doc: dict, path: tuple[str, ...], value) -> None:
     doc[path[-1]] = value
 
 
+@pytest.mark.surface("file:hosts/fleet.toml", "file:recipe.toml")
 @given(target=st.sampled_from(TARGETS), value=TEXT, prefix=st.sampled_from(["", "/", "{state_dir}/", "a"]))
 def test_unsafe_values_are_always_refused_with_their_key_path(
     base, tmp_path_factory, figures, target, value, prefix
@@ -153,6 +154,7 @@ def test_unsafe_values_are_always_refused_with_their_key_path(
                 inventory.load(root)
 
 
+@pytest.mark.surface("file:recipe.toml")
 @given(
     tp=st.integers(min_value=-2, max_value=9),
     hosts=st.integers(min_value=1, max_value=4),

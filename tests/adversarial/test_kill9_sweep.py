@@ -80,6 +80,7 @@ def staged_with_kill(nas: Path, local: Path, point: int, after_rename: bool) -> 
     return status
 
 
+@pytest.mark.surface("file:hub tree")
 def test_kill_9_at_every_publish_point_converges(tmp_path, figures):
     nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
     clean = tmp_path / "clean"
@@ -110,6 +111,7 @@ def test_kill_9_at_every_publish_point_converges(tmp_path, figures):
             count(figures, "stage-kill9", "reruns_converged")
 
 
+@pytest.mark.surface("file:engram pack")
 def test_kill_9_at_every_publish_point_of_an_engram_pack_converges(tmp_path, figures):
     """The same sweep over `engram pack`: packs, the journal after each, the receipt last."""
     from sparkfleet import inventory

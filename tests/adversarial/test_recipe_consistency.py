@@ -1,8 +1,8 @@
-"""Property (issue 12): whatever `inventory check` accepts, launch accepts too — no late surprises.
+"""Property: whatever `inventory check` accepts, launch accepts too — no late surprises.
 
 An oracle written here (`known_bad`), independent of the checker, says which generated recipes are
-bad; only those count as bad inputs (issue 20: the figure used to count whatever the checker
-itself reported, so it could never find a bad recipe the checker accepts).
+bad; only those count as bad inputs (a figure counting whatever the checker itself reported could
+never find a bad recipe the checker accepts).
 
 Hypothesis edits the TP4 recipe's world shape, env, command flags, cache dir, receipt roots and
 weight-load regex. When `inventory check` (schema + cross-file + every pre-node check launch runs)
@@ -88,6 +88,7 @@ def base(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.surface("file:recipe.toml")
 @given(
     tp=st.sampled_from([4, 4, 4, 8, 2, 3, 6]),
     ep=st.sampled_from([1, 1, 1, 2, 4, 3]),

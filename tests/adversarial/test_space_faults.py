@@ -72,6 +72,7 @@ def _rerun_converges(nas: Path, local: Path, reference: dict, figures) -> None:
     count(figures, "space", "reruns_converged")
 
 
+@pytest.mark.surface("file:hub tree", "cli:stage --reserve-gib")
 @pytest.mark.parametrize("when", ["before-preflight", "after-preflight"])
 @pytest.mark.parametrize("leave_kib", [0, 64, 256, 700, 1500, 2600])
 def test_disk_full_at_every_level(nas, reference, tmpfs, monkeypatch, figures, when, leave_kib):
@@ -105,6 +106,7 @@ def test_disk_full_at_every_level(nas, reference, tmpfs, monkeypatch, figures, w
     _rerun_converges(nas, local, reference, figures)
 
 
+@pytest.mark.surface("file:hub tree")
 @pytest.mark.parametrize("nr_inodes", [4, 12, 20, 28, 36, 200])
 def test_inode_limits(nas, reference, tmpfs, figures, nr_inodes):
     mount = tmpfs(32 * MIB, options=f"nr_inodes={nr_inodes}")
@@ -123,6 +125,7 @@ def test_inode_limits(nas, reference, tmpfs, figures, nr_inodes):
         _rerun_converges(nas, local, reference, figures)
 
 
+@pytest.mark.surface("file:hub tree")
 def test_inodes_running_out_mid_run(nas, reference, tmpfs, monkeypatch, figures):
     mount = tmpfs(32 * MIB, options="nr_inodes=200")
     local = mount / "hub"
@@ -149,6 +152,7 @@ def test_inodes_running_out_mid_run(nas, reference, tmpfs, monkeypatch, figures)
     _rerun_converges(nas, local, reference, figures)
 
 
+@pytest.mark.surface("file:hub tree")
 @pytest.mark.parametrize("staged_first", [False, True])
 def test_read_only_destination(nas, reference, tmpfs, figures, staged_first):
     mount = tmpfs(16 * MIB)

@@ -70,9 +70,8 @@ def test_agent_probe_reads_fake_sysfs_and_refuses_cleanly(tmp_path):
     bad = call_agent(LocalHost("me"), "probe", {"fabric": {"needed": True, "fabric_ip": "10.0.0.9",
                                                            "sysfs": str(sysfs)}, "models": []})  # fmt: skip
     assert "10.0.0.9" in bad["fabric_error"]["error"]
-    with pytest.raises(AgentError, match="me: agent start failed on this node: KeyError") as exc:
+    with pytest.raises(AgentError, match="the start request lacks '"):  # an answer, not a crash
         call_agent(LocalHost("me"), "start", {"spec": json.loads("{}")})
-    assert exc.value.exit_code == ExitCode.CRASHED  # answered as the action's error, not a dead agent
 
 
 def test_container_runtime_without_engine(monkeypatch):

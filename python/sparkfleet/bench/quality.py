@@ -105,7 +105,15 @@ def build_argv(
 
 
 def parse_envelope(doc: dict[str, Any], tool_version: str | None, argv: list[str]) -> QualityResult:
-    """tool-eval-bench's --json-file envelope → QualityResult (an error envelope → status failed)."""
+    """tool-eval-bench's --json-file envelope → QualityResult (an error envelope → status failed).
+
+    An envelope of another shape (a tool version that changed it, a truncated file) is a failed
+    result naming what was wrong, never an exception: it would end the whole bench run.
+    """
+    problem = envelope_problem(doc)
+    if problem:
+        why = f"the result is not tool-eval-bench's: {problem}"
+        return QualityResult("failed", tool_version, argv, error=why)
     if "error" in doc and "scores" not in doc:
         return QualityResult("failed", tool_version, argv, error=str(doc["error"]))
     scores = doc.get("scores") or {}
@@ -130,6 +138,24 @@ def parse_envelope(doc: dict[str, Any], tool_version: str | None, argv: list[str
         safety_warnings=[str(w) for w in doc.get("safety_warnings") or []],
         error=None if doc.get("status", "completed") == "completed" else f"run status {doc.get('status')!r}",
     )
+
+
+def envelope_problem(doc: Any) -> str | None:
+    """What makes `doc` not an envelope parse_envelope can read, or None."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    scores = doc.get("scores") or {}
+    if not isinstance(scores, dict):
+        return "scores is not an object"
+    results = scores.get("scenario_results") or []
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        return "scores.scenario_results is not a list of objects"
+    score = doc.get("final_score", scores.get("final_score"))
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+        return f"final_score {str(score)[:40]!r} is not a number"
+    if not isinstance(doc.get("safety_warnings") or [], list):
+        return "safety_warnings is not a list"
+    return None
 
 
 def run_quality(

@@ -33,7 +33,7 @@ WRITABLE_HINT = "pass --out DIR (e.g. --out ./reports), or run from a writable c
 
 
 def writable_reports_dir(folder: Path) -> Path:
-    """Refuse, before a bench runs, a reports folder that cannot be written (creates nothing).
+    """Refuse, before a bench runs, a reports folder that cannot be written (leaves nothing made).
 
     `nix run .#bench` starts sparkfleet with the flake source as its fleet root: a store path,
     read-only, so recipes/<lane>/reports there is never a place for a report.
@@ -43,9 +43,25 @@ def writable_reports_dir(folder: Path) -> Path:
         why = f"reports folder {folder} is inside the Nix store (read-only)"
         raise SparkfleetError(why, hint=WRITABLE_HINT)
     existing = next((p for p in (resolved, *resolved.parents) if p.exists()), Path("/"))
+    if not existing.is_dir():
+        raise SparkfleetError(f"reports folder {folder}: {existing} is not a directory", hint=WRITABLE_HINT)
     if not os.access(existing, os.W_OK):
         why = f"reports folder {folder} is read-only ({existing} cannot be written)"
         raise SparkfleetError(why, hint=WRITABLE_HINT)
+    # access() answers yes to root everywhere, and a filesystem such as /proc takes no new entry
+    # whatever its modes say: make the missing folders, then take them away again.
+    missing = [p for p in (resolved, *resolved.parents) if not p.exists()]
+    made = []
+    try:
+        for p in reversed(missing):
+            p.mkdir()
+            made.append(p)
+    except OSError as exc:
+        why = f"reports folder {folder} cannot be made ({exc.strerror}: {exc.filename})"
+        raise SparkfleetError(why, hint=WRITABLE_HINT) from None
+    finally:
+        for p in reversed(made):
+            p.rmdir()
     return folder
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from ..bench.tokens import LocalTokenizer
 from ..errors import ExitCode, SparkfleetError
 from .progress import quiet, wants_bar
 from .render import echo_json, load_inventory
+from .values import POSITIVE_SECONDS
 
 DEFAULT_URL_OUT = Path("sparkfleet-reports")
 POSITIVE = click.IntRange(min=1)
@@ -58,11 +58,8 @@ class IntList(click.ParamType):
         return items
 
 
-def _seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """A deadline must be a finite number of seconds above zero (nan and inf never expire)."""
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise click.BadParameter(f"{value} is not a positive number of seconds")
-    return value
+# A report folder to read: one that does not exist is a mistake, not an empty history.
+REPORT_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
 def _pick_target(
@@ -158,10 +155,9 @@ class LineBenchProgress:
 )
 @click.option(
     "--timeout",
-    type=float,
+    type=POSITIVE_SECONDS,
     default=120.0,
     show_default=True,
-    callback=_seconds,
     help="Deadline for each whole request (connect to last byte).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -311,10 +307,9 @@ def _dflt(get) -> str:
 )
 @click.option(
     "--timeout",
-    type=float,
+    type=POSITIVE_SECONDS,
     default=600.0,
     show_default=True,
-    callback=_seconds,
     help="Deadline for each whole request (connect to last byte).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -547,7 +542,7 @@ def _reports_dir(
 
 @report.command("list")
 @click.argument("lane", required=False)
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option("--dir", "directory", type=REPORT_DIR, help="A report folder.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def list_(ctx: click.Context, lane: str | None, directory: Path | None, as_json: bool) -> None:
@@ -618,7 +613,7 @@ def _print_comparison(c: reports.Comparison) -> None:
     show_default="./sparkfleet-reports/<lane>.html",
     help="Page to write.",
 )
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option("--dir", "directory", type=REPORT_DIR, help="A report folder.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def html(ctx: click.Context, lane: str, out: Path | None, directory: Path | None, as_json: bool) -> None:
@@ -635,7 +630,9 @@ def html(ctx: click.Context, lane: str, out: Path | None, directory: Path | None
     from ..bench.report.html import write_page
 
     folder, _, baseline = _reports_dir(ctx, lane, directory)
-    page = write_page(lane, folder, baseline, out or reports.SCRATCH_DIR / f"{reports.safe_tag(lane)}.html")
+    out = out or reports.SCRATCH_DIR / f"{reports.safe_tag(lane)}.html"
+    session.writable_reports_dir(out.parent)  # before reading every report
+    page = write_page(lane, folder, baseline, out)
     if as_json:
         echo_json(page)
     else:
@@ -660,7 +657,7 @@ def _lane_report_dirs(ctx: click.Context) -> dict[str, Path]:
 @report.command("compare")
 @click.argument("refs", nargs=-1)
 @click.option("--lane", help="Resolve names in this lane's reports; compare against its declared baseline.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="A report folder.")
+@click.option("--dir", "directory", type=REPORT_DIR, help="A report folder.")
 @click.option(
     "--force", is_flag=True, help="Compare even when settings or host fingerprints differ (marked)."
 )

@@ -10,6 +10,14 @@ from ..errors import ExitCode
 from .render import echo_json, load_inventory
 
 
+def _absolute_or_empty(value: str) -> str:
+    """Every host path bootstrap writes is prefixed with this: a relative one would land wherever
+    the remote shell starts."""
+    if value and not value.startswith("/"):
+        raise click.BadParameter(f"{value!r} is not an absolute directory")
+    return value
+
+
 @click.command("bootstrap")
 @click.argument("host")
 @click.option("--dry-run", is_flag=True, help="Show every change; make none.")
@@ -18,6 +26,7 @@ from .render import echo_json, load_inventory
     envvar="SPARKFLEET_HOST_ROOT",
     default="",
     hidden=True,
+    callback=lambda ctx, param, value: _absolute_or_empty(value),
     help="Treat this directory on the host as / (tests against emulated hosts).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

@@ -92,7 +92,10 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
     is_flag=True,
     help="Start from an empty --workdir: stop what a previous demo there still runs, then empty it.",
 )
-@click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
+@click.option(
+    "--shard-mib", default=4, type=click.IntRange(min=1), show_default=True,
+    help="Size of each weight shard in the demo NAS.",
+)  # fmt: skip
 def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
     """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
 

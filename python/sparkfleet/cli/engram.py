@@ -13,6 +13,7 @@ from ..errors import ExitCode
 from ..inventory import GIB
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
+from .values import SIZE_GIB
 
 
 def _echo_sparse(summary: dict) -> None:
@@ -51,7 +52,9 @@ def _source_line(source: dict) -> str:
 )
 @click.option("--full", is_flag=True, help="Check kept packs by sha256 of every byte, not size + sample.")
 @click.option("--dry-run", is_flag=True, help="Print the rows and files this host would get; write nothing.")
-@click.option("--reserve-gib", type=float, show_default="the host's reserve_gib", help="Free space to leave.")
+@click.option(
+    "--reserve-gib", type=SIZE_GIB, show_default="the host's reserve_gib", help="Free space to leave."
+)
 @click.option("--here", is_flag=True, help="Pack on this machine (what HOST runs when asked over ssh).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context

@@ -10,6 +10,7 @@ import click
 from ..errors import ExitCode, SparkfleetError
 from .launch import REPLICA
 from .render import echo_json, load_inventory
+from .values import POSITIVE_SECONDS, SECONDS
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
@@ -22,35 +23,38 @@ def _event(msg: str) -> None:
 @click.argument("lane")
 @click.option(
     "--interval",
-    type=float,
+    type=POSITIVE_SECONDS,
     show_default="recipe [watch], else 30",
     help="Seconds between generation probes.",
 )
 @click.option(
     "--latency",
-    type=float,
+    type=POSITIVE_SECONDS,
     show_default="recipe [watch], else 20",
     help="A probe's latency bound in seconds (<= interval).",
 )
 @click.option(
     "--max-restarts",
-    type=int,
+    type=click.IntRange(min=0),
     show_default="recipe [watch], else 3",
     help="Restarts allowed within --window.",
 )
 @click.option(
     "--window",
-    type=float,
+    type=POSITIVE_SECONDS,
     show_default="recipe [watch], else 3600",
     help="Restart budget window in seconds.",
 )
 @click.option(
     "--backoff",
-    type=float,
+    type=SECONDS,
     show_default="recipe [watch], else 10",
     help="First restart delay in seconds; doubles per restart.",
 )
-@click.option("--probes", type=int, default=None, show_default="forever", help="Stop after this many probes.")
+@click.option(
+    "--probes", type=click.IntRange(min=1), default=None, show_default="forever",
+    help="Stop after this many probes.",
+)  # fmt: skip
 @click.option("--allow-drift", is_flag=True, help="Relaunches may run on a drifted host stack.")
 @REPLICA
 @JSON

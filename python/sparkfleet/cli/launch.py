@@ -8,6 +8,7 @@ import click
 
 from ..errors import ExitCode, SparkfleetError
 from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
+from .values import POSITIVE_SECONDS
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 REPLICA = click.option(
@@ -159,7 +160,7 @@ def _event(msg: str) -> None:
 @click.option("--keep-on-failure", is_flag=True, help="Leave the ranks running when readiness fails.")
 @click.option(
     "--timeout",
-    type=float,
+    type=POSITIVE_SECONDS,
     show_default="the recipe's timeouts.ready_s",
     help="Readiness timeout in seconds.",
 )
@@ -226,7 +227,7 @@ def launch(
     boots, fails and is stopped on its own while the gateway serves from the others.
     """
     if dry_run:
-        _print_dry_run(ctx, lane, replica, as_json)
+        _print_dry_run(ctx, lane, replica, as_json, release)
         return
     import tempfile
     from pathlib import Path
@@ -298,13 +299,23 @@ def launch(
         sys.exit(ExitCode.SHORTFALL)
 
 
-def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
-    """Every rank as it would start, workers first, head last, without touching a host."""
+def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool, release: str | None) -> None:
+    """Every rank as it would start, workers first, head last, without touching a host (with
+    --release: as the release's own recipe and fleet file would start them)."""
+    import tempfile
+    from pathlib import Path
+
+    from ..launch.generations import rollback_inventory
     from ..launch.plan import dry_run, planned_argv
     from ..launch.replicas import replica_inventory
+    from ..launch.revert import release_as_generation
     from ..launch.spec import redact_env
 
-    plan = dry_run(replica_inventory(load_inventory(ctx), lane, replica), lane)
+    inv = load_inventory(ctx)
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
+        if release:
+            inv = rollback_inventory(release_as_generation(inv, lane, release)[0], Path(tmp))
+        plan = dry_run(replica_inventory(inv, lane, replica), lane)
     ranks = []
     for n, spec in enumerate(plan.start_order(), 1):
         unknown = plan.unknown.get(spec.host, {})
@@ -433,7 +444,9 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
 @click.command("logs")
 @click.argument("lane", shell_complete=complete("lane"))
 @click.argument("host", required=False, shell_complete=complete("host"))
-@click.option("-n", "--lines", type=int, default=50, show_default=True, help="Lines per rank.")
+@click.option(
+    "-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True, help="Lines per rank."
+)
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep printing the log as it grows (HOST's, or the head's)."
 )

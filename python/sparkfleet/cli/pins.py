@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +22,15 @@ _MARK = {
 }
 
 
+def registry_url(value: str | None) -> str | None:
+    """An http(s) base URL. Anything else would reach urllib as a URL it cannot open (a traceback)."""
+    if not value:
+        return None
+    if not re.fullmatch(r"https?://[A-Za-z0-9.\[\]:-]+(/\S*)?", value):
+        raise click.BadParameter(f"{value!r} is not a registry base URL (https://HOST[:PORT])")
+    return value
+
+
 @click.group()
 @click.option(
     "--git-base",
@@ -31,10 +41,13 @@ _MARK = {
 )
 @click.option(
     "--registry",
-    envvar="SPARKFLEET_REGISTRY",
+    # not $SPARKFLEET_REGISTRY: that is the fleet's own registry (HOST:PORT, docs/images.md), which
+    # holds the images sparkfleet built, not the upstream images the pins name
+    envvar="SPARKFLEET_PINS_REGISTRY",
     default=None,
     show_default="from the image name; Docker Hub for org/name",
-    help="Registry base URL for every image.",
+    callback=lambda ctx, param, value: registry_url(value),
+    help="Registry base URL for every image (a mirror).",
 )
 @click.option(
     "--hf-endpoint",

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,10 @@ from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_trans
 from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
+from .values import SECONDS, SIZE_GIB
+
+if TYPE_CHECKING:  # annotations only: direct mode reads no inventory
+    from ..inventory import Inventory
 
 
 def _plan_kits(kits: list, state_dir) -> list[dict]:
@@ -108,9 +113,11 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option(
     "--jobs", default=4, show_default=True, type=click.IntRange(1, 64), help="Parallel copy workers."
 )
-@click.option("--reserve-gib", type=float, show_default="the host's reserve_gib", help="Free space to leave.")
 @click.option(
-    "--wait", "wait_seconds", default=0.0, type=float, help="Wait this long for another run's lock."
+    "--reserve-gib", type=SIZE_GIB, show_default="the host's reserve_gib", help="Free space to leave."
+)
+@click.option(
+    "--wait", "wait_seconds", default=0.0, type=SECONDS, help="Wait this long for another run's lock."
 )
 @click.option("--fanout", is_flag=True, help="With --lane, no HOST: blobs leave the NAS once.")
 @click.option("--here", is_flag=True, help="Run on this machine even if HOST looks remote.")
@@ -130,7 +137,7 @@ def build_requests(ctx, host, lane, source, dest, repos, include, exclude) -> tu
 @click.option("--serve-peers", is_flag=True, hidden=True, help="Serve the local hub to --peers (rsyncd).")
 @click.option(
     "--ssh-config",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SPARKFLEET_SSH_CONFIG",
     show_default="~/.ssh/config",
     help="ssh_config for reaching hosts and peers.",
@@ -183,9 +190,12 @@ def stage(
             EventsProgress().error(error)
             sys.exit(error.exit_code)
         raise error
+    share = _parse_share(share_spec)  # the wave options, refused before any work
+    ports = _parse_ports(ports_spec)
     direct = source is not None or dest is not None or bool(repos)
     if not direct and not here and (host or lane):
         inv = load_inventory(ctx)
+        known_names(inv, lane, peer_spec)
         if host is None or not remote.is_this_host(inv.host(host)):
             hosts = [host] if host else list(inv.lane(lane).replica_hosts)  # every copy's
             options = remote.StageOptions(
@@ -252,8 +262,6 @@ def stage(
             sink.error(exc)
             sys.exit(exc.exit_code)
         return
-    share = _parse_share(share_spec)
-    ports = [int(p) for p in ports_spec.split(",")] if ports_spec else None
     peers = (
         remote.peer_sources(
             load_inventory(ctx), peer_spec.split(","), host, ssh_config, peer_transport, ports, secret
@@ -308,6 +316,28 @@ def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | Non
     folders = sorted({repo_folder(r.repo) for r in requests})
     run["io_bound"] = staging_bound_of_run(run, hubs, folders, state_dir)
     return run
+
+
+def known_names(inv: Inventory, lane: str | None, peer_spec: str | None = None) -> None:
+    """Refuse a lane or peer the fleet does not have here, before any host is contacted (a host
+    told to stage an unknown lane would only say so after the connection)."""
+    if lane:
+        inv.lane(lane)
+    for name in (peer_spec or "").split(","):
+        if name:
+            inv.host(name)
+
+
+def _parse_ports(spec: str | None) -> list[int] | None:
+    if not spec:
+        return None
+    try:
+        ports = [int(p) for p in spec.split(",")]
+    except ValueError:
+        raise SparkfleetError(f"--peer-ports takes PORT,PORT,..., got {spec!r}") from None
+    if not all(0 < p < 65536 for p in ports):
+        raise SparkfleetError(f"--peer-ports {spec}: a port is 1..65535")
+    return ports
 
 
 def _parse_share(spec: str | None) -> tuple[int, int] | None:
@@ -500,7 +530,7 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
 @click.option("--here", is_flag=True, help="Verify on this machine even if HOST looks remote.")
 @click.option(
     "--ssh-config",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SPARKFLEET_SSH_CONFIG",
     show_default="~/.ssh/config",
     help="ssh_config for reaching hosts.",
@@ -527,6 +557,7 @@ def verify(
     direct = source is not None or dest is not None or bool(repos)
     if not direct and not here and (host or lane):
         inv = load_inventory(ctx)
+        known_names(inv, lane)
         if host is None or not remote.is_this_host(inv.host(host)):
             hosts = [host] if host else list(inv.lane(lane).replica_hosts)  # every copy's
             _verify_fleet(inv, hosts, VerifyOptions(lane, verify_mode, include, exclude, ssh_config), as_json)

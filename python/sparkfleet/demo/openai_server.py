@@ -424,8 +424,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         arrived = time.perf_counter()
         path = self.path.split("?", 1)[0]
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        length = (self.headers.get("Content-Length") or "0").strip()
+        if not length.isdigit():  # `lots`, `-5`: int() would raise in the handler, read(-5) to EOF
+            self.close_connection = True  # the body's end is unknown: this connection cannot go on
+            self._error(HTTPStatus.BAD_REQUEST, f"Content-Length {length[:40]!r} is not a length")
+            return
+        raw = self.rfile.read(int(length)) if int(length) else b""
         if self.intercept(path) or self._booting() or not self._authorized():
             return
         if path == "/tokenize" and not self.server.cfg.no_tokenize:  # vLLM's shape: {"count", "tokens"}

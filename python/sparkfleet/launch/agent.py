@@ -32,6 +32,7 @@ from ..atomic import write_bytes
 from ..display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
 from ..errors import ExitCode, SparkfleetError
 from ..fabric import detect, scan_ports
+from ..inventory import LANE_NAME
 from ..jsonable import to_jsonable
 from . import records, watchdog
 from .bootcache import cache_state
@@ -43,6 +44,7 @@ from .runtimes import runtime_for
 from .spec import spec_from_dict
 
 LOG_CHUNK = 256 * 1024
+VERSION_HINT = "deploy the same sparkfleet to the controller and the nodes (deploy .#<host>.sparkfleet)"
 
 
 def _bad_paths(snapshot: str, entries, problems: list[str]) -> set[str]:
@@ -461,16 +463,46 @@ ACTIONS = {
 }
 
 
+def read_request(raw: str) -> dict:
+    """The request, with the fields every action builds names from checked before any is used.
+
+    The controller builds requests from a checked inventory, but a node may run another sparkfleet
+    than the controller, and `lane` and `state_dir` become paths here (keys/<lane>.key, lanes/<lane>/):
+    a lane that is a path, or a state dir that is not absolute, would read or write elsewhere.
+    """
+    try:
+        req = json.loads(raw or "{}")
+    except ValueError as exc:
+        raise SparkfleetError(f"the request is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise SparkfleetError(f"the request is a JSON {type(req).__name__}, not an object")
+    lane = req.get("lane")
+    if lane is not None and not (isinstance(lane, str) and LANE_NAME.fullmatch(lane)):
+        raise SparkfleetError(f"the request's lane {str(lane)[:80]!r} is not a lane name")
+    state_dir = req.get("state_dir")
+    if state_dir is not None and not (
+        isinstance(state_dir, str) and state_dir.startswith("/") and "\0" not in state_dir
+        and ".." not in state_dir.split("/")
+    ):  # fmt: skip
+        raise SparkfleetError(f"the request's state_dir {str(state_dir)[:120]!r} is not an absolute path")
+    rank = req.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise SparkfleetError(f"the request's rank {str(rank)[:40]!r} is not a rank number")
+    return req
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0] not in ACTIONS:
-        print(f"usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
+        unknown = f"unknown action {args[0]!r}; " if len(args) == 1 else ""
+        print(f"{unknown}usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
         return 2
     try:
-        req = json.loads(sys.stdin.read() or "{}")
-        answer = {"ok": True, **ACTIONS[args[0]](req)}
+        answer = {"ok": True, **ACTIONS[args[0]](read_request(sys.stdin.read()))}
     except SparkfleetError as exc:
         answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+    except KeyError as exc:  # a request without a field the action needs (another sparkfleet's)
+        answer = {"ok": False, "error": f"the {args[0]} request lacks {exc}", "hint": VERSION_HINT}
     except Exception as exc:  # noqa: BLE001 - one action's failure is its answer, never a dead agent
         # Whatever one action raised (a bug, a file on the node no check foresaw) is answered as that
         # action's error, so the controller (launch, the supervisor) reports it and goes on; the

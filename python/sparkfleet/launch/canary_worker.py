@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import struct
 import sys
 import tempfile
@@ -138,11 +139,19 @@ def nccl_fallback(environ: dict[str, str], summary: dict) -> str | None:
 def _read_nccl_logs(logdir: str | None) -> str:
     if not logdir:
         return ""
+    try:
+        names = sorted(os.listdir(logdir))
+    except OSError:
+        return ""
     chunks = []
-    with contextlib.suppress(OSError):
-        for name in sorted(os.listdir(logdir)):
-            with open(os.path.join(logdir, name), errors="replace") as f:
-                chunks.append(f.read(1 << 20))
+    for name in names:
+        # NCCL writes regular files; anything else there (a FIFO would block open() forever, a
+        # directory would raise) is skipped, and one unreadable file does not hide the others
+        with contextlib.suppress(OSError):
+            fd = os.open(os.path.join(logdir, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with open(fd, errors="replace") as f:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    chunks.append(f.read(1 << 20))
     return "\n".join(chunks)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,11 +61,36 @@ def save(state_dir: Path, record: LaunchRecord) -> Path:
     return path
 
 
+_STRS = ("lane", "host", "runtime", "name", "log_path")
+_OPTIONAL_STRS = ("boot_id", "container_id", "exit_path")
+_INTS, _OPTIONAL_INTS = ("rank", "binds"), ("pid", "start_ticks", "pgid")
+_LISTS = ("argv", "env_keys", "receipts_cleared")
+
+
 def from_dict(d: dict) -> LaunchRecord:
+    """A record as `save` wrote it; any other shape is a TypeError (the state dir is editable, and a
+    record's pid, pgid and paths are what `stop` signals and `logs` reads)."""
+    if not isinstance(d, dict):  # a record file edited into a list, a string, null
+        raise TypeError(f"a launch record is a JSON object, not {type(d).__name__}")
     names = {f.name for f in dataclasses.fields(LaunchRecord)}
     d = {k: v for k, v in d.items() if k in names}
-    for key in ("argv", "env_keys", "receipts_cleared"):
-        d[key] = tuple(d.get(key) or ())
+    for key in _LISTS:
+        value = d.get(key) or ()
+        if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
+            raise TypeError(f"launch record: {key} is not a list of strings")
+        d[key] = tuple(value)
+    for key in (*_STRS, *_OPTIONAL_STRS, *_INTS, *_OPTIONAL_INTS):
+        if key not in d:  # absent: the field's default, or LaunchRecord's own TypeError below
+            continue
+        value = d[key]
+        if value is None and key in (*_OPTIONAL_STRS, *_OPTIONAL_INTS):
+            continue
+        want = str if key in (*_STRS, *_OPTIONAL_STRS) else int
+        if isinstance(value, bool) or not isinstance(value, want):
+            raise TypeError(f"launch record: {key} is not {'a string' if want is str else 'an integer'}")
+    started = d.get("started_at")
+    if isinstance(started, bool) or not isinstance(started, int | float) or not math.isfinite(started):
+        raise TypeError("launch record: started_at is not a time")
     return LaunchRecord(**d)
 
 

@@ -27,16 +27,21 @@ if TYPE_CHECKING:
     from ..inventory import Inventory
 
 
-def release_generation(
-    inv: Inventory, lane: str, name: str, on_event: Callable[[str], None] = lambda _msg: None
-) -> dict[str, Any]:
-    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
+def release_as_generation(inv: Inventory, lane: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Release NAME as a generation record (what `launch --release` runs), and the release itself."""
     rel = load_release(inv.root, lane, name)
     img = rel["image"]
     gen = {"id": rel["generation"], "lane": lane, "recipe_text": rel["recipe_text"],
            "fleet_text": rel["fleet_text"], "recipe_sha256": rel["recipe_sha256"],
            "image": {"ref": f"{img['registry']}/{img['repo']}@{img['digest']}"}, "release": name}  # fmt: skip
+    return gen, rel
 
+
+def release_generation(
+    inv: Inventory, lane: str, name: str, on_event: Callable[[str], None] = lambda _msg: None
+) -> dict[str, Any]:
+    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
+    gen, rel = release_as_generation(inv, lane, name)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
         frozen = rollback_inventory(gen, Path(tmp))
         if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):

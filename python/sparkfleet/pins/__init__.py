@@ -9,7 +9,7 @@ a download for url pins) and, for what Nix fetches, the fixed-output hash (`nix 
 holds is drift and is never "resolved" to something else. `verify` asks again and fails closed:
 anything that is not positively confirmed, unreachable sources included, is a failure.
 
-Base URLs come from `Endpoints` (CLI options, or SPARKFLEET_GIT_BASE / SPARKFLEET_REGISTRY /
+Base URLs come from `Endpoints` (CLI options, or SPARKFLEET_GIT_BASE / SPARKFLEET_PINS_REGISTRY /
 HF_ENDPOINT) so tests point them at local servers. Tokens (HF_TOKEN, registry bearer tokens) are
 sent as headers only and never appear in a report.
 

@@ -79,6 +79,8 @@ def import_manifest(
         rows = parse_manifest(manifest.read_text(), manifest)
     except FileNotFoundError:
         raise PinError(f"{manifest}: no such file") from None
+    except UnicodeDecodeError as exc:  # a tarball or a binary named by mistake
+        raise PinError(f"{manifest}: not a text file (byte {exc.start} is not UTF-8)") from None
     prefix = f"{from_pin}-src-" if prefix is None else prefix
     fleet_path = inv.root / FLEET_FILE
     before = fleet_path.read_text()

@@ -91,11 +91,12 @@ def locked_tool_argv(flake_root: Path, tool: str) -> list[str]:
     lock = flake_root / "flake.lock"
     try:
         nodes = json.loads(lock.read_text())["nodes"]
-        if "nixpkgs" not in nodes["root"]["inputs"]:
+        inputs = nodes["root"]["inputs"]
+        if not isinstance(inputs, dict) or "nixpkgs" not in inputs:  # flake.lock's inputs: an object
             raise KeyError("nixpkgs")
     except FileNotFoundError:
         raise Unreachable(f"{lock}: no such file", hint="the flake's lock names the nixpkgs to use") from None
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         raise Unreachable(f"{lock}: no locked nixpkgs input", hint="nix flake lock") from None
     return ["nix", "--extra-experimental-features", "nix-command flakes", "run", "--inputs-from",
             str(flake_root), f"nixpkgs#{tool}", "--"]  # fmt: skip

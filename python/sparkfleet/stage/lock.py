@@ -53,6 +53,8 @@ def open_lock_file(path: Path) -> int:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise _refuse(path, "it is a symbolic link") from None
+        if exc.errno == errno.EISDIR:
+            raise _refuse(path, "it is a directory") from None
         raise
     finally:
         os.close(dir_fd)
