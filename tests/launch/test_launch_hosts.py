@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from launch_fleet import fake_roce_sysfs
 
-from sparkfleet.errors import ExitCode
 from sparkfleet.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
 from sparkfleet.inventory import Host
 from sparkfleet.launch.runtimes import ContainerRuntime, RuntimeError_
