@@ -502,7 +502,12 @@ def main(argv: list[str] | None = None) -> int:
     except SparkfleetError as exc:
         answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
     except KeyError as exc:  # a request without a field the action needs (another sparkfleet's)
-        answer = {"ok": False, "error": f"the {args[0]} request lacks {exc}", "hint": VERSION_HINT}
+        answer = {
+            "ok": False,
+            "error": f"the {args[0]} request lacks {exc}",
+            "hint": VERSION_HINT,
+            "exit_code": int(ExitCode.USAGE),
+        }
     except Exception as exc:  # noqa: BLE001 - one action's failure is its answer, never a dead agent
         # Whatever one action raised (a bug, a file on the node no check foresaw) is answered as that
         # action's error, so the controller (launch, the supervisor) reports it and goes on; the
