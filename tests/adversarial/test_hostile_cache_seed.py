@@ -263,7 +263,7 @@ def test_an_action_that_fails_unforeseen_is_answered_not_a_dead_agent(tmp_path, 
     assert answered, (proc.stdout, proc.stderr)
     assert answer["exit_code"] == ExitCode.CRASHED
     assert answer["error"].startswith("agent probe failed on this node: ")
-    assert "KeyError" in answer["error"] and "Traceback" in proc.stderr and "Traceback" not in proc.stdout
+    assert "TypeError" in answer["error"] and "Traceback" in proc.stderr and "Traceback" not in proc.stdout
 
 
 # Pax header records a hostile tar may carry on a listed member (no mtime_ns in its manifest row, so
