@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
 from ..bench.tokens import LocalTokenizer
 from ..errors import ExitCode, SparkfleetError
+from .params import positive_seconds
 from .progress import quiet, wants_bar
 from .render import echo_json, load_inventory
 
@@ -56,13 +56,6 @@ class IntList(click.ParamType):
         if bad:
             self.fail(f"{bad[0]} is below {self.minimum}", param, ctx)
         return items
-
-
-def _seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """A deadline must be a finite number of seconds above zero (nan and inf never expire)."""
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise click.BadParameter(f"{value} is not a positive number of seconds")
-    return value
 
 
 def _pick_target(
@@ -161,7 +154,7 @@ class LineBenchProgress:
     type=float,
     default=120.0,
     show_default=True,
-    callback=_seconds,
+    callback=positive_seconds,
     help="Deadline for each whole request (connect to last byte).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -314,7 +307,7 @@ def _dflt(get) -> str:
     type=float,
     default=600.0,
     show_default=True,
-    callback=_seconds,
+    callback=positive_seconds,
     help="Deadline for each whole request (connect to last byte).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

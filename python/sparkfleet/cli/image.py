@@ -11,6 +11,7 @@ from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElap
 
 from ..errors import ExitCode
 from .launch import REPLICA
+from .params import positive_seconds
 from .progress import wants_bar
 from .render import echo_json, load_inventory
 
@@ -31,7 +32,8 @@ def image() -> None:
     help="The `nix build .#<package>` result (a stream script) or a docker-archive tar.",
 )
 @click.option("--dry-run", is_flag=True, help="Show what each host would load; change nothing.")
-@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds per host load.")
+@click.option("--timeout", type=float, default=3600, show_default=True, callback=positive_seconds,
+              help="Seconds per host load.")  # fmt: skip
 @click.option(
     "--jobs", type=click.IntRange(min=1), default=4, show_default=True, help="Hosts loading at once."
 )
