@@ -25,7 +25,7 @@ from ..errors import ExitCode, SparkfleetError
 from ..images.record import read_push_record
 from ..images.registry import Registry, tag
 from ..inventory import RECIPES_DIR
-from .generations import load_all
+from .generations import load_strict
 
 RELEASES = "releases"
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -46,7 +46,9 @@ def load_release(root: Path, lane: str, name: str) -> dict[str, Any]:
 
 
 def _generation(root: Path, lane: str, generation: str | None) -> dict[str, Any]:
-    gens = load_all(root, lane)
+    """The generation to freeze; a record that is not a valid generation refuses, naming it (a
+    release acts on what it reads, as promote and rollback do)."""
+    gens = load_strict(root, lane)
     if generation:
         gen = next((g for g in gens if g["id"] == generation), None)
         if gen is None:
