@@ -19,7 +19,7 @@ python3Packages.buildPythonApplication {
   # The same list as pyproject.toml's dependencies plus its `gateway` extra (tests/nix/test_pkgs.py
   # compares them).
   dependencies = with python3Packages; [
-    click jsonschema rich huggingface-hub safetensors matplotlib numpy
+    click jsonschema rich huggingface-hub safetensors matplotlib numpy bcrypt
     (callPackage ./tool-eval-bench.nix { })
     smg
   ];

@@ -20,7 +20,7 @@ from .generations import find_generation, last_good, rollback, rollback_inventor
 from .lane import launch, stop
 from .plan import dry_run
 from .recipe import launch_recipe
-from .release import load_release
+from .release import verified_release
 from .report import LaunchReport
 
 if TYPE_CHECKING:
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 def release_generation(
     inv: Inventory, lane: str, name: str, on_event: Callable[[str], None] = lambda _msg: None
 ) -> dict[str, Any]:
-    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
-    rel = load_release(inv.root, lane, name)
+    """Release NAME's frozen generation, verified against the registry, with its image pulled by
+    digest on every host first."""
+    rel = verified_release(inv.root, lane, name)
     img = rel["image"]
     gen = {"id": rel["generation"], "lane": lane, "recipe_text": rel["recipe_text"],
            "fleet_text": rel["fleet_text"], "recipe_sha256": rel["recipe_sha256"],

@@ -160,6 +160,7 @@ let
       rich = "rich";
       huggingface-hub = "huggingface_hub";
       safetensors = "safetensors";
+      bcrypt = "bcrypt";
     }; in py;
     git = "git";
     perl = "perl";
