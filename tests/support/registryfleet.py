@@ -35,6 +35,13 @@ class ServedRegistry:
     files: dict[str, str]  # what `registry init` returned
     ready: dict  # `registry serve --json`'s first line: each listener's role, address, config and pid
     log: Path
+    proc: subprocess.Popen
+
+    def stop(self, timeout: float = 20) -> tuple[int, dict]:
+        """SIGTERM `registry serve` (by PID); its exit code and its last JSON line."""
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, json.loads(out.strip().splitlines()[-1])
 
 
 def _first_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -66,9 +73,9 @@ def served_registry(fleetnet: FleetNet, tmp: Path, name: str, port: int = 5000) 
         ready = json.loads(line)
         reg = Registry(files["address"], state / "registry" / "ca", files["push_address"],
                        Path(files["push_auth"]))  # fmt: skip
-        yield ServedRegistry(reg, host, state, files, ready, log)
+        yield ServedRegistry(reg, host, state, files, ready, log, proc)
     finally:
-        if proc is not None:
+        if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
                 proc.wait(20)

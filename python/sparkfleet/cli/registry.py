@@ -85,12 +85,18 @@ def serve(as_json: bool) -> None:
         served = run(operator_state_dir(), on_ready=ready)
     except KeyboardInterrupt:  # a second Ctrl-C while the listeners stop
         sys.exit(ExitCode.INTERRUPTED)
-    if as_json:
-        click.echo(json.dumps({"event": "stopped", "asked": served.asked, "exit_codes": served.exit_codes}))
-    if not served.ok:  # a listener ended by itself (a taken port, a bad config): the pair is down
-        raise SparkfleetError(
-            "the registry stopped: "
-            + ", ".join(f"{role} listener exited {code}" for role, code in served.exit_codes.items()),
-            hint="its own log lines are above; a unit with Restart= starts the pair again",
-            exit_code=ExitCode.SHORTFALL,
-        )
+    stopped: dict[str, Any] = {"event": "stopped", "asked": served.asked, "exit_codes": served.exit_codes}
+    if served.ok:
+        if as_json:
+            click.echo(json.dumps(stopped))
+        return
+    # a listener ended by itself (a taken port, a bad config): the pair is down
+    message = "the registry stopped: " + ", ".join(
+        f"{role} listener exited {code}" for role, code in served.exit_codes.items()
+    )
+    hint = "its own log lines are above; a unit with Restart= starts the pair again"
+    if as_json:  # the last line of the stream says why, and stdout stays one JSON object a line
+        click.echo(json.dumps({**stopped, "error": message, "hint": hint}))
+        click.echo(f"error: {message}", err=True)
+        sys.exit(ExitCode.SHORTFALL)
+    raise SparkfleetError(message, hint=hint, exit_code=ExitCode.SHORTFALL)
