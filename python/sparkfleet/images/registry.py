@@ -68,8 +68,9 @@ class Registry:
             raise RegistryError(
                 f"no push login for the registry {self.address}: pushes and tags need one "
                 f"({self.authfile or 'push-auth.json'} not found)",
-                hint="`sparkfleet registry init` writes $SPARKFLEET_STATE_DIR/registry/push-auth.json on "
-                "the head host; run there, or copy that file here and pass --push-auth FILE",
+                hint="`sparkfleet registry init --address HOST:PORT` writes "
+                "$SPARKFLEET_STATE_DIR/registry/push-auth.json on the head host; run there, or copy that "
+                "file here and pass --push-auth FILE",
             )
         return self.push_address, self.authfile
 

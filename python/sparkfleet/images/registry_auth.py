@@ -51,8 +51,8 @@ def _read(authfile: Path) -> dict[str, str]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
         raise RegistryError(
             f"{authfile}: not a push login written by `registry init` ({type(exc).__name__})",
-            hint="rerun `sparkfleet registry init` on the head host (it keeps the password), "
-            "and copy the file",
+            hint="rerun `sparkfleet registry init --address HOST:PORT` on the head host (it keeps the "
+            "password), and copy the file",
         ) from None
     return out
 
@@ -66,7 +66,7 @@ def push_endpoint(authfile: Path) -> str | None:
     if len(logins) != 1:
         raise RegistryError(
             f"{authfile}: {len(logins)} registry logins, where `registry init` writes one",
-            hint="rerun `sparkfleet registry init` on the head host and copy the file",
+            hint="rerun `sparkfleet registry init --address HOST:PORT` on the head host and copy the file",
         )
     return next(iter(logins))
 
