@@ -48,7 +48,7 @@ def _read(authfile: Path) -> dict[str, str]:
             out[address] = password
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, binascii.Error) as exc:
         raise RegistryError(
             f"{authfile}: not a push login written by `registry init` ({type(exc).__name__})",
             hint="rerun `sparkfleet registry init --address HOST:PORT` on the head host (it keeps the "
