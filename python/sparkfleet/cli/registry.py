@@ -81,10 +81,7 @@ def serve(as_json: bool) -> None:
             click.echo(f"· {lis['role']}s at {lis['address']} ({how}; {lis['config']}, pid {lis['pid']})",
                        err=True)  # fmt: skip
 
-    try:
-        served = run(operator_state_dir(), on_ready=ready)
-    except KeyboardInterrupt:  # a second Ctrl-C while the listeners stop
-        sys.exit(ExitCode.INTERRUPTED)
+    served = run(operator_state_dir(), on_ready=ready)  # Ctrl-C and SIGTERM go to both listeners
     stopped: dict[str, Any] = {"event": "stopped", "asked": served.asked, "exit_codes": served.exit_codes}
     if served.ok:
         if as_json:

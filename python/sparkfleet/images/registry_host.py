@@ -24,6 +24,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Callable
@@ -162,12 +163,18 @@ def registry_binary() -> str:
     return binary
 
 
-def _answers(address: str) -> bool:
+def _answers(address: str, ca: Path) -> bool:
+    """The listener completes a TLS handshake with the fleet's certificate (a bare TCP probe would
+    leave a "TLS handshake error" line in the registry's log at every start)."""
     host, port = split_address(address)
     try:
-        with socket.create_connection((host.strip("[]"), port), timeout=1):
+        tls = ssl.create_default_context(cafile=str(ca))
+        with (
+            socket.create_connection((host.strip("[]"), port), timeout=1) as raw,
+            tls.wrap_socket(raw, server_hostname=host.strip("[]")),
+        ):
             return True
-    except OSError:
+    except (OSError, ssl.SSLError):
         return False
 
 
@@ -195,6 +202,7 @@ def serve(
     unit with Restart= brings back the pair, never half of it.
     """
     binary, pair = registry_binary(), listeners(state_dir)
+    ca = Path(state_dir) / "registry" / "ca" / "ca.crt"
     procs: dict[str, subprocess.Popen] = {}
     asked: list[int] = []
 
@@ -211,7 +219,7 @@ def serve(
         deadline = time.monotonic() + ready_timeout
         waiting = list(pair)
         while waiting and not asked and all(p.poll() is None for p in procs.values()):
-            waiting = [lis for lis in waiting if not _answers(lis.address)]
+            waiting = [lis for lis in waiting if not _answers(lis.address, ca)]
             if waiting and time.monotonic() > deadline:
                 late = waiting[0]
                 raise RegistryError(
