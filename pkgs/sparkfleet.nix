@@ -19,9 +19,10 @@ python3Packages.buildPythonApplication {
   # The same list as pyproject.toml's dependencies plus its `gateway` extra (tests/nix/test_pkgs.py
   # compares them).
   dependencies = with python3Packages; [
-    click jsonschema rich huggingface-hub safetensors matplotlib numpy bcrypt
+    click jsonschema rich huggingface-hub safetensors matplotlib numpy
     (callPackage ./tool-eval-bench.nix { })
     smg
+    bcrypt # the registry's push login (registry init hashes it for htpasswd)
   ];
   # pyproject asks huggingface_hub>=1.0 (the trees/ + shared-blob layout); a release branch may
   # carry an older one. The staging code reads the cache layout itself, so relax the bound

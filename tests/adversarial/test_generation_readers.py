@@ -189,6 +189,7 @@ def _clean(res) -> bool:
 PATHS = sorted(SPEC | {p: None for p in REQUIRED}, key=repr)
 
 
+@pytest.mark.slow  # each example runs every reader, the agent's incident bundle included (~1 s)
 @pytest.mark.surface("file:generation record", "cli:history", "cli:promote", "cli:rollback",
                      "cli:release cut", "cli:watch")  # fmt: skip
 @given(path=st.sampled_from(PATHS), value=VALUES, remove=st.booleans())

@@ -153,6 +153,7 @@ let
       python-dotenv = "python-dotenv";
       pyyaml = "pyyaml";
       matplotlib = "matplotlib";
+      bcrypt = "bcrypt";
       numpy = "numpy";
       setuptools = "setuptools";
       click = "click";
@@ -160,7 +161,6 @@ let
       rich = "rich";
       huggingface-hub = "huggingface_hub";
       safetensors = "safetensors";
-      bcrypt = "bcrypt";
     }; in py;
     git = "git";
     perl = "perl";
