@@ -102,7 +102,12 @@ BOOT = {"cache": lambda v: v in ("warm", "cold", "none"), "cache_key": _opt(_tex
         "time_to_ready_s": _opt(_seconds), "previous_s": _opt(_seconds), "weight_load_s": _opt(_seconds),
         "per_host": _opt(_object)}  # fmt: skip
 IMAGE = {"pin": _opt(_text), "ref": _opt(_text)}
-NAS = _fields({"note": _text}, required=("note",))
+def _count(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and v >= 0
+
+
+NAS_FIELDS = {"note": _text, "files": _opt(_count), "paths": _opt(_list_of(_text))}
+NAS = _fields(NAS_FIELDS, required=("note",))
 
 # The oracle: what the writers (launch, promote, rollback, stop) put at each field, so what every
 # reader may take apart. A path not listed under a listed one is the value's own business.
@@ -128,6 +133,7 @@ SPEC: dict[tuple, Any] = {
     ("nas_weights",): _map_of(NAS),
     ("nas_weights", "spark"): NAS,
     ("nas_weights", "spark", "note"): _text,
+    ("nas_weights", "spark", "files"): NAS_FIELDS["files"],
     ("cache_seed",): _map_of(_object),
     ("promotion",): _opt(_object),
     ("rolled_back_to",): _opt(_text),
@@ -143,7 +149,9 @@ SCALARS = (
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=6)
     | st.sampled_from(["warm", "cold", "none", "ready", "failed", IMAGE_ID, ""])
 )  # fmt: skip
-KEYS = st.sampled_from(["cache", "ref", "note", "spark", "time_to_ready_s", "pin", "x"]) | st.text(max_size=3)
+KEYS = st.sampled_from(["cache", "ref", "note", "files", "spark", "time_to_ready_s", "pin", "x"]) | st.text(
+    max_size=3
+)
 VALUES = st.recursive(
     SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
     max_leaves=6,
@@ -163,7 +171,7 @@ def _record(root: Path) -> dict:
         "canary": None, "memory": {"spark": {"free_gib": 100}},
         "boot": {"cache_key": "k1", "cache": "warm", "per_host": {"spark": {"warm": True}},
                  "time_to_ready_s": 12.5, "weight_load_s": 3.0, "regression": None, "previous_s": 12.0},
-        "nas_weights": {"spark": {"note": "weights from NAS on spark (1 files)", "files": 1}},
+        "nas_weights": {"spark": {"note": "weights from NAS on spark (1 files)", "files": 1, "paths": ["a"]}},
         "cache_seed": {"spark": {"files": 3}},
         "promotion": {"at": T0 + 60, "smoke_ok": True, "smoke": [], "bench_report": "reports/x.json",
                       "gate": "baseline", "regressions": [], "promoted": True},

@@ -50,6 +50,11 @@ def _seconds(v: Any) -> str | None:
     return _time(v) or (f"is {v}, below zero seconds" if v < 0 else None)
 
 
+def _count(v: Any) -> str | None:
+    ok = not isinstance(v, bool) and isinstance(v, int) and v >= 0
+    return None if ok else f"is {what(v)}, not a count"
+
+
 def _object(v: Any) -> str | None:
     return None if isinstance(v, dict) else f"is {what(v)}, not an object"
 
@@ -126,7 +131,13 @@ FIELDS: dict[str, Check] = {
             "per_host": _optional(_object),
         }
     ),  # fmt: skip
-    "nas_weights": _map_of(_table({"note": _text}, required=("note",))),  # status/watch print each note
+    # host -> its NAS-served files: status and watch print each note, the fleet view counts files
+    "nas_weights": _map_of(
+        _table(
+            {"note": _text, "files": _optional(_count), "paths": _optional(_list_of(_text))},
+            required=("note",),
+        )
+    ),
     "cache_seed": _map_of(_object),
     "promotion": _optional(_object),
     "rolled_back_to": _optional(_text),
