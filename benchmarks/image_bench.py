@@ -46,24 +46,10 @@ from support.engines import (  # noqa: E402
     podman_env,
 )
 from support.fleetnet import FleetNet, netns_skip_reason, tc_skip_reason  # noqa: E402
+from support.registryfleet import served_registry  # noqa: E402
 from support.stagefleet import nas_tx_bytes, shape_fleet  # noqa: E402
 
 PORT = 5000
-
-
-def wait_tcp(net_host, port: int, proc: subprocess.Popen) -> None:
-    import socket
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"docker-registry exited {proc.returncode}")
-        with socket.socket() as s:
-            s.settimeout(1)
-            if s.connect_ex((net_host.addr, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit("registry did not listen")
 
 
 def main() -> None:
@@ -87,22 +73,17 @@ def main() -> None:
     certs_d: list[Path] = []
     try:
         with FleetNet() as net, contextlib.ExitStack() as stack:
-            head = stack.enter_context(net.host("head"))
+            # `registry init` + `registry serve` in the head namespace: pulls at PORT, pushes at PORT+1
+            served = stack.enter_context(served_registry(net, work, "head", PORT))
+            head, reg = served.host, served.reg
             layer = layer_tar(make_rootfs(work / "rootfs"))
             archive = work / "image.tar"
             image_id = docker_archive(layer, archive, "sparkfleet/bench:build", "bench")
-            files = reg_mod.init(work / "operator", f"{head.addr}:{PORT}", work / "storage")
-            address = f"{head.addr}:{PORT}"
+            address = reg.address
             trust = Path("/etc/containers/certs.d") / address
             trust.mkdir(parents=True, exist_ok=True)
-            shutil.copy(files["ca"], trust / "ca.crt")
+            shutil.copy(reg.cert_dir / "ca.crt", trust / "ca.crt")
             certs_d.append(trust)
-            log = stack.enter_context(open(work / "registry.log", "wb"))
-            serve = head.exec_argv("docker-registry", "serve", files["config"])
-            proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            stack.callback(lambda: (proc.terminate(), proc.wait(10)))
-            wait_tcp(head, PORT, proc)
-            reg = reg_mod.Registry(address, trust)
             digest = reg_mod.push(reg, archive, "sparkfleet/bench", "build")  # once, from this machine
             hosts = {}
             for i in range(args.hosts):

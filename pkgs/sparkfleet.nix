@@ -22,6 +22,7 @@ python3Packages.buildPythonApplication {
     click jsonschema rich huggingface-hub safetensors matplotlib numpy prometheus-client
     (callPackage ./tool-eval-bench.nix { })
     smg
+    bcrypt # the registry's push login (registry init hashes it for htpasswd)
   ];
   # pyproject asks huggingface_hub>=1.0 (the trees/ + shared-blob layout); a release branch may
   # carry an older one. The staging code reads the cache layout itself, so relax the bound

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import InventoryError
+from .wakeaddr import EXAMPLE, broadcast_problem
 
 if TYPE_CHECKING:
     import jsonschema
@@ -562,6 +563,18 @@ def _lane(name: str, doc: dict[str, Any], path: Path, hosts: dict[str, Host], pi
     )
 
 
+def wol_broadcast_problem(path: Path, host: Host, fleet: dict[str, Any]) -> Problem | None:
+    """A `wol_broadcast` that is not a broadcast address, named at the key that set it."""
+    if host.wol_broadcast is None:
+        return None
+    why = broadcast_problem(host.wol_broadcast)
+    if why is None:
+        return None
+    own = "wol_broadcast" in fleet["hosts"][host.name]
+    key = f"hosts.{host.name}.wol_broadcast" if own else "defaults.wol_broadcast"
+    return Problem(path, key, why, hint=f"expected {EXAMPLE}")
+
+
 @dataclass
 class InventoryCheck:
     """Every problem found, and the inventory as far as it loaded (lanes with problems left out)."""
@@ -595,6 +608,9 @@ def check(root: Path | None = None) -> InventoryCheck:
     pins = {name: _pin(name, doc) for name, doc in fleet.get("pins", {}).items()}
     kinds = {name: _host_kind(name, doc) for name, doc in fleet.get("host_kinds", {}).items()}
     for host in hosts.values():
+        wol = wol_broadcast_problem(fleet_path, host, fleet)
+        if wol:
+            problems.append(wol)
         if host.kind is not None and host.kind not in kinds:
             problems.append(
                 Problem(

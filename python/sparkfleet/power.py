@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from .errors import ExitCode, SparkfleetError
 from .hosts import connect
 from .inventory import Host, Inventory
+from .wakeaddr import LIMITED_BROADCAST, broadcast_address
 
 WOL_PORT = 9  # discard: what wakeonlan/etherwake use by default
-DEFAULT_BROADCAST = "255.255.255.255"
 _MAC = re.compile(r"^([0-9A-Fa-f]{2})([:-]?)([0-9A-Fa-f]{2})(\2[0-9A-Fa-f]{2}){4}$")
 SSH_PROBE_TIMEOUT = 12.0
 
@@ -37,7 +37,7 @@ def magic_packet(mac: str) -> bytes:
     return b"\xff" * 6 + parse_mac(mac) * 16
 
 
-def send_magic_packet(mac: str, broadcast: str = DEFAULT_BROADCAST, port: int = WOL_PORT) -> int:
+def send_magic_packet(mac: str, broadcast: str = LIMITED_BROADCAST, port: int = WOL_PORT) -> int:
     """Broadcast the magic packet for `mac` over UDP; returns the bytes sent."""
     payload = magic_packet(mac)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -95,8 +95,15 @@ def power_on(
             hint=f'add mac = "aa:bb:cc:dd:ee:ff" (its LAN NIC) to [hosts.{name}], or power it on by hand',
             exit_code=ExitCode.UNREACHABLE,
         )
-    broadcast = host.wol_broadcast or DEFAULT_BROADCAST
-    send_magic_packet(host.mac, broadcast)
+    broadcast = broadcast_address(host.wol_broadcast)  # inventory check proved it a broadcast
+    try:
+        send_magic_packet(host.mac, broadcast)
+    except OSError as exc:  # no route, no interface up: a clear line, never a traceback
+        raise SparkfleetError(
+            f"{name}: the Wake-on-LAN packet to {broadcast}:{WOL_PORT} could not be sent: {exc}",
+            hint=f"check wol_broadcast of [hosts.{name}] in hosts/fleet.toml and this machine's network",
+            exit_code=ExitCode.UNREACHABLE,
+        ) from None
     on_event(f"{name}: Wake-on-LAN magic packet for {host.mac} sent to {broadcast}:{WOL_PORT}")
     start = clock()
     while clock() - start < timeout_s:

@@ -51,12 +51,12 @@ def _archive(mutations: set[str], text: str) -> tuple[list[tuple[str, bytes]], l
     entry: dict = {"Config": CONFIG_NAME, "RepoTags": ["fleet/x:1"], "Layers": ["l/layer.tar"]}
     members = [("l/layer.tar", LAYER), (CONFIG_NAME, CONFIG)]
     tags: list | None = ["fleet/x:1"]
+    if "tags-null" in mutations:  # benign, so first: a bad mutation of the same key overrides it
+        entry["RepoTags"], tags = None, []
     if "tags-string" in mutations:
         entry["RepoTags"] = text or "evil"
     if "tags-not-str" in mutations:
         entry["RepoTags"] = [len(text)]
-    if "tags-null" in mutations:
-        entry["RepoTags"], tags = None, []
     if "config-type" in mutations:
         entry["Config"] = [CONFIG_NAME]
     if "config-missing" in mutations:
@@ -84,7 +84,56 @@ def _archive(mutations: set[str], text: str) -> tuple[list[tuple[str, bytes]], l
     return members, tags
 
 
-@pytest.mark.surface("file:image archive")
+def _flaws(members: list[tuple[str, bytes]]) -> set[str]:
+    """The BAD_ARCHIVE kinds this archive shows, read from its members by this test alone.
+
+    Why an oracle apart from the mutations: mutations of one key override each other, so a case
+    counted as bad must be seen to be bad in the bytes it is made of, not in what was asked for.
+    """
+    found: set[str] = set()
+    names = [name for name, _ in members]
+    plain = [name.removeprefix("./") for name in names]
+    if any(name.startswith("/") for name in names):
+        found.add("absolute-member")
+    if any(".." in name.split("/") for name in names):
+        found.add("dotdot-member")
+    if plain.count("manifest.json") > 1:
+        found.add("duplicate-manifest")
+    raw = [data for name, data in zip(plain, (d for _, d in members), strict=True) if name == "manifest.json"]
+    try:
+        doc = json.loads(raw[-1].decode("utf-8"))
+    except UnicodeDecodeError:
+        return found | {"not-utf8"}
+    except RecursionError:
+        return found | {"deep"}
+    if not (isinstance(doc, list) and len(doc) == 1 and isinstance(doc[0], dict)):
+        return found | {"manifest-type"}
+    tags, config = doc[0].get("RepoTags"), doc[0].get("Config")
+    if isinstance(tags, str):
+        found.add("tags-string")
+    elif isinstance(tags, list) and not all(isinstance(t, str) for t in tags):
+        found.add("tags-not-str")
+    if not isinstance(config, str):
+        found.add("config-type")
+    elif config not in plain:
+        found.add("config-missing")
+    return found
+
+
+@pytest.mark.surface("cli:image load --image", "cli:image push --image")
+@pytest.mark.parametrize("bad", BAD_ARCHIVE)
+def test_every_bad_archive_mutation_stays_bad_beside_every_benign_one(bad):
+    """A benign mutation never undoes a bad one (`tags-null` once replaced `tags-string`'s value, so
+    a case counted as bad was a good archive)."""
+    for benign in [None, *BENIGN_ARCHIVE]:
+        for text in ("", "x", "abc"):
+            members, _ = _archive({bad} | ({benign} if benign else set()), text)
+            assert bad in _flaws(members), (bad, benign, text)
+    members, _ = _archive(set(BENIGN_ARCHIVE), "x")
+    assert _flaws(members) == set()  # and the oracle sees no flaw in a benign archive
+
+
+@pytest.mark.surface("cli:image load --image", "cli:image push --image")
 @given(
     bad=st.sets(st.sampled_from(BAD_ARCHIVE), max_size=2),
     benign=st.sets(st.sampled_from(BENIGN_ARCHIVE), max_size=2),
@@ -99,11 +148,13 @@ def test_hostile_archives_are_archive_errors(tmp_path_factory, figures, bad, ben
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     count(figures, "image-archive", "archives_tried")
+    flaws = _flaws(members)
+    assert bool(flaws) == bool(bad), f"asked for {sorted(bad | benign)}, built an archive with {flaws}"
     try:
         build = inspect_build(path)  # anything but ArchiveError escapes and fails the test
     except ArchiveError:
         build = None
-    if bad:  # the mutations, not the reader, say it is bad
+    if flaws:  # the archive's own bytes, read by this test's oracle, say it is bad
         bad_input(figures, "image-archive", refused=build is None)
         assert build is None, f"{sorted(bad)} accepted: {build}"
     else:

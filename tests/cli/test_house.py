@@ -21,7 +21,7 @@ LAUNCH = "sparkfleet.launch."
 # reaches nodes through the agent. A new launch module must be placed on one of them.
 PURE = {
     "recipe", "spec", "kitwire", "limits", "manifest", "readiness", "bootcache", "weights",
-    "replicas",
+    "replicas", "generation_check",
 }
 NODE = {
     "records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent",

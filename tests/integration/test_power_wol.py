@@ -46,13 +46,13 @@ def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_power_on_wakes_the_host_and_waits_for_ssh(tmp_path, fleetnet, fleet_hosts, ssh_config, monkeypatch):
     h = fleet_hosts(["dgx3"])["dgx3"]
-    broadcast = str(fleetnet.subnet.broadcast_address)
+    broadcast = str(fleetnet.subnet.broadcast_address)  # written with its prefix: checked to be one
     root = tmp_path / "fleet"
     (root / "hosts").mkdir(parents=True)
     (root / "hosts" / "fleet.toml").write_text(
         f'schema_version = 1\n[defaults]\nssh_user = "root"\nnas_hub = "{tmp_path}/nas"\n'
         f'local_hub = "{tmp_path}/hub"\n[hosts.dgx3]\naddress = "dgx3"\nmac = "{MAC}"\n'
-        f'wol_broadcast = "{broadcast}"\n'
+        f'wol_broadcast = "{broadcast}/{fleetnet.subnet.prefixlen}"\n'
     )
     monkeypatch.setenv("SPARKFLEET_SSH_CONFIG", str(ssh_config([h])))
     assert cli(root, "power", "status", "dgx3").stdout.startswith("dgx3: on")

@@ -7,13 +7,12 @@ same digest moves nothing; a release tag is never moved.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -40,59 +39,36 @@ except ImportError:  # tests/ imported as a package
     )
 
 from sparkfleet.images import registry as reg_mod
-from sparkfleet.images.registry import Registry, RegistryError
+from sparkfleet.images.registry import RegistryError
+
+try:
+    from support.registryfleet import served_registry
+except ImportError:  # tests/ imported as a package
+    from tests.support.registryfleet import served_registry
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("registry")]
 PORT = 5000
 
 
-def _wait_tcp(addr: str, port: int, proc: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"docker-registry exited {proc.returncode}"
-        with socket.socket() as s:
-            s.settimeout(1)
-            if s.connect_ex((addr, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"{addr}:{port} not listening")
-
-
 @pytest.fixture(scope="module")
 def registry(fleetnet, tmp_path_factory):
-    """docker-registry serving TLS at <netns addr>:5000; torn down (by PID) even on failure."""
+    """`registry init` + `registry serve` at <netns addr>:5000 (pulls) and :5001 (pushes), with the
+    documented layout on the operator's side; torn down (by PID) even on failure."""
     if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
         pytest.fail("docker-registry and skopeo are test dependencies (Makefile DEB_PACKAGES)")
     tmp = tmp_path_factory.mktemp("registry")
-    host = fleetnet.add_host("reg")
-    proc = log = None
     certs_d = None
-    try:
-        files = reg_mod.init(tmp / "operator", f"{host.addr}:{PORT}", tmp / "storage")  # `registry init`
-        ca_dir, config = Path(files["ca"]).parent, Path(files["config"])
-        log = open(tmp / "registry.log", "wb")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen(host.exec_argv("docker-registry", "serve", str(config)), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
-        _wait_tcp(host.addr, PORT, proc)
-        address = f"{host.addr}:{PORT}"
-        # docker trusts the fleet CA for this one registry (what bootstrap installs on a host)
-        certs_d = Path("/etc/docker/certs.d") / address
-        certs_d.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ca_dir / "ca.crt", certs_d / "ca.crt")
-        cert_dir = tmp / "trust"
-        cert_dir.mkdir()
-        shutil.copy(ca_dir / "ca.crt", cert_dir / "ca.crt")
-        yield Registry(address, cert_dir), host, tmp
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(10)
-        if log is not None:
-            log.close()
-        if certs_d is not None:
-            shutil.rmtree(certs_d, ignore_errors=True)
-        fleetnet.remove_host(host)
+    with served_registry(fleetnet, tmp, "reg", PORT) as served:
+        try:
+            # docker trusts the fleet CA for this one registry (what bootstrap installs on a host)
+            certs_d = Path("/etc/docker/certs.d") / served.reg.address
+            certs_d.mkdir(parents=True, exist_ok=True)
+            shutil.copy(served.reg.cert_dir / "ca.crt", certs_d / "ca.crt")
+            yield served.reg, served.host, tmp
+        finally:
+            if certs_d is not None:
+                shutil.rmtree(certs_d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +118,10 @@ def test_push_by_digest_pull_with_docker_and_podman_second_pull_moves_nothing(
     base = tmp_path / "podman"
     env = podman_env(base)
     full = {**os.environ, **env}
+    trust = tmp_path / "certs.d" / reg.address  # the host's side, as bootstrap installs it: ca.crt only
+    trust.mkdir(parents=True)
+    shutil.copy(reg.cert_dir / "ca.crt", trust / "ca.crt")
+    reg = dataclasses.replace(reg, cert_dir=trust)
     try:
         cp = subprocess.run(reg_mod.pull_argv("podman", reg, "sparkfleet/lane", digest), env=full,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -183,6 +163,7 @@ def test_release_cut_freezes_only_a_promoted_generation_and_never_overwrites(
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("SPARKFLEET_REGISTRY", reg.address)
     monkeypatch.setenv("SPARKFLEET_REGISTRY_CERTS", str(reg.cert_dir))
+    monkeypatch.setenv("SPARKFLEET_REGISTRY_AUTH", str(reg.authfile))
     host = {"address": "127.0.0.1", "ssh_user": "root", "local_hub": str(tmp_path / "hub"),
             "nas_hub": str(tmp_path / "nas"), "state_dir": str(tmp_path / "s")}  # fmt: skip
     root = write_fleet(tmp_path / "fleet", {"spark": host}, {"lane": demo_recipe(["spark"], 30000)})
@@ -437,6 +418,7 @@ stop_s = 5
         monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "operator"))
         monkeypatch.setenv("SPARKFLEET_REGISTRY", reg.address)
         monkeypatch.setenv("SPARKFLEET_REGISTRY_CERTS", str(reg.cert_dir))
+        monkeypatch.setenv("SPARKFLEET_REGISTRY_AUTH", str(reg.authfile))
         nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
         fields = {"dgx1": netns_fields(host, nas.root, ulimits={"memlock": 8192})}
         inv = inventory.load(write_fleet(tmp_path / "fleet", fields, {"rl": recipe}))

@@ -13,6 +13,7 @@ from ..errors import ExitCode
 from .launch import REPLICA
 from .progress import wants_bar
 from .render import echo_json, load_inventory
+from .values import POSITIVE_SECONDS
 
 
 @click.group("image")
@@ -31,7 +32,8 @@ def image() -> None:
     help="The `nix build .#<package>` result (a stream script) or a docker-archive tar.",
 )
 @click.option("--dry-run", is_flag=True, help="Show what each host would load; change nothing.")
-@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds per host load.")
+@click.option("--timeout", type=POSITIVE_SECONDS, default=3600.0, show_default=True,
+              help="Seconds per host load.")  # fmt: skip
 @click.option(
     "--jobs", type=click.IntRange(min=1), default=4, show_default=True, help="Hosts loading at once."
 )
@@ -94,7 +96,13 @@ def load(
 
 
 def registry_options(fn):
-    """--registry HOST:PORT and --cert-dir (the fleet CA), shared by `image push` and `release cut`."""
+    """--registry HOST:PORT, --cert-dir (the fleet CA) and --push-auth (the push login), shared by
+    `image push` and `release cut`."""
+    fn = click.option(
+        "--push-auth", type=click.Path(dir_okay=False, path_type=Path), envvar="SPARKFLEET_REGISTRY_AUTH",
+        show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/push-auth.json",
+        help="The push login `registry init` wrote (0600; it names the push address too).",
+    )(fn)  # fmt: skip
     fn = click.option(
         "--cert-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SPARKFLEET_REGISTRY_CERTS",
         show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/ca",
@@ -102,15 +110,19 @@ def registry_options(fn):
     )(fn)  # fmt: skip
     return click.option(
         "--registry", "address", envvar="SPARKFLEET_REGISTRY", show_envvar=True, required=True,
-        help="The fleet registry, HOST:PORT (docs/images.md).",
+        help="The fleet registry hosts pull from, HOST:PORT (docs/images.md).",
     )(fn)  # fmt: skip
 
 
-def make_registry(address: str, cert_dir: Path | None):
-    from ..images.record import operator_state_dir
+def make_registry(address: str, cert_dir: Path | None, push_auth: Path | None):
+    from ..images.record import operator_state_dir, registry_trust_dir
     from ..images.registry import Registry
+    from ..images.registry_auth import auth_path, push_endpoint
+    from ..images.registry_host import split_address
 
-    return Registry(address, cert_dir or operator_state_dir() / "registry" / "ca")
+    split_address(address, "--registry")  # HOST:PORT, before any of it reaches skopeo or a record
+    authfile = push_auth or auth_path(operator_state_dir())
+    return Registry(address, cert_dir or registry_trust_dir(), push_endpoint(authfile), authfile)
 
 
 @image.command("push")
@@ -123,9 +135,13 @@ def make_registry(address: str, cert_dir: Path | None):
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def push(
-    ctx: click.Context, lane: str, source: Path, address: str, cert_dir: Path | None, as_json: bool
-) -> None:
+    ctx: click.Context, lane: str, source: Path, address: str, cert_dir: Path | None, push_auth: Path | None,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Copy LANE's built image into the fleet registry (skopeo, by digest) and record the digest.
+
+    The copy goes to the push address with the push login (--push-auth); hosts later pull the
+    digest from --registry, where no login is needed.
 
     \b
     Examples:
@@ -134,7 +150,7 @@ def push(
     """
     from ..images.push import push_lane
 
-    rec = push_lane(load_inventory(ctx), lane, source, make_registry(address, cert_dir))
+    rec = push_lane(load_inventory(ctx), lane, source, make_registry(address, cert_dir, push_auth))
     if as_json:
         echo_json(rec)
     else:

@@ -314,7 +314,7 @@ def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool, r
     inv = load_inventory(ctx)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
         if release:
-            inv = rollback_inventory(release_as_generation(inv, lane, release)[0], Path(tmp))
+            inv = rollback_inventory(release_as_generation(inv, lane, release, verify=False)[0], Path(tmp))
         plan = dry_run(replica_inventory(inv, lane, replica), lane)
     ranks = []
     for n, spec in enumerate(plan.start_order(), 1):

@@ -8,6 +8,7 @@ import click
 
 from ..errors import ExitCode
 from .render import complete, echo_json, load_inventory, to_jsonable
+from .values import POSITIVE_SECONDS
 
 
 @click.group()
@@ -42,8 +43,10 @@ def status(ctx: click.Context, hosts: tuple[str, ...], as_json: bool) -> None:
 
 @power.command("on")
 @click.argument("hosts", nargs=-1, required=True, shell_complete=complete("host"))
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for ssh.")
-@click.option("--poll", type=float, default=5.0, show_default=True, help="Seconds between ssh checks.")
+@click.option("--timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True,
+              help="Seconds to wait for ssh.")  # fmt: skip
+@click.option("--poll", type=POSITIVE_SECONDS, default=5.0, show_default=True,
+              help="Seconds between ssh checks.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def on(ctx: click.Context, hosts: tuple[str, ...], timeout: float, poll: float, as_json: bool) -> None:

@@ -24,7 +24,7 @@ def release() -> None:
 @click.pass_context
 def cut(
     ctx: click.Context, lane: str, name: str, generation: str | None, address: str, cert_dir: Path | None,
-    as_json: bool,
+    push_auth: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Freeze LANE's promoted generation as release NAME: recorded once, tagged NAME in the registry.
 
@@ -38,7 +38,7 @@ def cut(
     from ..launch.release import cut as do_cut
 
     inv = load_inventory(ctx)
-    rel = do_cut(inv.root, lane, name, make_registry(address, cert_dir), generation)
+    rel = do_cut(inv.root, lane, name, make_registry(address, cert_dir, push_auth), generation)
     if as_json:
         echo_json({k: v for k, v in rel.items() if k not in ("recipe_text", "fleet_text")})
     else:

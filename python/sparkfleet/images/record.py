@@ -49,6 +49,16 @@ def operator_state_dir() -> Path:
     return Path(xdg) / "sparkfleet"
 
 
+TRUST_ENV = "SPARKFLEET_REGISTRY_CERTS"
+
+
+def registry_trust_dir() -> Path:
+    """Where the operator's side finds the fleet CA: $SPARKFLEET_REGISTRY_CERTS, else the
+    `registry/ca/` that `registry init` made (its `ca.key` beside `ca.crt` is left out of every
+    TLS handshake: images/registry.ca_only)."""
+    return Path(os.environ.get(TRUST_ENV) or operator_state_dir() / "registry" / "ca")
+
+
 def operator_record_path(lane: str) -> Path:
     return operator_state_dir() / "images" / f"{lane}.json"
 
@@ -58,14 +68,26 @@ def push_record_path(lane: str) -> Path:
     return operator_state_dir() / "registry" / f"{lane}.json"
 
 
+PUSH_KEYS = ("registry", "repo", "digest", "image_id")
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 def read_push_record(lane: str) -> dict[str, Any] | None:
+    """`image push`'s record of the lane, every field its readers use checked (refused, naming it)."""
+    path = push_record_path(lane)
     try:
-        doc = json.loads(push_record_path(lane).read_text())
+        doc = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except ValueError as exc:
-        raise SparkfleetError(f"{push_record_path(lane)}: not JSON ({exc})", hint="push again") from None
-    return doc if isinstance(doc, dict) else None
+    except (ValueError, RecursionError) as exc:
+        raise SparkfleetError(f"{path}: not JSON ({type(exc).__name__})", hint="push again") from None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in PUSH_KEYS):
+        why = f"not a push record ({', '.join(PUSH_KEYS)} as text)"
+        raise SparkfleetError(f"{path}: {why}", hint="push again")
+    for key in ("digest", "image_id"):
+        if not _SHA256.fullmatch(doc[key]):
+            raise SparkfleetError(f"{path}: {key} is not a sha256 digest", hint="push again")
+    return doc
 
 
 def read_operator_record(lane: str) -> dict[str, Any] | None:

@@ -13,15 +13,24 @@ in Debian. The registry serves TLS with a certificate signed by a fleet CA that 
 `/etc/docker/certs.d/<host:port>/ca.crt`, podman and skopeo through `--cert-dir`. An
 insecure-registry setting would turn TLS off for the address instead, and docker only takes that
 with a daemon restart.
+
+Two listeners serve one storage (registry_host.py): hosts pull from `address`, anonymous and
+read-only; pushes and release tags go to `push_address`, which asks for the login that
+`registry init` made (registry_auth.py). skopeo reads that login from a file (`--authfile`), never
+from its command line.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,15 +47,32 @@ class RegistryError(SparkfleetError):
 
 @dataclass(frozen=True)
 class Registry:
-    """Where images go: `host:port`, and the directory holding the fleet CA (`ca.crt`)."""
+    """The fleet registry: `address` (host:port) where hosts pull, anonymous and read-only; the
+    directory holding the fleet CA (`ca.crt`; the CA's key may sit beside it); and, for pushes and
+    tags, `push_address` with the login in `authfile` (containers-auth.json, 0600)."""
 
     address: str
     cert_dir: Path
+    push_address: str | None = None
+    authfile: Path | None = None
 
-    def ref(self, repo: str, *, tag: str | None = None, digest: str | None = None) -> str:
+    def ref(self, repo: str, *, tag: str | None = None, digest: str | None = None, push: bool = False) -> str:
+        where = self.pushing()[0] if push else self.address
         if digest:
-            return f"{self.address}/{repo}@{check_digest(digest)}"
-        return f"{self.address}/{repo}:{tag or 'latest'}"
+            return f"{where}/{repo}@{check_digest(digest)}"
+        return f"{where}/{repo}:{tag or 'latest'}"
+
+    def pushing(self) -> tuple[str, Path]:
+        """Where pushes go and the file holding their login; refused when there is none."""
+        if not self.push_address or not self.authfile:
+            raise RegistryError(
+                f"no push login for the registry {self.address}: pushes and tags need one "
+                f"({self.authfile or 'push-auth.json'} not found)",
+                hint="`sparkfleet registry init --address HOST:PORT` writes "
+                "$SPARKFLEET_STATE_DIR/registry/push-auth.json on the head host; run there, or copy that "
+                "file here and pass --push-auth FILE",
+            )
+        return self.push_address, self.authfile
 
 
 def check_digest(digest: str) -> str:
@@ -54,6 +80,27 @@ def check_digest(digest: str) -> str:
     if algo != "sha256" or len(hexpart) != 64 or not set(hexpart) <= DIGEST_CHARS:
         raise RegistryError(f"{digest!r} is not a sha256 digest", hint="sha256:<64 hex digits>")
     return digest
+
+
+@contextmanager
+def ca_only(cert_dir: Path) -> Iterator[str]:
+    """A directory holding only the CA certificates (`*.crt`) of `cert_dir`, for skopeo.
+
+    Why: the documented `--cert-dir` is `registry/ca/`, which also holds the CA's own key, and
+    skopeo takes every `X.key` in a cert dir for a client key whose `X.cert` it then demands
+    ("missing client certificate ca.cert for key ca.key"). The CA's key has no business in a TLS
+    handshake anyway.
+    """
+    certs = sorted(Path(cert_dir).glob("*.crt")) if Path(cert_dir).is_dir() else []
+    if not certs:
+        raise RegistryError(
+            f"{cert_dir}: no CA certificate (*.crt) to trust the registry with",
+            hint="the fleet CA is $SPARKFLEET_STATE_DIR/registry/ca/ca.crt on the head host (--cert-dir)",
+        )
+    with tempfile.TemporaryDirectory(prefix="sf-trust-") as tmp:
+        for crt in certs:
+            shutil.copyfile(crt, Path(tmp) / crt.name)
+        yield tmp
 
 
 def _run(argv: list[str], what: str, timeout: float = 3600) -> subprocess.CompletedProcess:
@@ -89,39 +136,29 @@ def make_ca(ca_dir: Path) -> Path:
     return crt
 
 
-def issue_cert(ca_dir: Path, name: str, out_dir: Path) -> tuple[Path, Path]:
-    """A server certificate for `name` (an IP address or a DNS name), signed by the fleet CA."""
+def _san(name: str) -> str:
+    try:
+        return f"IP:{ipaddress.ip_address(name.strip('[]'))}"
+    except ValueError:
+        return f"DNS:{name}"
+
+
+def issue_cert(ca_dir: Path, name: str, out_dir: Path, *also: str) -> tuple[Path, Path]:
+    """A server certificate for `name` (and `also`: IP addresses or DNS names), signed by the fleet CA."""
     make_ca(ca_dir)
     ensure_dir(out_dir, 0o700)
-    san = (
-        f"IP:{name}" if all(p.isdigit() for p in name.split(".")) and name.count(".") == 3 else f"DNS:{name}"
-    )
+    sans = ",".join(dict.fromkeys(_san(n) for n in (name, *also)))
     key, csr, crt = out_dir / "registry.key", out_dir / "registry.csr", out_dir / "registry.crt"
     ext = out_dir / "san.ext"
-    ext.write_text(f"subjectAltName={san}\n")
+    ext.write_text(f"subjectAltName={sans}\n")
     _run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-          "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(csr)],
+          "-subj", f"/CN={name.strip('[]')}", "-keyout", str(key), "-out", str(csr)],
          "making the registry key")  # fmt: skip
     os.chmod(key, 0o600)
     _run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_dir / "ca.crt"), "-CAkey",
           str(ca_dir / "ca.key"), "-CAcreateserial", "-days", "825", "-extfile", str(ext), "-out", str(crt)],
          "signing the registry certificate")  # fmt: skip
     return key, crt
-
-
-def registry_config(root: Path, listen: str, key: Path, crt: Path) -> str:
-    """distribution 2.8's config.yml: filesystem storage under root, TLS with the fleet's cert, and
-    deletes off (a pushed digest stays: releases point at it)."""
-    return (
-        "version: 0.1\n"
-        "log:\n  level: warn\n"
-        "storage:\n"
-        f"  filesystem:\n    rootdirectory: {root}\n"
-        "  delete:\n    enabled: false\n"
-        "http:\n"
-        f"  addr: {listen}\n"
-        f"  tls:\n    certificate: {crt}\n    key: {key}\n"
-    )
 
 
 # ---- push, tag, inspect (skopeo) ---------------------------------------------------------------
@@ -131,9 +168,10 @@ def push(reg: Registry, source: Path, repo: str, tag: str) -> str:
     """Copy the Nix-built image (stream script or docker-archive) into the registry; its digest.
 
     skopeo writes the manifest digest it pushed (`--digestfile`): that digest, not the tag, is
-    what every host pulls and what a release records.
+    what every host pulls and what a release records. It goes to the push listener, with the login.
     """
-    with tempfile.TemporaryDirectory(prefix="sf-push-") as tmp:
+    _, authfile = reg.pushing()
+    with tempfile.TemporaryDirectory(prefix="sf-push-") as tmp, ca_only(reg.cert_dir) as certs:
         archive = Path(source)
         if source_kind(archive) != "archive":  # a nix stream script: its output, as a file
             archive = Path(tmp) / "image.tar"
@@ -141,25 +179,29 @@ def push(reg: Registry, source: Path, repo: str, tag: str) -> str:
                 while chunk := stream.read(1 << 20):
                     out.write(chunk)
         digestfile = Path(tmp) / "digest"
-        dest = f"docker://{reg.ref(repo, tag=tag)}"
-        _run(["skopeo", "copy", "--quiet", "--dest-cert-dir", str(reg.cert_dir),
+        dest = f"docker://{reg.ref(repo, tag=tag, push=True)}"
+        _run(["skopeo", "copy", "--quiet", "--dest-cert-dir", certs, "--dest-authfile", str(authfile),
               "--digestfile", str(digestfile), f"docker-archive:{archive}", dest],
-             f"skopeo copy into {reg.address}")  # fmt: skip
+             f"skopeo copy into {reg.push_address}")  # fmt: skip
         return check_digest(digestfile.read_text().strip())
 
 
-def digest_of(reg: Registry, repo: str, tag: str) -> str | None:
-    """The digest a tag names in the registry (None: no such tag)."""
-    try:
-        cp = _run(["skopeo", "inspect", "--cert-dir", str(reg.cert_dir), "--raw",
-                   f"docker://{reg.ref(repo, tag=tag)}"], f"skopeo inspect {repo}:{tag}")  # fmt: skip
-    except RegistryError as exc:
-        if "manifest unknown" in exc.message or "not found" in exc.message.lower():
-            return None
-        raise
-    import hashlib
+def _manifest(reg: Registry, ref: str, what: str) -> bytes | None:
+    """The raw manifest `ref` names at the pull address, as every host would get it (None: unknown)."""
+    with ca_only(reg.cert_dir) as certs:
+        try:
+            cp = _run(["skopeo", "inspect", "--cert-dir", certs, "--raw", f"docker://{ref}"], what)
+        except RegistryError as exc:
+            if "manifest unknown" in exc.message or "not found" in exc.message.lower():
+                return None
+            raise
+    return cp.stdout.encode()
 
-    return "sha256:" + hashlib.sha256(cp.stdout.encode()).hexdigest()
+
+def digest_of(reg: Registry, repo: str, tag: str) -> str | None:
+    """The digest a tag names in the registry (None: no such tag), asked where the hosts pull."""
+    raw = _manifest(reg, reg.ref(repo, tag=tag), f"skopeo inspect {repo}:{tag}")
+    return None if raw is None else "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 def tag(reg: Registry, repo: str, digest: str, name: str) -> None:
@@ -172,10 +214,38 @@ def tag(reg: Registry, repo: str, digest: str, name: str) -> None:
         )
     if held == digest:
         return
-    _run(["skopeo", "copy", "--quiet", "--src-cert-dir", str(reg.cert_dir),
-          "--dest-cert-dir", str(reg.cert_dir),
-          f"docker://{reg.ref(repo, digest=digest)}", f"docker://{reg.ref(repo, tag=name)}"],
-         f"tagging {repo}:{name}")  # fmt: skip
+    _, authfile = reg.pushing()
+    with ca_only(reg.cert_dir) as certs:
+        _run(["skopeo", "copy", "--quiet", "--src-cert-dir", certs, "--dest-cert-dir", certs,
+              "--src-authfile", str(authfile), "--dest-authfile", str(authfile),
+              f"docker://{reg.ref(repo, digest=digest, push=True)}",
+              f"docker://{reg.ref(repo, tag=name, push=True)}"],
+             f"tagging {repo}:{name}")  # fmt: skip
+    verify_tag(reg, repo, name, digest)
+
+
+def verify_tag(reg: Registry, repo: str, name: str, digest: str, image_id: str | None = None) -> None:
+    """Tag `name` names `digest` where the hosts pull, and (given `image_id`) that manifest's
+    config is that image: what a release recorded is what a host would run."""
+    held = digest_of(reg, repo, name)
+    if held != digest:
+        raise RegistryError(
+            f"{reg.address}/{repo}:{name} names {held or 'nothing'}, not the recorded {digest}",
+            hint="the registry's tag was moved or removed since the release was cut: "
+            "inspect the registry before running this release",
+        )
+    if image_id is None:
+        return
+    raw = _manifest(reg, reg.ref(repo, digest=digest), f"skopeo inspect {repo}@{digest}")
+    try:
+        config = json.loads(raw or b"null")["config"]["digest"]
+    except (ValueError, TypeError, KeyError):
+        config = None
+    if raw is None or "sha256:" + hashlib.sha256(raw).hexdigest() != digest or config != image_id:
+        raise RegistryError(
+            f"{reg.address}/{repo}@{digest} is not image {image_id} (its config is {config})",
+            hint="the release record and the registry disagree: inspect both before running it",
+        )
 
 
 # ---- on a host: pull by digest, record the RepoDigest ------------------------------------------
@@ -219,42 +289,3 @@ def ensure_pulled(
     if ref not in repo_digests(engine, ref, env):
         raise RegistryError(f"{engine} pulled {ref} but does not list it among its RepoDigests")
     return True
-
-
-def init(state_dir: Path, address: str, storage: Path) -> dict[str, str]:
-    """The head host's registry files: the fleet CA, a certificate for `address` (host:port) and the
-    config.yml that `docker-registry serve` (or Debian's docker-registry.service) runs with."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise RegistryError(f"registry address {address!r} is not HOST:PORT", hint="e.g. 10.0.0.1:5000")
-    base = Path(state_dir) / "registry"
-    ca = make_ca(base / "ca")
-    key, crt = issue_cert(base / "ca", host, base / "tls")
-    config = base / "config.yml"
-    write_bytes(config, registry_config(storage, f"0.0.0.0:{port}", key, crt).encode(), mode=0o600)
-    return {"ca": str(ca), "certificate": str(crt), "config": str(config)}
-
-
-REGISTRY_BIN_ENV = "SPARKFLEET_REGISTRY_BIN"
-
-
-def serve_argv(state_dir: Path) -> list[str]:
-    """The registry's command line on the head host: `docker-registry serve <config.yml>`.
-
-    The binary: $SPARKFLEET_REGISTRY_BIN (NixOS: nixpkgs' docker-distribution `registry`), else
-    Debian's and Ubuntu's `docker-registry`. The config is the one `registry init` wrote under the
-    same state dir; without it there is nothing to serve.
-    """
-    config = Path(state_dir) / "registry" / "config.yml"
-    if not config.is_file():
-        raise RegistryError(
-            f"{config}: no registry config",
-            hint=f"SPARKFLEET_STATE_DIR={state_dir} sparkfleet registry init --address HOST:PORT",
-        )
-    binary = os.environ.get(REGISTRY_BIN_ENV) or shutil.which("docker-registry")
-    if not binary:
-        raise RegistryError(
-            "docker-registry is not installed",
-            hint=f"apt-get install docker-registry (DGX OS), or set {REGISTRY_BIN_ENV}",
-        )
-    return [binary, "serve", str(config)]

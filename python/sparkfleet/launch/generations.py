@@ -17,9 +17,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
-import math
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +30,7 @@ from ..errors import ExitCode, SparkfleetError
 from ..inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
 from ..jsonable import to_jsonable
 from ..stage.lock import open_lock_file
+from .generation_check import GENERATION_ID, problem
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
@@ -56,8 +55,6 @@ def utc_id(t: float | None = None) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f"{int((t % 1) * 1000):03d}Z"
 
 
-_ID = re.compile(r"\d{8}T\d{9}Z")
-_STATUSES = ("ready", "started", "failed")
 LOCK_NAME = ".lock"
 
 
@@ -66,56 +63,6 @@ def _lane_dir(root: Path, lane: str) -> Path:
     if not LANE_NAME.fullmatch(lane):
         raise GenerationError(f"not a lane name: {lane[:80]!r}", hint="lane names are [a-z0-9][a-z0-9._-]*")
     return generations_dir(root, lane)
-
-
-def problem(gen: Any, lane: str, stem: str) -> str | None:
-    """What is wrong with a generation record read from recipes/<lane>/generations/<stem>.json, or None.
-
-    Why every field: a record steers writes (its lane names the folder rollback writes into), and
-    the recipe rollback relaunches must be the one that was proven good (its sha256 must match).
-    """
-    if not isinstance(gen, dict):
-        return f"a JSON {type(gen).__name__}, not a generation object"
-    for key, kind in (("id", str), ("lane", str), ("status", str), ("recipe_text", str),
-                      ("recipe_sha256", str), ("fleet_text", str)):  # fmt: skip
-        if not isinstance(gen.get(key), kind):
-            return f"{key} is {_what(gen.get(key))}, not text"
-    if gen["lane"] != lane:
-        return f"its lane {gen['lane'][:80]!r} is not the lane of its folder ({lane!r})"
-    if gen["id"] != stem or not _ID.fullmatch(gen["id"]):
-        return f"its id {gen['id'][:80]!r} is not its file name ({stem!r}, a UTC id like {utc_id(0)})"
-    created = gen.get("created_at")
-    if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
-        return f"created_at is {_what(created)}, not a time in seconds"
-    if gen["status"] not in _STATUSES:
-        return f"status {gen['status'][:40]!r} is none of {', '.join(_STATUSES)}"
-    if hashlib.sha256(gen["recipe_text"].encode()).hexdigest() != gen["recipe_sha256"]:
-        return "recipe_sha256 does not match recipe_text (the recipe was edited after it was recorded)"
-    none = type(None)
-    for key, kinds in (("good", (bool,)), ("image", (dict, none)), ("boot", (dict,)), ("drift", (list,)),
-                       ("promotion", (dict, none)), ("rolled_back_from", (str, none)), ("hosts", (list,)),
-                       ("rolled_back_to", (str, none)), ("nas_weights", (dict,)), ("cache_seed", (dict,)),
-                       ("pins", (dict,))):  # fmt: skip
-        if key in gen and not isinstance(gen[key], kinds):
-            return f"{key} is {_what(gen[key])}"
-    if not all(isinstance(d, str) for d in gen.get("drift", [])):
-        return "drift is not a list of text"
-    ref = (gen.get("image") or {}).get("ref")
-    if ref is not None and not isinstance(ref, str):
-        return f"image.ref is {_what(ref)}, not text"
-    boot = gen.get("boot", {})
-    for key in ("time_to_ready_s", "previous_s"):
-        v = boot.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)):
-            return f"boot.{key} is {_what(v)}, not seconds"
-    for key in ("cache", "cache_key", "regression"):
-        if boot.get(key) is not None and not isinstance(boot[key], str):
-            return f"boot.{key} is {_what(boot[key])}, not text"
-    return None
-
-
-def _what(value: Any) -> str:
-    return "missing" if value is None else f"a JSON {type(value).__name__}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +139,7 @@ def save(root: Path, gen: dict) -> Path:
     lane, gid = gen.get("lane"), gen.get("id")
     if not isinstance(lane, str) or not LANE_NAME.fullmatch(lane):
         raise GenerationError(f"refusing to save a generation whose lane is {str(lane)[:80]!r}")
-    if not isinstance(gid, str) or not _ID.fullmatch(gid):
+    if not isinstance(gid, str) or not GENERATION_ID.fullmatch(gid):
         raise GenerationError(f"refusing to save a generation whose id is {str(gid)[:80]!r}")
     path = generations_dir(root, lane) / f"{gid}.json"
     ensure_dir(path.parent)
@@ -458,7 +405,8 @@ def history(root: Path, lane: str, reports: list[Any]) -> list[dict]:
         out.append({
             "id": g["id"], "status": shown_status(g), "good": g.get("good", False),
             "image": (g.get("image") or {}).get("ref"), "recipe_sha256": g["recipe_sha256"][:12],
-            "boot": {k: g.get("boot", {}).get(k) for k in ("cache", "time_to_ready_s", "regression")},
+            "boot": {"cache": g.get("boot", {}).get("cache", "none"),  # a record without a boot: none
+                     **{k: g.get("boot", {}).get(k) for k in ("time_to_ready_s", "regression")}},
             "drift": g.get("drift", []), "rolled_back_from": g.get("rolled_back_from"),
             "rolled_back_to": g.get("rolled_back_to"),
             "promotion": {k: v for k, v in (g.get("promotion") or {}).items() if k != "smoke"},

@@ -13,6 +13,7 @@ launch/generations; images/ keeps the registry mechanics it calls (`image push`'
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,10 +23,13 @@ from typing import Any
 
 from ..atomic import ensure_dir, temp_name
 from ..errors import ExitCode, SparkfleetError
-from ..images.record import read_push_record
-from ..images.registry import Registry, tag
+from ..images.push import repo_of
+from ..images.record import PUSH_KEYS, read_push_record, registry_trust_dir
+from ..images.registry import Registry, check_digest, tag, verify_tag
+from ..images.registry_host import split_address
 from ..inventory import RECIPES_DIR
-from .generations import load_all
+from .generation_check import GENERATION_ID
+from .generations import load_strict
 
 RELEASES = "releases"
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -36,17 +40,80 @@ def releases_dir(root: Path, lane: str) -> Path:
 
 
 def load_release(root: Path, lane: str, name: str) -> dict[str, Any]:
+    """Release NAME's record, every field a use of it reads checked (refused, naming the file)."""
+    if not NAME.fullmatch(name):
+        raise SparkfleetError(f"release name {name[:80]!r} is not a name", hint="e.g. r39 (a-z, 0-9, . _ -)")
     path = releases_dir(root, lane) / f"{name}.json"
     try:
-        return json.loads(path.read_text())
+        rel = json.loads(path.read_text())
     except FileNotFoundError:
         raise SparkfleetError(f"lane {lane} has no release {name!r}",
                               hint=f"`sparkfleet release cut {lane} {name} --registry HOST:PORT` "
                                    "(or with $SPARKFLEET_REGISTRY set)") from None  # fmt: skip
+    except (OSError, ValueError, RecursionError) as exc:
+        rel = exc
+    why = release_problem(rel, lane, name)
+    if why:
+        raise SparkfleetError(f"{path}: not a release record sparkfleet cut: {why}",
+                              hint="releases are read-only and committed: `git diff` or `git log` the file",
+                              exit_code=ExitCode.REFUSED)  # fmt: skip
+    return rel
+
+
+def release_problem(rel: Any, lane: str, name: str) -> str | None:
+    """What is wrong with a release record of `lane` named `name`, or None."""
+    if isinstance(rel, BaseException):
+        return f"unreadable ({type(rel).__name__})"
+    if not isinstance(rel, dict):
+        return f"a JSON {type(rel).__name__}, not an object"
+    if rel.get("name") != name or rel.get("lane") != lane:
+        return f"it names release {str(rel.get('name'))[:40]!r} of lane {str(rel.get('lane'))[:40]!r}"
+    if not isinstance(rel.get("generation"), str) or not GENERATION_ID.fullmatch(rel["generation"]):
+        return "generation is not a generation id"
+    for key in ("recipe_text", "recipe_sha256", "fleet_text"):
+        if not isinstance(rel.get(key), str):
+            return f"{key} is not text"
+    if hashlib.sha256(rel["recipe_text"].encode()).hexdigest() != rel["recipe_sha256"]:
+        return "recipe_sha256 does not match recipe_text"
+    img = rel.get("image")
+    if not isinstance(img, dict) or not all(isinstance(img.get(k), str) for k in PUSH_KEYS):
+        return f"image is not an object of text {', '.join(PUSH_KEYS)}"
+    try:
+        split_address(img["registry"], "image.registry")
+        check_digest(img["digest"])
+        check_digest(img["image_id"])
+    except SparkfleetError as exc:
+        return exc.message
+    if img["repo"] != repo_of(lane):
+        return f"image.repo {img['repo'][:80]!r} is not {repo_of(lane)}"
+    return None
+
+
+def verified_release(root: Path, lane: str, name: str) -> dict[str, Any]:
+    """Release NAME, checked against the registry on every use: its tag still names the recorded
+    digest, and that manifest's config is the recorded image ID, where the hosts pull.
+
+    Why on every use: a record in git can be edited, and a tag can be moved by whoever holds the
+    push login; a launch or rollback runs exactly what the cut froze, or refuses saying which part
+    disagrees.
+    """
+    rel = load_release(root, lane, name)
+    img = rel["image"]
+    reg = Registry(img["registry"], registry_trust_dir())
+    try:
+        verify_tag(reg, img["repo"], name, img["digest"], img["image_id"])
+    except SparkfleetError as exc:
+        raise SparkfleetError(
+            f"release {name} of {lane} could not be verified: {exc.message}", hint=exc.hint,
+            exit_code=ExitCode.REFUSED,
+        ) from None  # fmt: skip
+    return rel
 
 
 def _generation(root: Path, lane: str, generation: str | None) -> dict[str, Any]:
-    gens = load_all(root, lane)
+    """The generation to freeze; a record that is not a valid generation refuses, naming it (a
+    release acts on what it reads, as promote and rollback do)."""
+    gens = load_strict(root, lane)
     if generation:
         gen = next((g for g in gens if g["id"] == generation), None)
         if gen is None:
@@ -124,7 +191,7 @@ def cut(root: Path, lane: str, name: str, reg: Registry, generation: str | None 
         "lane": lane,
         "cut_at": time.time(),
         "generation": gen["id"],
-        "image": {k: pushed[k] for k in ("registry", "repo", "digest", "image_id")},
+        "image": {k: pushed[k] for k in PUSH_KEYS},
         "pins": gen.get("pins"),
         "recipe_sha256": gen.get("recipe_sha256"),
         "recipe_text": gen.get("recipe_text"),

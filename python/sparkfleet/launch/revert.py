@@ -20,16 +20,19 @@ from .generations import find_generation, last_good, rollback, rollback_inventor
 from .lane import launch, stop
 from .plan import dry_run
 from .recipe import launch_recipe
-from .release import load_release
+from .release import load_release, verified_release
 from .report import LaunchReport
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
 
 
-def release_as_generation(inv: Inventory, lane: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Release NAME as a generation record (what `launch --release` runs), and the release itself."""
-    rel = load_release(inv.root, lane, name)
+def release_as_generation(
+    inv: Inventory, lane: str, name: str, *, verify: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Release NAME as a generation record (what `launch --release` runs), and the release itself:
+    verified against the registry, unless `verify` is off (a dry run, which contacts nothing)."""
+    rel = verified_release(inv.root, lane, name) if verify else load_release(inv.root, lane, name)
     img = rel["image"]
     gen = {"id": rel["generation"], "lane": lane, "recipe_text": rel["recipe_text"],
            "fleet_text": rel["fleet_text"], "recipe_sha256": rel["recipe_sha256"],
@@ -40,7 +43,8 @@ def release_as_generation(inv: Inventory, lane: str, name: str) -> tuple[dict[st
 def release_generation(
     inv: Inventory, lane: str, name: str, on_event: Callable[[str], None] = lambda _msg: None
 ) -> dict[str, Any]:
-    """Release NAME's frozen generation, with its image pulled by digest on every host first."""
+    """Release NAME's frozen generation, verified against the registry, with its image pulled by
+    digest on every host first."""
     gen, rel = release_as_generation(inv, lane, name)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
         frozen = rollback_inventory(gen, Path(tmp))

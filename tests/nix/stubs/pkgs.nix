@@ -153,6 +153,7 @@ let
       python-dotenv = "python-dotenv";
       pyyaml = "pyyaml";
       matplotlib = "matplotlib";
+      bcrypt = "bcrypt";
       numpy = "numpy";
       setuptools = "setuptools";
       click = "click";
