@@ -378,7 +378,7 @@ def watch_lane(
 
     def restart() -> bool:
         try:
-            stop(inv, lane_name, recipe.timeouts.stop_s)
+            stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch (restart)")
             # A generation the operator let through with --allow-nas-weights is restarted the same way.
             nas = bool((current(generations_home(inv, lane_name), lane_name) or {}).get("nas_weights"))
             rep = launch(inv, lane_name, allow_drift=allow_drift, on_event=on_event, allow_nas_weights=nas)
@@ -426,7 +426,7 @@ def watch_lane(
         probe=probe,
         collect=lambda reason: str(collect_incident(inv, lane_name, reason)),
         restart=restart,
-        stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s),
+        stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch"),
         on_event=on_event,
     )
     return sup.run(max_probes)
