@@ -34,7 +34,7 @@ from typing import Any
 
 from .atomic import ensure_dir, write_bytes
 from .bench.target import for_lane
-from .errors import SparkfleetError
+from .errors import ExitCode, SparkfleetError
 from .hosts import connect, fan_out
 from .inventory import RECIPES_DIR
 from .launch.generations import current, scan
@@ -70,6 +70,10 @@ def watch_settings(raw: dict, **override: Any) -> WatchSettings:
     if "max_tokens" in smoke:
         doc.setdefault("max_tokens", smoke["max_tokens"])
     doc.update({k: v for k, v in override.items() if v is not None})
+    if "latency_s" not in doc and "interval_s" in doc:
+        # only the interval was chosen: the built-in latency bound shrinks to fit it, so
+        # `--interval 10` works as written; a bound someone chose is never changed behind them
+        doc["latency_s"] = min(WatchSettings.latency_s, float(doc["interval_s"]))
     s = WatchSettings(**{k: v for k, v in doc.items() if k in WatchSettings.__dataclass_fields__})
     if s.latency_s > s.interval_s:
         raise SparkfleetError(
@@ -172,6 +176,7 @@ class WatchOutcome:
     needs_human: bool = False
     message: str = ""
     detect_s: list[float] = field(default_factory=list)  # last good probe end -> failure seen
+    interrupted: bool = False  # Ctrl-C ended the watch (its normal end at a terminal)
 
 
 class Supervisor:
@@ -189,9 +194,11 @@ class Supervisor:
         sleep: Callable[[float], None] = time.sleep,
         on_event: Callable[[str], None] = lambda _m: None,
         hold: Callable[[], str | None] = lambda: None,
+        on_probe: Callable[[WatchOutcome, ProbeResult], None] = lambda _o, _r: None,
     ) -> None:
-        """`hold()` names a reason a restart must not be tried (the memory watchdog fired), else None."""
-        self.hold = hold
+        """`hold()` names a reason a restart must not be tried (the memory watchdog fired), else None.
+        `on_probe` hears every probe's result with the counts so far (a terminal's heartbeat)."""
+        self.hold, self.on_probe = hold, on_probe
         self.lane, self.s = lane, settings
         self.probe, self.collect, self.restart, self.stop = probe, collect, restart, stop
         self.clock, self.sleep, self.on_event = clock, sleep, on_event
@@ -204,6 +211,8 @@ class Supervisor:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - deliberately everything: see the docstring
+            if getattr(exc, "exit_code", None) == ExitCode.INTERRUPTED:  # Ctrl-C inside a relaunch
+                raise KeyboardInterrupt from exc
             self.on_event(f"{self.lane}: {what} raised {crash_text(exc)}")
             return fallback(exc) if callable(fallback) else fallback
 
@@ -213,7 +222,15 @@ class Supervisor:
         return self.s.max_restarts - len(self.restarts)
 
     def run(self, max_probes: int | None = None) -> WatchOutcome:
+        """Probe until `max_probes` ran, a human is needed, or Ctrl-C (then: what was seen so far)."""
         out = WatchOutcome(self.lane, 0, 0)
+        try:
+            return self._loop(out, max_probes)
+        except KeyboardInterrupt:
+            out.interrupted = True
+            return out
+
+    def _loop(self, out: WatchOutcome, max_probes: int | None) -> WatchOutcome:
         last_ok_end: float | None = None
         while max_probes is None or out.probes < max_probes:
             start = self.clock()
@@ -221,6 +238,7 @@ class Supervisor:
                               lambda exc, t0=start: ProbeResult(False, self.clock() - t0, None,
                                                       f"the probe raised {crash_text(exc)}"))  # fmt: skip
             out.probes += 1
+            self._guard("the probe display", lambda r=res: self.on_probe(out, r), None)
             if res.ok:
                 last_ok_end = self.clock()
                 self.sleep(max(0.0, self.s.interval_s - (last_ok_end - start)))
@@ -370,6 +388,7 @@ def watch_lane(
     max_probes: int | None = None,
     allow_drift: bool = False,
     on_event: Callable[[str], None] = lambda _m: None,
+    on_probe: Callable[[WatchOutcome, ProbeResult], None] = lambda _o, _r: None,
 ) -> WatchOutcome:
     """Supervise a running lane: the real probe, bundle collection and relaunch."""
     target = for_lane(inv, lane_name)
@@ -428,5 +447,6 @@ def watch_lane(
         restart=restart,
         stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch"),
         on_event=on_event,
+        on_probe=on_probe,
     )
     return sup.run(max_probes)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 
 import click
 
 from ..errors import ExitCode, SparkfleetError
 from .launch import REPLICA
+from .progress import Heartbeat, wants_bar
 from .render import echo_json, load_inventory
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -30,7 +32,7 @@ def _event(msg: str) -> None:
     "--latency",
     type=float,
     show_default="recipe [watch], else 20",
-    help="A probe's latency bound in seconds (<= interval).",
+    help="A probe's latency bound in seconds (<= interval; with only --interval, at most the interval).",
 )
 @click.option(
     "--max-restarts",
@@ -70,10 +72,12 @@ def watch(
 ) -> None:
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
 
-    Exit 0 when --probes ran out, 1 when the restart budget was spent and the lane was stopped (a human
-    is needed; a unit running this should not restart it: RestartPreventExitStatus=1), 70 when watch
-    itself crashed (a bug; Restart=on-failure restarts it). A probe that fails in any way, however
-    malformed the answer, is an incident, never a crash.
+    On a terminal a one-line heartbeat shows the last probe while the lane is healthy. Exit 0 when
+    --probes ran out or Ctrl-C ended it (the lane runs on; the counts so far are printed), 1 when the
+    restart budget was spent and the lane was stopped (a human is needed; a unit running this should
+    not restart it: RestartPreventExitStatus=1), 70 when watch itself crashed (a bug;
+    Restart=on-failure restarts it). A probe that fails in any way, however malformed the answer, is
+    an incident, never a crash. With only --interval given, the latency bound is at most the interval.
 
     \b
     Examples:
@@ -88,9 +92,23 @@ def watch(
         inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
         window_s=window, backoff_s=backoff,
     )  # fmt: skip
+    heart = Heartbeat(wants_bar(as_json))
+
+    def beat(out, res) -> None:
+        """A terminal's heartbeat: the last probe, when it ran, the counts so far."""
+        mark = "♥" if res.ok else "✗"
+        state = f"ok in {res.latency_s:.2f} s" if res.ok else "FAILED"
+        heart.beat(
+            f"{mark} {lane}: probe {out.probes} {state} at {time.strftime('%H:%M:%S')}, every "
+            f"{settings.interval_s:g} s · {out.failures} failed, {out.restarts} restarts · Ctrl-C ends"
+        )
+
     try:
-        out = watch_lane(inv, lane, settings, max_probes=probes, allow_drift=allow_drift, on_event=_event)
-    except (SparkfleetError, KeyboardInterrupt):
+        out = watch_lane(
+            inv, lane, settings, max_probes=probes, allow_drift=allow_drift,
+            on_event=lambda msg: heart.say(f"· {msg}"), on_probe=beat,
+        )  # fmt: skip
+    except SparkfleetError:
         raise
     except Exception:  # noqa: BLE001 - a bug in the supervisor: its own code, so the unit restarts it
         traceback.print_exc()  # the journal keeps the traceback for the bug report
@@ -99,10 +117,13 @@ def watch(
             hint=f"exit {int(ExitCode.CRASHED)}: a unit with Restart=on-failure restarts it",
             exit_code=ExitCode.CRASHED,
         ) from None
+    finally:
+        heart.end()
     if as_json:
         echo_json(out)
     else:
-        click.echo(f"{lane}: {out.probes} probes, {out.failures} failed, {out.restarts} restarts")
+        ended = " (Ctrl-C: stopped watching; the lane runs on)" if out.interrupted else ""
+        click.echo(f"{lane}: {out.probes} probes, {out.failures} failed, {out.restarts} restarts{ended}")
         for i in out.incidents:
             click.echo(f"  incident {i.bundle}: {i.reason}" + (" (restarted)" if i.restarted else ""))
         if out.needs_human:

@@ -476,6 +476,7 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
     """The last lines of LANE's rank logs (on HOST, or every host).
 
     While the lane runs: the running ranks' logs. After it stopped: the last run's logs, marked so.
+    `-f` follows until Ctrl-C, which ends it with exit 0.
 
     \b
     Examples:
@@ -490,9 +491,12 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
     inv = load_inventory(ctx)
     if follow:
         target = host or launch_recipe(inv, lane).world.head
-        with do_follow(inv, lane, target, lines) as stream:
-            for line in stream:
-                click.echo(line, nl=False)
+        try:
+            with do_follow(inv, lane, target, lines) as stream:
+                for line in stream:
+                    click.echo(line, nl=False)
+        except KeyboardInterrupt:  # how a follow ends: quietly, exit 0 (the lane is untouched)
+            click.echo("", err=True)
         return
     answers = do_logs(inv, lane, host, lines, answers=True)
     if as_json:
