@@ -21,8 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bench import report as reports
 from ..bench import session
+from ..bench.estimate import duration
 from ..bench.probes import DecodeProbe
-from ..bench.quality import QualitySettings
+from ..bench.quality import TIMEOUT_KIND, QualitySettings
 from ..bench.run import BenchSettings
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
@@ -115,6 +116,10 @@ class RichBenchProgress:
     def step(self, label: str, advance: int = 1) -> None:
         self.bar.update(self.task, description=label, advance=advance)
 
+    def note(self, line: str) -> None:
+        """A line that stays, printed above the bar."""
+        self.bar.console.print(f"· {line}", markup=False, highlight=False)
+
 
 class LineBenchProgress:
     """Off a terminal: one stderr line each time the phase changes (its first word: warmup, pp512,
@@ -141,6 +146,9 @@ class LineBenchProgress:
             click.echo(f"· {label}", err=True)
             self.said = now
         self.phase, self.label = phase, step
+
+    def note(self, line: str) -> None:
+        click.echo(f"· {line}", err=True)
 
 
 # -- smoke ------------------------------------------------------------------------------------------
@@ -374,6 +382,14 @@ def bench(
         max_tokens=sweep_max_tokens or base.sweep.max_tokens,
     )
     want_quality = (not quick) if quality is None else quality
+    quality_note = None
+    if quality is None and want_quality and target.quality_skip:
+        want_quality = False
+        quality_note = (
+            f"quality not run: {target.quality_skip} (the recipe's [bench.quality] skip; "
+            "--quality runs it anyway)"
+        )
+    request_s = target.quality_request_timeout_s or QualitySettings.request_timeout_s
     settings = BenchSettings(
         probe=DecodeProbe(prompt_tokens or base.probe.prompt_tokens, max_tokens or base.probe.max_tokens),
         pp=pp or base.pp,
@@ -384,6 +400,7 @@ def bench(
         quality=QualitySettings(
             short=not quality_full,
             scenarios=tuple(s for s in (quality_scenarios or "").replace(",", " ").split()),
+            request_timeout_s=request_s,
         )
         if want_quality
         else None,
@@ -409,6 +426,7 @@ def bench(
             progress=progress,
             timeout=timeout,
             fingerprint=fingerprint,
+            quality_note=quality_note,
         )
 
     if wants_bar(as_json):
@@ -513,18 +531,31 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
     elif run.roofline and run.roofline.get("unavailable"):
         click.echo(f"  roofline: unavailable: {run.roofline['unavailable']}")
     if run.quality:
-        q = run.quality
-        click.echo(
-            f"  quality: {q.score:.0f}/100 ({q.points}/{q.max_points}), {len(q.failed_scenarios)} not passed"
-            if q.status == "ok"
-            else f"  quality: {q.status}: {q.error}"
-        )
+        for line in quality_lines(run.quality):
+            click.echo(f"  {line}")
+    elif run.quality_note:
+        click.echo(f"  {run.quality_note}")
+    took = f"  took {duration(run.duration_s)}"
+    if run.estimate is not None:
+        took += f" (estimated after the decode probe: {duration(run.estimate.seconds)} more before quality)"
+    click.echo(took)
     if comparison is not None:
         _print_comparison(comparison)
     click.echo(f"report: {paths.json}")
     click.echo(f"report: {paths.markdown}")
     if paths.png:
         click.echo(f"report: {paths.png}")
+
+
+def quality_lines(q) -> list[str]:
+    """The quality verdict: the score, then each scenario not passed and why (timeouts named)."""
+    if q.status != "ok":
+        return [f"quality: {q.status}: {q.error}"]
+    timed_out = [f for f in q.failed_scenarios if f.failure_kind == TIMEOUT_KIND]
+    head = f"quality: {q.score:.0f}/100 ({q.points}/{q.max_points}), {len(q.failed_scenarios)} not passed"
+    if timed_out:
+        head += f", {len(timed_out)} past the request deadline (left out of the score)"
+    return [head, *(f"  {f.scenario_id} {f.status}: {f.summary or ''}" for f in q.failed_scenarios)]
 
 
 # -- report -----------------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ from .hubfixture import (
 DEMO_LANE = "demo-exl3-2x"
 DEMO_HOSTS = ("dgx1", "dgx2")
 DEMO_MARKER = ".sparkfleet-demo"
+DEMO_QUALITY_SKIP = (
+    "the demo server has no model behind it (it streams words): a tool-calling score would measure nothing"
+)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,11 @@ row_bytes = 264
 # What the checkpoint cannot say (sparkfleet roofline): the demo's engram reads 2 rows a token.
 [roofline]
 engram_rows_per_token = 2
+
+# The demo server streams words and has no model: a tool-calling score of it would measure nothing,
+# so `sparkfleet bench` skips quality here and says why (`bench --quality` runs it anyway: 0/100).
+[bench.quality]
+skip = {_q(DEMO_QUALITY_SKIP)}
 """ + demo_launch_tables()
     atomic.write_bytes(root / "hosts" / "fleet.toml", fleet.encode())
     atomic.write_bytes(root / "recipes" / DEMO_LANE / "recipe.toml", recipe.encode())
