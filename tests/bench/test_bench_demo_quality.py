@@ -40,8 +40,9 @@ def _bench(fleet, *args: str):
 def test_a_full_demo_bench_skips_quality_and_says_why(demo):
     result = _bench(demo, "--tag", "full")
     assert result.exit_code == 0, result.output
-    said = f"quality not run: {DEMO_QUALITY_SKIP} (the recipe's [bench.quality] skip; " \
-        "--quality runs it anyway)"
+    said = (
+        f"quality not run: {DEMO_QUALITY_SKIP} (the recipe's [bench.quality] skip; --quality runs it anyway)"
+    )
     assert said in result.stdout
     assert "· estimate: about " in result.stderr and "  took " in result.stdout
     [report] = (demo.root / "recipes" / DEMO_LANE / "reports").glob("*_full.json")
