@@ -688,6 +688,32 @@ def _lane_report_dirs(ctx: click.Context) -> dict[str, Path]:
     return out
 
 
+def _lane_baseline(
+    ctx: click.Context, lane: str | None, new_ref: str, folder: Path | None, as_json: bool
+) -> str | None:
+    """With no [bench] baseline declared: the report that made the lane's last good generation
+    good. A lane with no good generation yet has nothing to fall behind: said here, and None."""
+    from ..bench.gate import baseline_of
+
+    hint = 'give two reports, or declare [bench] baseline = "<report name>" in the recipe'
+    if not lane:
+        raise SparkfleetError("no baseline to compare against", hint=hint)
+    inv = load_inventory(ctx)
+    base = baseline_of(for_lane(inv, lane), inv.root)
+    if base.path is not None:
+        return str(base.path)
+    if not base.first_night:
+        raise SparkfleetError(f"no baseline to compare against: {base.said}", hint=hint)
+    newest = reports.resolve(new_ref, folder).stem
+    why = f"{lane} has {base.said}: nothing for {newest} to fall behind"
+    if as_json:
+        echo_json({"ok": True, "compared": False, "base": None, "new": newest, "why": why})
+    else:
+        click.echo(f"{why}; `sparkfleet promote {lane}` makes its generation the first good, the baseline "
+                   "of later reports")  # fmt: skip
+    return None
+
+
 @report.command("compare")
 @click.argument("refs", nargs=-1)
 @click.option("--lane", help="Resolve names in this lane's reports; compare against its declared baseline.")
@@ -707,6 +733,10 @@ def compare(
 ) -> None:
     """Compare reports: `A B` (A is the base), `A` against the lane's baseline, or none: latest vs baseline.
 
+    The baseline is the recipe's [bench] baseline, else the report that made the lane's last good
+    generation good; a lane with neither (before its first promote) has nothing to compare yet and
+    says so (exit 0).
+
     Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]; 5 (refused)
     when the two measured different things — other settings (probe size, depths, quick…) or other
     host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless --force.
@@ -724,12 +754,10 @@ def compare(
     if len(refs) == 2:
         base_ref, new_ref = refs
     else:
-        if not baseline:
-            raise SparkfleetError(
-                "no baseline to compare against",
-                hint='give two reports, or declare [bench] baseline = "<report name>" in the recipe',
-            )
-        base_ref, new_ref = baseline, (refs[0] if refs else "latest")
+        new_ref = refs[0] if refs else "latest"
+        base_ref = baseline or _lane_baseline(ctx, lane, new_ref, folder, as_json)
+        if base_ref is None:
+            return  # nothing to compare yet (said): exit 0
     if folder is None:  # names, without --lane: whichever of the fleet's lanes holds each
         lanes = _lane_report_dirs(ctx)
         base_path, new_path = reports.resolve_across(base_ref, lanes), reports.resolve_across(new_ref, lanes)

@@ -138,12 +138,18 @@ def watch(
     "--report", "report_ref", show_default="the newest since launch", help="Bench report to gate on."
 )
 @click.option(
-    "--first", is_flag=True, help="No baseline yet: accept a passing bench as this lane's first good."
+    "--first",
+    is_flag=True,
+    help="No [bench] baseline: accept a passing bench without comparing it (start over).",
 )
 @JSON
 @click.pass_context
 def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, as_json: bool) -> None:
     """Mark LANE's running generation good: smoke must pass and the bench must pass the baseline gate.
+
+    The baseline is the recipe's [bench] baseline, else the report that made the last good
+    generation good. A lane with neither (its first promotion) takes a passing bench as its first
+    good and says so. Exit 0 promoted, 1 not promoted (the output says which gate).
 
     \b
     Examples:
