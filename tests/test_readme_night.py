@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pty
 import re
-import select
 import shlex
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet.demo.fleet import DEMO_LANE
+from support.demolane import read_until
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## A night, in commands"
@@ -74,19 +74,6 @@ class Ran:
         return f"{self.seconds:6.1f} s  exit {self.code}  {shlex.join(self.argv)}"
 
 
-def _until_seen(fd: int, pattern: str, timeout: float) -> str:
-    """Read a terminal's output until `pattern` shows (or the timeout)."""
-    got, deadline = b"", time.monotonic() + timeout
-    while time.monotonic() < deadline and not re.search(pattern, got.decode(errors="replace")):
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                got += os.read(fd, 65536)
-            except OSError:
-                break
-    return got.decode(errors="replace")
-
-
 def _on_a_terminal(argv: list[str], env: dict, cwd: Path, shows: str, timeout: float = 180) -> Ran:
     """Run on a pseudo-terminal until `shows` appears, then Ctrl-C, as an operator ends it."""
     leader, follower = pty.openpty()
@@ -95,10 +82,10 @@ def _on_a_terminal(argv: list[str], env: dict, cwd: Path, shows: str, timeout: f
                             cwd=cwd, close_fds=True)  # fmt: skip
     os.close(follower)
     try:
-        out = _until_seen(leader, shows, timeout)
+        out = read_until(leader, shows, timeout)
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # our own child, by its PID
-        out += _until_seen(leader, r"$^", 5)  # what it says on the way out
+        out += read_until(leader, r"$^", 5)  # what it says on the way out
         code = proc.wait(60)
     finally:
         if proc.poll() is None:

@@ -9,12 +9,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
-from sparkfleet.demo.fleet import DEMO_LANE, DEMO_QUALITY_SKIP, write_demo_fleet
-from sparkfleet.launch import lane as lanes
-from sparkfleet.stage import execute
-from sparkfleet.stage.targets import requests_for_host
+from sparkfleet.demo.fleet import DEMO_LANE, DEMO_QUALITY_SKIP
+from support.demolane import served_demo
 
 pytestmark = pytest.mark.xdist_group("local_lanes")  # the demo lane's ports: one module at a time
 
@@ -24,13 +21,8 @@ SMALL = ["--pp", "128", "--tg", "16", "--depths", "0", "--runs", "1", "--concurr
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    fleet = write_demo_fleet(tmp_path_factory.mktemp("benchq"), shard_bytes=16 * 1024)
-    inv = inventory.load(fleet.root)
-    for host in inv.lane(DEMO_LANE).hosts:
-        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
-    assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
-    yield fleet
-    lanes.stop(inventory.load(fleet.root), DEMO_LANE, 5)
+    with served_demo(tmp_path_factory.mktemp("benchq")) as fleet:
+        yield fleet
 
 
 def _bench(fleet, *args: str):

@@ -14,21 +14,17 @@ from click.testing import CliRunner
 from sparkfleet import inventory
 from sparkfleet.cli import main
 from sparkfleet.cli.demo import next_steps
-from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.demo.fleet import DEMO_LANE
 from sparkfleet.errors import ExitCode
 from sparkfleet.launch import lane as lanes
-from sparkfleet.stage import execute
-from sparkfleet.stage.targets import requests_for_host
+from support.demolane import staged_demo
 
 pytestmark = pytest.mark.xdist_group("local_lanes")  # the demo lane's ports: one module at a time
 
 
 @pytest.fixture
 def staged(tmp_path):
-    fleet = write_demo_fleet(tmp_path, shard_bytes=16 * 1024)
-    inv = inventory.load(fleet.root)
-    for host in inv.lane(DEMO_LANE).hosts:
-        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
+    fleet = staged_demo(tmp_path)
     yield fleet
     lanes.stop(inventory.load(fleet.root), DEMO_LANE, 5)
 

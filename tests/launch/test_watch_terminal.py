@@ -8,24 +8,19 @@ import json
 import os
 import pty
 import re
-import select
 import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
-from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.demo.fleet import DEMO_LANE
 from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.launch import lane as lanes
-from sparkfleet.stage import execute
-from sparkfleet.stage.targets import requests_for_host
 from sparkfleet.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
+from support.demolane import read_until, served_demo
 
 pytestmark = pytest.mark.xdist_group("local_lanes")  # the demo lane's ports: one module at a time
 
@@ -58,13 +53,8 @@ def test_ctrl_c_inside_the_loop_returns_what_was_seen():
 
 @pytest.fixture(scope="module")
 def demo_lane(tmp_path_factory):
-    fleet = write_demo_fleet(tmp_path_factory.mktemp("watch"), shard_bytes=16 * 1024)
-    inv = inventory.load(fleet.root)
-    for host in inv.lane(DEMO_LANE).hosts:
-        assert execute.stage(requests_for_host(inv, host, DEMO_LANE)).ok
-    assert lanes.launch(inv, DEMO_LANE, canary=False).ready.ok
-    yield fleet
-    lanes.stop(inventory.load(fleet.root), DEMO_LANE, 5)
+    with served_demo(tmp_path_factory.mktemp("watch")) as fleet:
+        yield fleet
 
 
 def test_the_help_example_runs_as_written(demo_lane):
@@ -83,29 +73,17 @@ def _sparkfleet(root, *args: str) -> list[str]:
     return [sys.executable, "-m", "sparkfleet", "--root", str(root), *args]
 
 
-def _read_until(fd: int, pattern: str, timeout: float) -> str:
-    got, deadline = b"", time.monotonic() + timeout
-    while time.monotonic() < deadline and not re.search(pattern, got.decode(errors="replace")):
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                got += os.read(fd, 4096)
-            except OSError:
-                break
-    return got.decode(errors="replace")
-
-
 def test_a_healthy_watch_beats_on_a_terminal_and_ctrl_c_ends_it(demo_lane):
     leader, follower = pty.openpty()
     proc = subprocess.Popen(_sparkfleet(demo_lane.root, "watch", DEMO_LANE, "--interval", "1"),
                             stdin=follower, stdout=follower, stderr=follower, close_fds=True)  # fmt: skip
     os.close(follower)
     try:
-        seen = _read_until(leader, rf"♥ {DEMO_LANE}: probe 2 ok in \d+\.\d\d s", 60)
+        seen = read_until(leader, rf"♥ {DEMO_LANE}: probe 2 ok in \d+\.\d\d s", 60)
         assert re.search(rf"♥ {DEMO_LANE}: probe 2 ok in", seen), seen
         assert "\r\x1b[2K" in seen  # redrawn in place: one line, not one per probe
         proc.send_signal(signal.SIGINT)  # our own child, by its PID
-        rest = _read_until(leader, r"restarts \(Ctrl-C", 30)
+        rest = read_until(leader, r"restarts \(Ctrl-C", 30)
         assert proc.wait(30) == ExitCode.OK
     finally:
         if proc.poll() is None:
