@@ -34,7 +34,7 @@ from typing import Any
 
 from .atomic import ensure_dir, write_bytes
 from .bench.target import for_lane
-from .errors import SparkfleetError
+from .errors import ExitCode, SparkfleetError
 from .hosts import connect, fan_out
 from .inventory import RECIPES_DIR
 from .launch import watchstate
@@ -71,6 +71,10 @@ def watch_settings(raw: dict, **override: Any) -> WatchSettings:
     if "max_tokens" in smoke:
         doc.setdefault("max_tokens", smoke["max_tokens"])
     doc.update({k: v for k, v in override.items() if v is not None})
+    if "latency_s" not in doc and "interval_s" in doc:
+        # only the interval was chosen: the built-in latency bound shrinks to fit it, so
+        # `--interval 10` works as written; a bound someone chose is never changed behind them
+        doc["latency_s"] = min(WatchSettings.latency_s, float(doc["interval_s"]))
     s = WatchSettings(**{k: v for k, v in doc.items() if k in WatchSettings.__dataclass_fields__})
     if s.latency_s > s.interval_s:
         raise SparkfleetError(
@@ -173,6 +177,7 @@ class WatchOutcome:
     needs_human: bool = False
     message: str = ""
     detect_s: list[float] = field(default_factory=list)  # last good probe end -> failure seen
+    interrupted: bool = False  # Ctrl-C ended the watch (its normal end at a terminal)
 
 
 class Supervisor:
@@ -194,7 +199,8 @@ class Supervisor:
     ) -> None:
         """`hold()` names a reason a restart must not be tried (the memory watchdog fired), else None.
         `on_state(state, outcome, probe)` hears what the loop does after every probe (one of
-        launch/watchstate.py's STATES), for whoever shows the lane live."""
+        launch/watchstate.py's STATES), for whoever shows the lane live (the state file, a
+        terminal's heartbeat)."""
         self.hold = hold
         self.on_state = on_state
         self.lane, self.s = lane, settings
@@ -209,6 +215,8 @@ class Supervisor:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - deliberately everything: see the docstring
+            if getattr(exc, "exit_code", None) == ExitCode.INTERRUPTED:  # Ctrl-C inside a relaunch
+                raise KeyboardInterrupt from exc
             self.on_event(f"{self.lane}: {what} raised {crash_text(exc)}")
             return fallback(exc) if callable(fallback) else fallback
 
@@ -221,7 +229,15 @@ class Supervisor:
         return self.s.max_restarts - len(self.restarts)
 
     def run(self, max_probes: int | None = None) -> WatchOutcome:
+        """Probe until `max_probes` ran, a human is needed, or Ctrl-C (then: what was seen so far)."""
         out = WatchOutcome(self.lane, 0, 0)
+        try:
+            return self._loop(out, max_probes)
+        except KeyboardInterrupt:
+            out.interrupted = True
+            return out
+
+    def _loop(self, out: WatchOutcome, max_probes: int | None) -> WatchOutcome:
         last_ok_end: float | None = None
         while max_probes is None or out.probes < max_probes:
             start = self.clock()
@@ -381,6 +397,7 @@ def watch_lane(
     max_probes: int | None = None,
     allow_drift: bool = False,
     on_event: Callable[[str], None] = lambda _m: None,
+    on_state: Callable[[str, WatchOutcome, ProbeResult | None], None] = lambda *_a: None,
 ) -> WatchOutcome:
     """Supervise a running lane: the real probe, bundle collection and relaunch."""
     target = for_lane(inv, lane_name)
@@ -389,7 +406,7 @@ def watch_lane(
 
     def restart() -> bool:
         try:
-            stop(inv, lane_name, recipe.timeouts.stop_s)
+            stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch (restart)")
             # A generation the operator let through with --allow-nas-weights is restarted the same way.
             nas = bool((current(generations_home(inv, lane_name), lane_name) or {}).get("nas_weights"))
             rep = launch(inv, lane_name, allow_drift=allow_drift, on_event=on_event, allow_nas_weights=nas)
@@ -436,6 +453,7 @@ def watch_lane(
         counts = (out.probes, out.failures, out.restarts)
         watchstate.record(home, lane_name, state, counts, res.ok if res else None,
                           res.latency_s if res else None, res.error if res else None)  # fmt: skip
+        on_state(state, out, res)
 
     sup = Supervisor(
         lane_name,
@@ -445,7 +463,7 @@ def watch_lane(
         probe=probe,
         collect=lambda reason: str(collect_incident(inv, lane_name, reason)),
         restart=restart,
-        stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s),
+        stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch"),
         on_event=on_event,
     )
     return sup.run(max_probes)

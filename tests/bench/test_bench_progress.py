@@ -5,6 +5,7 @@ Ctrl-C writes the report of what was measured, marked interrupted, and says wher
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -21,12 +22,16 @@ from sparkfleet.errors import ExitCode
 class Recorder:
     def __init__(self) -> None:
         self.labels: list[tuple[str, int]] = []
+        self.notes: list[str] = []
 
     def start(self, total: int) -> None:
         pass
 
     def step(self, label: str, advance: int = 1) -> None:
         self.labels.append((label, advance))
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
 
     @property
     def current(self) -> str:
@@ -51,8 +56,13 @@ def test_label_is_the_current_phase_and_quality_shows_its_progress(fake_lane, tm
     assert labels.index("sweep c=1") < labels.index("quality")
     assert ("sweep c=1", 0) in rec.labels  # named when it starts, before a request finished
     progress = [label for label in labels if label.startswith("quality ") and " · " not in label]  # not live
-    assert progress[0].startswith("quality 0/2 ") and progress[-1].startswith("quality 2/2 ")
+    # the count is of scenarios finished: 0 while the first runs, 1 while the second runs
+    assert progress == ["quality 0/2 done, TC-01 running", "quality 1/2 done, TC-11 running"]
     assert rec.labels[-1] == ("quality", 1)
+    verdicts = [n for n in rec.notes if n.startswith("quality TC-")]  # each verdict as it lands
+    assert re.fullmatch(r"quality TC-01: fail, 0 points, \d+ s · 1/2 done, about \d+ s left", verdicts[0])
+    assert re.fullmatch(r"quality TC-11: fail, 0 points, \d+ s · 2/2 done", verdicts[1]), verdicts
+    assert rec.notes[0].startswith("estimate: about ") and "then quality: 2 scenarios" in rec.notes[0]
 
 
 def _bench(url: str, out: Path) -> subprocess.Popen:
@@ -88,20 +98,21 @@ def test_non_tty_lines_and_ctrl_c_keeps_what_was_measured(fake_lane, tmp_path):
 
 def test_quality_shows_live_progress_of_the_running_scenario(fake_lane, tmp_path, monkeypatch):
     """A scenario that streams for minutes moves on the display: elapsed, chunks and bytes streamed
-    (counted by a relay between tool-eval-bench and the lane), not a frozen 'quality 0/15 TC-01'."""
+    (counted by a relay between tool-eval-bench and the lane), not a frozen 'quality 0/15 TC-01'.
+    The demo server answers a tool-calling turn with one short sentence: slow it down to watch it."""
     from sparkfleet.bench import quality as q
 
     monkeypatch.setattr(q, "TICK_S", 0.05)
-    lane = fake_lane("--decode-tps", "400", "--prefill-tps", "100000000")
+    lane = fake_lane("--decode-tps", "20", "--prefill-tps", "100000000")
     settings = BenchSettings(
         **{**vars(BenchSettings.quick()), "quality": QualitySettings(scenarios=("TC-01",))}
     )
     rec = Recorder()
     run = run_bench(for_url(lane.url, tmp_path), settings, "t", progress=rec)
     assert run.quality is not None and run.quality.status == "ok", run.quality
-    live = [label for label, _ in rec.labels if label.startswith("quality 0/1 TC-01 · ")]
+    live = [label for label, _ in rec.labels if label.startswith("quality 0/1 done, TC-01 running · ")]
     assert live, rec.labels
-    streamed = [int(label.split(", ")[1].split(" chunks")[0]) for label in live if "chunks" in label]
+    streamed = [int(m.group(1)) for label in live if (m := re.search(r"(\d+) chunks", label))]
     assert streamed and max(streamed) > 0 and streamed == sorted(streamed)  # it moves, never back
     assert all(label.endswith(" streamed") and " s, " in label for label in live)
     assert run.quality.argv[run.quality.argv.index("--base-url") + 1] == lane.url  # the lane, not the relay

@@ -30,7 +30,8 @@ def test_argv_is_exact_and_holds_no_secret(tmp_path):
     assert argv == [
         "/usr/bin/python3",
         "-m",
-        "tool_eval_bench",
+        "sparkfleet.bench.quality_deadline",  # tool-eval-bench, each request under the deadline
+        "120",
         "run",
         "--base-url",
         "http://127.0.0.1:30000/v1",

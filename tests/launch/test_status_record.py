@@ -8,7 +8,8 @@ import json
 from sparkfleet.jsonable import to_jsonable
 from sparkfleet.launch.report import LaneStatus, RankStatus
 
-LANE_KEYS = ["weights", "lane", "ok", "ranks", "running", "expected", "head", "port", "endpoints", "errors"]
+LANE_KEYS = ["weights", "lane", "ok", "ranks", "running", "expected", "head", "port", "endpoints", "errors",
+             "ended"]  # fmt: skip
 RANK_KEYS = ["host", "rank", "name", "running", "returncode", "detail", "orphan_pid", "pid", "container_id",
              "started_at"]  # fmt: skip
 

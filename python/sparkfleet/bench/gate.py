@@ -6,18 +6,23 @@ the reports and the smoke loop are, so `sparkfleet promote` only parses options 
 - the report that counts is the one named (`--report`), else the newest made since the generation
   came up: an older report measured another generation;
 - a failed report never passes;
-- with no baseline declared, only `--first` accepts a passing report (the lane's first good);
+- the baseline is the recipe's `[bench] baseline`, else the report that made the lane's last good
+  generation good (so each promotion raises the bar without a recipe edit);
+- a lane with neither (its first night) takes a passing report as its first good, and says so;
+  `--first` does the same on a lane that has good generations but should start over;
 - otherwise the report is compared with the baseline under the lane's thresholds.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import SparkfleetError
 from ..jsonable import to_jsonable
-from ..launch.generations import Promotion, promote
+from ..launch.generations import Promotion, load_all, promote
 from ..launch.lane import status
 from ..launch.report import LaneStatus
 from . import report as reports
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
     from ..inventory import Inventory
 
 PROMOTE_SMOKE_TIMEOUT_S = 120.0
+SET_BASELINE = "set [bench] baseline or pass --first"
+REPORT_NAME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}_[0-9]{6}_[A-Za-z0-9._-]+")  # as [bench] baseline
 
 
 class GateVerdict(NamedTuple):
@@ -40,10 +47,55 @@ class GateVerdict(NamedTuple):
     regressions: list[str]
 
 
+class Baseline(NamedTuple):
+    """What a lane's reports are compared against: a report, or None and why there is none."""
+
+    path: Path | None
+    said: str  # "baseline NAME", "NAME, the report that made generation G good", or why there is none
+    first_night: bool = False  # none declared and no good generation ever: nothing to hold to
+
+
+def baseline_of(target: BenchTarget, root: Path | None) -> Baseline:
+    """The recipe's declared baseline, else the report that gated the last good generation under
+    `root` (None: the generations are not known here).
+
+    That report is looked up by its name in the lane's own reports folder, never by the path the
+    generation record holds: a record names a report, it cannot point the gate at another file."""
+    assert target.reports_dir is not None
+    if target.baseline:
+        return Baseline(reports.resolve(target.baseline, target.reports_dir), f"baseline {target.baseline}")
+    if root is None or target.lane is None:
+        return Baseline(None, "no [bench] baseline declared")
+    good = [g for g in load_all(root, target.lane) if g.get("good")]
+    if not good:
+        return Baseline(None, "no [bench] baseline declared and no good generation yet", first_night=True)
+    for gen in reversed(good):  # a relaunched good generation (rollback) carries no promotion of its own
+        promotion = gen.get("promotion")
+        named = promotion.get("bench_report") if isinstance(promotion, dict) else None
+        if isinstance(named, str):
+            break
+    else:
+        return Baseline(None, f"no good generation of {target.lane} names the report that made it good")
+    name = PurePath(named).stem
+    try:
+        if not REPORT_NAME.fullmatch(name):
+            raise SparkfleetError(f"{named!r} is not a report name")
+        path = reports.resolve(name, target.reports_dir)
+    except SparkfleetError:
+        return Baseline(None, f"the report that made generation {gen['id']} good is gone ({named[:200]})")
+    return Baseline(path, f"{path.stem}, the report that made generation {gen['id']} good")
+
+
 def judge(
-    target: BenchTarget, since: float, *, report_ref: str | None = None, first: bool = False
+    target: BenchTarget,
+    since: float,
+    *,
+    report_ref: str | None = None,
+    first: bool = False,
+    root: Path | None = None,
 ) -> GateVerdict:
-    """The bench gate for a generation that came up at `since` (epoch seconds)."""
+    """The bench gate for a generation that came up at `since` (epoch seconds); `root`: where the
+    lane's generations are (its last good one's report is the baseline when none is declared)."""
     if target.reports_dir is None:
         raise SparkfleetError(f"{target.lane or target.url} has no reports folder to gate on")
     if report_ref:
@@ -57,25 +109,25 @@ def judge(
     doc = reports.load_document(path)
     if doc.get("status") != "ok":
         return GateVerdict(str(path), False, "bench report failed", list(doc.get("failures") or ["failed"]))
-    if not target.baseline:
-        if first:
-            return GateVerdict(str(path), True, "first good generation (no baseline declared yet)", [])
-        return GateVerdict(
-            str(path), False, "no [bench] baseline declared", ["set [bench] baseline or pass --first"]
-        )
+    if first and not target.baseline:
+        return GateVerdict(str(path), True, "first good generation (no baseline declared yet)", [])
     try:
-        base = reports.resolve(target.baseline, target.reports_dir)
+        base = baseline_of(target, root)
     except SparkfleetError as exc:
         return GateVerdict(str(path), False, f"baseline {target.baseline}", [exc.message])
-    cmp = reports.compare(reports.load_document(base), doc, target.thresholds, base.stem, path.stem)
-    return GateVerdict(str(path), cmp.ok, f"against baseline {base.stem}", cmp.regressions)
+    if base.first_night:  # a lane's first promotion: nothing before it to fall behind
+        return GateVerdict(str(path), True, f"first good generation ({base.said})", [])
+    if base.path is None:
+        return GateVerdict(str(path), False, base.said, [SET_BASELINE])
+    cmp = reports.compare(reports.load_document(base.path), doc, target.thresholds, base.path.stem, path.stem)
+    return GateVerdict(str(path), cmp.ok, f"against {base.said}", cmp.regressions)
 
 
 def bench_gate(
-    target: BenchTarget, *, report_ref: str | None = None, first: bool = False
+    target: BenchTarget, *, report_ref: str | None = None, first: bool = False, root: Path | None = None
 ) -> Callable[[float], GateVerdict]:
     """`judge` for this target and options, as `generations.promote` calls it: with `since` only."""
-    return lambda since: judge(target, since, report_ref=report_ref, first=first)
+    return lambda since: judge(target, since, report_ref=report_ref, first=first, root=root)
 
 
 def smoke_gate(target: BenchTarget) -> Callable[[], tuple[bool, list[dict]]]:
@@ -100,6 +152,5 @@ def promote_lane(
     """`sparkfleet promote LANE`: the running generation is marked good iff both gates pass."""
     target = for_lane(inv, lane)
     running = all_ranks_up(status(inv, lane))
-    return promote(
-        inv.root, lane, running, smoke_gate(target), bench_gate(target, report_ref=report_ref, first=first)
-    )
+    gate = bench_gate(target, report_ref=report_ref, first=first, root=inv.root)
+    return promote(inv.root, lane, running, smoke_gate(target), gate)

@@ -29,6 +29,8 @@ from .relay import CountingRelay
 TOOL = "tool-eval-bench"
 TICK_S = 1.0  # how often on_event hears the traffic a scenario has streamed so far
 PINNED_VERSION = "3.0.0"  # keep in step with pyproject.toml
+DEADLINE_MODULE = "sparkfleet.bench.quality_deadline"
+TIMEOUT_KIND = "timeout"  # tool-eval-bench's failure_kind for a request past its deadline
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class FailedScenario:
     status: str  # "fail" | "partial" | ...
     points: float | None
     summary: str | None
+    # tool-eval-bench's why: "timeout" (a request past quality.request_timeout_s; the scenario is
+    # then left out of the score), "missing_step", "wrong_tool", ...
+    failure_kind: str | None = None
 
 
 @dataclass
@@ -96,7 +101,10 @@ def build_argv(
         "--timeout",
         f"{settings.request_timeout_s:g}",
     ]
-    argv = [python, "-m", "tool_eval_bench", *args] if python else module_argv("tool_eval_bench", *args)
+    # each whole request under the deadline (quality_deadline.py): tool-eval-bench's own --timeout
+    # bounds only the silence between streamed bytes
+    wrapped = [DEADLINE_MODULE, f"{settings.request_timeout_s:g}", *args]
+    argv = [python, "-m", *wrapped] if python else module_argv(*wrapped)
     if settings.scenarios:
         argv += ["--scenarios", *settings.scenarios]
     elif settings.short:
@@ -118,13 +126,23 @@ def parse_envelope(doc: dict[str, Any], tool_version: str | None, argv: list[str
         return QualityResult("failed", tool_version, argv, error=str(doc["error"]))
     scores = doc.get("scores") or {}
     failed = [
-        FailedScenario(str(r.get("scenario_id")), str(r.get("status")), r.get("points"), r.get("summary"))
+        FailedScenario(
+            str(r.get("scenario_id")), str(r.get("status")), r.get("points"), r.get("summary"),
+            str(r["failure_kind"]) if r.get("failure_kind") else None,
+        )  # fmt: skip
         for r in scores.get("scenario_results") or []
         if r.get("status") != "pass"
     ]
     score = doc.get("final_score", scores.get("final_score"))
     if score is None:
         return QualityResult("failed", tool_version, argv, error="the envelope holds no final_score")
+    ran = scores.get("scenario_results") or []
+    late = [f for f in failed if f.failure_kind == TIMEOUT_KIND]
+    if ran and len(late) == len(ran):  # all left out of the score: its 0 would be no measurement
+        return QualityResult(
+            "failed", tool_version, argv, scenarios=len(ran), failed_scenarios=failed,
+            error=f"every scenario ({len(ran)}) ran past the request deadline: no score",
+        )  # fmt: skip
     return QualityResult(
         status="ok" if doc.get("status", "completed") == "completed" else "failed",
         tool_version=doc.get("tool_eval_bench_version") or tool_version,

@@ -20,6 +20,7 @@ from ..errors import SparkfleetError
 from ..units import wire_bytes
 from .client import Endpoint, chat_request, discover_model, stream_chat
 from .engine_tokens import SIZED_ENGINE, SIZED_LOCAL, SIZED_WORDS, engine_tokenizer
+from .estimate import BenchEstimate, duration, estimate, quality_left
 from .metrics import measure
 from .probes import (
     LANE_BUDGET_HINT,
@@ -48,10 +49,12 @@ REPORT_SCHEMA = "sparkfleet.bench/1"
 
 
 class Progress(Protocol):
-    """What the run tells a display: how many steps in all, and each step as it finishes."""
+    """What the run tells a display: how many steps in all, each step as it finishes, and lines
+    that stay (the estimate, each quality scenario's verdict as it lands)."""
 
     def start(self, total: int) -> None: ...
     def step(self, label: str, advance: int = 1) -> None: ...
+    def note(self, line: str) -> None: ...
 
 
 class NoProgress:
@@ -59,6 +62,9 @@ class NoProgress:
         pass
 
     def step(self, label: str, advance: int = 1) -> None:
+        pass
+
+    def note(self, line: str) -> None:
         pass
 
 
@@ -132,6 +138,8 @@ class BenchRun:
     cold_prefill_tps: float | None = None  # best pp at d0: the ceiling for every pp at depth
     quality: QualityResult | None = None
     quality_note: str | None = None
+    # after the decode probe: the rest of the plan priced at the rates it measured (estimate.py)
+    estimate: BenchEstimate | None = None
     token_sources: list[str] = field(default_factory=list)
     prompt_sizing: str | None = None  # what a prompt's size counts: SIZED_LOCAL | SIZED_ENGINE | SIZED_WORDS
     # How far from the physical limit (roofline/section.py), for a lane; None for a bare --url.
@@ -162,8 +170,10 @@ def run_bench(
     quality_runner: Callable[..., QualityResult] = run_quality,
     timeout: float = 600.0,
     fingerprint: Callable[[], dict[str, dict[str, Any]]] | None = None,
+    quality_note: str | None = None,
 ) -> BenchRun:
-    """`fingerprint` (when given) returns {host: fingerprint dict}; it is taken before and after."""
+    """`fingerprint` (when given) returns {host: fingerprint dict}; it is taken before and after.
+    `quality_note` says why there is no quality phase (settings.quality None), for the report."""
     shown = progress or NoProgress()
     phase = ["connect"]
 
@@ -176,6 +186,9 @@ def run_bench(
         def step(self, label: str, advance: int = 1) -> None:
             phase[0] = label
             shown.step(label, advance)
+
+        def note(self, line: str) -> None:
+            shown.note(line)
 
     progress = _Phases()
     started, cpu0 = time.monotonic(), _cpu_seconds()
@@ -236,6 +249,10 @@ def run_bench(
             run.fail(f"decode probe: {run.decode_probe.metrics.error}")
         elif run.decode_probe.metrics.decode_tps is None:
             run.fail("decode probe: too few chunks to time decode (the server stopped early?)")
+        else:
+            run.estimate = _estimate(run.decode_probe, settings, time.monotonic() - started)
+            if run.estimate is not None:
+                progress.note(f"estimate: {run.estimate.line()}")
         progress.step("ttft", 0)
         run.ttft = run_ttft(endpoint, settings.probe.prompt_tokens, settings.ttft_runs, prefix, tokenizer)
         progress.step("ttft", settings.ttft_runs)
@@ -277,22 +294,28 @@ def run_bench(
         progress.step("spec accept", 0)
         run.spec_accept = sampler.stop()
         if settings.quality is None:
-            run.quality_note = "quality not run (--no-quality or --quick)"
+            run.quality_note = quality_note or "quality not run (--no-quality or --quick)"
         else:
             progress.step("quality", 0)
-            now = {"label": "quality", "t0": 0.0, "bytes": 0, "frames": 0, "seen": {}}
+            now = {"label": "quality", "t0": 0.0, "bytes": 0, "frames": 0, "seen": {}, "done": 0}
+            quality_t0 = time.monotonic()
 
             def quality_event(event: dict) -> None:
-                """tool-eval-bench's own JSON-lines progress, and every second what the scenario
-                running now has streamed (chunks, bytes) and for how long: a minutes-long
-                scenario moves on the display."""
-                if event.get("event") in ("scenario_start", "scenario_result") and event.get("total"):
-                    done = int(event.get("index", 0)) + (event["event"] == "scenario_result")  # 0-based
-                    now["label"] = f"quality {done}/{event['total']} {event.get('scenario_id', '')}"
+                """tool-eval-bench's own JSON-lines progress (each verdict as it lands, counting
+                scenarios finished), and every second what the scenario running now has streamed
+                (chunks, bytes) and for how long: a minutes-long scenario moves on the display."""
+                kind, total, sid = event.get("event"), event.get("total"), event.get("scenario_id", "")
+                if kind in ("scenario_start", "scenario_result") and total:
+                    if kind == "scenario_result":
+                        now["done"] += 1
+                        progress.note(_verdict(event, now["done"], total, time.monotonic() - quality_t0))
+                        now["label"] = f"quality {now['done']}/{total} done"
+                    else:
+                        now["label"] = f"quality {now['done']}/{total} done, {sid} running"
+                        progress.step(now["label"], 0)
                     seen = now["seen"]
                     now.update(t0=seen.get("elapsed_s", 0.0), bytes=seen.get("bytes", 0),
                                frames=seen.get("frames", 0))  # fmt: skip
-                    progress.step(now["label"], 0)
                 elif event.get("event") == "traffic":
                     now["seen"] = event
                     live = f"{event['elapsed_s'] - now['t0']:.0f} s"
@@ -327,6 +350,26 @@ def run_bench(
         run.duration_s = time.monotonic() - started
         run.client_cpu_s = _cpu_seconds() - cpu0
     return run
+
+
+def _estimate(probe: DecodeProbeResult, settings: BenchSettings, at_s: float) -> BenchEstimate | None:
+    """The rest of the plan at the decode probe's rates (prefill: its prompt over its TTFT)."""
+    m = probe.metrics
+    if not m.decode_tps or not m.ttft_s:
+        return None
+    prompt = m.prompt_tokens or settings.probe.prompt_tokens
+    return estimate(settings, m.decode_tps, prompt / m.ttft_s, at_s)
+
+
+def _verdict(event: dict, done: int, total: int, elapsed_s: float) -> str:
+    """One scenario's verdict as tool-eval-bench reports it, with the count and the time left."""
+    points = event.get("points")
+    took = event.get("duration_seconds")
+    what = f"{event.get('status', '?')}" + (f", {points:g} points" if isinstance(points, int | float) else "")
+    what += f", {duration(took)}" if isinstance(took, int | float) else ""
+    left = quality_left(done, total, elapsed_s)
+    count = f"{done}/{total} done" + (f", {left}" if left else "")
+    return f"quality {event.get('scenario_id', '?')}: {what} · {count}"
 
 
 def _cap_prefill(

@@ -58,6 +58,10 @@ class BenchTarget:
     key_loader: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
     key_cache: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
     gateway: dict[str, Any] | None = None  # `bench --gateway`: the policy and the replicas behind it
+    # the recipe's [bench.quality]: why this lane's bench runs no quality phase (None: it runs one),
+    # and the per-request deadline its quality phase holds to (None: QualitySettings' default)
+    quality_skip: str | None = None
+    quality_request_timeout_s: float | None = None
 
     def api_key(self) -> str | None:
         """$SPARKFLEET_API_KEY (or [bench] api_key_env) when set: a gateway or user key; else the
@@ -159,6 +163,8 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
     bench = _section(lane, "bench")
     thresholds = Thresholds(**{k: float(v) for k, v in (bench.get("thresholds") or {}).items()})
+    quality = bench.get("quality") if isinstance(bench.get("quality"), dict) else {}
+    request_s = quality.get("request_timeout_s")
     creds = split_credentials(lane_url(inv, lane))  # a [bench] url may carry user:pass@
     return BenchTarget(
         url=creds.url,
@@ -175,7 +181,14 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         tokenizer=staged_tokenizer(inv, lane),
         weights=serving_weights(inv, lane.name),
         key_loader=None if isinstance(bench.get("url"), str) else functools.partial(head_key, inv, name),
+        quality_skip=clean(str(quality["skip"])) if quality.get("skip") else None,
+        quality_request_timeout_s=float(request_s) if _positive(request_s) else None,
     )
+
+
+def _positive(value: Any) -> bool:
+    """A finite number above zero (TOML allows nan and inf, which no deadline can be)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def for_gateway(state_dir: Path, out: Path | None) -> BenchTarget:

@@ -20,8 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bench import report as reports
 from ..bench import session
+from ..bench.estimate import duration
 from ..bench.probes import DecodeProbe
-from ..bench.quality import QualitySettings
+from ..bench.quality import TIMEOUT_KIND, QualitySettings
 from ..bench.run import BenchSettings
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
@@ -112,6 +113,10 @@ class RichBenchProgress:
     def step(self, label: str, advance: int = 1) -> None:
         self.bar.update(self.task, description=label, advance=advance)
 
+    def note(self, line: str) -> None:
+        """A line that stays, printed above the bar."""
+        self.bar.console.print(f"· {line}", markup=False, highlight=False)
+
 
 class LineBenchProgress:
     """Off a terminal: one stderr line each time the phase changes (its first word: warmup, pp512,
@@ -138,6 +143,9 @@ class LineBenchProgress:
             click.echo(f"· {label}", err=True)
             self.said = now
         self.phase, self.label = phase, step
+
+    def note(self, line: str) -> None:
+        click.echo(f"· {line}", err=True)
 
 
 # -- smoke ------------------------------------------------------------------------------------------
@@ -369,6 +377,14 @@ def bench(
         max_tokens=sweep_max_tokens or base.sweep.max_tokens,
     )
     want_quality = (not quick) if quality is None else quality
+    quality_note = None
+    if quality is None and want_quality and target.quality_skip:
+        want_quality = False
+        quality_note = (
+            f"quality not run: {target.quality_skip} (the recipe's [bench.quality] skip; "
+            "--quality runs it anyway)"
+        )
+    request_s = target.quality_request_timeout_s or QualitySettings.request_timeout_s
     settings = BenchSettings(
         probe=DecodeProbe(prompt_tokens or base.probe.prompt_tokens, max_tokens or base.probe.max_tokens),
         pp=pp or base.pp,
@@ -379,6 +395,7 @@ def bench(
         quality=QualitySettings(
             short=not quality_full,
             scenarios=tuple(s for s in (quality_scenarios or "").replace(",", " ").split()),
+            request_timeout_s=request_s,
         )
         if want_quality
         else None,
@@ -404,6 +421,7 @@ def bench(
             progress=progress,
             timeout=timeout,
             fingerprint=fingerprint,
+            quality_note=quality_note,
         )
 
     if wants_bar(as_json):
@@ -508,18 +526,31 @@ def _print_bench(run, paths: reports.ReportPaths, metrics: dict, comparison) -> 
     elif run.roofline and run.roofline.get("unavailable"):
         click.echo(f"  roofline: unavailable: {run.roofline['unavailable']}")
     if run.quality:
-        q = run.quality
-        click.echo(
-            f"  quality: {q.score:.0f}/100 ({q.points}/{q.max_points}), {len(q.failed_scenarios)} not passed"
-            if q.status == "ok"
-            else f"  quality: {q.status}: {q.error}"
-        )
+        for line in quality_lines(run.quality):
+            click.echo(f"  {line}")
+    elif run.quality_note:
+        click.echo(f"  {run.quality_note}")
+    took = f"  took {duration(run.duration_s)}"
+    if run.estimate is not None:
+        took += f" (estimated after the decode probe: {duration(run.estimate.seconds)} more before quality)"
+    click.echo(took)
     if comparison is not None:
         _print_comparison(comparison)
     click.echo(f"report: {paths.json}")
     click.echo(f"report: {paths.markdown}")
     if paths.png:
         click.echo(f"report: {paths.png}")
+
+
+def quality_lines(q) -> list[str]:
+    """The quality verdict: the score, then each scenario not passed and why (timeouts named)."""
+    if q.status != "ok":
+        return [f"quality: {q.status}: {q.error}"]
+    timed_out = [f for f in q.failed_scenarios if f.failure_kind == TIMEOUT_KIND]
+    head = f"quality: {q.score:.0f}/100 ({q.points}/{q.max_points}), {len(q.failed_scenarios)} not passed"
+    if timed_out:
+        head += f", {len(timed_out)} past the request deadline (left out of the score)"
+    return [head, *(f"  {f.scenario_id} {f.status}: {f.summary or ''}" for f in q.failed_scenarios)]
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -654,6 +685,32 @@ def _lane_report_dirs(ctx: click.Context) -> dict[str, Path]:
     return out
 
 
+def _lane_baseline(
+    ctx: click.Context, lane: str | None, new_ref: str, folder: Path | None, as_json: bool
+) -> str | None:
+    """With no [bench] baseline declared: the report that made the lane's last good generation
+    good. A lane with no good generation yet has nothing to fall behind: said here, and None."""
+    from ..bench.gate import baseline_of
+
+    hint = 'give two reports, or declare [bench] baseline = "<report name>" in the recipe'
+    if not lane:
+        raise SparkfleetError("no baseline to compare against", hint=hint)
+    inv = load_inventory(ctx)
+    base = baseline_of(for_lane(inv, lane), inv.root)
+    if base.path is not None:
+        return str(base.path)
+    if not base.first_night:
+        raise SparkfleetError(f"no baseline to compare against: {base.said}", hint=hint)
+    newest = reports.resolve(new_ref, folder).stem
+    why = f"{lane} has {base.said}: nothing for {newest} to fall behind"
+    if as_json:
+        echo_json({"ok": True, "compared": False, "base": None, "new": newest, "why": why})
+    else:
+        click.echo(f"{why}; `sparkfleet promote {lane}` makes its generation the first good, the baseline "
+                   "of later reports")  # fmt: skip
+    return None
+
+
 @report.command("compare")
 @click.argument("refs", nargs=-1)
 @click.option("--lane", help="Resolve names in this lane's reports; compare against its declared baseline.")
@@ -673,6 +730,10 @@ def compare(
 ) -> None:
     """Compare reports: `A B` (A is the base), `A` against the lane's baseline, or none: latest vs baseline.
 
+    The baseline is the recipe's [bench] baseline, else the report that made the lane's last good
+    generation good; a lane with neither (before its first promote) has nothing to compare yet and
+    says so (exit 0).
+
     Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]; 5 (refused)
     when the two measured different things — other settings (probe size, depths, quick…) or other
     host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless --force.
@@ -690,12 +751,10 @@ def compare(
     if len(refs) == 2:
         base_ref, new_ref = refs
     else:
-        if not baseline:
-            raise SparkfleetError(
-                "no baseline to compare against",
-                hint='give two reports, or declare [bench] baseline = "<report name>" in the recipe',
-            )
-        base_ref, new_ref = baseline, (refs[0] if refs else "latest")
+        new_ref = refs[0] if refs else "latest"
+        base_ref = baseline or _lane_baseline(ctx, lane, new_ref, folder, as_json)
+        if base_ref is None:
+            return  # nothing to compare yet (said): exit 0
     if folder is None:  # names, without --lane: whichever of the fleet's lanes holds each
         lanes = _lane_report_dirs(ctx)
         base_path, new_path = reports.resolve_across(base_ref, lanes), reports.resolve_across(new_ref, lanes)

@@ -41,6 +41,15 @@ def _offline_load(hub: Path, repo: str, revision: str) -> str:
     return snapshot_download(repo, revision=revision, cache_dir=hub, local_files_only=True)
 
 
+def next_steps(root: Path) -> str:
+    """The demo's last line: commands that work as written after it (it stopped its lane)."""
+    return (
+        f"demo ok — next: `. .venv/bin/activate` (or `make shell`), "
+        f"`export SPARKFLEET_ROOT={root}`, then `sparkfleet launch {DEMO_LANE}` (the demo stopped "
+        f"its lane), `sparkfleet status {DEMO_LANE}` and the README's night with {DEMO_LANE}"
+    )
+
+
 def _smoke_and_bench(root: Path) -> bool:
     """While the demo lane serves: the recipe's smoke prompts, then a quick bench with its report."""
     ok = True
@@ -146,11 +155,7 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
             click.echo(f"launch {DEMO_LANE} (process runtime):")
             ok &= run_demo_launch(inv, DEMO_LANE, click.echo, while_up=lambda: _smoke_and_bench(fleet.root))
         if ok and keep:
-            click.secho(
-                f"demo ok — next: `. .venv/bin/activate` (or `make shell`), then "
-                f"`export SPARKFLEET_ROOT={fleet.root.resolve()}` and `sparkfleet status {DEMO_LANE}`",
-                fg="green",
-            )
+            click.secho(next_steps(fleet.root.resolve()), fg="green")
         else:
             click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
         if not ok:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 
 import click
 
 from ..errors import ExitCode, SparkfleetError
 from .launch import REPLICA
+from .progress import Heartbeat, wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS, SECONDS
 
@@ -31,7 +33,7 @@ def _event(msg: str) -> None:
     "--latency",
     type=POSITIVE_SECONDS,
     show_default="recipe [watch], else 20",
-    help="A probe's latency bound in seconds (<= interval).",
+    help="A probe's latency bound in seconds (<= interval; with only --interval, at most the interval).",
 )
 @click.option(
     "--max-restarts",
@@ -74,10 +76,12 @@ def watch(
 ) -> None:
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
 
-    Exit 0 when --probes ran out, 1 when the restart budget was spent and the lane was stopped (a human
-    is needed; a unit running this should not restart it: RestartPreventExitStatus=1), 70 when watch
-    itself crashed (a bug; Restart=on-failure restarts it). A probe that fails in any way, however
-    malformed the answer, is an incident, never a crash.
+    On a terminal a one-line heartbeat shows the last probe while the lane is healthy. Exit 0 when
+    --probes ran out or Ctrl-C ended it (the lane runs on; the counts so far are printed), 1 when the
+    restart budget was spent and the lane was stopped (a human is needed; a unit running this should
+    not restart it: RestartPreventExitStatus=1), 70 when watch itself crashed (a bug;
+    Restart=on-failure restarts it). A probe that fails in any way, however malformed the answer, is
+    an incident, never a crash. With only --interval given, the latency bound is at most the interval.
 
     \b
     Examples:
@@ -92,9 +96,25 @@ def watch(
         inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
         window_s=window, backoff_s=backoff,
     )  # fmt: skip
+    heart = Heartbeat(wants_bar(as_json))
+
+    def beat(state: str, out, res) -> None:
+        """A terminal's heartbeat after every probe: its result, when it ran, the counts so far."""
+        if state not in ("watching", "failing") or res is None:
+            return
+        mark = "♥" if res.ok else "✗"
+        state = f"ok in {res.latency_s:.2f} s" if res.ok else "FAILED"
+        heart.beat(
+            f"{mark} {lane}: probe {out.probes} {state} at {time.strftime('%H:%M:%S')}, every "
+            f"{settings.interval_s:g} s · {out.failures} failed, {out.restarts} restarts · Ctrl-C ends"
+        )
+
     try:
-        out = watch_lane(inv, lane, settings, max_probes=probes, allow_drift=allow_drift, on_event=_event)
-    except (SparkfleetError, KeyboardInterrupt):
+        out = watch_lane(
+            inv, lane, settings, max_probes=probes, allow_drift=allow_drift,
+            on_event=lambda msg: heart.say(f"· {msg}"), on_state=beat,
+        )  # fmt: skip
+    except SparkfleetError:
         raise
     except Exception:  # noqa: BLE001 - a bug in the supervisor: its own code, so the unit restarts it
         traceback.print_exc()  # the journal keeps the traceback for the bug report
@@ -103,10 +123,13 @@ def watch(
             hint=f"exit {int(ExitCode.CRASHED)}: a unit with Restart=on-failure restarts it",
             exit_code=ExitCode.CRASHED,
         ) from None
+    finally:
+        heart.end()
     if as_json:
         echo_json(out)
     else:
-        click.echo(f"{lane}: {out.probes} probes, {out.failures} failed, {out.restarts} restarts")
+        ended = " (Ctrl-C: stopped watching; the lane runs on)" if out.interrupted else ""
+        click.echo(f"{lane}: {out.probes} probes, {out.failures} failed, {out.restarts} restarts{ended}")
         for i in out.incidents:
             click.echo(f"  incident {i.bundle}: {i.reason}" + (" (restarted)" if i.restarted else ""))
         if out.needs_human:
@@ -121,12 +144,18 @@ def watch(
     "--report", "report_ref", show_default="the newest since launch", help="Bench report to gate on."
 )
 @click.option(
-    "--first", is_flag=True, help="No baseline yet: accept a passing bench as this lane's first good."
+    "--first",
+    is_flag=True,
+    help="No [bench] baseline: accept a passing bench without comparing it (start over).",
 )
 @JSON
 @click.pass_context
 def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, as_json: bool) -> None:
     """Mark LANE's running generation good: smoke must pass and the bench must pass the baseline gate.
+
+    The baseline is the recipe's [bench] baseline, else the report that made the last good
+    generation good. A lane with neither (its first promotion) takes a passing bench as its first
+    good and says so. Exit 0 promoted, 1 not promoted (the output says which gate).
 
     \b
     Examples:

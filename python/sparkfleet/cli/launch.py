@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -380,7 +381,7 @@ def stop(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     from ..launch.lane import stop as do_stop
     from ..launch.replicas import instance_name, replica_inventory
 
-    res = do_stop(replica_inventory(load_inventory(ctx), lane, replica), lane)
+    res = do_stop(replica_inventory(load_inventory(ctx), lane, replica), lane, by="sparkfleet stop")
     lane = instance_name(lane, replica)  # what the output names: LANE#N for replica N
     if as_json:
         echo_json(res)
@@ -402,6 +403,10 @@ def stop(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
 @click.pass_context
 def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Per rank: running or how it ended; the head's /health and /v1/models.
+
+    A lane that is not running says how its last run ended: stopped by whom and when, or how each
+    rank exited. Exits 0 only while every rank runs; 1 when the lane does not serve (stopped
+    cleanly included: "stopped cleanly" names who stopped it); 4 when a host cannot be reached.
 
     \b
     Examples:
@@ -435,10 +440,38 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
             )
         for e in st.errors:
             click.echo(f"  {e['host']}: {e['error']}")
+        for line in _ended_lines(st, instance_name(lane, replica)):
+            click.echo(line)
     if any(e.get("code") == ExitCode.UNREACHABLE for e in st.errors):
         sys.exit(ExitCode.UNREACHABLE)
     if not st.ok:
         sys.exit(ExitCode.SHORTFALL)
+
+
+def _when(t: float | None) -> str:
+    """Local time of a record's timestamp; "?" for none (or one no clock can show)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "?"
+    except (OverflowError, OSError, ValueError, TypeError):
+        return "?"
+
+
+def _ended_lines(st, lane: str) -> list[str]:
+    """How a lane that runs nothing got there: its last run's stop, per rank, and what to run next."""
+    if st.ranks or st.errors:
+        return []
+    if not st.ended:
+        return [f"  no run recorded on its hosts: start it with `sparkfleet launch {lane}`"]
+    lines = []
+    if st.stopped_cleanly:
+        last = max(st.ended, key=lambda e: e["stopped_at"])
+        lines.append(f"  stopped cleanly at {_when(last['stopped_at'])} by {last['stopped_by']}")
+    for e in st.ended:
+        how = (f"{e['detail']} at {_when(e['stopped_at'])} by {e['stopped_by']}" if e["stopped_at"]
+               else "stopped (how is not recorded)")  # fmt: skip
+        lines.append(f"  rank {e['rank']} {e['host']}: {e['name']} started {_when(e['started_at'])}, {how}")
+    lines.append(f"  next: `sparkfleet launch {lane}` (`sparkfleet logs {lane}` shows the last run's logs)")
+    return lines
 
 
 @click.command("logs")
@@ -456,6 +489,7 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
     """The last lines of LANE's rank logs (on HOST, or every host).
 
     While the lane runs: the running ranks' logs. After it stopped: the last run's logs, marked so.
+    `-f` follows until Ctrl-C, which ends it with exit 0.
 
     \b
     Examples:
@@ -470,9 +504,12 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
     inv = load_inventory(ctx)
     if follow:
         target = host or launch_recipe(inv, lane).world.head
-        with do_follow(inv, lane, target, lines) as stream:
-            for line in stream:
-                click.echo(line, nl=False)
+        try:
+            with do_follow(inv, lane, target, lines) as stream:
+                for line in stream:
+                    click.echo(line, nl=False)
+        except KeyboardInterrupt:  # how a follow ends: quietly, exit 0 (the lane is untouched)
+            click.echo("", err=True)
         return
     answers = do_logs(inv, lane, host, lines, answers=True)
     if as_json:

@@ -177,3 +177,35 @@ LAST_LINE_CHARS = 80
 def cut_right(line: str, width: int) -> str:
     """A log line's start is what says what it is ("openai_server: listening…"): keep it, cut the end."""
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class Heartbeat:
+    """One line on a terminal, redrawn in place: a long quiet loop (watch) shows it is alive.
+
+    Lines that must stay (`say`) first clear the heartbeat, then print; the heartbeat comes back
+    with the next `beat`. Off a terminal nothing is drawn: a journal gets the lines only.
+    """
+
+    CLEAR = "\r\x1b[2K"
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.shown = False
+
+    def beat(self, line: str) -> None:
+        if self.enabled:
+            sys.stderr.write(f"{self.CLEAR}{line}")
+            sys.stderr.flush()
+            self.shown = True
+
+    def say(self, line: str) -> None:
+        self.end()
+        sys.stderr.write(f"{line}\n")
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        """Leave the terminal on a fresh line (before a result, or when the loop ends)."""
+        if self.shown:
+            sys.stderr.write(self.CLEAR)
+            sys.stderr.flush()
+            self.shown = False

@@ -262,26 +262,26 @@ def stage(
             sink.error(exc)
             sys.exit(exc.exit_code)
         return
-    peers = (
-        remote.peer_sources(
-            load_inventory(ctx), peer_spec.split(","), host, ssh_config, peer_transport, ports, secret
-        )
-        if peer_spec
-        else ()
-    )
     stage_models = functools.partial(
         execute.stage, requests, verify_mode=verify_mode, jobs=jobs, reserve_bytes=reserve,
-        wait_seconds=wait_seconds, share=share, peers=peers,
+        wait_seconds=wait_seconds, share=share,
     )  # fmt: skip
 
     def run_stage(progress) -> tuple[execute.StageRun, list[dict]]:
-        """Kits first (small; a refused pin changes nothing), then the models."""
+        """Peers checked, kits first (small; a refused pin changes nothing), then the models."""
+        peers = (
+            remote.peer_sources(
+                load_inventory(ctx), peer_spec.split(","), host, ssh_config, peer_transport, ports, secret
+            )
+            if peer_spec
+            else ()
+        )
         done = _stage_kits(kits, state_dir, host, wait_seconds=wait_seconds, progress=progress)
-        return stage_models(progress=progress), done
+        return stage_models(progress=progress, peers=peers), done
 
     # A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe would read the NAS
     # once more on every host: the bound is for a plain stage only.
-    plain = share is None and not peers
+    plain = share is None and not peer_spec
 
     def bound(run: execute.StageRun, kit_results: list[dict]) -> dict:
         record = with_io_bound(run.as_dict(), requests, state_dir) if plain else run.as_dict()
@@ -450,7 +450,7 @@ def _run_fleet(inv, hosts: list[str], options, fanout: bool, as_json: bool) -> l
                 click.echo(f"  hint: {o.hint}")
             if o.log:
                 click.echo(o.log_tail)
-    nas = sum(o.run.get("nas_bytes", 0) for o in outcomes if o.run)
+    nas = sum(o.nas_bytes for o in outcomes)
     peer = sum(o.run.get("peer_bytes", 0) for o in outcomes if o.run)
     peers = f", from peers {human_bytes(peer)}" if fanout else ""
     click.echo(f"{len(hosts)} host(s): {sum(o.ok for o in outcomes)} ok; from NAS {human_bytes(nas)}{peers}")

@@ -32,6 +32,9 @@ DEMO_LANE = "demo-exl3-2x"
 DEMO_HOSTS = ("dgx1", "dgx2")
 DEMO_MARKER = ".sparkfleet-demo"
 MARKER_TEXT = b"written by `sparkfleet demo`: a demo run here may stop, rebuild and remove what is here\n"
+DEMO_QUALITY_SKIP = (
+    "the demo server has no model behind it (it streams words): a tool-calling score would measure nothing"
+)
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,11 @@ row_bytes = 264
 # What the checkpoint cannot say (sparkfleet roofline): the demo's engram reads 2 rows a token.
 [roofline]
 engram_rows_per_token = 2
+
+# The demo server streams words and has no model: a tool-calling score of it would measure nothing,
+# so `sparkfleet bench` skips quality here and says why (`bench --quality` runs it anyway: 0/100).
+[bench.quality]
+skip = {_q(DEMO_QUALITY_SKIP)}
 
 # Serve it behind the gateway too: `sparkfleet gateway up`, then `sparkfleet keys add alice`
 # (docs/serving.md). round_robin is the default policy.

@@ -15,8 +15,12 @@ Conventions (documented because tests and benchmarks rely on them):
   tok/s measured between the first and last chunk, counting the tokens after the first chunk, equals
   --decode-tps exactly; TTFT = prefill + (tokens in first chunk - 1) / decode.
 - A prompt holding an arithmetic expression "A*B", "A+B" or "A-B" (e.g. "What is 127*89? Answer with
-  the number only.") is answered with the result (one token, finish_reason "stop"). Anything else gets
-  a deterministic word stream of max_tokens tokens (default 64), finish_reason "length".
+  the number only.") is answered with the result (one token, finish_reason "stop"). A chat request
+  that offers `tools` (a tool-calling harness's turn) is answered honestly and at once: NO_TOOLS, a
+  short sentence saying no model stands behind this server, finish_reason "stop" (it never calls a
+  tool, so such a harness scores it 0, in seconds rather than max_tokens of words per turn).
+  Anything else gets a deterministic word stream of max_tokens tokens (default 64), finish_reason
+  "length".
 - --reasoning-tokens N starts every chat answer with N thinking words streamed as
   `reasoning_content` (SGLang's reasoning parser does this for DeepSeek); max_tokens counts them.
   For a sum the last thinking word is the right result; --wrong-answer then answers one less.
@@ -83,6 +87,7 @@ READY_LINE = "The server is fired up and ready to roll!"
 PREFIX_BLOCK = 16  # words per simulated KV-cache block
 SPEC_WINDOW = 40  # steps SGLang's spec_accept_length gauge averages over
 DEFAULT_MAX_TOKENS = 64
+NO_TOOLS = "This demo server has no model behind it: it cannot call tools."
 
 # A whole expression, not digits inside a word (a benchmark nonce like "sf-1234abcd-r7" is no sum).
 _ARITH = re.compile(r"(?<![\w-])(-?\d+)\s*([*×+\-])\s*(-?\d+)(?![\w-])")
@@ -225,7 +230,9 @@ def answer_tokens(
     max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
     thinking = [f"think{i % 10}" for i in range(reasoning)]
     match = _ARITH.search(last_user_text(body))
-    if match:
+    if body.get("tools") and "messages" in body:
+        tokens, finish = thinking + NO_TOOLS.split(), "stop"
+    elif match:
         a, op, b = int(match.group(1)), match.group(2), int(match.group(3))
         value = a + b if op == "+" else a - b if op == "-" else a * b
         if thinking:

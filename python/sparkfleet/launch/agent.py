@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import traceback
 import urllib.error
 import urllib.request
@@ -246,8 +247,14 @@ def _state_json(rec: records.LaunchRecord) -> dict:
 
 
 def status(req: dict) -> dict:
+    """The lane's recorded ranks now; when none is recorded, how its last run ended (`last`)."""
     recs = records.load_all(Path(req["state_dir"]), req["lane"])
     out: dict[str, Any] = {"ranks": [_state_json(r) for r in recs]}
+    if not recs:
+        out["last"] = [
+            {"record": to_jsonable(rec), "stopped": to_jsonable(note)}
+            for rec, note in records.load_last_stops(Path(req["state_dir"]), req["lane"])
+        ]
     memstop = watchdog.read_memstop(Path(req["state_dir"]), req["lane"])
     if memstop:
         out["memstop"] = memstop
@@ -273,7 +280,8 @@ def stop(req: dict) -> dict:
                 pass  # the log is a courtesy; stopping must not depend on it
         res = runtime.stop(rec, float(req.get("timeout", 30)))
         if res.stopped:
-            records.retire(state_dir, rec)
+            note = records.StopNote(time.time(), str(req.get("by") or "sparkfleet"), res.detail)
+            records.retire(state_dir, rec, note)
         out.append(to_jsonable(res))
     return {"stopped": out}
 

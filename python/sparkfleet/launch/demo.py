@@ -135,7 +135,8 @@ def run_demo_launch(
         )
         return while_up() if while_up else True
     finally:
-        stopped = [s for s in stop(inv, lane, recipe.timeouts.stop_s) if s.get("was_running", True)]
+        results = stop(inv, lane, recipe.timeouts.stop_s, by="sparkfleet demo")
+        stopped = [s for s in results if s.get("was_running", True)]
         if stopped:  # only what this stop ended (a launch interrupted by Ctrl-C stopped its own)
             said = ", ".join(f"{s['host']} rank {s.get('rank', '?')} {s['detail']}" for s in stopped)
             echo(f"stop: {said}")
@@ -154,7 +155,8 @@ def stop_previous_demo(workdir: Path) -> list[dict]:
     inv = inventory.load(root)
     stopped = []
     for name in sorted(inv.lanes):
-        stopped += [{"lane": name, **r} for r in stop(inv, name, 10) if r.get("was_running", True)]
+        results = stop(inv, name, 10, by="sparkfleet demo (its rerun)")
+        stopped += [{"lane": name, **r} for r in results if r.get("was_running", True)]
     left = [r for r in stopped if not r["stopped"]]
     if left:
         where = ", ".join(f"{r['lane']} rank {r.get('rank', '?')} on {r['host']}: {r['detail']}"

@@ -9,6 +9,9 @@ the agent client (`nodecall`).
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,17 +34,32 @@ from .spec import LaunchSpec
 from .weights import check_local_weights, host_weights, weights_note
 
 
+def stopped_by(verb: str) -> str:
+    """Who stops a lane, as `status` says it later: the verb and the user on this machine."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container's uid)
+        user = str(os.getuid())
+    return f"{verb} ({user}@{socket.gethostname().split('.')[0]})"
+
+
 def stop(
-    inv: Inventory, lane_name: str, timeout: float | None = None, generations_root: Path | None = None
+    inv: Inventory,
+    lane_name: str,
+    timeout: float | None = None,
+    generations_root: Path | None = None,
+    by: str = "sparkfleet",
 ) -> list[dict]:
     """Stop what sparkfleet started for the lane on every host (all hosts at once); its newest
-    generation (under `generations_root`, a replica's own) is marked stopped."""
+    generation (under `generations_root`, a replica's own) is marked stopped. `by` names the verb
+    that stopped it, for `status` to say (with the user and machine)."""
     lane = inv.lane(lane_name)
     wait = timeout or 30.0
+    who = stopped_by(by)
 
     def stop_one(name: str) -> list[dict]:
         try:
-            req = state_request(inv, lane_name, name, timeout=wait)
+            req = state_request(inv, lane_name, name, timeout=wait, by=who)
             ans = call_agent(connect(inv.host(name)), "stop", req, timeout=wait + 60)
             return [{"host": name, **s} for s in ans["stopped"]]
         except HostUnreachable as exc:
@@ -78,7 +96,7 @@ class LaunchInterrupted(SparkfleetError):
 
 def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s: float) -> LaunchInterrupted:
     if stop_on_interrupt:
-        results = stop(inv, lane_name, stop_s)
+        results = stop(inv, lane_name, stop_s, by="sparkfleet launch (Ctrl-C)")
         left = [r for r in results if not r["stopped"]]
         if not left:
             return LaunchInterrupted(f"interrupted: {lane_name} stopped (--stop-on-interrupt)")
@@ -132,7 +150,7 @@ def check_occupancy(
         )
     for other in sorted(taken):
         if other in inv.lanes:
-            results = stop(inv, other)
+            results = stop(inv, other, by=f"sparkfleet launch {lane_name} --replace")
         else:  # a lane no longer in the inventory: stop it where its records are
             results = []
             for host in sorted({r["host"] for r in taken[other]}):
@@ -216,7 +234,8 @@ def _launch(
                 f"or sparkfleet launch {lane_name}{again} --replace (relaunch)",
             )
         # --replace relaunches the lane itself too (after a recipe edit: one command)
-        if not all(r["stopped"] for r in stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)):
+        replaced = stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch --replace")
+        if not all(r["stopped"] for r in replaced):
             raise SparkfleetError(
                 f"--replace: lane {lane_name} did not stop", hint=f"sparkfleet status {lane_name}"
             )
@@ -262,7 +281,7 @@ def _launch(
             on_event(f"started rank {spec.rank} on {spec.host} ({spec.name})")
     except SparkfleetError:
         if started:
-            stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
+            stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch (a rank failed)")
         raise
     notes = supervisor_notes(inv, lane_name, plan)
     if not wait:
@@ -306,7 +325,7 @@ def _launch(
         ready.tail = str(tail.get(str(ready.failed.rank), "")).splitlines()
     stopped = False
     if not ready.ok and not keep_on_failure:
-        stop(inv, lane_name, plan.recipe.timeouts.stop_s, home)
+        stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch (not ready)")
         stopped = True
     report = LaunchReport(
         lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes,
@@ -346,10 +365,16 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         except SparkfleetError as exc:
             return {"error": exc.message, "code": int(exc.exit_code)}
 
+    ended: list[dict] = []
     for name, ans in zip(lane.hosts, fan_out(ask, list(lane.hosts)), strict=True):
         if "error" in ans:
             errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
             continue
+        for last in ans.get("last", []):  # nothing recorded now: how the last run ended there
+            rec, note = last["record"], last.get("stopped") or {}
+            ended.append({"host": name, "rank": rec["rank"], "name": rec["name"],
+                          "started_at": rec["started_at"], "stopped_at": note.get("at"),
+                          "stopped_by": note.get("by"), "detail": note.get("detail")})  # fmt: skip
         if ans.get("memstop"):
             errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"]})
         for r in ans["ranks"]:
@@ -382,6 +407,7 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         port=recipe.port,
         endpoints=health,
         errors=errors,
+        ended=sorted(ended, key=lambda e: e["rank"]) if not ranks else [],
     )
 
 

@@ -65,7 +65,8 @@ def enforce(inv: Inventory, lane_name: str, st: LaneStatus) -> LaneStop | None:
     why = trip(st)
     if why is None:
         return None
-    done = LaneStop(lane_name, why, stop(inv, lane_name, recipe.timeouts.stop_s))
+    results = stop(inv, lane_name, recipe.timeouts.stop_s, by=f"the lane watchdog ({why})")
+    done = LaneStop(lane_name, why, results)
     _note(inv, lane_name, done.message)
     return done
 

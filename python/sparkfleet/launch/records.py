@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import procs
 from ..atomic import write_bytes
+from ..sanitize import clean
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,19 @@ def load_all(state_dir: Path, lane: str) -> list[LaunchRecord]:
 
 def _load_dir(d: Path) -> list[LaunchRecord]:
     """The rank records in folder `d`, by rank (an unreadable one is skipped, never a crash)."""
+    return [rec for rec, _ in _load_docs(d)]
+
+
+def _load_docs(d: Path) -> list[tuple[LaunchRecord, dict]]:
+    """(record, the whole JSON document) per rank in folder `d`, by rank; unreadable ones skipped."""
     out = []
     for p in sorted(d.glob("rank*.json")) if d.is_dir() else []:
         try:
-            out.append(from_dict(json.loads(p.read_text())))
-        except (OSError, ValueError, TypeError):
+            doc = json.loads(p.read_text())
+            out.append((from_dict(doc), doc))
+        except (OSError, ValueError, TypeError, AttributeError):
             continue
-    return sorted(out, key=lambda r: r.rank)
+    return sorted(out, key=lambda pair: pair[0].rank)
 
 
 def forget(state_dir: Path, record: LaunchRecord) -> None:
@@ -118,17 +125,47 @@ def last_run_path(state_dir: Path, lane: str, rank: int) -> Path:
     return lane_dir(state_dir, lane) / "last" / f"rank{rank}.json"
 
 
-def retire(state_dir: Path, record: LaunchRecord) -> None:
-    """A stopped rank's record moves to `last/`: `stop` no longer sees it, `logs` still finds its log."""
+@dataclass(frozen=True)
+class StopNote:
+    """How a rank's run ended when sparkfleet stopped it: when, by whom, and what the stop did."""
+
+    at: float  # unix time
+    by: str  # "sparkfleet stop (kilork@ops1)", "sparkfleet demo (...)": the verb and the user
+    detail: str  # "stopped (SIGTERM)"
+
+
+def retire(state_dir: Path, record: LaunchRecord, note: StopNote | None = None) -> None:
+    """A stopped rank's record moves to `last/`: `stop` no longer sees it, `logs` still finds its
+    log, and `status` says how that run ended (`note`)."""
     dest = last_run_path(state_dir, record.lane, record.rank)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(dest, json.dumps(dataclasses.asdict(record), indent=1).encode(), mode=0o600)
+    doc = dataclasses.asdict(record) | ({"stopped": dataclasses.asdict(note)} if note else {})
+    write_bytes(dest, json.dumps(doc, indent=1).encode(), mode=0o600)
     forget(state_dir, record)
 
 
 def load_last(state_dir: Path, lane: str) -> list[LaunchRecord]:
     """The records of the lane's last stopped run on this node, by rank."""
     return _load_dir(lane_dir(state_dir, lane) / "last")
+
+
+def load_last_stops(state_dir: Path, lane: str) -> list[tuple[LaunchRecord, StopNote | None]]:
+    """The lane's last stopped run on this node, each rank with how its stop went (None: unknown)."""
+    out = []
+    for rec, doc in _load_docs(lane_dir(state_dir, lane) / "last"):
+        out.append((rec, _stop_note(doc.get("stopped"))))
+    return out
+
+
+def _stop_note(note: object) -> StopNote | None:
+    """A retired record's stop note as written by `retire`, or None for anything else: a note we
+    cannot read says nothing, and its text reaches a terminal only without control characters."""
+    if not isinstance(note, dict):
+        return None
+    at, by, detail = note.get("at"), note.get("by"), note.get("detail")
+    if not isinstance(at, int | float) or not 0 < at < 1e11 or not isinstance(by, str):
+        return None
+    return StopNote(float(at), clean(by)[:200], clean(str(detail))[:200])
 
 
 def is_ours(record: LaunchRecord) -> bool:

@@ -81,6 +81,14 @@ class LaneStatus:
     port: int
     endpoints: dict | None
     errors: list[dict] = field(default_factory=list)
+    # nothing recorded now: the last run's ranks, each {host, rank, name, started_at, stopped_at,
+    # stopped_by, detail} (the stop's fields None where that run was not stopped by sparkfleet)
+    ended: list[dict] = field(default_factory=list)
+
+    @property
+    def stopped_cleanly(self) -> bool:
+        """No rank runs, and sparkfleet stopped every rank of the last run (none crashed or vanished)."""
+        return not self.ranks and bool(self.ended) and all(e["stopped_at"] for e in self.ended)
 
     def to_dict(self) -> dict:
         """The JSON form (`status --json`): the fields as keys, in order."""

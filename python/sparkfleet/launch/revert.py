@@ -93,7 +93,7 @@ def rollback_lane(
     good, report = rollback(
         inv.root,
         lane,
-        stop=lambda: stop(inv, lane),
+        stop=lambda: stop(inv, lane, by="sparkfleet rollback"),
         plan=lambda old: dry_run(old, lane),  # every launch check, before the running lane is stopped
         launch=lambda old: launch(
             old,

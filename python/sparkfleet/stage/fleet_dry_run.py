@@ -54,7 +54,11 @@ def _needs(answer: dict[str, Any]) -> set[tuple]:
 def fleet_dry_run(
     inv: Inventory, hosts: list[str], options: remote.StageOptions, fanout: bool
 ) -> FleetDryRun:
-    """Ask every host for its plan at once, then decide the NAS reads and peer pulls."""
+    """Ask every host for its plan at once, then decide the NAS reads and peer pulls.
+
+    A fan-out the real run would refuse is refused here first, by the same check."""
+    if fanout and len(hosts) > 1:
+        remote.check_fanout(inv, hosts, remote.concrete_transport(inv, hosts, options.peer_transport))
 
     def ask(host: str) -> dict:
         def argv_for(prefix: list[str]) -> list[str]:

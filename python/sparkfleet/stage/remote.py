@@ -38,7 +38,7 @@ from ..hosts import (
 )
 from ..selfexec import module_argv
 from .events import parse_event
-from .transport import DEFAULT_TRANSPORT, PeerSource, resolve_transport
+from .transport import DEFAULT_TRANSPORT, LOCAL, PeerSource, resolve_transport
 
 if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
     from ..inventory import Host, Inventory
@@ -128,6 +128,34 @@ def fabric_address(host: Host) -> str:
     return host.fabric_ip
 
 
+def concrete_transport(inv: Inventory, hosts: list[str], choice: str) -> str:
+    """The transport `choice` means for these hosts (`auto`: rsyncd when each has a fabric_ip)."""
+    return resolve_transport(choice, all(inv.host(h).fabric_ip for h in hosts))
+
+
+def check_fanout(inv: Inventory, hosts: list[str], transport: str) -> None:
+    """Refuse a fan-out its hosts could not run, before any host is touched: one check for the dry
+    run, the coordinator and each host, so a plan the dry run shows is one the run accepts.
+
+    rsyncd binds each host's fabric address, so every host needs one. Otherwise peers are reached
+    by their inventory address: hosts that are all this machine (the demo fleet) read each other's
+    hubs in place; a loopback address beside hosts on other machines names a peer the others
+    cannot reach ("localhost" on dgx2 is dgx2).
+    """
+    if transport == "rsyncd":
+        for h in hosts:
+            fabric_address(inv.host(h))
+        return
+    local = [h for h in hosts if inv.host(h).address in LOCAL_ADDRESSES]
+    others = [h for h in hosts if h not in local]
+    if local and others:
+        raise SparkfleetError(
+            f"fan-out: {local[0]} has a loopback address ({inv.host(local[0]).address}) while "
+            f"{others[0]} is another machine, which could not pull from it",
+            hint=f"give {local[0]} its network address in hosts/fleet.toml, or stage without --fanout",
+        )
+
+
 def peer_sources(
     inv: Inventory,
     names: list[str],
@@ -138,6 +166,7 @@ def peer_sources(
     secret: str | None = None,
 ) -> list[PeerSource | None]:
     """One PeerSource per lane host in share order; None in this host's own slot."""
+    check_fanout(inv, names, transport)
     sources: list[PeerSource | None] = []
     for i, name in enumerate(names):
         if name == me:
@@ -151,8 +180,9 @@ def peer_sources(
             sources.append(PeerSource(name, host.local_hub, (), address, transport, ports[i], secret))
             continue
         runner = connect(host, ssh_config)
-        if isinstance(runner, LocalHost):
-            raise ValueError(f"peer {name} has a local address; fan-out peers must be reachable over ssh")
+        if isinstance(runner, LocalHost):  # check_fanout: then every lane host is this machine
+            sources.append(PeerSource(name, host.local_hub, (), host.address, LOCAL))
+            continue
         full = runner.ssh_argv(["true"])
         ssh_opts = tuple(full[: full.index(runner.address)])
         sources.append(PeerSource(name, host.local_hub, ssh_opts, runner.address, transport))
@@ -183,6 +213,13 @@ class HostStage:
     error: str | None = None
     hint: str | None = None
     log: list[str] = field(default_factory=list)
+    wave1: dict | None = None  # fan-out: the host's wave-1 run (its share, from the NAS)
+
+    @property
+    def nas_bytes(self) -> int:
+        """What this host read from the NAS, both fan-out waves together."""
+        runs = [r for r in (self.wave1, self.run) if r]
+        return sum(int(r.get("nas_bytes", 0)) for r in runs)
 
     @property
     def log_tail(self) -> str:
@@ -190,6 +227,31 @@ class HostStage:
 
 
 EventSink = Callable[[str, dict], None]
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def fold_traceback(lines: list[str]) -> tuple[list[str], str | None]:
+    """(the lines without a Python traceback, the exception line it ended with, or None).
+
+    A host's run that crashed (a bug) printed its traceback to the output the coordinator reads:
+    the operator's summary and `--json`'s log get the one line that names the exception, not
+    frames cut at an arbitrary tail.
+    """
+    if TRACEBACK_HEAD not in lines:
+        return lines, None
+    start = lines.index(TRACEBACK_HEAD)
+    end, last, in_frames = start, None, True
+    for i in range(start + 1, len(lines)):
+        line = lines[i]
+        if in_frames:
+            if line.startswith(" "):
+                continue
+            end, last, in_frames = i, line, False  # the exception line
+        elif line.startswith(TRACEBACK_HEAD):
+            in_frames = True  # a chained exception's traceback
+        elif line.strip() and not line.startswith(("During handling", "The above exception")):
+            break
+    return lines[:start] + lines[end + 1 :], last
 
 
 def _runner(inv: Inventory, host_name: str, ssh_config: Path | None) -> LocalHost | SshHost:
@@ -257,6 +319,7 @@ def run_host_stage(
                 outcome.error, outcome.hint = event["message"], event.get("hint")
                 outcome.exit_code = event.get("exit_code")
         returncode = lines.returncode
+    outcome.log, crashed = fold_traceback(outcome.log)
     if outcome.run is None:
         # the host lacks the deployed tooling or this fleet's spec: say so, and how to fix it
         root = Path(argv[argv.index("--root") + 1]) if "--root" in argv else None
@@ -265,6 +328,10 @@ def run_host_stage(
         if missing is not None:
             outcome.error, outcome.hint = missing.message, missing.hint
             outcome.exit_code = int(missing.exit_code)
+    if outcome.run is None and outcome.error is None and crashed:
+        outcome.error = f"{host_name}: sparkfleet stage crashed there: {crashed}"
+        outcome.hint = f"a sparkfleet bug: `sparkfleet stage {host_name} --here` on {host_name} shows where"
+        outcome.exit_code = ExitCode.CRASHED
     if outcome.run is None and outcome.error is None:
         outcome.error = f"{host_name}: stage ended without a result"
         ssh_failed = isinstance(runner, SshHost) and returncode == SSH_CONNECT_FAILED
@@ -285,11 +352,10 @@ def stage_hosts(
 ) -> list[HostStage]:
     """Stage `hosts` in parallel; with `fanout`, NAS share first (wave 1), then from peers (wave 2)."""
     lock = threading.Lock()
-    fabric = all(inv.host(h).fabric_ip for h in hosts)
-    options = dataclasses.replace(options, peer_transport=resolve_transport(options.peer_transport, fabric))
-    if fanout and options.peer_transport == "rsyncd":
-        for h in hosts:  # refuse before any host is touched, naming the host without a fabric
-            fabric_address(inv.host(h))
+    transport = concrete_transport(inv, hosts, options.peer_transport)
+    options = dataclasses.replace(options, peer_transport=transport)
+    if fanout and len(hosts) > 1:
+        check_fanout(inv, hosts, options.peer_transport)  # before any host is touched
 
     def safe_sink(host: str, event: dict) -> None:
         with lock:
@@ -318,15 +384,19 @@ def stage_hosts(
         if outcome.error:
             sink(outcome.host, {"event": "log", "line": f"wave 1 failed on {outcome.host}: {outcome.error}"})
     if options.peer_transport != "rsyncd":
-        return wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
-    import secrets  # here, not at start-up: a plain stage never makes a secret (~10 ms of imports)
+        second = wave(lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts))
+    else:
+        import secrets  # here, not at start-up: a plain stage never makes a secret (~10 ms of imports)
 
-    secret = secrets.token_urlsafe(32)  # this run only; on stdin, never argv, never logged
-    with serving(inv, hosts, options, secret, safe_sink, root) as ports:
-        return wave(
-            lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts, ports=ports),
-            secret,
-        )
+        secret = secrets.token_urlsafe(32)  # this run only; on stdin, never argv, never logged
+        with serving(inv, hosts, options, secret, safe_sink, root) as ports:
+            second = wave(
+                lambda i, h: lambda prefix: stage_argv(prefix, root(h), h, options, peers=hosts, ports=ports),
+                secret,
+            )
+    for before, after in zip(first, second, strict=True):
+        after.wave1 = before.run
+    return second
 
 
 @contextlib.contextmanager

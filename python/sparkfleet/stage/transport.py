@@ -16,19 +16,24 @@ lane host declares its fabric_ip (the measured fastest, fenced to the fabric), e
             fabric addresses, with a one-time secret (rsync challenge-response auth). The bytes
             are not encrypted or MAC'd in flight, so only sha256-named blobs (checked against
             their name on arrival) are taken this way; other files come from the NAS.
+A peer whose hub is on this very machine (every host of the demo fleet is loopback) is read in
+place (`local`): no transport at all, and the bytes are verified on arrival as any peer's are.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SourceError
+from .copy import fill_from_path
 
 TRANSPORTS = ("ssh", "ssh-fast", "rsyncd")
+LOCAL = "local"  # not a choice: what a peer on this same machine is read with
 AUTO = "auto"
 DEFAULT_TRANSPORT = AUTO
 FAST_CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com"
@@ -64,7 +69,7 @@ class PeerSource:
     secret: str | None = None
 
     def __post_init__(self) -> None:
-        if self.transport not in TRANSPORTS:
+        if self.transport not in (*TRANSPORTS, LOCAL):
             raise ValueError(f"unknown peer transport {self.transport!r} (one of {', '.join(TRANSPORTS)})")
         if self.transport == "rsyncd" and (self.port is None or not self.secret):
             raise ValueError(f"peer {self.name}: rsyncd needs the daemon's port and this run's secret")
@@ -92,6 +97,9 @@ class PeerSource:
 
     def fill(self, rel: str, tmp: Path, timeout: float | None = None) -> None:
         """Fetch `rel` from the peer into `tmp` (which must not exist yet)."""
+        if self.transport == LOCAL:
+            self._fill_local(rel, tmp)
+            return
         argv = self.rsync_argv(rel, tmp)
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env()
@@ -101,3 +109,15 @@ class PeerSource:
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise SourceError(f"pull of {rel} from {self.name} failed (rsync exit {proc.returncode}): {tail}")
+
+    def _fill_local(self, rel: str, tmp: Path) -> None:
+        """Copy `rel` from a hub on this machine; a file not under its final name yet is a miss."""
+        wanted = self.hub / rel
+        source = Path(os.path.realpath(wanted.parent)) / wanted.name  # open_source wants no link above
+        try:
+            st = source.lstat()
+        except FileNotFoundError:
+            raise PeerMiss(f"{self.name} does not hold {rel} yet") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise PeerMiss(f"{self.name} holds no regular file at {rel}")
+        fill_from_path(source, st.st_size, lambda n: None, (st.st_dev, st.st_ino, st.st_size))(tmp)

@@ -105,6 +105,7 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
         *([f"- **{doc['weights']}** (launched with --allow-nas-weights)"] if doc.get("weights") else []),
         f"- created (UTC): {doc.get('created_utc')}; duration {_fmt(doc.get('duration_s'))} s; "
         f"client CPU {_fmt(doc.get('client_cpu_s'), 2)} s",
+        *_estimate_lines(doc.get("estimate")),
         f"- token counts from: {', '.join(doc.get('token_sources') or []) or '—'}",
         f"- sparkfleet {doc.get('sparkfleet_version')}",
     ]
@@ -233,11 +234,24 @@ def render_markdown(doc: dict[str, Any], stem: str) -> str:
             f"- tool-eval-bench {q.get('tool_version')}",
         ]
         for f in q.get("failed_scenarios") or []:
-            lines.append(f"  - {f['scenario_id']} {f['status']}: {f.get('summary') or ''}")
+            timed_out = f.get("failure_kind") == "timeout"
+            late = " (past the request deadline: left out of the score)" if timed_out else ""
+            lines.append(f"  - {f['scenario_id']} {f['status']}{late}: {f.get('summary') or ''}")
     roof = doc.get("roofline")
     if isinstance(roof, dict) and roof:
         lines += ["", *markdown_lines(roof)]
     return "\n".join(lines) + "\n"
+
+
+def _estimate_lines(est: object) -> list[str]:
+    """What the plan was priced at after the decode probe, beside what the run took."""
+    if not isinstance(est, dict) or not isinstance(est.get("seconds"), int | float):
+        return []
+    return [
+        f"- estimate after the decode probe ({_fmt(est.get('at_s'))} s in): {_fmt(est['seconds'])} s more "
+        f"before quality, at {_fmt(est.get('decode_tps'))} tok/s decode, {_fmt(est.get('prefill_tps'), 0)} "
+        "tok/s prefill"
+    ]
 
 
 def _unit(doc: dict) -> str:
