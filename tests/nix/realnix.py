@@ -10,6 +10,7 @@ store is the caller's (a session folder), never the chroot's.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -99,8 +100,21 @@ class RealNix:
             check=False,
         )
 
+    def eval_json(self, expr: str, *, binds: tuple[Path, ...] = (), timeout: float = 300) -> object:
+        """`nix-instantiate --eval --strict --json --expr EXPR`; Nix's own error as NixError."""
+        proc = self.run(
+            ["nix-instantiate", "--eval", "--strict", "--json", "--expr", expr], binds=binds, timeout=timeout
+        )
+        if proc.returncode != 0:
+            raise NixError(proc.stderr)
+        return json.loads(proc.stdout)
+
     def version(self) -> tuple[int, int]:
         out = self.run(["nix", "--version"]).stdout
         found = re.search(r"(\d+)\.(\d+)", out)
         assert found, out
         return int(found.group(1)), int(found.group(2))
+
+
+class NixError(Exception):
+    """The chroot's Nix refused (its stderr is the message)."""

@@ -139,8 +139,10 @@ let
       };
       # a Python dependency as the tests compare it with pyproject.toml: "name==version"
       buildPythonPackage = args: "${builtins.replaceStrings [ "-" ] [ "_" ] args.pname}==${args.version}";
-      callPackage = path: overrides:
-        let f = import path; in f (builtins.intersectAttrs (builtins.functionArgs f) (py // { inherit lib; } // overrides));
+      # nixpkgs' own: the Python set's callPackage is lib.callPackageWith over pkgs and the set
+      # (pkgs.newScope), so a result carries override/overrideDerivation and a missing argument is
+      # lib's error naming it
+      callPackage = lib.callPackageWith (pkgs // py);
       fetchPypi = args: { kind = "fetchPypi"; inherit args; };
       # what pkgs/smg.nix takes besides (python3Packages.callPackage reaches pkgs' attributes too)
       stdenv = { hostPlatform.system = "aarch64-linux"; cc.cc = { lib = "gcc-lib"; outputs = [ "out" "lib" ]; }; };
@@ -155,6 +157,7 @@ let
       matplotlib = "matplotlib";
       numpy = "numpy";
       setuptools = "setuptools";
+      wheel = "wheel";
       click = "click";
       jsonschema = "jsonschema";
       rich = "rich";
