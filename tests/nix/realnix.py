@@ -4,8 +4,10 @@ builds (.nix-chroot, or $SPARKFLEET_NIX_CHROOT).
 Debian bookworm's nix 2.8 cannot evaluate this flake, so every `nix flake ...` and every sandboxed
 build runs here instead. Each call runs in a private mount namespace (`unshare --mount`): /proc,
 /dev, the caller's store folder at /nix and each folder the call names at its own path are mounted
-there and vanish with the process, so the chroot never changes and no mount outlives a test. The
-store is the caller's (a session folder), never the chroot's.
+there and vanish with the process, so the chroot's tree never changes and no mount outlives a
+test. The store is the caller's (a session folder), never the chroot's. The tree becomes the root
+by pivot_root, not chroot: the kernel refuses user namespaces to a chrooted process, and Nix's
+sandbox (on, with no fallback) needs one to build as root without build users.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ SYSTEM_TOPS = frozenset(
 CONFIG = "\n".join([
     "experimental-features = nix-command flakes",
     "sandbox = true",
+    # a sandbox that cannot be set up is an error, never a silent unsandboxed build
+    "sandbox-fallback = false",
     # root without the nixbld group: Nix builds as root inside the sandbox's namespaces
     "build-users-group =",
     "substituters =",
@@ -66,6 +70,8 @@ class RealNix:
         root = shlex.quote(str(CHROOT))
         lines = [
             "set -e",
+            # the chroot a mount point of its own: Nix's sandbox makes / private and remounts /proc
+            f"mount --bind {root} {root}",
             f"mount -t proc proc {root}/proc",
             f"mount --rbind /dev {root}/dev",
             f"mount --bind {shlex.quote(str(self.store))} {root}/nix",
@@ -81,7 +87,10 @@ class RealNix:
             lines += [f"mkdir -p {root}{path}", f"mount --bind {path} {root}{path}"]
         variables = {"HOME": "/root", "PATH": "/usr/bin:/bin", "NIX_CONFIG": CONFIG, **(env or {})}
         assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in variables.items())
-        lines.append(f"exec chroot {root} env -i {assignments} " + " ".join(map(shlex.quote, argv)))
+        # pivot_root rather than chroot: the kernel refuses a user namespace to a chrooted process,
+        # and Nix's sandbox needs one when it builds as root without build users
+        lines += [f"cd {root}", "pivot_root . mnt", "cd /", "umount -l /mnt"]
+        lines.append(f"exec env -i {assignments} " + " ".join(map(shlex.quote, argv)))
         return subprocess.run(
             [
                 "unshare",
