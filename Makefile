@@ -17,8 +17,8 @@ DEB_PACKAGES += docker-registry skopeo
 DEB_PACKAGES += nginx-light
 # Headless browser: the bench history page (report html) is checked as rendered, by screenshot.
 DEB_PACKAGES += chromium
-# A modern Nix for the flake tests, in a chroot of Debian trixie (below).
-DEB_PACKAGES += debootstrap
+# A modern Nix for the flake tests, in a chroot of Debian trixie (below); the keyring checks it.
+DEB_PACKAGES += debootstrap debian-archive-keyring
 
 .PHONY: test demo shell lint venv debian-deps clean engine-venv nix-chroot
 
@@ -92,6 +92,7 @@ $(NIX_CHROOT)/.built-$(NIX_SUITE):
 	set -e; rm -rf $(NIX_CHROOT) $(NIX_CHROOT).tmp; \
 	echo "building the Nix chroot ($(NIX_SUITE)'s nix-bin) in $(NIX_CHROOT) (first run only, ~1-2 min)"; \
 	debootstrap --variant=minbase --include=nix-bin,busybox-static,libdbi-perl \
+	  --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
 	  $(NIX_SUITE) $(NIX_CHROOT).tmp $(DEBIAN_MIRROR) > $(NIX_CHROOT).log 2>&1 \
 	  || { tail -20 $(NIX_CHROOT).log; exit 1; }; \
 	rm -rf $(NIX_CHROOT).tmp/var/cache/apt/archives/*.deb $(NIX_CHROOT).tmp/var/lib/apt/lists/*; \
