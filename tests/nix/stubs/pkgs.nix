@@ -4,7 +4,7 @@
 #
 # What each stand-in keeps of the real one (nothing is built; every store path is the zero hash):
 #   - the shape: every builder returns a derivation-shaped value (type = "derivation", drvPath,
-#     outPath, name), which is what `nix flake check` (tests/nix/flake-check.nix) and string
+#     outPath, name), which is what `nix flake check` and string
 #     interpolation see;
 #   - the string context of what it is built from (outPath carries it, as a real derivation's
 #     closure holds its inputs): writeText keeps its text and the text's context;
@@ -12,7 +12,7 @@
 #     writeShellApplication are lambdas with the real formals, so Nix itself rejects an unknown
 #     argument or a missing one exactly as the real function does. The formals are those of
 #     nixpkgs pkgs/build-support/docker/default.nix and pkgs/build-support/trivial-builders
-#     (nixos-25.11; see modules/README.md "What the tests stub").
+#     (see modules/README.md "What the tests stub").
 # Inspection-only attributes a real derivation does not have: `kind`, `args` (the call's
 # arguments), `script`/`env` (runCommand's), `text` is writeText's own (real: also an env var).
 { nixpkgsLib }:
