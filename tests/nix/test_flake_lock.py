@@ -57,10 +57,10 @@ def resolve(lock: dict, ref: str | list[str]) -> str:
     return node
 
 
-def recomputable() -> list[str]:
+def recomputable() -> list:
     """The lock's GitHub entries (nixpkgs aside) whose bundle holds the locked revision."""
     if inputs.inputs_dir() is None:
-        return []
+        return [pytest.param(None, marks=pytest.mark.skip(reason=inputs.missing()))]
     names = []
     for name, node in sorted(inputs.lock()["nodes"].items()):
         locked = node.get("locked", {})
@@ -73,7 +73,7 @@ def recomputable() -> list[str]:
 
 @inputs.requires_inputs("serokell/deploy-rs", "graham33/nixos-dgx-spark", "nix-community/srvos")
 def test_the_direct_inputs_are_recomputed() -> None:
-    assert {"deploy-rs", "nixos-dgx-spark", "srvos"} <= set(recomputable())
+    assert {"deploy-rs", "nixos-dgx-spark", "srvos"} <= set(recomputable())  # names, with the folder
 
 
 @pytest.mark.parametrize("name", recomputable())
