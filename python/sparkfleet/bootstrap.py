@@ -290,20 +290,39 @@ def daemon_trusts(f: HostFacts) -> tuple[bool, str]:
 # ---- pure: what is missing and what would fix it -----------------------------------------------
 
 
-def trusted_users(conf: str | None) -> list[str]:
-    """The effective trusted-users of a nix.conf (last `trusted-users` wins, `extra-` ones add)."""
-    base: list[str] = ["root"]
-    extra: list[str] = []
+def setting_words(conf: str | None, key: str, default: tuple[str, ...] = ()) -> list[str]:
+    """A list setting's effective words in a nix.conf: the last `key = ...` line wins (else
+    `default`, Nix's own), and every `extra-key = ...` line adds."""
+    base, extra = list(default), []
     for raw in (conf or "").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        key, eq, value = line.partition("=")
-        if not eq:
-            continue
-        if key.strip() == "trusted-users":
+        name, eq, value = raw.split("#", 1)[0].partition("=")
+        if eq and name.strip() == key:
             base = value.split()
-        elif key.strip() == "extra-trusted-users":
+        elif eq and name.strip() == f"extra-{key}":
             extra += value.split()
     return base + extra
+
+
+def with_words(conf: str | None, key: str, words: list[str], new_line: list[str], why: str) -> str:
+    """nix.conf with `words` added to its last `key` line (its comment kept), or, without one, a
+    `key = new_line` line after the comment `why`; nothing else moves."""
+    text = conf or ""
+    lines = text.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        name, eq, value = lines[i].split("#", 1)[0].partition("=")
+        if eq and name.strip() == key:
+            comment = lines[i][len(lines[i].split("#", 1)[0]) :].rstrip("\n")
+            tail = f" {comment}" if comment else ""
+            lines[i] = f"{key} = {' '.join([*value.split(), *words])}{tail}\n"
+            return "".join(lines)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + f"# {why}; added by sparkfleet bootstrap\n{key} = {' '.join(new_line)}\n"
+
+
+def trusted_users(conf: str | None) -> list[str]:
+    """The effective trusted-users of a nix.conf (Nix's default: root)."""
+    return setting_words(conf, "trusted-users", ("root",))
 
 
 def is_trusted(user: str, conf: str | None) -> bool:
@@ -313,35 +332,16 @@ def is_trusted(user: str, conf: str | None) -> bool:
 
 def with_trusted_user(conf: str | None, user: str) -> str:
     """nix.conf with `user` added to its last trusted-users line (or a new line); nothing else moves."""
-    text = conf or ""
-    lines = text.splitlines(keepends=True)
-    for i in range(len(lines) - 1, -1, -1):
-        key, eq, value = lines[i].split("#", 1)[0].partition("=")
-        if eq and key.strip() == "trusted-users":
-            comment = lines[i][len(lines[i].split("#", 1)[0]) :].rstrip("\n")
-            tail = f" {comment}" if comment else ""
-            lines[i] = f"trusted-users = {' '.join([*value.split(), user])}{tail}\n"
-            return "".join(lines)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    why = f"# deploy-rs copies unsigned paths as {user} (deploy-rs#293); added by sparkfleet bootstrap\n"
-    return text + why + f"trusted-users = root {user}\n"
+    why = f"deploy-rs copies unsigned paths as {user} (deploy-rs#293)"
+    return with_words(conf, "trusted-users", [user], ["root", user], why)
 
 
 NIX_FEATURES = ("nix-command", "flakes")
 
 
 def experimental_features(conf: str | None) -> list[str]:
-    """The effective experimental-features of a nix.conf (last line wins, `extra-` ones add)."""
-    base: list[str] = []
-    extra: list[str] = []
-    for raw in (conf or "").splitlines():
-        key, eq, value = raw.split("#", 1)[0].partition("=")
-        if eq and key.strip() == "experimental-features":
-            base = value.split()
-        elif eq and key.strip() == "extra-experimental-features":
-            extra += value.split()
-    return base + extra
+    """The effective experimental-features of a nix.conf."""
+    return setting_words(conf, "experimental-features")
 
 
 def with_features(conf: str | None, features: tuple[str, ...] = NIX_FEATURES) -> str:
@@ -349,19 +349,8 @@ def with_features(conf: str | None, features: tuple[str, ...] = NIX_FEATURES) ->
     missing = [f for f in features if f not in experimental_features(conf)]
     if not missing:
         return conf or ""
-    text = conf or ""
-    lines = text.splitlines(keepends=True)
-    for i in range(len(lines) - 1, -1, -1):
-        key, eq, value = lines[i].split("#", 1)[0].partition("=")
-        if eq and key.strip() == "experimental-features":
-            comment = lines[i][len(lines[i].split("#", 1)[0]) :].rstrip("\n")
-            tail = f" {comment}" if comment else ""
-            lines[i] = f"experimental-features = {' '.join([*value.split(), *missing])}{tail}\n"
-            return "".join(lines)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    why = "# deploy-rs builds profiles here with `nix build` (remoteBuild); added by sparkfleet bootstrap\n"
-    return text + why + f"experimental-features = {' '.join(missing)}\n"
+    why = "deploy-rs builds profiles here with `nix build` (remoteBuild)"
+    return with_words(conf, "experimental-features", missing, missing, why)
 
 
 def sudoers_text(prefix: str = "") -> str:

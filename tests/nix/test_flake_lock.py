@@ -22,6 +22,8 @@ from .conftest import REPO, nix_eval, requires_nix
 
 pytestmark = [pytest.mark.nix, requires_nix]
 
+NIX_HASH_PATH = ("nix", "--extra-experimental-features", "nix-command", "hash", "path", "--type", "sha256")
+
 
 def test_flake_lock_matches_the_flake_inputs() -> None:
     lock = json.loads((REPO / "flake.lock").read_text())
@@ -83,16 +85,7 @@ def test_locked_narhash_is_the_hash_of_its_locked_rev(tmp_path: Path, name: str)
     committed = inputs.git("-C", str(inputs.clone(repo)), "log", "-1", "--format=%ct", locked["rev"])
     assert int(committed) == locked["lastModified"]
     tree = inputs.archive(repo, locked["rev"], tmp_path / "src")
-    argv = [
-        "nix",
-        "--extra-experimental-features",
-        "nix-command",
-        "hash",
-        "path",
-        "--type",
-        "sha256",
-        str(tree),
-    ]
+    argv = [*NIX_HASH_PATH, str(tree)]
     nar = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
     assert nar == locked["narHash"]
 
