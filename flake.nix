@@ -3,7 +3,10 @@
 
   # Inputs and outputs only; the logic lives in modules/ (incl. the pure lib), pkgs/ and hosts/.
   inputs = {
-    nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
+    # A release every NixOS module input supports: srvos at its locked rev tests nixos-26.05 (its
+    # dev flake's nixos-stable) and has dropped older releases (tests/nix/test_input_floors.py);
+    # the lock entry is the one srvos's dev/private/flake.lock records. docs/nix.md: why, and when to move.
+    nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";
     # One nixpkgs for everything: deploy-rs's lib (activate.*) is evaluated against ours, and its
     # `deploy`/`activate` binaries come from our nixpkgs' binary cache (deployPkgsFor below).
     deploy-rs = {
@@ -148,14 +151,18 @@
           };
         }
         // builtins.listToAttrs (map (host: { name = "eval-${host}"; value = evalHost host; }) nixosHosts)
-        # the staging and lane units booted in a NixOS VM with a stand-in lane command (needs KVM:
-        # CI's vm job builds it; `nix flake check --no-build` only evaluates it)
-        // nixpkgs.lib.optionalAttrs (system == "x86_64-linux") {
-          units-vm = import ./pkgs/units-vm-test.nix { inherit pkgs; modules = [ self.nixosModules.default ]; };
-        }
         # deployChecks builds every profile: only where the hosts' system builds (deploy-rs #389).
         // nixpkgs.lib.optionalAttrs (system == hostSystem)
           ((deployPkgsFor system).deploy-rs.lib.deployChecks self.deploy));
+
+      # The staging and lane units booted in a NixOS VM with a stand-in lane command. It needs KVM,
+      # and deploy-rs builds every check of the operator's system before each deploy (`nix flake
+      # check`), so it is no check: CI's vm job builds it (`nix build .#hydraJobs.units-vm.x86_64-linux`);
+      # `nix flake check` still evaluates it.
+      hydraJobs.units-vm.x86_64-linux = import ./pkgs/units-vm-test.nix {
+        pkgs = pkgsFor "x86_64-linux";
+        modules = [ self.nixosModules.default ];
+      };
 
       formatter = forSystems (system: (pkgsFor system).nixpkgs-fmt);
     };

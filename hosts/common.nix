@@ -41,5 +41,7 @@ in
     extraGroups = [ "wheel" ] ++ lib.optional (config.sparkfleet.lanes.runtime == "docker") "docker";
     openssh.authorizedKeys.keyFiles = lib.optional (builtins.pathExists ./authorized_keys) ./authorized_keys;
   };
-  system.stateVersion = "25.11";
+  # The release a host was first installed with (NixOS keeps state formats by it): no Spark runs
+  # NixOS yet, so the first ones start on the flake's 26.05. Never change it on an installed host.
+  system.stateVersion = "26.05";
 }

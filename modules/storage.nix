@@ -5,23 +5,20 @@ let
   facts = config.sparkfleet.facts;
   fleetLib = import ./lib/fleet.nix;
   nas = builtins.head facts.mounts;
-  # facts.tmpfiles give "d PATH MODE USER GROUP -" with the user's own group (DGX OS / Ubuntu gives
-  # every user a group of its name). On NixOS a normal user's primary group is `users`: the rules
-  # name the group the user is declared with here, so systemd-tmpfiles never meets an unknown group.
+  # facts.tmpfiles are rules as fields, owned by the user and the group of its name (DGX OS /
+  # Ubuntu gives every user one). On NixOS a normal user's primary group is `users`: the rules name
+  # the group the user is declared with here, so systemd-tmpfiles never meets an unknown group.
   userGroup = config.users.users.${facts.sshUser}.group or facts.sshUser;
-  # As systemd.tmpfiles.settings (NixOS renders them to /etc/tmpfiles.d/10-sparkfleet.conf and
-  # checks each field) rather than raw rule strings: "TYPE PATH MODE USER GROUP AGE" -> by path.
-  fields = rule: builtins.filter (f: f != "") (lib.splitString " " rule);
-  tmpfiles = lib.listToAttrs (map (rule:
-    let f = fields rule; at = builtins.elemAt f; in {
-      name = at 1;
-      value.${at 0} = {
-        mode = at 2;
-        user = at 3;
-        group = if at 3 == facts.sshUser && at 4 == facts.sshUser then userGroup else at 4;
-        age = at 5;
-      };
-    }) facts.tmpfiles);
+  # As systemd.tmpfiles.settings (NixOS renders them to /etc/tmpfiles.d/10-sparkfleet.conf, each
+  # field on its own), taken field by field from the facts: no rule string is built or split, and
+  # modules/lib/fleet.nix has refused a path tmpfiles would split or expand, naming its key.
+  tmpfiles = lib.listToAttrs (map (rule: {
+    name = rule.path;
+    value.${rule.type} = {
+      inherit (rule) mode user age;
+      group = if rule.group == facts.sshUser then userGroup else rule.group;
+    };
+  }) facts.tmpfiles);
 in
 {
   options.sparkfleet.storage = {

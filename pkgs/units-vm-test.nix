@@ -1,4 +1,4 @@
-# NixOS VM test of the staging and lane units (checks.x86_64-linux.units-vm), the way
+# NixOS VM test of the staging and lane units (hydraJobs.units-vm.x86_64-linux), the way
 # graham33/nixos-dgx-spark tests its modules (checks/dgx-dashboard-vm.nix: pkgs.testers.runNixOSTest,
 # plain nixpkgs, hardware parts stubbed). sparkfleet's own modules, as a Spark imports them, on a
 # VM that heads a one-host lane; `sparkfleet` is a stand-in that records its argv, environment and

@@ -7,8 +7,8 @@
 # env (TP_SIZE, DSV41_LAUNCHER, ...) is derived by the sparkfleet CLI at launch, never here.
 let
   inherit (builtins)
-    attrNames concatStringsSep elemAt filter foldl' fromTOML genList hasAttr head
-    length listToAttrs map match pathExists readDir readFile sort stringLength substring;
+    attrNames concatStringsSep elemAt filter foldl' fromJSON fromTOML genList hasAttr head
+    length listToAttrs map match pathExists readDir readFile sort stringLength substring toJSON;
 
   # The knobs both readers agree on. Changing one is a change to hostfacts.py too (tests compare).
   constants = {
@@ -36,6 +36,16 @@ let
     # systemd StateDirectory of the fleet services (hostfacts.SERVICE_STATE)
     serviceState = "/var/lib/sparkfleet";
   };
+
+  # A path that reaches systemd-tmpfiles (local_hub, the receipt roots' parents) must not be split
+  # or expanded there (whitespace, %, \, quotes: "/etc 0777 u g -" would be a rule of its own).
+  # The pattern is the schemas' tmpfilesPath, read here too, so Nix refuses what `inventory check`
+  # refuses even where nobody ran it; it is written in what ECMA-262 (the schema) and POSIX ERE
+  # (builtins.match) read alike: a bracket of literal characters.
+  schemaPattern = file: (fromJSON (readFile (../../python/sparkfleet/schema + "/${file}")))."$defs".tmpfilesPath.pattern;
+  tmpfilesPath = pattern: key: path:
+    if match pattern path != null then path
+    else throw "${key}: ${toJSON path} is no path systemd-tmpfiles can read as one (absolute, no whitespace, control character, %, \\ or quote): fix it, then run `sparkfleet inventory check`";
 
   hex40 = s: match "[0-9a-f]{40}" s != null;
   digest = s: match "sha256:[0-9a-f]{64}" s != null;
@@ -83,6 +93,8 @@ let
       sshUser = need "ssh_user";
       sshPort = m.ssh_port or 22;
       localHub = need "local_hub";
+      # where local_hub was set, for errors that name it
+      localHubKey = "hosts/fleet.toml: " + (if own ? local_hub then "hosts.${name}.local_hub" else "defaults.local_hub");
       nasHub = need "nas_hub";
       nasExport = m.nas_export or null;
       sshKey = m.ssh_key or null;
@@ -90,8 +102,11 @@ let
       services = sort builtins.lessThan (m.services or [ ]);
     };
 
-  # Receipt roots a lane's recipe declares (launch issue: [launch].receipt_roots); none if absent.
-  receiptRootsOf = recipe: (recipe.launch or { }).receipt_roots or [ ];
+  # Receipt roots a lane's recipe declares ([launch].receipt_roots), each a tmpfiles-safe path.
+  receiptRootsOf = name: recipe:
+    let roots = (recipe.launch or { }).receipt_roots or [ ]; in
+    genList (i: tmpfilesPath (schemaPattern "recipe.schema.json")
+      "recipes/${name}/recipe.toml: launch.receipt_roots[${toString i}]" (elemAt roots i)) (length roots);
 
   uniq = xs: foldl' (acc: x: if builtins.elem x acc then acc else acc ++ [ x ]) [ ] xs;
 
@@ -114,7 +129,7 @@ let
             name = elemAt r.lane.hosts i;
             value = ((r.world or { }).ranks or { }).${elemAt r.lane.hosts i} or i;
           }) (length r.lane.hosts));
-          receiptRoots = receiptRootsOf r;
+          receiptRoots = receiptRootsOf name r;
           models = map (m: m.pin) r.models;
           # The world shape with the launch code's defaults (sparkfleet.launch.recipe.world_of).
           world = let w = r.world or { }; in {
@@ -143,13 +158,16 @@ let
           readOnly = true;
         }];
 
+      # systemd-tmpfiles rules as fields (never a rule string to split again): the local hub and the
+      # receipt roots' parents, owned by the user and the group of its name (DGX OS; NixOS names
+      # the user's declared group, modules/storage.nix)
       tmpfiles = h:
         let
-          owner = "${h.sshUser} ${h.sshUser}";
+          dir = path: { type = "d"; inherit path; mode = "0755"; user = h.sshUser; group = h.sshUser; age = "-"; };
           receiptParents = uniq (builtins.concatMap (l: map parentOf l.receiptRoots) (lanesOf h.name));
         in
-        [ "d ${h.localHub} 0755 ${owner} -" ]
-        ++ map (p: "d ${p} 0755 ${owner} -") receiptParents;
+        [ (dir (tmpfilesPath (schemaPattern "fleet.schema.json") h.localHubKey h.localHub)) ]
+        ++ map dir receiptParents;
 
       staging = h: {
         unit = constants.stagingUnit;

@@ -17,6 +17,9 @@ and Nix's own behaviour:
 * sudo-path: deploy-rs's activate-rs calls `nix-env` by name under sudo, and Ubuntu's
   secure_path lacks the Nix profile. Fix: /etc/sudoers.d/sparkfleet-nix setting secure_path,
   checked with `visudo -c` before it is moved into place.
+* nix-features: stock multi-user Nix has the `nix` command and flakes off, and the node builds
+  its own profile (deploy-rs remoteBuild runs `nix build` on it over ssh). Fix: add
+  `nix-command flakes` to `experimental-features` in /etc/nix/nix.conf (the client reads it).
 
 Facts → plan → action: `gather` reads the host over ssh (argv lists only, never a pasted
 string), `plan` is pure, `apply` makes each change after showing it, writing files temp + sync
@@ -87,7 +90,7 @@ class DaemonFacts:
 class Change:
     """One change to a host, shown before it is made."""
 
-    step: str  # nix-path | trusted-users | nix-daemon | sudo-path
+    step: str  # nix-path | trusted-users | nix-features | nix-daemon | sudo-path
     summary: str
     path: str | None = None
     before: str | None = None
@@ -287,20 +290,39 @@ def daemon_trusts(f: HostFacts) -> tuple[bool, str]:
 # ---- pure: what is missing and what would fix it -----------------------------------------------
 
 
-def trusted_users(conf: str | None) -> list[str]:
-    """The effective trusted-users of a nix.conf (last `trusted-users` wins, `extra-` ones add)."""
-    base: list[str] = ["root"]
-    extra: list[str] = []
+def setting_words(conf: str | None, key: str, default: tuple[str, ...] = ()) -> list[str]:
+    """A list setting's effective words in a nix.conf: the last `key = ...` line wins (else
+    `default`, Nix's own), and every `extra-key = ...` line adds."""
+    base, extra = list(default), []
     for raw in (conf or "").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        key, eq, value = line.partition("=")
-        if not eq:
-            continue
-        if key.strip() == "trusted-users":
+        name, eq, value = raw.split("#", 1)[0].partition("=")
+        if eq and name.strip() == key:
             base = value.split()
-        elif key.strip() == "extra-trusted-users":
+        elif eq and name.strip() == f"extra-{key}":
             extra += value.split()
     return base + extra
+
+
+def with_words(conf: str | None, key: str, words: list[str], new_line: list[str], why: str) -> str:
+    """nix.conf with `words` added to its last `key` line (its comment kept), or, without one, a
+    `key = new_line` line after the comment `why`; nothing else moves."""
+    text = conf or ""
+    lines = text.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        name, eq, value = lines[i].split("#", 1)[0].partition("=")
+        if eq and name.strip() == key:
+            comment = lines[i][len(lines[i].split("#", 1)[0]) :].rstrip("\n")
+            tail = f" {comment}" if comment else ""
+            lines[i] = f"{key} = {' '.join([*value.split(), *words])}{tail}\n"
+            return "".join(lines)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + f"# {why}; added by sparkfleet bootstrap\n{key} = {' '.join(new_line)}\n"
+
+
+def trusted_users(conf: str | None) -> list[str]:
+    """The effective trusted-users of a nix.conf (Nix's default: root)."""
+    return setting_words(conf, "trusted-users", ("root",))
 
 
 def is_trusted(user: str, conf: str | None) -> bool:
@@ -310,19 +332,25 @@ def is_trusted(user: str, conf: str | None) -> bool:
 
 def with_trusted_user(conf: str | None, user: str) -> str:
     """nix.conf with `user` added to its last trusted-users line (or a new line); nothing else moves."""
-    text = conf or ""
-    lines = text.splitlines(keepends=True)
-    for i in range(len(lines) - 1, -1, -1):
-        key, eq, value = lines[i].split("#", 1)[0].partition("=")
-        if eq and key.strip() == "trusted-users":
-            comment = lines[i][len(lines[i].split("#", 1)[0]) :].rstrip("\n")
-            tail = f" {comment}" if comment else ""
-            lines[i] = f"trusted-users = {' '.join([*value.split(), user])}{tail}\n"
-            return "".join(lines)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    why = f"# deploy-rs copies unsigned paths as {user} (deploy-rs#293); added by sparkfleet bootstrap\n"
-    return text + why + f"trusted-users = root {user}\n"
+    why = f"deploy-rs copies unsigned paths as {user} (deploy-rs#293)"
+    return with_words(conf, "trusted-users", [user], ["root", user], why)
+
+
+NIX_FEATURES = ("nix-command", "flakes")
+
+
+def experimental_features(conf: str | None) -> list[str]:
+    """The effective experimental-features of a nix.conf."""
+    return setting_words(conf, "experimental-features")
+
+
+def with_features(conf: str | None, features: tuple[str, ...] = NIX_FEATURES) -> str:
+    """nix.conf with `features` added to its last experimental-features line (or a new line)."""
+    missing = [f for f in features if f not in experimental_features(conf)]
+    if not missing:
+        return conf or ""
+    why = "deploy-rs builds profiles here with `nix build` (remoteBuild)"
+    return with_words(conf, "experimental-features", missing, missing, why)
 
 
 def sudoers_text(prefix: str = "") -> str:
@@ -338,6 +366,8 @@ def prereqs(f: HostFacts) -> list[Prereq]:
     fix = f"sparkfleet bootstrap {f.host}"
     trusted = is_trusted(f.user, f.nix_conf)
     live_ok, live_detail = daemon_trusts(f)
+    features = experimental_features(f.nix_conf)
+    features_ok = all(x in features for x in NIX_FEATURES)
     sudo_path = f.sudoers == sudoers_text(f.prefix)
     if sudo_path:
         sudo_detail = "sets secure_path with the Nix profile"
@@ -362,6 +392,12 @@ def prereqs(f: HostFacts) -> list[Prereq]:
             live_ok,
             live_detail,
             None if live_ok else f"{fix} (restarts nix-daemon)",
+        ),
+        Prereq(
+            "nix flakes",
+            features_ok,
+            f"experimental-features of {NIX_CONF}: {' '.join(features) or '(none)'}",
+            None if features_ok else f"{fix} (adds {' '.join(NIX_FEATURES)})",
         ),
         Prereq(
             "sudo secure_path",
@@ -408,11 +444,16 @@ def plan(f: HostFacts) -> list[Change]:
         "nix-daemon", "restart nix-daemon so it reads the new trusted-users",
         command=("systemctl", "restart", DAEMON_UNIT),
     )  # fmt: skip
+    conf_path = host_path(f.prefix, NIX_CONF)
+    conf = f.nix_conf
     if not is_trusted(f.user, f.nix_conf):
-        path = host_path(f.prefix, NIX_CONF)
-        after = with_trusted_user(f.nix_conf, f.user)
-        summary = f"add {f.user} to trusted-users in {path}"
-        changes.append(Change("trusted-users", summary, path, f.nix_conf, after, "0644"))
+        conf = with_trusted_user(f.nix_conf, f.user)
+        summary = f"add {f.user} to trusted-users in {conf_path}"
+        changes.append(Change("trusted-users", summary, conf_path, f.nix_conf, conf, "0644"))
+    if with_features(conf) != (conf or ""):
+        summary = f"enable {' '.join(NIX_FEATURES)} in experimental-features of {conf_path}"
+        changes.append(Change("nix-features", summary, conf_path, conf, with_features(conf), "0644"))
+    if not is_trusted(f.user, f.nix_conf):
         changes.append(restart)
     elif not daemon_trusts(f)[0]:
         # nix.conf already says so (an earlier run wrote it) but the live daemon does not

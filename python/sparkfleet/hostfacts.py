@@ -53,6 +53,25 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class TmpfilesRule:
+    """A systemd-tmpfiles rule as its fields (type, path, mode, user, group, age), never a line to
+    split: NixOS takes them as `systemd.tmpfiles.settings`. The path is one the schema's
+    tmpfilesPath allows (no whitespace, %, backslash or quote), so no field can become another."""
+
+    type: str
+    path: str
+    mode: str
+    user: str
+    group: str
+    age: str
+
+
+def owned_dir(path: str, user: str) -> TmpfilesRule:
+    """A directory the user owns, its group the one of its name (DGX OS gives every user one)."""
+    return TmpfilesRule("d", path, "0755", user, user, "-")
+
+
+@dataclass(frozen=True)
 class StagingUnit:
     """The oneshot that runs `sparkfleet stage <host>`; the CLI's lock file serialises it with manual runs."""
 
@@ -120,7 +139,7 @@ class HostFacts:
     nasHub: str  # noqa: N815
     os: str
     mounts: tuple[Mount, ...]
-    tmpfiles: tuple[str, ...]
+    tmpfiles: tuple[TmpfilesRule, ...]
     staging: StagingUnit
     lanes: tuple[LaneUnit, ...] = field(default=())
     services: tuple[ServiceUnit, ...] = field(default=())
@@ -202,7 +221,6 @@ def facts(inv: Inventory, name: str) -> HostFacts:
     """The placement record for host `name` (what modules/lib/fleet.nix `facts` returns)."""
     host = inv.host(name)
     local_hub, nas_hub = str(host.local_hub), str(host.nas_hub)
-    owner = f"{host.ssh_user} {host.ssh_user}"
     lanes = inv.lanes_of(name)
     receipt_parents = _uniq([parent_of(r) for lane in lanes for r in receipt_roots(lane)])
     return HostFacts(
@@ -222,7 +240,7 @@ def facts(inv: Inventory, name: str) -> HostFacts:
                 readOnly=True,
             ),
         ),
-        tmpfiles=(f"d {local_hub} 0755 {owner} -", *(f"d {p} 0755 {owner} -" for p in receipt_parents)),
+        tmpfiles=tuple(owned_dir(p, host.ssh_user) for p in (local_hub, *receipt_parents)),
         staging=StagingUnit(
             unit=STAGING_UNIT,
             argv=("sparkfleet", "stage", name, "--here", "--json"),

@@ -357,6 +357,9 @@ def _message(err: jsonschema.ValidationError) -> str:
     ):
         # an env value may be a secret: say what is wrong with it, never echo it
         return f"the value (not shown: env values may be secrets) does not match {err.validator_value!r}"
+    if err.validator == "pattern" and isinstance(err.schema.get("description"), str):
+        # a pattern alone rarely says why (a tmpfiles path's refused characters): the schema does
+        return f"{err.message}: expected {err.schema['description']}"
     return err.message
 
 

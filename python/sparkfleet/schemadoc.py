@@ -12,6 +12,7 @@ the committed one differs.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -74,7 +75,10 @@ def _constraints(node: dict[str, Any], root: dict[str, Any]) -> str:
         if key in node:
             bits.append(f"{word} {node[key]}")
     if "pattern" in node:
-        pattern = node["pattern"].replace("|", "\\|")  # a table cell: escape the column bar
+        # a table cell: the column bar escaped, a literal control character (tmpfilesPath's bracket,
+        # written so POSIX ERE reads it too) shown as the escape that means it
+        pattern = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", node["pattern"])
+        pattern = pattern.replace("|", "\\|")
         bits.append(f"pattern `{pattern}`")
     if "default" in node:
         bits.append(f"default `{json.dumps(node['default'])}`")

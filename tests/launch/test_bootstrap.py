@@ -143,10 +143,10 @@ def test_bootstrap_prepares_a_dgx_os_host_and_a_rerun_changes_nothing(dgx_os_hos
     assert dry.exit_code == 0, dry.output
     plan = json.loads(dry.output)
     steps = [c["step"] for c in plan["changes"]]
-    assert steps == ["nix-path"] * 3 + ["trusted-users", "nix-daemon", "sudo-path"]
+    assert steps == ["nix-path"] * 3 + ["trusted-users", "nix-features", "nix-daemon", "sudo-path"]
     assert {p["name"]: p["ok"] for p in plan["after"]} == {
         "nix on ssh PATH": False, "trusted-users": False, "nix-daemon trusts user": False,
-        "sudo secure_path": False}  # fmt: skip
+        "nix flakes": False, "sudo secure_path": False}  # fmt: skip
     assert _snapshot(prefix) == before and not env["calls"].exists()  # a dry run changes nothing
 
     plain = {c["name"]: c for c in json.loads(_cli(env, "doctor", "dgxos", "--json").output)["checks"]}
@@ -175,7 +175,11 @@ def test_bootstrap_prepares_a_dgx_os_host_and_a_rerun_changes_nothing(dgx_os_hos
         prefix / "nix/var/nix/profiles/default/bin/nix-store"
     )  # the profile, not a store path
     conf = (prefix / "etc/nix/nix.conf").read_text()
-    assert conf == NIX_CONF.replace("@wheel #", "@wheel root #")
+    # trusted-users gains root; stock Nix's missing `nix` command and flakes are enabled (the
+    # node builds its own profile with `nix build`: deploy-rs remoteBuild)
+    assert conf.startswith(NIX_CONF.replace("@wheel #", "@wheel root #"))
+    assert conf.endswith("\nexperimental-features = nix-command flakes\n")
+    assert bs.experimental_features(conf) == ["nix-command", "flakes"]
     assert SECRET not in res.output + dry.output + again_output(env)  # never shown, only kept
     assert env["calls"].read_text() == "restart nix-daemon.service\n"
     drop = prefix / "etc/sudoers.d/sparkfleet-nix"
@@ -193,7 +197,7 @@ def test_bootstrap_prepares_a_dgx_os_host_and_a_rerun_changes_nothing(dgx_os_hos
 
     after_doc = _cli(env, "doctor", "dgxos", "--deploy", "--json")
     checks = {c["name"]: c for c in json.loads(after_doc.output)["checks"]}
-    names = ("nix on ssh PATH", "trusted-users", "nix-daemon trusts user", "sudo secure_path")
+    names = ("nix on ssh PATH", "trusted-users", "nix-daemon trusts user", "nix flakes", "sudo secure_path")
     assert all(checks[n]["ok"] is True for n in names), checks
 
 
@@ -209,6 +213,17 @@ def test_a_sudoers_file_that_visudo_rejects_is_never_installed(tmp_path):
         bs.apply_change(LocalHost("local"), [], bad)
     assert target.read_text() == "# the old one\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["sparkfleet-nix"]  # temp removed
+
+
+def test_experimental_features_edits_keep_everything_else():
+    both = "experimental-features = a\nextra-experimental-features = b\n"
+    assert bs.experimental_features(both) == ["a", "b"]
+    conf = "max-jobs = 4\nexperimental-features = ca-derivations # mine\nsubstituters = x\n"
+    assert bs.with_features(conf) == (
+        "max-jobs = 4\nexperimental-features = ca-derivations nix-command flakes # mine\nsubstituters = x\n"
+    )
+    assert bs.with_features(bs.with_features(conf)) == bs.with_features(conf)  # a rerun adds nothing
+    assert bs.with_features(None).endswith("experimental-features = nix-command flakes\n")
 
 
 def test_trusted_users_edits_keep_everything_else():

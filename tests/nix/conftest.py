@@ -1,8 +1,8 @@
 """Shared helpers for the Nix tests: evaluate expressions with Debian's nix-instantiate (no nixpkgs).
 
 Every test here carries the `nix` marker and skips with a reason when nix-instantiate is missing.
-Tests that need nixpkgs' `lib` (lib.evalModules) read it from $NIXPKGS_LIB (a checkout of
-nix-community/nixpkgs.lib, or its lib/ folder) and skip with a reason when it is unset.
+Tests that need nixpkgs' `lib` (lib.evalModules) read it from tests/nix/inputs.py ($NIXPKGS_LIB, else
+the nixpkgs.lib bundle of the Nix inputs folder) and skip naming what is missing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from typing import Any
 
 import pytest
 
+from . import realnix
+from .inputs import nixpkgs_lib, nixpkgs_lib_missing
+from .realnix import RealNix
+
 REPO = Path(__file__).resolve().parents[2]
 FLEET_LIB = REPO / "modules" / "lib" / "fleet.nix"
 
@@ -25,21 +29,7 @@ requires_nix = pytest.mark.skipif(
 )
 
 
-def nixpkgs_lib() -> Path | None:
-    """The nixpkgs lib folder named by $NIXPKGS_LIB (the folder itself or a checkout holding lib/)."""
-    value = os.environ.get("NIXPKGS_LIB")
-    if not value:
-        return None
-    path = Path(value)
-    if (path / "lib" / "default.nix").is_file():
-        path = path / "lib"
-    return path if (path / "default.nix").is_file() else None
-
-
-requires_nixpkgs_lib = pytest.mark.skipif(
-    nixpkgs_lib() is None,
-    reason="NIXPKGS_LIB is unset (point it at a nix-community/nixpkgs.lib checkout to evaluate the modules)",
-)
+requires_nixpkgs_lib = pytest.mark.skipif(nixpkgs_lib() is None, reason=nixpkgs_lib_missing())
 
 
 def nix_eval(expr: str, *, strict: bool = True, timeout: float = 60, write_store: bool = False) -> Any:
@@ -72,3 +62,14 @@ def store_writable() -> bool:
 def nix_str(value: str | Path) -> str:
     """A Nix string literal for `value`."""
     return json.dumps(str(value)).replace("${", "\\${")
+
+
+@pytest.fixture(scope="session")
+def real_nix(tmp_path_factory: pytest.TempPathFactory) -> RealNix:
+    """Nix 2.26 in the chroot, with this session's own store (tests/nix/realnix.py)."""
+    reason = realnix.missing()
+    if reason:
+        pytest.skip(reason)
+    nix = RealNix(tmp_path_factory.mktemp("real-nix") / "nix")
+    assert nix.version() >= (2, 18), "the flake needs Nix >= 2.18"
+    return nix

@@ -40,7 +40,8 @@ def test_vm_test_runs_where_kvm_is() -> None:
     assert "udevadm trigger --name-match=kvm" in runs(doc, "vm")
     nix = next(s for s in vm["steps"] if s.get("uses", "").startswith("cachix/install-nix-action"))
     assert "kvm" in nix["with"]["extra_nix_config"] and "nixos-test" in nix["with"]["extra_nix_config"]
-    assert "nix build --print-build-logs .#checks.x86_64-linux.units-vm" in runs(doc, "vm")
+    # a job of its own, not a flake check: deploy-rs builds every check before a deploy
+    assert "nix build --print-build-logs .#hydraJobs.units-vm.x86_64-linux" in runs(doc, "vm")
 
 
 def test_build_on_aarch64_and_push_to_the_binary_cache() -> None:
@@ -53,6 +54,8 @@ def test_build_on_aarch64_and_push_to_the_binary_cache() -> None:
     image = doc["jobs"]["image"]
     assert image["runs-on"] == ["self-hosted", "linux", "ARM64", "spark"]
     assert ".#mia-tp4-image.tree .#mia-tp4-image.kernels .#mia-tp4-image.tests" in runs(doc, "image")
+    # the Spark's own Nix, not the install action's: flakes are turned on for the job
+    assert "nix-command flakes" in image["env"]["NIX_CONFIG"]
     cachix = next(s for s in image["steps"] if s.get("uses", "").startswith("cachix/cachix-action"))
     assert cachix["with"]["pushFilter"] == "-docker-image-.*[.]tar$"  # the base is never pushed
     assert '".#sparkfleet-profile-$host"' in text
@@ -69,7 +72,9 @@ def test_suite_runs_with_the_locked_nixpkgs_lib() -> None:
     # the lock's nixpkgs (rev + narHash from flake.lock), fetched and hash-checked by Nix
     assert "jq -r .nodes.nixpkgs.locked.rev flake.lock" in text and "locked.narHash" in text
     assert "builtins.fetchTarball" in text and "NIXPKGS_LIB=" in text
-    assert "git clone" not in text  # never a branch's HEAD
+    assert "nixpkgs/archive/$rev" in text  # never a branch's HEAD
+    # the other Nix inputs as bundles of whole histories (tests/nix/inputs.py reads them)
+    assert "bundle create" in text and "SPARKFLEET_NIX_INPUTS=" in text
 
 
 def test_flake_lock_updates_arrive_as_scheduled_pull_requests() -> None:

@@ -1,171 +1,163 @@
-"""flake.nix evaluated by Nix's own flake machinery, with its two inputs overridden by stand-ins.
-
-nixpkgs becomes nixpkgs' real lib plus builder stubs (tests/nix/stubs/nixpkgs-flake), deploy-rs
-becomes tests/nix/stubs/deploy-rs-flake. Everything else (flake.lock parsing, `self`, outputs,
-modules, host folders, pkgs/) is the real thing. Nothing is built and nothing is fetched.
+"""flake.nix evaluated by Nix 2.26's own flake machinery (tests/nix/flakecopy.py says which
+inputs are real and which stand in): `nix flake check --all-systems --no-build`, the outputs per
+system, the deploy nodes, the NixOS configurations. Nothing is built and nothing is fetched.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import jsonschema
 import pytest
 
 from sparkfleet import hostfacts, inventory
 
-from .conftest import REPO, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
+from . import flakecopy, inputs
+from .conftest import requires_nixpkgs_lib
+from .flakecopy import FlakeCopy
+from .realnix import RealNix
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
-pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib, pytest.mark.xdist_group("flake")]
+pytestmark = [
+    pytest.mark.nix,
+    requires_nixpkgs_lib,
+    inputs.requires_inputs(*flakecopy.REAL_INPUTS),
+    pytest.mark.xdist_group("flake"),
+]
 
-STUBS = Path(__file__).parent / "stubs"
-SCHEMA = json.loads((Path(__file__).parent / "deploy-rs-nodes.schema.json").read_text())
+SCHEMA = json.loads((flakecopy.REPO / "tests" / "nix" / "deploy-rs-nodes.schema.json").read_text())
 STORE = "/nix/store/00000000000000000000000000000000"
-
-
-def store_writable() -> bool:
-    store = Path("/nix/store")
-    return store.is_dir() and os.access(store, os.W_OK)
+SYSTEMS = ("aarch64-linux", "x86_64-linux")
 
 
 @pytest.fixture(scope="module")
-def flake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not store_writable():
-        pytest.skip("/nix/store is not writable here (flake evaluation copies the sources into it)")
-    base = tmp_path_factory.mktemp("flake")
-    src = base / "src"
-    src.mkdir()
-    for name in ("flake.nix", "flake.lock", "pyproject.toml", "README.md"):
-        if (REPO / name).exists():
-            shutil.copy(REPO / name, src / name)
-    for folder in ("modules", "pkgs", "hosts", "recipes"):
-        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("reports", "__pycache__"))
-    fleet = src / "hosts" / "fleet.toml"
-    # dgx2 under NixOS, as a real one would be: its NAS export named and an operator's key
-    # (NixOS refuses a toplevel nobody can log into; the repository itself holds no keys)
-    planted = '[hosts.dgx2]\nos = "nixos"\nnas_export = "nas.invalid:/hub"\n'
-    fleet.write_text(fleet.read_text().replace("[hosts.dgx2]\n", planted, 1))
-    (src / "hosts" / "authorized_keys").write_text("ssh-ed25519 AAAAC3Nza operator@example\n")
-    nixpkgs = base / "nixpkgs"
-    shutil.copytree(STUBS / "nixpkgs-flake", nixpkgs)
-    shutil.copytree(nixpkgs_lib(), nixpkgs / "lib")
-    shutil.copy(STUBS / "pkgs.nix", nixpkgs / "pkgs.nix")
-    shutil.copy(STUBS / "nixos-options.nix", nixpkgs / "nixos-options.nix")
-    shutil.copy(STUBS / "trivial-builders.nix", nixpkgs / "trivial-builders.nix")
-    shutil.copytree(STUBS / "deploy-rs-flake", base / "deploy-rs")
-    shutil.copytree(STUBS / "dgx-spark-flake", base / "nixos-dgx-spark")
-    shutil.copytree(STUBS / "srvos-flake", base / "srvos")
-    return src
+def flake(tmp_path_factory: pytest.TempPathFactory) -> FlakeCopy:
+    return flakecopy.make(tmp_path_factory.mktemp("flake"))
 
 
-def overrides(flake: Path) -> list[str]:
-    """--override-input for every input: the stand-ins beside the flake copy."""
-    argv = []
-    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
-        argv += ["--override-input", name, f"path:{flake.parent / name}"]
-    return argv
+@pytest.fixture
+def broken(tmp_path_factory: pytest.TempPathFactory) -> FlakeCopy:
+    """A fresh copy for a test that edits it."""
+    return flakecopy.make(tmp_path_factory.mktemp("broken"))
 
 
-def flake_eval(flake: Path, attr: str, apply: str | None = None) -> object:
-    argv = [
-        "nix",
-        "--extra-experimental-features",
-        "nix-command flakes",
-        "eval",
-        "--json",
-        "--no-write-lock-file",
-        *overrides(flake),
-        f"path:{flake}#{attr}",
-    ]
-    if apply:
-        argv += ["--apply", apply]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def test_flake_lock_is_current_and_names_the_release_branch(flake: FlakeCopy, real_nix: RealNix) -> None:
+    """`nix flake metadata --no-update-lock-file` on the copy without overrides: flake.lock holds
+    an entry for every input flake.nix names (else Nix would have to update it, which it refuses)."""
+    argv = ["nix", "flake", "metadata", "--json", "--no-update-lock-file", f"path:{flake.src}"]
+    meta = real_nix.run(argv, binds=flake.binds())
+    assert meta.returncode == 0, meta.stderr
+    nodes = json.loads(meta.stdout)["locks"]["nodes"]
+    release = inputs.nixpkgs_release()
+    assert nodes["nixpkgs"]["original"] == {
+        "owner": "NixOS", "ref": f"nixos-{release}", "repo": "nixpkgs", "type": "github"
+    }  # fmt: skip
+    assert nodes["nixpkgs"]["locked"] == inputs.locked("nixpkgs")
 
 
-def test_lock_names_the_release_branch_and_deploy_rs(flake: Path) -> None:
-    meta = subprocess.run(
-        [
-            "nix",
-            "--extra-experimental-features",
-            "nix-command flakes",
-            "flake",
-            "metadata",
-            "--json",
-            "--no-write-lock-file",
-            f"path:{flake}",
-            *overrides(flake),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    locks = json.loads(meta.stdout)["locks"]["nodes"]
-    assert locks["nixpkgs"]["original"] == {
-        "owner": "NixOS",
-        "ref": "nixos-25.11",
-        "repo": "nixpkgs",
-        "type": "github",
-    }
+def test_nix_flake_check_all_systems(flake: FlakeCopy, real_nix: RealNix) -> None:
+    """Nix's own `nix flake check --all-systems --no-build` over every output of both systems:
+    apps are apps (no callPackage's override/overrideDerivation), packages, checks and formatters
+    derivations, overlays take `final`, nixosModules are modules, every nixosConfiguration's
+    toplevel a derivation that passes its assertions."""
+    proc = flake.check(real_nix)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    # deploy-rs's own output, unknown to Nix; the lock is not rewritten (overrides, read only)
+    assert [w for w in warnings if "lock file" not in w] == ["warning: unknown flake output 'deploy'"]
+    for system in SYSTEMS:
+        assert f"checking derivation checks.{system}.fleet-facts..." in proc.stderr
+    assert "checking NixOS configuration 'nixosConfigurations.dgx2'..." in proc.stderr
 
 
-def test_deploy_output_from_the_real_flake(flake: Path) -> None:
-    deploy = flake_eval(flake, "deploy")
+def test_deploy_output_from_the_real_flake(flake: FlakeCopy, real_nix: RealNix) -> None:
+    """deploy.nodes through deploy-rs's real lib (its overlay at the locked revision): the nodes
+    validate against deploy-rs's interface.json and our schema, and equal sparkfleet.hostfacts."""
+    deploy = flake.eval(real_nix, "deploy")
     jsonschema.Draft202012Validator(SCHEMA).validate(deploy)
-    inv = inventory.load(flake)
+    interface = json.loads((inputs.locked_checkout("deploy-rs") / "interface.json").read_text())
+    jsonschema.Draft201909Validator(interface).validate(deploy)  # its $schema names draft 2019-09
+    inv = inventory.load(flake.src)
     for host, node in deploy["nodes"].items():
         profiles = {
-            # activate-rs from nixpkgs' deploy-rs (binary cache), through deploy-rs's overlay
-            "system": f"{STORE}-activatable-nixos-system-{host}-25.11" if host == "dgx2" else None,
+            # the stand-in toplevel is named nixos-system-HOST-<stateVersion>, as NixOS names it
+            "system": f"{STORE}-activatable-nixos-system-{host}-26.05" if host == "dgx2" else None,
             "sparkfleet": f"{STORE}-activatable-sparkfleet-profile-{host}",
         }
         assert node == hostfacts.deploy_node(inv, host, profiles)
+        # a lane image load at activation must fit: well above deploy-rs's 240 s default
+        assert node["activationTimeout"] >= 900
+        # aarch64 profiles from an x86_64 operator machine: the Spark builds them itself
+        assert node["remoteBuild"] is True
     assert deploy["nodes"]["dgx2"]["profilesOrder"] == ["system", "sparkfleet"]
+    assert deploy["nodes"]["dgx1"]["profilesOrder"] == ["sparkfleet"]  # DGX OS: no NixOS system profile
 
 
-def test_outputs_per_system(flake: Path) -> None:
+def test_schema_refuses_what_deploy_rs_would_trip_on(flake: FlakeCopy, real_nix: RealNix) -> None:
+    node = flake.eval(real_nix, "deploy.nodes.dgx1")
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    assert validator.is_valid({"nodes": {"dgx1": node}})
+    for broken in (
+        {k: v for k, v in node.items() if k != "hostname"},
+        {**node, "profiles": {"sparkfleet": {"user": "root"}}},
+        {**node, "magicRollback": "yes"},
+        {**node, "activationTimout": 900},  # a typo deploy-rs would ignore
+    ):
+        assert not validator.is_valid({"nodes": {"dgx1": broken}}), broken
+
+
+def test_activatable_profiles_hold_what_deploy_rs_activates(flake: FlakeCopy, real_nix: RealNix) -> None:
+    """Each activatable profile (deploy-rs's buildEnv) holds the base, deploy-rs-activate and
+    activate-rs, and activate-rs runs nixpkgs' cached deploy-rs, not a build of deploy-rs's flake."""
+    paths = "builtins.mapAttrs (_: p: map (x: x.text or x.name) p.path.paths) n.profiles"
+    held = flake.eval(real_nix, "deploy.nodes", apply=f"builtins.mapAttrs (_: n: {paths})")
+    for host, profiles in held.items():
+        for name, (base, activate, activate_rs) in profiles.items():
+            assert base.startswith(("nixos-system-" if name == "system" else "sparkfleet-profile-") + host)
+            if name == "system":
+                assert "$PROFILE/bin/switch-to-configuration switch" in activate
+            assert f'exec {STORE}-deploy-rs/bin/activate "$@"' in activate_rs
+
+
+def test_outputs_per_system(flake: FlakeCopy, real_nix: RealNix) -> None:
     names = "builtins.mapAttrs (_: builtins.attrNames)"
-    packages = flake_eval(flake, "packages", apply=names)
-    assert sorted(packages) == ["aarch64-linux", "x86_64-linux"]
+    packages = flake.eval(real_nix, "packages", apply=names)
+    assert sorted(packages) == list(SYSTEMS)
     assert {"sparkfleet", "default", "mia-tp4-image", "sparkfleet-profile-dgx1"} <= set(
         packages["aarch64-linux"]
     )
     assert "mia-tp4-image" not in packages["x86_64-linux"]  # an arm64 image, built on the Sparks' system
-    apps = flake_eval(flake, "apps.x86_64-linux", apply="builtins.mapAttrs (_: a: a.type)")
+    apps = flake.eval(real_nix, "apps.x86_64-linux", apply="builtins.mapAttrs (_: a: a.type)")
     assert apps == {
         "bench": "app", "default": "app", "deploy": "app", "doctor": "app", "launch": "app", "stage": "app"
     }  # fmt: skip
-    deploy = flake_eval(flake, "apps.x86_64-linux.deploy.program")
+    deploy = flake.eval(real_nix, "apps.x86_64-linux.deploy.program")
     assert deploy == f"{STORE}-deploy-rs/bin/deploy"  # nixpkgs' deploy-rs, not a build of the flake
-    checks = flake_eval(flake, "checks", apply=names)
-    for system in ("x86_64-linux", "aarch64-linux"):
+    checks = flake.eval(real_nix, "checks", apply=names)
+    for system in SYSTEMS:
         # each NixOS host's toplevel, and the example NixOS Spark's (hosts/nixos-spark)
         assert {"sparkfleet", "fleet-facts", "eval-dgx2", "eval-nixos-spark"} <= set(checks[system])
         assert "eval-dgx1" not in checks[system]  # a DGX OS host has no NixOS toplevel
-    # the NixOS VM test of the units (runs where KVM is: x86_64 CI); its node evaluates here
-    assert "units-vm" in checks["x86_64-linux"] and "units-vm" not in checks["aarch64-linux"]
-    node = flake_eval(flake, "checks.x86_64-linux.units-vm.nodes.machine.name")
-    assert node.startswith("nixos-system-machine-")  # the VM's toplevel, its assertions passed
+        # the VM test needs KVM: deploy-rs builds every check before a deploy, so it is no check
+        assert "units-vm" not in checks[system]
     # deploy-rs's checks build every (aarch64) profile: only where that system builds (deploy-rs #389)
     assert "deploy-schema" in checks["aarch64-linux"] and "deploy-schema" not in checks["x86_64-linux"]
+    # the NixOS VM test of the units: a CI job of its own (hydraJobs), its node evaluates here
+    node = flake.eval(real_nix, "hydraJobs.units-vm.x86_64-linux.nodes.machine.name")
+    assert node.startswith("nixos-system-machine-")  # the VM's toplevel, its assertions passed
     # the image evaluates (so `nix flake check` passes) but its build stops on the partial pins
-    assert flake_eval(flake, "packages.aarch64-linux.mia-tp4-image.name") == "mia-tp4-image-unresolved-pins"
+    assert (
+        flake.eval(real_nix, "packages.aarch64-linux.mia-tp4-image.name") == "mia-tp4-image-unresolved-pins"
+    )
 
 
-def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
-    hosts = flake_eval(
-        flake,
+def test_nixos_configurations_from_the_real_flake(flake: FlakeCopy, real_nix: RealNix) -> None:
+    hosts = flake.eval(
+        real_nix,
         "nixosConfigurations",
         apply="builtins.mapAttrs (_: c: { inherit (c) system; "
         "services = builtins.attrNames c.config.systemd.services; "
-        "root = c.config.environment.etc.\"sparkfleet/stage-root\".source; "
+        'root = c.config.environment.etc."sparkfleet/stage-root".source; '
         "exec = c.config.systemd.services.sparkfleet-stage.serviceConfig.ExecStart; "
         "packages = map (p: p.name) c.config.environment.systemPackages; })",
     )
@@ -174,7 +166,7 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
     example = hosts.pop("nixos-spark")
     assert example["services"] == ["sparkfleet-stage"]  # its own inventory: no lane, staging only
     assert example["root"].endswith("-sparkfleet-stage-nixos-spark-spec")
-    inv = inventory.load(flake)
+    inv = inventory.load(flake.src)
     for name, host in hosts.items():
         assert host["system"] == "aarch64-linux"
         # the flake's own hosts/fleet.toml + this host's recipes, by content
@@ -186,99 +178,46 @@ def test_nixos_configurations_from_the_real_flake(flake: Path) -> None:
         assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units, *(f"{u}-spec" for u in units)})
 
 
-def flake_eval_error(flake: Path, attr: str) -> str:
-    argv = ["nix", "--extra-experimental-features", "nix-command flakes", "eval", "--json"]
-    argv += ["--no-write-lock-file", *overrides(flake), f"path:{flake}#{attr}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode != 0, proc.stdout
-    return proc.stderr
-
-
-def test_nixos_units_check_asserts_on_the_generated_units(flake: Path) -> None:
+def test_nixos_units_check_asserts_on_the_generated_units(flake: FlakeCopy, real_nix: RealNix) -> None:
     """checks.<system>.nixos-units: what CI's `nix flake check --no-build` asserts with full NixOS,
     run here with the option stubs: it passes as the modules stand ..."""
-    assert flake_eval(flake, "checks.x86_64-linux.nixos-units.name") == "sparkfleet-nixos-units-dgx1"
+    assert flake.eval(real_nix, "checks.x86_64-linux.nixos-units.name") == "sparkfleet-nixos-units-dgx1"
 
 
-def test_nixos_units_check_catches_a_wrong_group(flake: Path, tmp_path: Path) -> None:
+def test_nixos_units_check_catches_a_wrong_group(broken: FlakeCopy, real_nix: RealNix) -> None:
     """... and fails when a tmpfiles rule names the Ubuntu-style group NixOS does not have."""
-    broken = tmp_path / "broken"
-    shutil.copytree(flake, broken)
-    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
-        shutil.copytree(flake.parent / name, tmp_path / name, symlinks=True)
-    storage = broken / "modules" / "storage.nix"
-    text = storage.read_text()
-    # the rules as facts give them (DGX OS: a group named after the user), not the NixOS group
-    storage.write_text(text.replace("then userGroup else at 4;", "then at 4 else at 4;"))
-    err = flake_eval_error(broken, "checks.x86_64-linux.nixos-units.name")
+    # the rules as DGX OS has them (a group named after the user), not the NixOS group
+    broken.edit("modules/storage.nix", "then userGroup else rule.group;", "then rule.group else rule.group;")
+    err = broken.eval_error(real_nix, "checks.x86_64-linux.nixos-units.name")
     assert "a tmpfiles rule names a group that does not exist" in err
 
 
-def flake_check(flake: Path, tmp_path: Path) -> dict:
-    """tests/nix/flake-check.nix (the output rules of today's `nix flake check --all-systems`) over
-    the flake at `flake`, its inputs the stand-ins beside it: {"errors": [...], "warnings": [...]}."""
-    check = tmp_path / "flake-check"
-    check.mkdir()
-    shutil.copy(Path(__file__).parent / "flake-check.nix", check / "flake-check.nix")
-    stand_ins = "".join(
-        f'      inputs.{name}.url = "path:{flake.parent / name}";\n'
-        for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos")
-    )
-    (check / "flake.nix").write_text(
-        "{\n"
-        f'  inputs.sut = {{\n      url = "path:{flake}";\n{stand_ins}  }};\n'
-        "  outputs = { self, sut }: { result = import ./flake-check.nix sut.outputs; };\n"
-        "}\n"
-    )
-    argv = ["nix", "--extra-experimental-features", "nix-command flakes", "eval", "--json"]
-    argv += ["--no-write-lock-file", f"path:{check}#result"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def test_outputs_pass_the_output_rules_of_nix_flake_check(flake: Path, tmp_path: Path) -> None:
-    """Every output is what `nix flake check` wants: apps are apps (type "app", a program, a
-    description, nothing else: no callPackage's override/overrideDerivation), packages, checks and
-    formatters are derivations, nixosModules evaluate, nixosConfigurations have a toplevel."""
-    result = flake_check(flake, tmp_path)
-    assert result["errors"] == [], "\n".join(result["errors"])
-    assert result["warnings"] == ["unknown flake output 'deploy'"]  # deploy-rs's own, as with real Nix
-
-
-def broken_copy(flake: Path, tmp_path: Path, old: str, new: str) -> Path:
-    """A copy of the flake fixture (and its stand-in inputs) with flake.nix's `old` replaced."""
-    broken = tmp_path / "broken"
-    shutil.copytree(flake, broken)
-    for name in ("nixpkgs", "deploy-rs", "nixos-dgx-spark", "srvos"):
-        shutil.copytree(flake.parent / name, tmp_path / name, symlinks=True)
-    text = (broken / "flake.nix").read_text()
-    assert old in text
-    (broken / "flake.nix").write_text(text.replace(old, new, 1))
-    return broken
-
-
 @pytest.mark.parametrize(
-    ("old", "new", "expected"),
+    ("old", "new", "context", "error"),
     [
-        # the bug of issue 23: nixpkgs' callPackage wraps the apps with makeOverridable
-        ("import ./pkgs/apps.nix {", "pkgs.callPackage ./pkgs/apps.nix {", [
-            "app 'apps.{s}.override' lacks attribute 'type'",
-            "app 'apps.{s}.override' lacks attribute 'program'",
-            "app 'apps.{s}.override' has unsupported attribute '__functionArgs'",
-            "app 'apps.{s}.override' has unsupported attribute '__functor'",
-            "app 'apps.{s}.overrideDerivation': value is lambda while a set was expected",
-        ]),
-        # a package where the program's path belongs, and no meta
+        # nixpkgs' callPackage wraps the apps with makeOverridable (override, overrideDerivation)
+        ("import ./pkgs/apps.nix {", "pkgs.callPackage ./pkgs/apps.nix {",
+         "while checking the app definition 'apps.{system}.overrideDerivation'",
+         "error: expected a set but found a function"),
+        # a package where the program's path belongs
         ("          deploy = {\n",
          "          bogus = { type = \"app\"; program = pkgs.sparkfleet; };\n          deploy = {\n",
-         ["app 'apps.{s}.bogus': program is set while a string was expected"]),
+         "while checking the app definition 'apps.{system}.bogus'",
+         "error: expected a string but found a set"),
+        # the old overlay convention, which Nix's check refuses by the argument's name
+        ("overlays.default = final: _prev: {\n        sparkfleet = final.callPackage",
+         "overlays.default = self: super: {\n        sparkfleet = self.callPackage",
+         "while checking the overlay 'overlays.default'",
+         "error: overlay does not take an argument named 'final'"),
     ],
-    ids=["callPackage", "package-as-program"],
+    ids=["callPackage-apps", "package-as-program", "overlay-self-super"],
 )  # fmt: skip
-def test_output_rules_fail_when_apps_carry_a_non_app(
-    flake: Path, tmp_path: Path, old: str, new: str, expected: list[str]
+def test_nix_flake_check_refuses_a_broken_output(
+    broken: FlakeCopy, real_nix: RealNix, old: str, new: str, context: str, error: str
 ) -> None:
-    result = flake_check(broken_copy(flake, tmp_path, old, new), tmp_path)
-    want = [e.format(s=s) for s in ("aarch64-linux", "x86_64-linux") for e in expected]
-    assert result["errors"] == want
+    broken.edit("flake.nix", old, new)
+    proc = broken.check(real_nix)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    # Nix stops at the first system it checks, whichever that is
+    contexts = {context.format(system=s) for s in SYSTEMS}
+    assert any(c in proc.stderr for c in contexts) and error in proc.stderr, proc.stderr[-2000:]

@@ -118,10 +118,10 @@ def test_varied_inventory_facts_agree(tmp_path: Path) -> None:
             "readOnly": True,
         }
     ]
+    # rules as fields (NixOS takes them as systemd.tmpfiles.settings; no line is split)
     assert a["tmpfiles"] == [
-        "d /srv/hf-local/hub 0755 ops ops -",
-        "d /cache 0755 ops ops -",
-        "d /var/lib/kit 0755 ops ops -",
+        {"type": "d", "path": p, "mode": "0755", "user": "ops", "group": "ops", "age": "-"}
+        for p in ("/srv/hf-local/hub", "/cache", "/var/lib/kit")
     ]
     # lane "two" is headed by b (ranks = {a = 1, b = 0}): its unit lives on b, not on a
     assert [unit["lane"] for unit in a["lanes"]] == ["solo"] and a["lanes"][0]["conflicts"] == []
@@ -254,4 +254,12 @@ def test_a_copys_host_serves_the_lane_in_both_readers(tmp_path: Path) -> None:
     assert nix_fleet(root, 'lanesOf "c"') == ["solo"]  # before: [] (lane.hosts only)
     from_nix = nix_fleet(root, "allFacts")
     assert from_nix == python_facts(root)
-    assert "d /opt/solo 0755 svc svc -" in from_nix["c"]["tmpfiles"] and from_nix["c"]["lanes"] == []
+    solo_parent = {
+        "type": "d",
+        "path": "/opt/solo",
+        "mode": "0755",
+        "user": "svc",
+        "group": "svc",
+        "age": "-",
+    }
+    assert solo_parent in from_nix["c"]["tmpfiles"] and from_nix["c"]["lanes"] == []

@@ -36,6 +36,11 @@ def evaluate(
     return nix_eval(f"import {EVAL_HOST} {{ {args} }}", timeout=120)
 
 
+def nixos_line(rule: hostfacts.TmpfilesRule, group: str) -> str:
+    """The line NixOS writes to tmpfiles.d for a settings entry (each field quoted, no argument)."""
+    return f"'{rule.type}' '{rule.path}' '{rule.mode}' '{rule.user}' '{group}' '{rule.age}' "
+
+
 @pytest.fixture
 def fleet_root(tmp_path: Path) -> Path:
     """The repo's inventory plus the NFS export (which the repo's fleet.toml does not name yet)."""
@@ -63,12 +68,12 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
     assert cfg["boot"]["supportedFilesystems"] == ["nfs"]
     # kilork's primary group on NixOS is `users` (isNormalUser): the rules name it, not "kilork"
     assert cfg["users"]["users"]["kilork"]["group"] == "users"
-    # as systemd.tmpfiles.settings, not raw rule strings
-    wanted = sorted(r.replace(" kilork kilork ", " kilork users ") for r in facts.tmpfiles)
+    # as systemd.tmpfiles.settings, field by field, not raw rule strings; the group the user is
+    # declared with on NixOS (`users`), not the DGX OS group of its name
+    wanted = sorted(nixos_line(r, group="users") for r in facts.tmpfiles)
     assert sorted(cfg["tmpfiles"]) == wanted
     assert cfg["rawTmpfiles"] == []
-    for rule in cfg["tmpfiles"]:
-        assert rule.split()[4] in cfg["users"]["groups"], rule
+    assert "users" in cfg["users"]["groups"]
 
     stage = cfg["services"]["sparkfleet-stage"]
     # the system path: the same on every generation, so a new build of the tooling changes no unit
@@ -191,7 +196,7 @@ def test_local_nvme_and_podman(fleet_root: Path) -> None:
 
 
 def test_staging_needs_storage_and_its_user(fleet_root: Path) -> None:
-    host = '{ sparkfleet = { host = "dgx2"; staging.enable = true; }; system.stateVersion = "25.11"; }'
+    host = '{ sparkfleet = { host = "dgx2"; staging.enable = true; }; system.stateVersion = "26.05"; }'
     cfg = evaluate(fleet_root, "dgx2", host_module=host, keys=False)
     messages = "\n".join(cfg["failedAssertions"])
     assert "needs sparkfleet.storage" in messages

@@ -32,7 +32,7 @@ def _absolute_or_empty(value: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as_json: bool) -> None:
-    """Make HOST deployable: Nix on the ssh PATH, the deploy user trusted, sudo finding nix-env.
+    """Make HOST deployable: Nix on the ssh PATH, the deploy user trusted, flakes on, sudo finding nix-env.
 
     \b
     Examples:

@@ -540,7 +540,7 @@ def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json:
     """Check a HOST (or every host of a LANE): ssh, space, staging, receipts, image, fabric, GPU, env.
 
     --deploy adds what `deploy .#HOST` needs of a DGX OS host (nix on the ssh PATH, trusted-users,
-    sudo secure_path); a lane served without deploy does not need them.
+    nix flakes, sudo secure_path); a lane served without deploy does not need them.
 
     \b
     Examples:

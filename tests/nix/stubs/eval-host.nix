@@ -43,9 +43,12 @@ in
   users = { inherit (cfg.users) users; groups = builtins.attrNames cfg.users.groups; };
   etc = cfg.environment.etc;
   systemPackages = map (p: p.name) cfg.environment.systemPackages;
-  # systemd.tmpfiles.settings as the rule lines NixOS renders into /etc/tmpfiles.d
+  # systemd.tmpfiles.settings as the lines NixOS writes to /etc/tmpfiles.d/10-sparkfleet.conf
+  # (nixos/modules/system/boot/systemd/tmpfiles.nix, settingsEntryToRule: each field quoted, the
+  # argument C-escaped), so a test can hand them to the real systemd-tmpfiles
   tmpfiles = lib.concatLists (lib.mapAttrsToList (path: types: lib.mapAttrsToList (type: r:
-    "${type} ${path} ${r.mode} ${r.user} ${r.group} ${r.age}") types)
+    "'${type}' '${path}' '${r.mode}' '${r.user}' '${r.group}' '${r.age}' "
+    + lib.strings.escapeC [ "\t" "\n" "\r" " " "\\" ] r.argument) types)
     (cfg.systemd.tmpfiles.settings."10-sparkfleet" or { }));
   rawTmpfiles = cfg.systemd.tmpfiles.rules;
   services = cfg.systemd.services;

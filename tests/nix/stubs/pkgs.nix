@@ -4,7 +4,7 @@
 #
 # What each stand-in keeps of the real one (nothing is built; every store path is the zero hash):
 #   - the shape: every builder returns a derivation-shaped value (type = "derivation", drvPath,
-#     outPath, name), which is what `nix flake check` (tests/nix/flake-check.nix) and string
+#     outPath, name), which is what `nix flake check` and string
 #     interpolation see;
 #   - the string context of what it is built from (outPath carries it, as a real derivation's
 #     closure holds its inputs): writeText keeps its text and the text's context;
@@ -12,7 +12,7 @@
 #     writeShellApplication are lambdas with the real formals, so Nix itself rejects an unknown
 #     argument or a missing one exactly as the real function does. The formals are those of
 #     nixpkgs pkgs/build-support/docker/default.nix and pkgs/build-support/trivial-builders
-#     (nixos-25.11; see modules/README.md "What the tests stub").
+#     (see modules/README.md "What the tests stub").
 # Inspection-only attributes a real derivation does not have: `kind`, `args` (the call's
 # arguments), `script`/`env` (runCommand's), `text` is writeText's own (real: also an env var).
 { nixpkgsLib }:
@@ -139,8 +139,10 @@ let
       };
       # a Python dependency as the tests compare it with pyproject.toml: "name==version"
       buildPythonPackage = args: "${builtins.replaceStrings [ "-" ] [ "_" ] args.pname}==${args.version}";
-      callPackage = path: overrides:
-        let f = import path; in f (builtins.intersectAttrs (builtins.functionArgs f) (py // { inherit lib; } // overrides));
+      # nixpkgs' own: the Python set's callPackage is lib.callPackageWith over pkgs and the set
+      # (pkgs.newScope), so a result carries override/overrideDerivation and a missing argument is
+      # lib's error naming it
+      callPackage = lib.callPackageWith (pkgs // py);
       fetchPypi = args: { kind = "fetchPypi"; inherit args; };
       # what pkgs/smg.nix takes besides (python3Packages.callPackage reaches pkgs' attributes too)
       stdenv = { hostPlatform.system = "aarch64-linux"; cc.cc = { lib = "gcc-lib"; outputs = [ "out" "lib" ]; }; };
@@ -156,6 +158,7 @@ let
       bcrypt = "bcrypt";
       numpy = "numpy";
       setuptools = "setuptools";
+      wheel = "wheel";
       click = "click";
       jsonschema = "jsonschema";
       rich = "rich";

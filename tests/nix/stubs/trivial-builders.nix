@@ -1,6 +1,6 @@
 # Derivation-shaped stand-ins for nixpkgs' trivial builders (pkgs/build-support/trivial-builders
-# and buildEnv), without nixpkgs' lib so the lib-free tests (test_deploy.py) can use them too.
-# Each returns what `nix flake check` and string interpolation see of a derivation: type, name,
+# and buildEnv), for evaluating the flake's outputs (never built: tests/nix/buildset builds for
+# real). Each returns what `nix flake check` and string interpolation see of a derivation: type, name,
 # drvPath, outPath (the zero hash + name). outPath carries the context of every string it is
 # built from, so a store path named in a text stays a dependency (a real derivation holds it
 # through its inputs). Its own zero-hash path has no context: `nix eval` would try to realise it. Inspection-only: `kind` and the arguments.

@@ -3,7 +3,9 @@
 # modules meet (the container toolkit, podman with docker compat). The kernel, driver and
 # firmware parts need full nixpkgs and are evaluated only in CI (checks.<system>.eval-<host>).
 {
-  outputs = { self }: {
+  # declared as the real flake declares it, so `inputs.<this>.inputs.nixpkgs.follows` names an input
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs";
+  outputs = { self, ... }: {
     nixosModules.dgx-spark = { config, lib, ... }: {
       options.hardware.dgx-spark.enable = lib.mkEnableOption "DGX Spark hardware support";
       config = lib.mkIf config.hardware.dgx-spark.enable {
