@@ -27,7 +27,7 @@ from typing import Any
 from .. import apikeys
 from ..atomic import write_bytes
 from ..display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
-from ..errors import SparkfleetError
+from ..errors import ExitCode, SparkfleetError
 from ..fabric import detect, scan_ports
 from ..jsonable import to_jsonable
 from . import records, watchdog
@@ -184,6 +184,7 @@ def start(req: dict) -> dict:
                 f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})"
                 + ("" if st.running else f": {st.detail}"),
                 hint=f"sparkfleet stop {spec.lane}",
+                exit_code=ExitCode.REFUSED,  # an occupied host (docs/cli.md "Exit codes")
             )
     cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
     boot_cache = cache_state(spec) if spec.boot_cache_dir else None
