@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
+from ..digests import sample_note
 from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec, repo_folder
 from ..stage import execute, remote
@@ -57,12 +58,13 @@ def selectors(fn):
         click.option("--include", multiple=True, help="Only paths matching GLOB (fnmatch; `*` crosses /)."),
         click.option("--exclude", multiple=True, help="Never paths matching GLOB (e.g. 'page15/*')."),
         click.option(
-            "--verify",
+            "--full",
             "verify_mode",
-            type=click.Choice(["sample", "full"]),
+            flag_value="full",
             default="sample",
-            show_default=True,
-            help="sample: size + head/tail/spread windows; full: every byte (content address where named).",
+            show_default=False,
+            help="Check every byte (sha256 against a blob's name, else the source's digest). Without it: "
+            "size + 16 sampled 64 KiB windows a file, which a changed byte between the windows passes.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
     ]
@@ -170,9 +172,9 @@ def stage(
     \b
     Examples:
       sparkfleet stage dgx1 --dry-run
-      sparkfleet stage dgx1 --lane dsv41-flash-exl3-2x --verify full
-      sparkfleet stage --lane dsv41-flash-4x-mia --fanout
-      sparkfleet stage --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
+      sparkfleet stage dgx1 --lane demo-exl3-2x --full
+      sparkfleet stage --lane demo-exl3-2x --fanout
+      sparkfleet stage --source .demo/nas/hub --dest local/hub --repo demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw
     """
     if require_version and require_version != __version__:
         error = SparkfleetError(
@@ -431,8 +433,10 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
     """Verify each host on the host itself; one summary; exit 0 only when every host is complete."""
     results = verify_hosts(inv, hosts, options)
     ok = all(r.ok for r in results)
+    note = _mode_note(options.verify_mode)
     if as_json:
-        echo_json({"ok": ok, "hosts": [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]})
+        hosts_json = [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]
+        echo_json({"ok": ok, "mode": options.verify_mode, "note": note, "hosts": hosts_json})
     else:
         for r in results:
             if r.report is not None:
@@ -451,9 +455,17 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
                 click.secho(f"{r.host}: error: {r.error}", fg="red")
                 if r.hint:
                     click.echo(f"  hint: {r.hint}")
+        click.echo(f"note: {note}")
     if not ok:
         codes = [r.exit_code for r in results if not r.ok and r.report is None and r.exit_code]
         sys.exit(max(codes) if codes else ExitCode.SHORTFALL)
+
+
+def _mode_note(mode: str) -> str:
+    """What the check read: said with every verify result, so a sampled "ok" is never read as more."""
+    if mode == "full":
+        return "full: every byte read (sha256 against a blob's name, else the source's digest)"
+    return f"{sample_note()}; --full reads every byte"
 
 
 def _ignore(host: str, event: dict) -> None:
@@ -509,7 +521,7 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
 def verify(
     ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json, here, ssh_config
 ) -> None:
-    """Check HOST's local tree against the source; change nothing. Exit 0 only if complete and correct.
+    """Check HOST's local tree against the source and change nothing; exit 1 (shortfall) if it falls short.
 
     The kit checkouts HOST's lanes bind ([[launch.trees]]) are checked too: each at its pinned rev,
     clean and holding the files the trees need (✗ names the fix: `sparkfleet stage HOST --lane L`).
@@ -520,9 +532,9 @@ def verify(
     \b
     Examples:
       sparkfleet verify dgx1
-      sparkfleet verify dgx1 --lane dsv41-flash-exl3-2x --verify full
-      sparkfleet verify --lane dsv41-flash-4x-mia --json
-      sparkfleet verify --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
+      sparkfleet verify dgx1 --lane demo-exl3-2x --full
+      sparkfleet verify --lane demo-exl3-2x --json
+      sparkfleet verify --source .demo/nas/hub --dest local/hub --repo demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw
     """
     direct = source is not None or dest is not None or bool(repos)
     if not direct and not here and (host or lane):
@@ -545,8 +557,10 @@ def verify(
         k: sum(getattr(r, k) for r in reports) for k in ("links_ok", "dangling", "mismatches", "missing")
     }
     ok = all(r.ok for r in reports) and all(k["ok"] for k in kits)
+    note = _mode_note(verify_mode)
     if as_json:
-        echo_json({"ok": ok, **totals, "repos": [r.as_dict() for r in reports], "kits": kits})
+        repos_json = [r.as_dict() for r in reports]
+        echo_json({"ok": ok, **totals, "mode": verify_mode, "note": note, "repos": repos_json, "kits": kits})
     else:
         for r in reports:
             click.echo(f"{r.repo}@{r.commit[:12]}: {r.line()}, missing: {r.missing}")
@@ -559,5 +573,6 @@ def verify(
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"
             + (f", kits ok: {sum(k['ok'] for k in kits)}/{len(kits)}" if kits else "")
         )
+        click.echo(f"note: {note}")
     if not ok:
         sys.exit(ExitCode.SHORTFALL)
