@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .. import inventory
 from ..demo.fleet import DEMO_LANE, write_demo_fleet
+from ..digests import sample_note
 from ..engram import pack as engram_pack
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import state_dir_of
@@ -20,17 +24,35 @@ from ..selfexec import module_argv
 from ..stage import execute
 from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar
-from .render import human_bytes
+from .render import echo_json, human_bytes
 from .stage import print_stage_run, with_io_bound
 
 
-def _stage_host(inv, host: str, jobs: int) -> bool:
+@dataclass
+class DemoLog:
+    """What the demo did, step by step: said as it goes (on stderr with --json, so that stdout is
+    one JSON document) and kept for the --json summary."""
+
+    as_json: bool
+    steps: list[dict] = field(default_factory=list)
+
+    def say(self, line: str) -> None:
+        click.echo(line, err=self.as_json)
+
+    def step(self, name: str, ok: bool, **detail: Any) -> bool:
+        self.steps.append({"step": name, "ok": ok, **detail})
+        return ok
+
+
+def _stage_host(inv, host: str, jobs: int, log: DemoLog, name: str) -> bool:
     requests = requests_for_host(inv, host, DEMO_LANE)
-    bar = RichStageProgress() if wants_bar(False) else None
+    bar = RichStageProgress() if wants_bar(log.as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
-    print_stage_run(with_io_bound(run.as_dict(), requests, state_dir_of(inv.host(host))), prefix="  ")
-    return run.ok
+    summary = with_io_bound(run.as_dict(), requests, state_dir_of(inv.host(host)))
+    if not log.as_json:
+        print_stage_run(summary, prefix="  ")
+    return log.step(name, run.ok, host=host, run=summary)
 
 
 def _offline_load(hub: Path, repo: str, revision: str) -> str:
@@ -41,18 +63,21 @@ def _offline_load(hub: Path, repo: str, revision: str) -> str:
     return snapshot_download(repo, revision=revision, cache_dir=hub, local_files_only=True)
 
 
-def _smoke_and_bench(root: Path) -> bool:
+def _smoke_and_bench(root: Path, log: DemoLog) -> bool:
     """While the demo lane serves: the recipe's smoke prompts, then a quick bench with its report."""
     ok = True
     for verb in (["smoke", DEMO_LANE], ["bench", DEMO_LANE, "--quick", "--tag", "demo"]):
-        click.echo(f"sparkfleet {' '.join(verb)}:")
+        log.say(f"sparkfleet {' '.join(verb)}:")
+        argv = module_argv("sparkfleet", "--root", str(root), *verb, *(["--json"] if log.as_json else []))
         proc = subprocess.run(
-            module_argv("sparkfleet", "--root", str(root), *verb),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
-            stdin=subprocess.DEVNULL,
+            argv, stdout=subprocess.PIPE, stderr=None if log.as_json else subprocess.STDOUT, text=True,
+            timeout=600, stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        for line in proc.stdout.splitlines():  # one stream: progress lines stay in order
-            click.echo(f"  {line}")
+        if log.as_json:  # its own JSON document goes into the summary; its progress went to stderr
+            log.step(verb[0], proc.returncode == 0, result=json.loads(proc.stdout or "null"))
+        else:
+            for line in proc.stdout.splitlines():  # one stream: progress lines stay in order
+                log.say(f"  {line}")
         ok &= proc.returncode == 0
     return ok
 
@@ -67,7 +92,7 @@ def _spark_kind() -> inventory.HostKind | None:
     return real.host_kinds.get(sorted(kinds)[0]) if kinds else None
 
 
-def _clear_previous(workdir: Path, fresh: bool) -> None:
+def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
     """Stop a previous demo's lane in `workdir` (by its records); with `fresh`, then remove the dir."""
     from ..demo.fleet import DEMO_MARKER
     from ..launch.demo import stop_previous_demo
@@ -75,7 +100,7 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
     if not workdir.exists():
         return
     for r in stop_previous_demo(workdir):
-        click.echo(f"stopped the previous demo's {r['lane']} rank {r.get('rank', '?')} on {r['host']}")
+        log.say(f"stopped the previous demo's {r['lane']} rank {r.get('rank', '?')} on {r['host']}")
     if not fresh:
         return
     if any(workdir.iterdir()) and not (workdir / "nas" / DEMO_MARKER).is_file():
@@ -99,20 +124,26 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
     help="Start from an empty --workdir: stop what a previous demo there still runs, then remove it.",
 )
 @click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
-def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what each step did as one JSON document.")
+def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> None:
     """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
 
-    A previous demo's lane still running in --workdir is stopped first (by its records), so its
-    servers never outlive the records that name them.
+    Then the offline load, engram packs, a launch of the demo lane, its smoke prompts and a quick
+    bench with a report, and a stop. A previous demo's lane still running in --workdir is stopped
+    first (by its records), so its servers never outlive the records that name them. With --json
+    the steps are told on stderr and stdout gets one JSON document; exit 1 (shortfall) if any
+    step fell short.
 
     \b
     Examples:
       sparkfleet demo
       sparkfleet demo --workdir .demo --fresh
+      sparkfleet demo --json
     """
+    log = DemoLog(as_json)
     keep = workdir is not None
     if workdir is not None:
-        _clear_previous(workdir, fresh)
+        _clear_previous(workdir, fresh, log)
     elif fresh:
         raise click.UsageError("--fresh needs --workdir (the temp dir is always new)")
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
@@ -120,33 +151,40 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
         fleet = write_demo_fleet(workdir, shard_bytes=shard_mib * 1024 * 1024, host_kind=_spark_kind())
         inv = inventory.load(fleet.root)
         lane = inv.lane(DEMO_LANE)
-        click.echo(f"demo fleet: {fleet.root} (NAS hub {fleet.nas_hub})")
+        log.say(f"demo fleet: {fleet.root} (NAS hub {fleet.nas_hub})")
         ok = True
         for host in lane.hosts:
-            click.echo(f"stage {host} → {inv.host(host).local_hub}")
-            ok &= _stage_host(inv, host, jobs=2)
-        click.echo("rerun on dgx1 (must copy nothing):")
-        ok &= _stage_host(inv, lane.hosts[0], jobs=2)
+            log.say(f"stage {host} → {inv.host(host).local_hub}")
+            ok &= _stage_host(inv, host, 2, log, f"stage {host}")
+        log.say("rerun on dgx1 (must copy nothing):")
+        ok &= _stage_host(inv, lane.hosts[0], 2, log, f"rerun stage {lane.hosts[0]}")
         for host in lane.hosts:
             reports = execute.verify(requests_for_host(inv, host, DEMO_LANE))
             for r in reports:
-                click.echo(f"verify {host} {r.repo}: {r.line()}, missing: {r.missing}")
-                ok &= r.ok
+                log.say(f"verify {host} {r.repo}: {r.line()}, missing: {r.missing}")
+            ok &= log.step(f"verify {host}", all(r.ok for r in reports), repos=[r.as_dict() for r in reports])
+        log.say(f"  ({sample_note()}; `sparkfleet verify HOST --full` reads every byte)")
         for model in lane.models:
             path = _offline_load(inv.host(lane.hosts[0]).local_hub, model.repo, model.revision)
-            click.echo(f"offline load {model.repo}: {path}")
+            log.say(f"offline load {model.repo}: {path}")
+            log.step(f"offline load {model.repo}", True, snapshot=path)
         for host in lane.hosts:
             packed = engram_pack.pack(inv, DEMO_LANE, host)
-            click.echo(
+            log.say(
                 f"engram pack {host}: rank {packed.rank} of {packed.world}, {packed.action}, "
                 f"{len(packed.written)} files ({human_bytes(packed.written_bytes)}) → {packed.out_dir}"
             )
+            log.step(f"engram pack {host}", True, result=packed.as_dict())
         if ok:  # serve the staged lane with the process runtime and show readiness (launch/demo.py)
             from ..launch.demo import run_demo_launch
 
-            click.echo(f"launch {DEMO_LANE} (process runtime):")
-            ok &= run_demo_launch(inv, DEMO_LANE, click.echo, while_up=lambda: _smoke_and_bench(fleet.root))
-        if ok and keep:
+            log.say(f"launch {DEMO_LANE} (process runtime):")
+            up = run_demo_launch(inv, DEMO_LANE, log.say, while_up=lambda: _smoke_and_bench(fleet.root, log))
+            ok &= log.step("launch, smoke, bench, stop", up)
+        if as_json:
+            echo_json({"ok": ok, "fleet": fleet.root.resolve() if keep else None, "lane": DEMO_LANE,
+                       "steps": log.steps})  # fmt: skip
+        elif ok and keep:
             click.secho(
                 f"demo ok — next: `. .venv/bin/activate` (or `make shell`), then "
                 f"`export SPARKFLEET_ROOT={fleet.root.resolve()}` and `sparkfleet status {DEMO_LANE}`",
@@ -159,4 +197,4 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
-            click.echo("(temp dir removed; `sparkfleet demo --workdir DIR` keeps the trees and reports)")
+            log.say("(temp dir removed; `sparkfleet demo --workdir DIR` keeps the trees and reports)")
