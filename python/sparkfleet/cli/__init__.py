@@ -122,10 +122,10 @@ def main(ctx: click.Context, root: Path | None, verbose: int, quiet: bool) -> No
 
     \b
     Examples:
-      sparkfleet doctor dsv41-flash-4x-mia
-      sparkfleet --root ~/fleet stage dgx1 --dry-run
-      sparkfleet launch dsv41-flash-4x-mia --dry-run
-      SPARKFLEET_ROOT=~/fleet sparkfleet status dsv41-flash-4x-mia --json
+      sparkfleet --root .demo/fleet doctor demo-exl3-2x
+      SPARKFLEET_ROOT=.demo/fleet sparkfleet status demo-exl3-2x --json
+      sparkfleet stage --lane demo-exl3-2x --dry-run
+      sparkfleet launch dsv41-flash-exl3-2x --dry-run     # real fleet: a lane of the checkout
 
     Shell completion: docs/cli.md "Shell completion".
     """

@@ -77,8 +77,8 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None) -> Non
 
     \b
     Examples:
-      SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run
-      sparkfleet gateway run --port 8080
+      sparkfleet gateway run --port 18081      # until Ctrl-C
+      SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run   # real fleet: its unit
     """
     from ..nodecall import call_agent
     from ..serving.gateway import run as do_run

@@ -70,15 +70,16 @@ def watch(
 ) -> None:
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
 
-    Exit 0 when --probes ran out, 1 when the restart budget was spent and the lane was stopped (a human
-    is needed; a unit running this should not restart it: RestartPreventExitStatus=1), 70 when watch
-    itself crashed (a bug; Restart=on-failure restarts it). A probe that fails in any way, however
+    Exits 0 (ok) when --probes ran out, 1 (shortfall) when the restart budget was spent and the lane
+    was stopped (a person is needed; a unit running this should not restart it:
+    RestartPreventExitStatus=1), 70 (crashed) when watch itself crashed (a bug; Restart=on-failure
+    restarts it). A probe that fails in any way, however
     malformed the answer, is an incident, never a crash.
 
     \b
     Examples:
-      sparkfleet watch dsv41-flash-4x-mia
-      sparkfleet watch dsv41-flash-4x-mia --interval 10 --probes 3 --json
+      sparkfleet watch demo-exl3-2x        # until Ctrl-C
+      sparkfleet watch demo-exl3-2x --interval 10 --probes 3 --json
     """
     from ..launch.replicas import replica_inventory
     from ..supervisor import watch_lane, watch_settings
@@ -126,8 +127,9 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
 
     \b
     Examples:
-      sparkfleet promote dsv41-flash-4x-mia
-      sparkfleet promote dsv41-flash-4x-mia --first
+      sparkfleet promote demo-exl3-2x --first
+      sparkfleet promote demo-exl3-2x --first --json
+      sparkfleet promote dsv41-flash-exl3-2x   # real fleet: gated on the recipe's [bench] baseline
     """
     from ..bench.gate import promote_lane
 
@@ -163,8 +165,8 @@ def rollback(
 
     \b
     Examples:
-      sparkfleet rollback dsv41-flash-4x-mia
-      sparkfleet rollback dsv41-flash-4x-mia --to r39
+      sparkfleet rollback demo-exl3-2x
+      sparkfleet rollback dsv41-flash-4x-mia --to r39    # real fleet: a cut release
     """
     from ..launch.revert import rollback_lane
 
@@ -197,8 +199,8 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
 
     \b
     Examples:
-      sparkfleet history dsv41-flash-4x-mia
-      sparkfleet history dsv41-flash-4x-mia --json
+      sparkfleet history demo-exl3-2x
+      sparkfleet history demo-exl3-2x --json
     """
     from ..bench.generation_reports import lane_history
 
