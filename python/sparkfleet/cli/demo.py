@@ -126,7 +126,7 @@ def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
 @click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
 @click.option("--json", "as_json", is_flag=True, help="Print what each step did as one JSON document.")
 def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> None:
-    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
+    """The whole job on a fleet on this machine: a NAS-like hub cache staged to two hosts, verified.
 
     Then the offline load, engram packs, a launch of the demo lane, its smoke prompts and a quick
     bench with a report, and a stop. A previous demo's lane still running in --workdir is stopped
