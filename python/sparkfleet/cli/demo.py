@@ -16,13 +16,13 @@ import click
 
 from .. import inventory
 from ..demo.fleet import DEMO_LANE, write_demo_fleet
-from ..digests import sample_note
 from ..engram import pack as engram_pack
 from ..errors import ExitCode, SparkfleetError
 from ..inventory import state_dir_of
 from ..selfexec import module_argv
 from ..stage import execute
 from ..stage.targets import requests_for_host
+from ..stage.verify import verify_note
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes
 from .stage import print_stage_run, with_io_bound
@@ -123,7 +123,10 @@ def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
     is_flag=True,
     help="Start from an empty --workdir: stop what a previous demo there still runs, then remove it.",
 )
-@click.option("--shard-mib", default=4, show_default=True, help="Size of each weight shard in the demo NAS.")
+@click.option(
+    "--shard-mib", default=4, show_default=True, type=click.IntRange(1, 1024),
+    help="Size of each weight shard in the demo NAS.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print what each step did as one JSON document.")
 def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> None:
     """The whole job on a fleet on this machine: a NAS-like hub cache staged to two hosts, verified.
@@ -158,12 +161,15 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> No
             ok &= _stage_host(inv, host, 2, log, f"stage {host}")
         log.say("rerun on dgx1 (must copy nothing):")
         ok &= _stage_host(inv, lane.hosts[0], 2, log, f"rerun stage {lane.hosts[0]}")
+        verified = []
         for host in lane.hosts:
-            reports = execute.verify(requests_for_host(inv, host, DEMO_LANE))
+            reports = [r.as_dict() for r in execute.verify(requests_for_host(inv, host, DEMO_LANE))]
             for r in reports:
-                log.say(f"verify {host} {r.repo}: {r.line()}, missing: {r.missing}")
-            ok &= log.step(f"verify {host}", all(r.ok for r in reports), repos=[r.as_dict() for r in reports])
-        log.say(f"  ({sample_note()}; `sparkfleet verify HOST --full` reads every byte)")
+                log.say(f"verify {host} {r['repo']}: links ok: {r['links_ok']}, dangling: {r['dangling']}, "
+                        f"mismatches: {r['mismatches']}, missing: {r['missing']}")  # fmt: skip
+            ok &= log.step(f"verify {host}", all(r["ok"] for r in reports), repos=reports)
+            verified += reports
+        log.say(f"  ({verify_note('sample', verified)})")
         for model in lane.models:
             path = _offline_load(inv.host(lane.hosts[0]).local_hub, model.repo, model.revision)
             log.say(f"offline load {model.repo}: {path}")

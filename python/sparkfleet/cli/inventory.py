@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import ExitCode
+from ..sanitize import clean
 from .render import echo_json, human_bytes, load_inventory
 
 
@@ -74,22 +75,25 @@ def show(ctx: click.Context, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"fleet {inv.root}")
-    click.echo("hosts:")
+    lines: list[str] = []
+    lines.append(f"fleet {inv.root}")
+    lines.append("hosts:")
     for h in inv.hosts.values():
         kind = f", kind {h.kind}" if h.kind else ""
-        click.echo(
+        lines.append(
             f"  {h.name:8} {h.ssh_user}@{h.address}:{h.ssh_port}  local hub {h.local_hub}, "
             f"NAS hub {h.nas_hub}, reserve {human_bytes(h.reserve_bytes)}{kind}"
         )
-    click.echo("lanes:")
+    lines.append("lanes:")
     for lane in inv.lanes.values():
-        about = f" ({lane.description})" if lane.description else ""
-        click.echo(f"  {lane.name}: {', '.join(lane.hosts)}{about}")
+        about = f" ({' '.join(lane.description.split())})" if lane.description else ""
+        lines.append(f"  {lane.name}: {', '.join(lane.hosts)}{about}")
         for m in lane.models:
             patterns = [f", exclude {x}" for x in m.exclude] + [f", include {x}" for x in m.include]
-            click.echo(f"    {m.repo}@{m.revision[:12]} (pin {m.pin}){''.join(patterns)}")
-    click.echo("pins:")
+            lines.append(f"    {m.repo}@{m.revision[:12]} (pin {m.pin}){''.join(patterns)}")
+    lines.append("pins:")
     for p in inv.pins.values():
         state = "" if p.resolved else " (not resolved: `sparkfleet pins resolve`)"
-        click.echo(f"  {p.name}: {p.kind} {p.source} @ {p.value[:19] or '?'}{state}")
+        lines.append(f"  {p.name}: {p.kind} {p.source} @ {p.value[:19] or '?'}{state}")
+    for line in lines:  # the fleet files may come from others: no terminal escapes reach the screen
+        click.echo(clean(line))

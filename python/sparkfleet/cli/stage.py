@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..digests import sample_note
 from ..errors import ExitCode, SparkfleetError
 from ..hubcache import parse_repo_spec, repo_folder
 from ..stage import execute, remote
@@ -19,6 +18,7 @@ from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import kits_for_host, requests_for_host
 from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
+from ..stage.verify import verify_note
 from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
@@ -433,7 +433,8 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
     """Verify each host on the host itself; one summary; exit 0 only when every host is complete."""
     results = verify_hosts(inv, hosts, options)
     ok = all(r.ok for r in results)
-    note = _mode_note(options.verify_mode)
+    repos = [repo for r in results if r.report for repo in r.report["repos"]]
+    note = verify_note(options.verify_mode, repos)
     if as_json:
         hosts_json = [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]
         echo_json({"ok": ok, "mode": options.verify_mode, "note": note, "hosts": hosts_json})
@@ -459,13 +460,6 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
     if not ok:
         codes = [r.exit_code for r in results if not r.ok and r.report is None and r.exit_code]
         sys.exit(max(codes) if codes else ExitCode.SHORTFALL)
-
-
-def _mode_note(mode: str) -> str:
-    """What the check read: said with every verify result, so a sampled "ok" is never read as more."""
-    if mode == "full":
-        return "full: every byte read (sha256 against a blob's name, else the source's digest)"
-    return f"{sample_note()}; --full reads every byte"
 
 
 def _ignore(host: str, event: dict) -> None:
@@ -557,7 +551,7 @@ def verify(
         k: sum(getattr(r, k) for r in reports) for k in ("links_ok", "dangling", "mismatches", "missing")
     }
     ok = all(r.ok for r in reports) and all(k["ok"] for k in kits)
-    note = _mode_note(verify_mode)
+    note = verify_note(verify_mode, [r.as_dict() for r in reports])
     if as_json:
         repos_json = [r.as_dict() for r in reports]
         echo_json({"ok": ok, **totals, "mode": verify_mode, "note": note, "repos": repos_json, "kits": kits})
@@ -568,11 +562,11 @@ def verify(
                 click.echo(f"  {problem}")
         for k in kits:
             click.echo(kit_verdict_line(k))
+        click.echo(f"note: {note}")
         click.echo(
             f"links ok: {totals['links_ok']}, dangling: {totals['dangling']}, "
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"
             + (f", kits ok: {sum(k['ok'] for k in kits)}/{len(kits)}" if kits else "")
         )
-        click.echo(f"note: {note}")
     if not ok:
         sys.exit(ExitCode.SHORTFALL)
