@@ -26,7 +26,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,19 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
+from stage_bench import drop_caches  # noqa: E402  (the one way the benchmarks drop the page cache)
+
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub  # noqa: E402
 from sparkfleet.digests import WINDOW, sample_offsets  # noqa: E402
 from sparkfleet.stage import execute, staged  # noqa: E402
 from sparkfleet.stage.plan import StageRequest  # noqa: E402
-
-
-def drop_caches() -> bool:
-    subprocess.run(["sync"], check=True)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def verify_s(request: StageRequest, mode: str) -> tuple[float, bool]:

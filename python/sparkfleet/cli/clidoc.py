@@ -17,8 +17,8 @@ from pathlib import Path
 
 import click
 
-from ..atomic import write_bytes
 from ..errors import EXIT_MEANINGS
+from ..schemadoc import emit
 from . import COMMANDS
 from . import main as sparkfleet
 
@@ -110,16 +110,7 @@ def render(page: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    text = render(DOC.read_text())
-    if args == ["--write"]:
-        write_bytes(DOC, text.encode())
-        print(f"wrote {DOC}")
-        return 0
-    if args:
-        print("usage: python -m sparkfleet.cli.clidoc [--write]", file=sys.stderr)
-        return 2
-    sys.stdout.write(text)
-    return 0
+    return emit(DOC, render(DOC.read_text()), args, "python -m sparkfleet.cli.clidoc")
 
 
 if __name__ == "__main__":
