@@ -95,8 +95,13 @@ def parse_with_click(example: Example) -> Parsed:
     rest = list(example.argv)
     cmd: click.Command = main
     verb: list[str] = []
+    # contexts chained as click chains them: a bare Context would make a command cache a help
+    # option without the group's `-h` (context_settings are inherited from the parent)
+    parent = click.Context(main, info_name="sparkfleet", resilient_parsing=True, **main.context_settings)
     while isinstance(cmd, click.Group):
-        ctx = click.Context(cmd, info_name=cmd.name, resilient_parsing=True)
+        ctx = parent
+        if cmd is not main:
+            ctx = click.Context(cmd, parent=parent, info_name=cmd.name, resilient_parsing=True)
         _, words, _ = cmd.make_parser(ctx).parse_args(rest)  # a group's options, up to its verb
         if not words:
             raise click.UsageError(f"{example}: names no verb")
@@ -105,9 +110,9 @@ def parse_with_click(example: Example) -> Parsed:
         if sub is None:
             raise click.UsageError(f"{example}: no verb {' '.join([*verb, name])}")
         verb.append(name)
-        cmd = sub
+        parent, cmd = ctx, sub
     # the example's own NAME=value, and none of this shell's SPARKFLEET_* (a reader's shell has none)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKFLEET_")} | example.env
     with mock.patch.dict(os.environ, env, clear=True):
-        ctx = cmd.make_context(" ".join(verb), list(rest))
+        ctx = cmd.make_context(verb[-1], list(rest), parent=parent)
     return Parsed(tuple(verb), dict(ctx.params))

@@ -190,3 +190,11 @@ def test_inventory_show_is_text_for_people_and_json_with_json():
     doc = json.loads(run("--root", root, "inventory", "show", "--json").output)
     assert set(doc) == {"hosts", "pins", "lanes"}
     assert doc["lanes"]["dsv41-flash-exl3-2x"]["hosts"] == ["dgx1", "dgx2"]
+
+
+def test_the_root_help_reads_as_written():
+    """The exit-code line appended to the root's help undid click's dedent: every paragraph after
+    the first came out indented by the source's four spaces more."""
+    text = run("--help").output
+    assert "\n  Examples:\n    sparkfleet --root .demo/fleet doctor demo-exl3-2x\n" in text
+    assert "\n  Exit codes: 0 ok, 1 shortfall" in text
