@@ -52,7 +52,7 @@ def verify_s(request: StageRequest, mode: str) -> tuple[float, bool]:
 
 def hide_record(dest: Path) -> list[tuple[Path, Path]]:
     moved = []
-    for record in dest.rglob(f"{staged.FOLDER}/*.json"):
+    for record in (dest / staged.FOLDER).rglob("*.json"):
         aside = record.with_suffix(".aside")
         record.rename(aside)
         moved.append((aside, record))
@@ -77,8 +77,7 @@ def run(mib: int, rounds: int, workdir: Path) -> dict:
         restore(moved)
         times["full"].append(verify_s(request, "full")[0])
     med = {k: statistics.median(v) for k, v in times.items()}
-    files = [p for p in dest.rglob("*") if p.is_file() and not p.is_symlink()]
-    files = [p for p in files if staged.FOLDER not in p.parts]
+    files = [p for p in dest.rglob("*") if p.is_file() and not p.is_symlink() and ".locks" not in p.parts]
     biggest = max(files, key=lambda p: p.stat().st_size)
     offsets = sample_offsets(biggest.stat().st_size)
     between = offsets[3] + WINDOW + (offsets[4] - offsets[3] - WINDOW) // 2

@@ -5,7 +5,7 @@ what it read, each judged by an oracle written here:
   checkout can come from anyone) never reaches the terminal raw; `--json` keeps it exactly.
 * `demo --json`, `demo --shard-mib`: a shard size that is no size, a foreign --workdir with
   --fresh, are usage errors (exit 2, JSON on stdout with --json), no traceback, nothing removed.
-* the staging record (`.sparkfleet-staged/<commit>.json`, stage/staged.py): any planted JSON
+* the staging record (`.locks/sparkfleet-staged/<repo>/<commit>.json`, stage/staged.py): any planted JSON
   value never breaks `verify`, and never hides a difference the sampled check sees by itself.
 * the launch lock (`recipes/<lane>/generations/.launch.lock`): a planted link is refused (exit 5),
   never followed; the file it points at keeps its bytes.

@@ -17,7 +17,7 @@ from sparkfleet import atomic
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
 from sparkfleet.errors import LockBusyError, SourceError, SpaceError
 from sparkfleet.hubcache import repo_folder
-from sparkfleet.stage import execute, staged
+from sparkfleet.stage import execute
 from sparkfleet.stage.lock import hub_lock
 from sparkfleet.stage.plan import StageRequest
 
@@ -37,8 +37,8 @@ def _final_names_are_whole(local: Path, nas_root: Path) -> None:
         if rel.parts[0] == ".locks":
             continue
         source = nas_root / rel
-        if rel.parts[-2] in ("refs", "trees", staged.FOLDER) or rel.suffix == ".refs":
-            continue  # rewritten for what was staged (or its record), not copied; checked by verify
+        if rel.parts[-2] in ("refs", "trees") or rel.suffix == ".refs":
+            continue  # rewritten for what was staged, not copied; checked by verify
         assert path.read_bytes() == source.read_bytes(), rel
 
 

@@ -11,7 +11,7 @@ from stage_helpers import drafter_request, tree_state, weights_request
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, EMBED_FILE, WEIGHTS_REPO
 from sparkfleet.digests import WINDOW, sample_offsets
 from sparkfleet.hubcache import repo_folder
-from sparkfleet.stage import execute
+from sparkfleet.stage import execute, staged
 
 
 def _blob_of(local: Path, nas, name: str) -> Path:
@@ -99,7 +99,7 @@ def test_corruption_between_windows_needs_full(big_nas, local):
         fh.write(b"\x00\x01\x02")
     seen = _verify(nas, local, "sample")
     assert seen.recorded and seen.read_in_full == 1 and seen.mismatches == 1
-    for record in local.rglob(".sparkfleet-staged/*.json"):
+    for record in (local / staged.FOLDER).rglob("*.json"):
         record.unlink()
     unrecorded = _verify(nas, local, "sample")
     assert unrecorded.ok and not unrecorded.recorded  # the sampled windows alone miss it

@@ -371,6 +371,7 @@ def execute_plans(
     swept = 0
     for scan, _ in scans_and_plans:
         swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
+        swept += len(atomic.sweep_temps(dest_hub / staged.FOLDER / scan.repo_dir))
     swept += len(atomic.sweep_temps(dest_hub / SHARED_STORE_DIR))
     # Fan-out checks sha256 blobs as they arrive by hashing them here (verify.arrival_mode): no NAS
     # re-reads. A plain stage keeps its sampled windows: hashing every byte would halve its speed.

@@ -10,7 +10,10 @@ whose identity differs from its record. What this cannot see: a change below the
 failing disk) or in a file staged before the record existed; `--full` reads every byte for those.
 
 A record is a hint, never trusted to pass a file: a missing, unreadable or planted record only
-means the sampled check alone, exactly as without one. Written temp + fsync + rename.
+means the sampled check alone, exactly as without one. It is state, not content, so it lives in
+the hub's `.locks/` beside the stage lock (which huggingface_hub's cache scan skips, and whose
+folder the stage lock refuses when it is a planted link), written temp + fsync + rename, and only
+when it changed: a rerun on an unchanged tree writes nothing.
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ import os
 from pathlib import Path
 
 from .. import atomic
+from .lock import LOCK_PATH
 
 SCHEMA = "sparkfleet.staged/1"
-FOLDER = ".sparkfleet-staged"  # in the repo's folder: huggingface_hub's cache scan reads only its own
+FOLDER = LOCK_PATH.parent / "sparkfleet-staged"  # <hub>/.locks/sparkfleet-staged/<repo folder>/
 
 Identity = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
 
 
 def record_path(dest_hub: Path, repo_dir: str, commit: str) -> Path:
-    return dest_hub / repo_dir / FOLDER / f"{commit}.json"
+    return dest_hub / FOLDER / repo_dir / f"{commit}.json"
 
 
 def identity(path: Path) -> Identity | None:
@@ -44,7 +48,13 @@ def write(dest_hub: Path, repo_dir: str, commit: str, rels: list[str]) -> Path:
     """Record the identity of each hub-relative file in `rels` that exists (after the run's writes)."""
     files = {rel: list(ident) for rel in sorted(set(rels)) if (ident := identity(dest_hub / rel))}
     path = record_path(dest_hub, repo_dir, commit)
-    atomic.write_bytes(path, json.dumps({"schema": SCHEMA, "commit": commit, "files": files}).encode())
+    text = json.dumps({"schema": SCHEMA, "commit": commit, "files": files}).encode()
+    try:
+        unchanged = path.read_bytes() == text
+    except OSError:
+        unchanged = False
+    if not unchanged:
+        atomic.write_bytes(path, text)
     return path
 
 
