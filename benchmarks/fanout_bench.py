@@ -178,7 +178,7 @@ def main() -> None:
                 before = nas_tx_bytes(nas.netns)
                 start = time.perf_counter()
                 argv = [sys.executable, "-m", "sparkfleet", "--root", str(roots[n]), "stage", "--lane"]
-                argv += [f"lane{n}", "--verify", args.verify, "--json"]
+                argv += [f"lane{n}", *(["--full"] if args.verify == "full" else []), "--json"]
                 if transport and n > 1:
                     argv += ["--fanout", "--peer-transport", transport]
                 proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)

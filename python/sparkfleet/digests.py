@@ -31,6 +31,16 @@ def sample_offsets(size: int) -> list[int]:
     return sorted({0, *spread, last})
 
 
+def sample_note() -> str:
+    """What `sample` reads and what it therefore misses, for every output that reports a sampled check."""
+    whole = WINDOW * (SPREAD_WINDOWS + 2)
+    return (
+        f"sampled: each file's size and {SPREAD_WINDOWS + 2} windows of {WINDOW // 1024} KiB "
+        f"(a file up to {whole // (1024 * 1024)} MiB read whole); a byte changed between the windows "
+        "of a larger file is not seen"
+    )
+
+
 def sample_digest(path: Path) -> tuple[int, str]:
     """(size, blake2b over the sample windows). Small files are read whole."""
     with open(path, "rb", buffering=0) as fh:

@@ -12,22 +12,59 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """The one exit-code table every verb uses (docs/cli.md: "Exit codes").
+    """The one exit-code table every verb uses (docs/cli.md "Exit codes" is generated from it).
 
     Scripts around sparkfleet (systemd units, CI, an operator's shell loop) branch on these,
-    so a meaning never moves between verbs.
+    so a meaning never moves between verbs: each code's one meaning is `EXIT_MEANINGS[code]`.
     """
 
     OK = 0
-    SHORTFALL = 1  # the work ran, but a check fell short (verify mismatch, smoke/bench failed, ...)
-    USAGE = 2  # bad input: CLI usage, invalid inventory/recipe, a source refused as unsafe
-    SPACE = 3  # not enough disk space or inodes at the destination
-    UNREACHABLE = 4  # a host could not be reached or logged into over ssh
-    REFUSED = 5  # a safety gate refused to act (admission, drift, image mismatch, occupied host)
-    CRASHED = 70  # sparkfleet itself failed (a bug, EX_SOFTWARE): `watch` exits so, and its unit restarts it
-    BUSY = 75  # another run holds the lock (EX_TEMPFAIL)
-    INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT
+    SHORTFALL = 1
+    USAGE = 2
+    SPACE = 3
+    UNREACHABLE = 4
+    REFUSED = 5
+    CRASHED = 70  # EX_SOFTWARE (sysexits.h)
+    BUSY = 75  # EX_TEMPFAIL (sysexits.h)
+    INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
+
+# What each code means, for every verb. docs/cli.md's table and `sparkfleet --help` print these;
+# a help text that names a code writes it as "exit N (name)" and tests/cli checks the name.
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "done, every check passed",
+    ExitCode.SHORTFALL: (
+        "the work ran but fell short: a verify mismatch, a failed smoke, bench or probe, a regression "
+        "against the baseline, a rank not ready or not stopped, `status` of a lane that does not serve "
+        "(stopped cleanly included); a person looks at what it printed"
+    ),
+    ExitCode.USAGE: (
+        "bad input: CLI usage, an invalid inventory or recipe (`inventory check` lists every problem), "
+        "an unsafe source, a read-only or too-long destination path"
+    ),
+    ExitCode.SPACE: (
+        "not enough disk space or inodes at the destination (refused up front, or the disk filled "
+        "mid-copy; nothing partial is published)"
+    ),
+    ExitCode.UNREACHABLE: "a host could not be reached or logged into over ssh, or the NAS went away mid-run",
+    ExitCode.REFUSED: (
+        "a safety gate refused to act: a host already serving a lane (this one or another; "
+        "`--replace`), a failed launch gate, a planted lock or link, reports that are not like for "
+        "like (`--force`)"
+    ),
+    ExitCode.CRASHED: (
+        "sparkfleet itself failed (a bug; `EX_SOFTWARE`): `watch` exits with it so that its unit "
+        "restarts it, unlike 1 (a person is needed)"
+    ),
+    ExitCode.BUSY: (
+        "another run holds the lock: a stage of the same hub, a pack of the same directory, a launch "
+        "of the same lane (`EX_TEMPFAIL`; `stage --wait SECONDS` queues behind it)"
+    ),
+    ExitCode.INTERRUPTED: (
+        "stopped by Ctrl-C / SIGINT (what was done so far is kept, and said); not `watch` and `logs -f`, "
+        "which Ctrl-C ends with 0"
+    ),
+}
 
 
 class SparkfleetError(Exception):

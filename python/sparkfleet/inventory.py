@@ -250,9 +250,12 @@ class Inventory:
         try:
             return self.lanes[name]
         except KeyError:
+            hint = f"a lane is a folder {self.root / RECIPES_DIR}/<lane>/ with a {RECIPE_FILE}"
+            demo = demo_fleet_near(self.root)
+            if demo and demo.resolve() != self.root.resolve() and (demo / RECIPES_DIR / name).is_dir():
+                hint = _use_demo(demo, f"{name} is a lane of the demo; its fleet")
             raise InventoryError(
-                f"unknown lane {name!r} (known: {', '.join(sorted(self.lanes)) or 'none'})",
-                hint=f"a lane is a folder {self.root / RECIPES_DIR}/<lane>/ with a {RECIPE_FILE}",
+                f"unknown lane {name!r} (known: {', '.join(sorted(self.lanes)) or 'none'})", hint=hint
             ) from None
 
     def lanes_of(self, host: str) -> list[Lane]:
@@ -414,10 +417,32 @@ def find_root(start: Path | None = None) -> Path:
     for candidate in (here, *here.parents):
         if (candidate / FLEET_FILE).is_file():
             return candidate
+    demo = demo_fleet_near(here)
     raise InventoryError(
         f"no {FLEET_FILE} in {here} or any parent",
-        hint="run inside a sparkfleet checkout, pass --root, or set SPARKFLEET_ROOT",
+        hint=_use_demo(demo, "the demo's fleet")
+        if demo
+        else f"run inside a sparkfleet checkout, pass --root DIR or set SPARKFLEET_ROOT (after `make demo`: "
+        f"--root {DEMO_FLEET})",
     )
+
+
+DEMO_FLEET = Path(".demo") / "fleet"  # where `make demo` (sparkfleet demo --workdir .demo) writes its fleet
+
+
+def demo_fleet_near(start: Path | None = None) -> Path | None:
+    """The fleet `make demo` wrote in `start` or a parent (the checkout it ran in), if there is one."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / DEMO_FLEET / FLEET_FILE).is_file():
+            return candidate / DEMO_FLEET
+    return None
+
+
+def _use_demo(demo: Path, what: str) -> str:
+    """How to point sparkfleet at the demo's fleet, in words a newcomer can paste."""
+    shown = os.path.relpath(demo, Path.cwd().resolve())
+    return f"{what} is {shown}: pass --root {shown}, or export SPARKFLEET_ROOT={demo}"
 
 
 _HOST_REQUIRED = ("address", "ssh_user", "local_hub", "nas_hub")

@@ -148,19 +148,23 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    text = render()
+def emit(doc: Path, text: str, args: list[str], usage: str) -> int:
+    """A generated page's command line: print `text`, or with `--write` put it at `doc` (atomic)."""
     if args == ["--write"]:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes(DOC, text.encode())
-        print(f"wrote {DOC}")
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(doc, text.encode())
+        print(f"wrote {doc}")
         return 0
     if args:
-        print("usage: python -m sparkfleet.schemadoc [--write]", file=sys.stderr)
+        print(f"usage: {usage} [--write]", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    return emit(DOC, render(), args, "python -m sparkfleet.schemadoc")
 
 
 if __name__ == "__main__":

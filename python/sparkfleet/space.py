@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import SpaceError
+from .units import human_bytes
 
 GIB = 1024**3
 
@@ -61,10 +62,12 @@ def check(
             f"{st.f_favail} inodes free",
             hint=inode_hint,
         )
-    if needed > free - reserve:
+    # Nothing to write always fits: the reserve is what a writer must leave, and writing nothing
+    # leaves it as it is ("need 0 B, reserve 97.7 TiB: NOT ENOUGH" refused a run that copies nothing).
+    if needed > 0 and needed > free - reserve:
         raise SpaceError(
-            f"not enough space on {path}{for_what}: need {needed / GIB:.2f} GiB, free {free / GIB:.2f} GiB, "
-            f"reserve {reserve / GIB:.2f} GiB",
+            f"not enough space on {path}{for_what}: need {human_bytes(needed)}, free {human_bytes(free)}, "
+            f"reserve {human_bytes(reserve)}",
             hint=space_hint,
         )
     return free

@@ -5,7 +5,7 @@ dangling links, 200–255-byte and non-UTF-8 names, blobs swapped for same-size 
 stages it. Either the stager raises a SparkfleetError — and then nothing was written outside the
 destination, no final name holds a partial file, and a FIFO was never opened — or it succeeds,
 and then every staged file equals its source, every link resolves inside the local hub, no byte
-from outside the hub root was read into it, and with `--verify full` every sha256-named blob
+from outside the hub root was read into it, and with `--full` every sha256-named blob
 hashes to its name.
 """
 

@@ -53,7 +53,7 @@ def test_a_hostile_peer_hub_is_never_published(tmp_path, figures):
         blob.unlink()
         os.mkfifo(blob)
 
-    wave2 = [*root, "stage", "dgx1", "--here", "--peers", "dgx1,dgx2", "--verify", "full", "--json"]
+    wave2 = [*root, "stage", "dgx1", "--here", "--peers", "dgx1,dgx2", "--full", "--json"]
     result = CliRunner().invoke(main, wave2)
     assert result.exit_code == ExitCode.OK, result.output
     run = json.loads(result.stdout)
@@ -69,5 +69,5 @@ def test_a_hostile_peer_hub_is_never_published(tmp_path, figures):
     assert any(f.startswith("dgx2: ") and b.name in f for b in swapped for f in failures), failures
     assert b"OUTSIDE" not in b"".join(taken.values())
     assert run["peer_bytes"] > 0  # the good blobs did come from the peer
-    verify = CliRunner().invoke(main, [*root, "verify", "dgx1", "--verify", "full"])
+    verify = CliRunner().invoke(main, [*root, "verify", "dgx1", "--full"])
     assert verify.exit_code == ExitCode.OK, verify.output

@@ -158,6 +158,26 @@ def test_cli_refuses_with_exit_refused_and_names_the_difference(tmp_path):
     assert ttft["regression"] and ttft["differs"] == ["probe.prompt_tokens"]
 
 
+def test_other_settings_are_refused_even_when_the_newer_run_failed(tmp_path):
+    """A quick run against an interrupted full one exited 1 where the help says 5: the pair is not
+    like for like (5 (refused), --force compares it); a failed newer run of the same settings is 1."""
+    base = _doc(487, created="09:00:00")
+    other = {**_doc(128, created="09:30:00"), "status": "interrupted", "failures": ["interrupted"]}
+    same = {**_doc(487, created="10:00:00"), "status": "failed", "failures": ["sweep failed"]}
+    for doc in (base, other, same):
+        (
+            tmp_path / f"{doc['created_utc'][:10]}_{doc['created_utc'][11:19].replace(':', '')}_t.json"
+        ).write_text(json.dumps(doc))
+    refused = _cli("090000", "093000", "--dir", str(tmp_path))
+    assert refused.returncode == ExitCode.REFUSED, refused.stdout + refused.stderr
+    assert "probe.prompt_tokens: 487 → 128" in refused.stdout and "--force" in refused.stdout
+    assert "093000_t interrupted" in refused.stdout  # the failed run is still said
+    forced = _cli("090000", "093000", "--dir", str(tmp_path), "--force")
+    assert forced.returncode == ExitCode.SHORTFALL, forced.stdout + forced.stderr
+    failed = _cli("090000", "100000", "--dir", str(tmp_path))
+    assert failed.returncode == ExitCode.SHORTFALL, failed.stdout + failed.stderr
+
+
 def test_reports_record_settings_and_fingerprints(tmp_path):
     from sparkfleet.bench.run import BenchRun
 

@@ -328,3 +328,37 @@ def test_runs_with_other_settings_are_a_new_series_with_the_break_marked(tmp_pat
     same = [pt(i, 128) for i in range(4)]
     one = svg_chart(Chart("d", "d", "tok/s", [Series("decode", "d", [p.decode_tps for p in same])], ""), same)
     assert one.count("<polyline") == 1 and "settings-break" not in one
+
+
+def test_an_interrupted_run_shows_what_it_measured_and_every_mark_is_named(tmp_path):
+    """The page showed "—" for an interrupted run's decode where `report list` showed 50.0 tok/s,
+    said "no quality run" after six scenarios had run, and drew an orange line no legend named."""
+    import re
+
+    from sparkfleet.bench.report import list_reports
+
+    first = _report("27T05:30:09", 35.0, probe=128)
+    stopped = _report("28T05:30:09", None, status="interrupted")
+    stopped["decode_probe"] = {"metrics": {"decode_tps": 50.0, "ttft_s": 0.07}}
+    stopped["quality"] = {"status": "interrupted", "scenarios": 6, "error": "interrupted"}
+    last = _report("29T05:30:09", 36.0, probe=487)  # other settings than the first: a new line
+    for doc in (first, last):
+        doc["quality"] = None
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for when, doc in (("27T05:30:09", first), ("28T05:30:09", stopped), ("29T05:30:09", last)):
+        (folder / f"2026-09-{when[:2]}_{when[3:].replace(':', '')}_bench.json").write_text(json.dumps(doc))
+    listed = {r.status: r.decode_tps for r in list_reports(folder)}
+    assert listed["interrupted"] == 50.0
+    text = write_page("lane-x", folder, None, tmp_path / "page.html").path.read_text()
+    dom = _dom(text)
+    assert re.search(r"<td><span class=\"bad\"[^>]*>interrupted</span></td><td>50</td>", text)
+    stopped_marks = dom.find("circle", "chart-decode", cls="stopped")
+    assert [c["data-value"] for c in stopped_marks] == ["50"]  # drawn, hollow, off the line
+    assert "no quality run in these reports" not in text
+    assert "no quality run finished in these reports (1 started; ended interrupted)" in text
+    svgs = "".join(re.findall(r"<svg.*?</svg>", text, flags=re.DOTALL))
+    assert COLORS["baseline"] not in svgs  # no baseline declared: nothing drawn in its colour
+    legends = " ".join(re.findall(r'<div class="legend">(.*?)</div>', text))
+    assert "settings changed" in legends and "✕ run that failed or was interrupted" in legends
+    assert "○ what it measured before it stopped" in legends

@@ -154,3 +154,38 @@ def test_completion_offers_the_fleets_lanes_and_hosts():
     assert "dgx3" in offered("doctor") and "dsv41-flash-exl3-2x" in offered("doctor")
     assert offered("stage", incomplete="dgx4") == ["dgx4"]
     assert offered("--root", "/nonexistent", "launch") == []  # no inventory: nothing, no error
+
+
+# Verbs another helper gives --json in the same round; non-strict, so their merge turns these into
+# plain passes (then the entry goes).
+
+
+@pytest.mark.parametrize(
+    "path",
+    [" ".join(p) for p, _ in LEAVES],
+)
+def test_every_verb_that_reports_takes_json(path):
+    """Every verb reports something (a result, a state, what it changed), so every verb takes --json:
+    `inventory show --json` was refused while it printed JSON anyway, and `demo` had none."""
+    cmd = dict((" ".join(p), c) for p, c in LEAVES)[path]
+    assert "--json" in {o for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
+
+
+def test_inventory_show_is_text_for_people_and_json_with_json():
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    text = run("--root", root, "inventory", "show")
+    assert text.exit_code == 0 and "hosts:" in text.output and "lanes:" in text.output
+    assert "  dsv41-flash-exl3-2x: dgx1, dgx2" in text.output
+    doc = json.loads(run("--root", root, "inventory", "show", "--json").output)
+    assert set(doc) == {"hosts", "pins", "lanes"}
+    assert doc["lanes"]["dsv41-flash-exl3-2x"]["hosts"] == ["dgx1", "dgx2"]
+
+
+def test_the_root_help_reads_as_written():
+    """The exit-code line appended to the root's help undid click's dedent: every paragraph after
+    the first came out indented by the source's four spaces more."""
+    text = run("--help").output
+    assert "\n  Examples:\n    sparkfleet --root .demo/fleet doctor demo-exl3-2x\n" in text
+    assert "\n  Exit codes: 0 ok, 1 shortfall" in text

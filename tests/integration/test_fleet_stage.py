@@ -99,7 +99,7 @@ def test_remote_stage_runs_on_the_host(fleet):
 def test_lane_parallel_then_fanout_nas_bytes(fleet):
     # Independent: every host reads everything from the NAS.
     before = nas_tx_bytes(fleet["nas"].netns)
-    proc = cli(fleet["root"], "stage", "--lane", LANE, "--verify", "full", "--json")
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--full", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     independent = nas_tx_bytes(fleet["nas"].netns) - before
     one_copy = staged_bytes(fleet)
@@ -111,7 +111,7 @@ def test_lane_parallel_then_fanout_nas_bytes(fleet):
     for h in fleet["hosts"].values():
         subprocess.run(["rm", "-rf", str(h.nvme / "hub")], check=True)
     before = nas_tx_bytes(fleet["nas"].netns)
-    proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--verify", "full", "--json")
+    proc = cli(fleet["root"], "stage", "--lane", LANE, "--fanout", "--full", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fanout = nas_tx_bytes(fleet["nas"].netns) - before
     record = json.loads(proc.stdout)
@@ -143,7 +143,7 @@ def test_dead_peer_falls_back(fleet):
         proc = cli(root, "stage", h, "--here", "--share", f"{i}/4", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
     os.kill(fleet["hosts"]["dgx2"].sshd_pid, 9)
-    proc = cli(root, "stage", "dgx1", "--here", "--peers", ",".join(HOSTS), "--verify", "full", "--json")
+    proc = cli(root, "stage", "dgx1", "--here", "--peers", ",".join(HOSTS), "--full", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = json.loads(proc.stdout)
     failures = [f for r in run["repos"] for f in r["peer_failures"]]

@@ -138,3 +138,26 @@ def test_a_long_last_log_line_is_cut_from_the_right():
     text = console.export_text()
     assert "sparkfleet demo openai_server: listening on http://127.0.0.1:40001" in text
     assert line[-30:].strip() not in text and "…" in text
+
+
+def test_an_80_column_terminal_keeps_every_column_but_the_log_line_whole():
+    """At 80 columns the table dropped "stage", squeezed "weights" to an ellipsis, and a stage in
+    brackets ("[moe_b12x_next] armed") vanished as rich markup."""
+    from rich.console import Console
+
+    from sparkfleet.cli.progress import boot_table
+    from sparkfleet.launch.readiness import RankProgress
+
+    long_line = "[2026-12-04 21:00:01] RoCEnante ready: world=2 (rank 0) waiting for the scheduler to warm up"
+    ranks = [
+        RankProgress("dgx1", 0, "[moe_b12x_next] armed", 2, 3, 1.8, "10/22 (45%)", long_line),
+        RankProgress("dgx2", 1, "RoCEnante ready: world=2", 1, 3, 1.7, None, "Load weight end."),
+    ]
+    console = Console(record=True, width=80)
+    console.print(boot_table(ranks))
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    for cell in ("rank", "host", "stage", "elapsed", "weights", "2/3 [moe_b12x_next] armed",
+                 "1/3 RoCEnante ready: world=2", "10/22 (45%)", "2 s"):  # fmt: skip
+        assert cell in text, cell
+    assert "[2026-" in text  # the log line keeps its start, cut at the end

@@ -38,7 +38,7 @@ def test_fanout_on_the_demo_fleet_reads_the_nas_once_and_verifies(tmp_path):
     plan = json.loads(dry.stdout)
     assert plan["pulls"] and all(v > 0 for v in plan["nas_reads"].values())
 
-    real = run(*lane, "--verify", "full", "--json")
+    real = run(*lane, "--full", "--json")
     assert real.exit_code == ExitCode.OK, real.output
     assert "Traceback" not in real.output
     doc = json.loads(real.stdout)
@@ -52,7 +52,7 @@ def test_fanout_on_the_demo_fleet_reads_the_nas_once_and_verifies(tmp_path):
     assert 0 < peers <= sum(p["size"] for p in plan["pulls"])
     text = run(*lane).stdout  # a rerun: nothing to move, the summary adds both waves
     assert "2 host(s): 2 ok; from NAS 0 B, from peers 0 B" in text
-    verify = run("--root", str(demo.root), "verify", "--lane", DEMO_LANE, "--verify", "full")
+    verify = run("--root", str(demo.root), "verify", "--lane", DEMO_LANE, "--full")
     assert verify.exit_code == ExitCode.OK, verify.output
 
 

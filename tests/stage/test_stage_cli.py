@@ -68,7 +68,7 @@ def test_verify_exit_code_on_damage(demo):
 def test_direct_mode(demo, tmp_path):
     dest = tmp_path / "direct"
     args = ["stage", "--source", str(demo.nas_hub), "--dest", str(dest), "--repo", f"{WEIGHTS_REPO}@main",
-            "--exclude", "page15/*", "--verify", "full"]  # fmt: skip
+            "--exclude", "page15/*", "--full"]  # fmt: skip
     assert run(*args).exit_code == 0
     verify = run("verify", "--source", str(demo.nas_hub), "--dest", str(dest), "--repo", WEIGHTS_REPO,
                  "--exclude", "page15/*", "--json")  # fmt: skip

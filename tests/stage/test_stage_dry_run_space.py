@@ -98,3 +98,16 @@ def test_fanout_dry_run_on_a_complete_tree_reads_nothing_from_the_nas(tmp_path):
     assert doc["nas_reads"] == {"dgx1": 0, "dgx2": 0} and doc["pulls"] == []
     text = run(*lane).stdout
     assert "dgx1: from NAS 0 files (0 B)" in text and "dgx2: demo-org/" in text  # each host's own plan
+
+
+def test_nothing_to_copy_always_fits_whatever_the_reserve(tmp_path):
+    """"need 0 B, free 61.0 GiB, reserve 97.7 TiB: NOT ENOUGH" refused a run that writes nothing."""
+    demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)
+    assert run("--root", str(demo.root), "stage", "dgx1").exit_code == ExitCode.OK
+    huge = ["--root", str(demo.root), "stage", "dgx1", "--reserve-gib", "100000"]
+    dry = run(*huge, "--dry-run")
+    assert dry.exit_code == ExitCode.OK, dry.output
+    assert "need 0 B" in dry.stdout and ": ok" in dry.stdout and "NOT ENOUGH" not in dry.stdout
+    again = run(*huge)
+    assert again.exit_code == ExitCode.OK, again.output  # the real run copies nothing and is fine
+    assert "copied 0 (0 B)" in again.stdout

@@ -87,7 +87,8 @@ def test_metadata_refs_trees_no_exist_and_what_is_never_copied(nas, local):
         p for p in nas.weights.files[commit] if not p.startswith("page15/")
     )
     assert (repo / ".no_exist" / commit / "generation_config.json").is_file()
-    assert [p.name for p in (local / ".locks").iterdir()] == ["sparkfleet-stage.lock"]  # ours only
+    ours = ["sparkfleet-stage.lock", "sparkfleet-staged"]  # the lock, the staging record (stage/staged.py)
+    assert sorted(p.name for p in (local / ".locks").iterdir()) == ours  # ours only
     assert not list(local.rglob("*.incomplete"))
 
 

@@ -13,6 +13,7 @@ bars or step lines: only results and errors).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -121,12 +122,15 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_con
 def main(ctx: click.Context, root: Path | None, verbose: int, quiet: bool) -> None:
     """Stage, launch and bench DeepSeek-V4.1-Flash lanes on a DGX Spark fleet.
 
+    Every verb's examples name the demo's lane and hosts: after `make demo`, in the checkout, each
+    runs as written. One marked `# real fleet` needs the fleet's own hosts, registry or network.
+
     \b
     Examples:
-      sparkfleet doctor dsv41-flash-4x-mia
-      sparkfleet --root ~/fleet stage dgx1 --dry-run
-      sparkfleet launch dsv41-flash-4x-mia --dry-run
-      SPARKFLEET_ROOT=~/fleet sparkfleet status dsv41-flash-4x-mia --json
+      sparkfleet --root .demo/fleet doctor demo-exl3-2x
+      SPARKFLEET_ROOT=.demo/fleet sparkfleet status demo-exl3-2x --json
+      sparkfleet stage --lane demo-exl3-2x --dry-run
+      sparkfleet launch dsv41-flash-exl3-2x --dry-run     # real fleet: a lane of the checkout
 
     Shell completion: docs/cli.md "Shell completion".
     """
@@ -142,7 +146,7 @@ def main(ctx: click.Context, root: Path | None, verbose: int, quiet: bool) -> No
 
 
 main.help = (
-    (main.help or "")
+    inspect.cleandoc(main.help or "")  # dedented first: click dedents by the least-indented line
     + "\n\nExit codes: "
     + ", ".join(f"{int(code)} {code.name.lower()}" for code in ExitCode)
     + "."

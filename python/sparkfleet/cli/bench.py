@@ -183,8 +183,9 @@ def smoke(
 
     \b
     Examples:
-      sparkfleet smoke dsv41-flash-4x-mia
-      sparkfleet smoke --url http://127.0.0.1:30000/v1 --max-tokens 4096
+      sparkfleet smoke demo-exl3-2x
+      sparkfleet smoke demo-exl3-2x --json
+      sparkfleet smoke --url http://127.0.0.1:30000/v1 --max-tokens 4096   # real fleet: any server
     """
     target = _pick_target(ctx, lane, url, None)  # smoke writes no report
     result = session.smoke_target(target, model=model, timeout=timeout, max_tokens=max_tokens)
@@ -204,7 +205,7 @@ def smoke(
             f"smoke {'passed' if ok else 'FAILED'}: {sum(o.passed for o in outcomes)}/{len(outcomes)} "
             f"at {target.url} ({result.model})"
         )
-    ctx.exit(0 if ok else 1)
+    ctx.exit(ExitCode.OK if ok else ExitCode.SHORTFALL)
 
 
 # -- bench ------------------------------------------------------------------------------------------
@@ -357,9 +358,10 @@ def bench(
 
     \b
     Examples:
-      sparkfleet bench dsv41-flash-4x-mia
-      sparkfleet bench dsv41-flash-4x-mia --quick --tag first-look
-      sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality
+      sparkfleet bench demo-exl3-2x --quick --tag first-look
+      sparkfleet bench demo-exl3-2x --quick --concurrency 1,4 --json
+      sparkfleet bench dsv41-flash-exl3-2x       # real fleet: the whole bench, about an hour
+      sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality   # real fleet: any server
       sparkfleet bench --gateway --quick
     """
     if (url or via_gateway) and save_to_lane:
@@ -449,7 +451,7 @@ def bench(
         click.secho(f"interrupted: the report of what was measured is {paths.json}", fg="yellow", err=True)
         ctx.exit(ExitCode.INTERRUPTED)
     # a refused baseline comparison (other settings or hosts) is printed, not a failed bench
-    ctx.exit(1 if done.failed else 0)
+    ctx.exit(ExitCode.SHORTFALL if done.failed else ExitCode.OK)
 
 
 def _staged_counter(target: BenchTarget) -> LocalTokenizer | None:
@@ -581,8 +583,8 @@ def list_(ctx: click.Context, lane: str | None, directory: Path | None, as_json:
 
     \b
     Examples:
-      sparkfleet report list dsv41-flash-4x-mia
-      sparkfleet report list --dir sparkfleet-reports --json
+      sparkfleet report list demo-exl3-2x
+      sparkfleet report list demo-exl3-2x --json
     """
     folder, _, baseline = _reports_dir(ctx, lane, directory)
     items = reports.list_reports(folder)
@@ -655,8 +657,8 @@ def html(ctx: click.Context, lane: str, out: Path | None, directory: Path | None
 
     \b
     Examples:
-      sparkfleet report html dsv41-flash-exl3-2x
-      sparkfleet report html dsv41-flash-4x-mia --out /tmp/tp4.html
+      sparkfleet report html demo-exl3-2x
+      sparkfleet report html demo-exl3-2x --out history.html
     """
     from ..bench.report.html import write_page
 
@@ -734,14 +736,16 @@ def compare(
     generation good; a lane with neither (before its first promote) has nothing to compare yet and
     says so (exit 0).
 
-    Exits 1 when the newer report failed or regressed past the lane's [bench.thresholds]; 5 (refused)
-    when the two measured different things — other settings (probe size, depths, quick…) or other
-    host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless --force.
+    Exits 5 (refused) when the two measured different things — other settings (probe size, depths,
+    quick…) or other host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless
+    --force, even if the newer run failed too; else 1 (shortfall) when the newer report failed or
+    regressed past the lane's [bench.thresholds], and 5 (refused) when the base report failed.
 
     \b
     Examples:
-      sparkfleet report compare --lane dsv41-flash-4x-mia
-      sparkfleet report compare A.json B.json
+      sparkfleet report compare demo first-look --lane demo-exl3-2x
+      sparkfleet report compare demo first-look --json
+      sparkfleet report compare --lane dsv41-flash-exl3-2x   # real fleet: latest against its baseline
     """
     if len(refs) > 2:
         raise SparkfleetError("compare takes at most two reports")
@@ -772,6 +776,4 @@ def compare(
         echo_json({"ok": result.ok, **{k: v for k, v in vars(result).items()}})
     else:
         _print_comparison(result)
-    # a failed newer run is a regression (1) whether or not its figures could be compared
-    refused = result.refused and not result.regressions
-    ctx.exit(ExitCode.REFUSED if refused else ExitCode.OK if result.ok else ExitCode.SHORTFALL)
+    ctx.exit(result.exit_code)

@@ -36,8 +36,8 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
 
     \b
     Examples:
-      sparkfleet bootstrap dgx2 --dry-run
-      sparkfleet bootstrap dgx2
+      sparkfleet bootstrap dgx2 --dry-run     # real fleet: a DGX OS host
+      sparkfleet bootstrap dgx2 --json        # real fleet
     """
     from ..bootstrap import bootstrap as do_bootstrap
     from ..hosts import connect

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,18 +22,37 @@ from ..inventory import state_dir_of
 from ..selfexec import module_argv
 from ..stage import execute
 from ..stage.targets import requests_for_host
+from ..stage.verify import verify_note
 from .progress import RichStageProgress, wants_bar
-from .render import human_bytes
+from .render import echo_json, human_bytes
 from .stage import print_stage_run, with_io_bound
 
 
-def _stage_host(inv, host: str, jobs: int) -> bool:
+@dataclass
+class DemoLog:
+    """What the demo did, step by step: said as it goes (on stderr with --json, so that stdout is
+    one JSON document) and kept for the --json summary."""
+
+    as_json: bool
+    steps: list[dict] = field(default_factory=list)
+
+    def say(self, line: str) -> None:
+        click.echo(line, err=self.as_json)
+
+    def step(self, name: str, ok: bool, **detail: Any) -> bool:
+        self.steps.append({"step": name, "ok": ok, **detail})
+        return ok
+
+
+def _stage_host(inv, host: str, jobs: int, log: DemoLog, name: str) -> bool:
     requests = requests_for_host(inv, host, DEMO_LANE)
-    bar = RichStageProgress() if wants_bar(False) else None
+    bar = RichStageProgress() if wants_bar(log.as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
-    print_stage_run(with_io_bound(run.as_dict(), requests, state_dir_of(inv.host(host))), prefix="  ")
-    return run.ok
+    summary = with_io_bound(run.as_dict(), requests, state_dir_of(inv.host(host)))
+    if not log.as_json:
+        print_stage_run(summary, prefix="  ")
+    return log.step(name, run.ok, host=host, run=summary)
 
 
 def _offline_load(hub: Path, repo: str, revision: str) -> str:
@@ -50,18 +72,21 @@ def next_steps(root: Path) -> str:
     )
 
 
-def _smoke_and_bench(root: Path) -> bool:
+def _smoke_and_bench(root: Path, log: DemoLog) -> bool:
     """While the demo lane serves: the recipe's smoke prompts, then a quick bench with its report."""
     ok = True
     for verb in (["smoke", DEMO_LANE], ["bench", DEMO_LANE, "--quick", "--tag", "demo"]):
-        click.echo(f"sparkfleet {' '.join(verb)}:")
+        log.say(f"sparkfleet {' '.join(verb)}:")
+        argv = module_argv("sparkfleet", "--root", str(root), *verb, *(["--json"] if log.as_json else []))
         proc = subprocess.run(
-            module_argv("sparkfleet", "--root", str(root), *verb),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
-            stdin=subprocess.DEVNULL,
+            argv, stdout=subprocess.PIPE, stderr=None if log.as_json else subprocess.STDOUT, text=True,
+            timeout=600, stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        for line in proc.stdout.splitlines():  # one stream: progress lines stay in order
-            click.echo(f"  {line}")
+        if log.as_json:  # its own JSON document goes into the summary; its progress went to stderr
+            log.step(verb[0], proc.returncode == 0, result=json.loads(proc.stdout or "null"))
+        else:
+            for line in proc.stdout.splitlines():  # one stream: progress lines stay in order
+                log.say(f"  {line}")
         ok &= proc.returncode == 0
     return ok
 
@@ -76,7 +101,7 @@ def _spark_kind() -> inventory.HostKind | None:
     return real.host_kinds.get(sorted(kinds)[0]) if kinds else None
 
 
-def _clear_previous(workdir: Path, fresh: bool) -> None:
+def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
     """Take `workdir` for the demo (refused, changing nothing, unless it is new, empty or carries the
     demo's marker), stop the lanes a previous demo there still runs (by its records), and with
     `fresh` empty it."""
@@ -84,7 +109,7 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
 
     claim_workdir(workdir)
     for r in stop_previous_demo(workdir):
-        click.echo(f"stopped the previous demo's {r['lane']} rank {r.get('rank', '?')} on {r['host']}")
+        log.say(f"stopped the previous demo's {r['lane']} rank {r.get('rank', '?')} on {r['host']}")
     if fresh:
         clear_workdir(workdir)
 
@@ -102,25 +127,31 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
     help="Start from an empty --workdir: stop what a previous demo there still runs, then empty it.",
 )
 @click.option(
-    "--shard-mib", default=4, type=click.IntRange(min=1), show_default=True,
+    "--shard-mib", default=4, show_default=True, type=click.IntRange(1, 1024),
     help="Size of each weight shard in the demo NAS.",
 )  # fmt: skip
-def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
-    """Build a NAS-like hub cache with the night shift's hard cases, stage it to two hosts, verify.
+@click.option("--json", "as_json", is_flag=True, help="Print what each step did as one JSON document.")
+def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> None:
+    """The whole job on a fleet on this machine: a NAS-like hub cache staged to two hosts, verified.
 
-    --workdir must be new, empty, or a previous demo's (it carries the demo's marker, which the
-    demo writes there first): anything else is refused, and nothing in it is stopped, written or
-    removed. A previous demo's lane still running there is stopped first (by its records), so its
-    servers never outlive the records that name them.
+    Then the offline load, engram packs, a launch of the demo lane, its smoke prompts and a quick
+    bench with a report, and a stop. --workdir must be new, empty, or a previous demo's (it carries
+    the demo's marker, which the demo writes there first): anything else is refused, and nothing in
+    it is stopped, written or removed. A previous demo's lane still running there is stopped first
+    (by its records), so its servers never outlive the records that name them. With --json the
+    steps are told on stderr and stdout gets one JSON document; exit 1 (shortfall) if any step fell
+    short.
 
     \b
     Examples:
       sparkfleet demo
       sparkfleet demo --workdir .demo --fresh
+      sparkfleet demo --json
     """
+    log = DemoLog(as_json)
     keep = workdir is not None
     if workdir is not None:
-        _clear_previous(workdir, fresh)
+        _clear_previous(workdir, fresh, log)
     elif fresh:
         raise click.UsageError("--fresh needs --workdir (the temp dir is always new)")
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkfleet-demo-"))
@@ -128,33 +159,43 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
         fleet = write_demo_fleet(workdir, shard_bytes=shard_mib * 1024 * 1024, host_kind=_spark_kind())
         inv = inventory.load(fleet.root)
         lane = inv.lane(DEMO_LANE)
-        click.echo(f"demo fleet: {fleet.root} (NAS hub {fleet.nas_hub})")
+        log.say(f"demo fleet: {fleet.root} (NAS hub {fleet.nas_hub})")
         ok = True
         for host in lane.hosts:
-            click.echo(f"stage {host} → {inv.host(host).local_hub}")
-            ok &= _stage_host(inv, host, jobs=2)
-        click.echo("rerun on dgx1 (must copy nothing):")
-        ok &= _stage_host(inv, lane.hosts[0], jobs=2)
+            log.say(f"stage {host} → {inv.host(host).local_hub}")
+            ok &= _stage_host(inv, host, 2, log, f"stage {host}")
+        log.say("rerun on dgx1 (must copy nothing):")
+        ok &= _stage_host(inv, lane.hosts[0], 2, log, f"rerun stage {lane.hosts[0]}")
+        verified = []
         for host in lane.hosts:
-            reports = execute.verify(requests_for_host(inv, host, DEMO_LANE))
+            reports = [r.as_dict() for r in execute.verify(requests_for_host(inv, host, DEMO_LANE))]
             for r in reports:
-                click.echo(f"verify {host} {r.repo}: {r.line()}, missing: {r.missing}")
-                ok &= r.ok
+                log.say(f"verify {host} {r['repo']}: links ok: {r['links_ok']}, dangling: {r['dangling']}, "
+                        f"mismatches: {r['mismatches']}, missing: {r['missing']}")  # fmt: skip
+            ok &= log.step(f"verify {host}", all(r["ok"] for r in reports), repos=reports)
+            verified += reports
+        log.say(f"  ({verify_note('sample', verified)})")
         for model in lane.models:
             path = _offline_load(inv.host(lane.hosts[0]).local_hub, model.repo, model.revision)
-            click.echo(f"offline load {model.repo}: {path}")
+            log.say(f"offline load {model.repo}: {path}")
+            log.step(f"offline load {model.repo}", True, snapshot=path)
         for host in lane.hosts:
             packed = engram_pack.pack(inv, DEMO_LANE, host)
-            click.echo(
+            log.say(
                 f"engram pack {host}: rank {packed.rank} of {packed.world}, {packed.action}, "
                 f"{len(packed.written)} files ({human_bytes(packed.written_bytes)}) → {packed.out_dir}"
             )
+            log.step(f"engram pack {host}", True, result=packed.as_dict())
         if ok:  # serve the staged lane with the process runtime and show readiness (launch/demo.py)
             from ..launch.demo import run_demo_launch
 
-            click.echo(f"launch {DEMO_LANE} (process runtime):")
-            ok &= run_demo_launch(inv, DEMO_LANE, click.echo, while_up=lambda: _smoke_and_bench(fleet.root))
-        if ok and keep:
+            log.say(f"launch {DEMO_LANE} (process runtime):")
+            up = run_demo_launch(inv, DEMO_LANE, log.say, while_up=lambda: _smoke_and_bench(fleet.root, log))
+            ok &= log.step("launch, smoke, bench, stop", up)
+        if as_json:
+            echo_json({"ok": ok, "fleet": fleet.root.resolve() if keep else None, "lane": DEMO_LANE,
+                       "steps": log.steps})  # fmt: skip
+        elif ok and keep:
             click.secho(next_steps(fleet.root.resolve()), fg="green")
         else:
             click.secho("demo ok" if ok else "demo FAILED", fg="green" if ok else "red")
@@ -163,4 +204,4 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int) -> None:
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
-            click.echo("(temp dir removed; `sparkfleet demo --workdir DIR` keeps the trees and reports)")
+            log.say("(temp dir removed; `sparkfleet demo --workdir DIR` keeps the trees and reports)")

@@ -66,8 +66,8 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> N
 
     \b
     Examples:
-      sparkfleet engram pack dsv41-flash-4x-mia dgx1
-      sparkfleet engram pack dsv41-flash-4x-mia dgx1 --json
+      sparkfleet engram pack demo-exl3-2x dgx1
+      sparkfleet engram pack demo-exl3-2x dgx2 --dry-run --json
     """
     inv = load_inventory(ctx)
     if dry_run:
@@ -128,12 +128,12 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> N
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def verify(ctx, lane, host, full, as_json) -> None:
-    """Check HOST's packs for LANE against their receipt and the lane's tables; exit 1 on any shortfall.
+    """Check HOST's packs for LANE against their receipt and the lane's tables; exit 1 (shortfall) if not.
 
     \b
     Examples:
-      sparkfleet engram verify dsv41-flash-4x-mia dgx2
-      sparkfleet engram verify dsv41-flash-4x-mia dgx2 --full
+      sparkfleet engram verify demo-exl3-2x dgx2
+      sparkfleet engram verify demo-exl3-2x dgx2 --full
     """
     report = verify_packs(load_inventory(ctx), lane, host, full=full)
     if as_json:

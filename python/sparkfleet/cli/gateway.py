@@ -82,8 +82,9 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None, as_jso
 
     \b
     Examples:
-      SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run
-      sparkfleet gateway run --port 8080 --json
+      sparkfleet gateway run --port 18081      # until Ctrl-C
+      sparkfleet gateway run --port 18081 --json   # until Ctrl-C
+      SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run   # real fleet: its unit
     """
     from ..nodecall import call_agent
     from ..serving.gateway import run as do_run

@@ -76,17 +76,18 @@ def watch(
 ) -> None:
     """Probe LANE with a known-answer generation; on failure bundle an incident and restart within a budget.
 
-    On a terminal a one-line heartbeat shows the last probe while the lane is healthy. Exit 0 when
-    --probes ran out or Ctrl-C ended it (the lane runs on; the counts so far are printed), 1 when the
-    restart budget was spent and the lane was stopped (a human is needed; a unit running this should
-    not restart it: RestartPreventExitStatus=1), 70 when watch itself crashed (a bug;
-    Restart=on-failure restarts it). A probe that fails in any way, however malformed the answer, is
-    an incident, never a crash. With only --interval given, the latency bound is at most the interval.
+    On a terminal a one-line heartbeat shows the last probe while the lane is healthy. Exits 0 (ok)
+    when --probes ran out or Ctrl-C ended it (the lane runs on; the counts so far are printed),
+    1 (shortfall) when the restart budget was spent and the lane was stopped (a person is needed; a
+    unit running this should not restart it: RestartPreventExitStatus=1), 70 (crashed) when watch
+    itself crashed (a bug; Restart=on-failure restarts it). A probe that fails in any way, however
+    malformed the answer, is an incident, never a crash. With only --interval given, the latency
+    bound is at most the interval.
 
     \b
     Examples:
-      sparkfleet watch dsv41-flash-4x-mia
-      sparkfleet watch dsv41-flash-4x-mia --interval 10 --probes 3 --json
+      sparkfleet watch demo-exl3-2x        # until Ctrl-C
+      sparkfleet watch demo-exl3-2x --interval 10 --probes 3 --json
     """
     from ..launch.replicas import replica_inventory
     from ..supervisor import watch_lane, watch_settings
@@ -155,12 +156,13 @@ def promote(ctx: click.Context, lane: str, report_ref: str | None, first: bool, 
 
     The baseline is the recipe's [bench] baseline, else the report that made the last good
     generation good. A lane with neither (its first promotion) takes a passing bench as its first
-    good and says so. Exit 0 promoted, 1 not promoted (the output says which gate).
+    good and says so. Exits 0 (ok) promoted, 1 (shortfall) not promoted (the output says which gate).
 
     \b
     Examples:
-      sparkfleet promote dsv41-flash-4x-mia
-      sparkfleet promote dsv41-flash-4x-mia --first
+      sparkfleet promote demo-exl3-2x --first
+      sparkfleet promote demo-exl3-2x --first --json
+      sparkfleet promote dsv41-flash-exl3-2x   # real fleet: gated on the recipe's [bench] baseline
     """
     from ..bench.gate import promote_lane
 
@@ -196,8 +198,8 @@ def rollback(
 
     \b
     Examples:
-      sparkfleet rollback dsv41-flash-4x-mia
-      sparkfleet rollback dsv41-flash-4x-mia --to r39
+      sparkfleet rollback demo-exl3-2x
+      sparkfleet rollback dsv41-flash-4x-mia --to r39    # real fleet: a cut release
     """
     from ..launch.revert import rollback_lane
 
@@ -230,8 +232,8 @@ def history(ctx: click.Context, lane: str, as_json: bool) -> None:
 
     \b
     Examples:
-      sparkfleet history dsv41-flash-4x-mia
-      sparkfleet history dsv41-flash-4x-mia --json
+      sparkfleet history demo-exl3-2x
+      sparkfleet history demo-exl3-2x --json
     """
     from ..bench.generation_reports import lane_history
 

@@ -48,9 +48,8 @@ def load(
 
     \b
     Examples:
-      sparkfleet image load dsv41-flash-4x-mia --image ./result
-      sparkfleet image load dsv41-flash-4x-mia --dry-run --json
-      sparkfleet image load dsv41-flash-2x2 --replica 1    # [gateway] replicas[1]'s hosts
+      sparkfleet image load dsv41-flash-4x-mia --image ./result    # real fleet: after nix build
+      sparkfleet image load dsv41-flash-4x-aiden --dry-run --json   # real fleet
     """
     from ..images.load import load as do_load
     from ..launch.recipe import launch_recipe
@@ -145,8 +144,8 @@ def push(
 
     \b
     Examples:
-      sparkfleet image push dsv41-flash-4x-mia --image ./result --registry 10.0.0.1:5000
-      SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet image push dsv41-flash-4x-mia --json
+      sparkfleet image push dsv41-flash-4x-mia --image ./result --registry 10.0.0.1:5000   # real fleet
+      SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet image push dsv41-flash-exl3-2x --json   # real fleet
     """
     from ..images.push import push_lane
 

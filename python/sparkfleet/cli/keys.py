@@ -29,9 +29,8 @@ def rotate(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
 
     \b
     Examples:
-      sparkfleet keys rotate dsv41-flash-4x-mia
-      sparkfleet keys rotate dsv41-flash-4x-mia --json
-      sparkfleet keys rotate dsv41-flash-2x2 --replica 1
+      sparkfleet keys rotate demo-exl3-2x
+      sparkfleet keys rotate demo-exl3-2x --json
     """
     from ..launch.lanekeys import rotate as do_rotate
     from ..launch.replicas import instance_name, replica_inventory
@@ -70,7 +69,7 @@ def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> N
     \b
     Examples:
       sparkfleet keys add alice
-      sparkfleet keys add alice --out alice.key
+      sparkfleet keys add bob --out bob.key
     """
     from ..serving.gateway import add_user
 

@@ -66,13 +66,14 @@ def env(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) 
 
     Node-detected values (RoCE HCA/GID/interfaces, the staged snapshot path) need HOST: with
     --offline, or when HOST does not answer, they are listed as unknown with the reason (and an
-    unreachable HOST exits 4).
+    unreachable HOST exits 4 (unreachable)).
 
     \b
     Examples:
-      sparkfleet env dsv41-flash-4x-mia dgx2
-      sparkfleet env dsv41-flash-4x-mia dgx2 --offline
-      sparkfleet env dsv41-flash-4x-mia dgx2 --json
+      sparkfleet env demo-exl3-2x dgx2
+      sparkfleet env demo-exl3-2x dgx2 --offline
+      sparkfleet env demo-exl3-2x dgx2 --json
+      sparkfleet env dsv41-flash-4x-mia dgx3 --offline   # real fleet: a lane of the checkout
     """
     from ..launch.spec import redact_env
 
@@ -105,13 +106,13 @@ def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: b
 
     Which copy each directory binds is HOST's staged and verified state: with --offline, or when
     HOST does not answer, each model's two candidate sources are shown and the choice is marked
-    unknown (an unreachable HOST exits 4).
+    unknown (an unreachable HOST exits 4 (unreachable)).
 
     \b
     Examples:
-      sparkfleet manifest dsv41-flash-exl3-2x dgx1
-      sparkfleet manifest dsv41-flash-exl3-2x dgx1 --offline
-      sparkfleet manifest dsv41-flash-exl3-2x dgx1 --json
+      sparkfleet manifest demo-exl3-2x dgx1
+      sparkfleet manifest demo-exl3-2x dgx1 --offline
+      sparkfleet manifest demo-exl3-2x dgx1 --json
     """
     from ..launch.manifest import candidate_sources
 
@@ -209,20 +210,20 @@ def launch(
 
     First the gates: local weights (a rank whose staged weights do not verify would read them
     from the NAS: refused unless --allow-nas-weights), memory admission, ports, host stack drift,
-    fabric canary (each refuses with exit 5). While it boots: per rank the boot stage reached (the
-    recipe's ready_signatures), elapsed time, weight-load progress and the last log line (a live
-    table on a terminal, one line per stage change otherwise). Ctrl-C names the ranks still
-    running and how to stop them.
+    fabric canary. Each refuses with exit 5 (refused), as does a lane already running on the hosts
+    unless --replace; another launch of LANE still under way exits 75 (busy). While it boots: per
+    rank the boot stage reached (the recipe's ready_signatures), elapsed time, weight-load progress
+    and the last log line (a live table on a terminal, one line per stage change otherwise).
+    Ctrl-C names the ranks still running and how to stop them.
 
     \b
     Examples:
-      sparkfleet launch dsv41-flash-4x-mia --dry-run
-      sparkfleet launch dsv41-flash-4x-mia
-      sparkfleet launch dsv41-flash-4x-mia --no-wait
-      sparkfleet launch dsv41-flash-exl3-2x --replace
-      sparkfleet launch dsv41-flash-4x-mia --timeout 3000 --json
-      sparkfleet launch dsv41-flash-4x-mia --release r39
-      sparkfleet launch dsv41-flash-2x2 --replica 1    # [gateway] replicas[1]'s hosts
+      sparkfleet launch demo-exl3-2x --dry-run
+      sparkfleet launch demo-exl3-2x
+      sparkfleet launch demo-exl3-2x --no-wait
+      sparkfleet launch demo-exl3-2x --replace
+      sparkfleet launch demo-exl3-2x --timeout 120 --json
+      sparkfleet launch dsv41-flash-4x-mia --release r39   # real fleet: a cut release
 
     A lane with [gateway] replicas launches one copy per command (--replica N, 0 by default): each
     boots, fails and is stopped on its own while the gateway serves from the others.
@@ -375,8 +376,8 @@ def stop(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
 
     \b
     Examples:
-      sparkfleet stop dsv41-flash-4x-mia
-      sparkfleet stop dsv41-flash-2x2 --replica 1
+      sparkfleet stop demo-exl3-2x
+      sparkfleet stop demo-exl3-2x --json
     """
     from ..launch.lane import stop as do_stop
     from ..launch.replicas import instance_name, replica_inventory
@@ -410,9 +411,8 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
 
     \b
     Examples:
-      sparkfleet status dsv41-flash-4x-mia
-      sparkfleet status dsv41-flash-4x-mia --json
-      sparkfleet status dsv41-flash-2x2 --replica 1
+      sparkfleet status demo-exl3-2x
+      sparkfleet status demo-exl3-2x --json
     """
     from ..launch.lanestop import status_enforced  # [watchdog] scope = "lane" acts here too
     from ..launch.replicas import instance_name, replica_inventory
@@ -493,9 +493,9 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
 
     \b
     Examples:
-      sparkfleet logs dsv41-flash-4x-mia
-      sparkfleet logs dsv41-flash-4x-mia dgx1 -n 200
-      sparkfleet logs dsv41-flash-4x-mia -f
+      sparkfleet logs demo-exl3-2x
+      sparkfleet logs demo-exl3-2x dgx2 -n 200
+      sparkfleet logs demo-exl3-2x -f      # until Ctrl-C
     """
     from ..launch.lane import follow as do_follow
     from ..launch.lane import logs as do_logs
@@ -545,9 +545,8 @@ def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json:
     \b
     Examples:
       sparkfleet doctor dgx1
-      sparkfleet doctor dgx2 --deploy
-      sparkfleet doctor dsv41-flash-4x-mia --json
-      sparkfleet doctor dsv41-flash-2x2 --replica 1   # [gateway] replicas[1]'s hosts
+      sparkfleet doctor demo-exl3-2x --json
+      sparkfleet doctor dgx2 --deploy      # real fleet: a DGX OS host
 
     A host of a lane's copy is checked as that copy (its rank, world and hints).
     """

@@ -106,8 +106,8 @@ def resolve(
 
     \b
     Examples:
-      sparkfleet pins resolve
-      sparkfleet pins resolve mia-tp4 --json
+      sparkfleet pins resolve --dry-run          # real fleet: asks git, Hugging Face, registries
+      sparkfleet pins resolve mia-tp4 --json     # real fleet
     """
     report = core.resolve(
         load_inventory(ctx),
@@ -128,8 +128,8 @@ def verify(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
 
     \b
     Examples:
-      sparkfleet pins verify
-      sparkfleet pins verify dsv41-flash
+      sparkfleet pins verify                     # real fleet: asks each pin's source
+      sparkfleet pins verify dsv41-flash --json  # real fleet
     """
     _render(core.verify(load_inventory(ctx), names, endpoints=ctx.obj["endpoints"]), as_json)
 
@@ -148,7 +148,7 @@ def import_manifest(
 
     \b
     Examples:
-      sparkfleet pins import-manifest runtime/sources.manifest --from mia-tp4
+      sparkfleet pins import-manifest runtime/sources.manifest --from mia-tp4 --dry-run   # real fleet
     """
     report = core.import_manifest(
         load_inventory(ctx), manifest, from_pin=from_pin, prefix=prefix, dry_run=dry_run
@@ -185,8 +185,8 @@ def import_lock(
 
     \b
     Examples:
-      sparkfleet pins import-lock recipe-lock.json --from exl3-kit --dry-run
-      sparkfleet pins import-lock recipe-lock.json --from exl3-kit
+      sparkfleet pins import-lock recipe-lock.json --from exl3-kit --dry-run   # real fleet: the kit's lock
+      sparkfleet pins import-lock recipe-lock.json --from exl3-kit             # real fleet
     """
     report = core.import_lock(load_inventory(ctx), lock, from_pin=from_pin, at=at, dry_run=dry_run)
     if as_json:

@@ -21,12 +21,12 @@ def power() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def status(ctx: click.Context, hosts: tuple[str, ...], as_json: bool) -> None:
-    """Whether each HOST (default: every host) answers ssh; exit 4 when one does not.
+    """Whether each HOST (default: every host) answers ssh; exit 4 (unreachable) when one does not.
 
     \b
     Examples:
-      sparkfleet power status
-      sparkfleet power status dgx3 dgx4
+      sparkfleet power status               # real fleet: ssh to each host
+      sparkfleet power status dgx3 dgx4 --json   # real fleet
     """
     from ..power import power_status
 
@@ -54,7 +54,8 @@ def on(ctx: click.Context, hosts: tuple[str, ...], timeout: float, poll: float, 
 
     \b
     Examples:
-      sparkfleet power on dgx3 dgx4
+      sparkfleet power on dgx3 dgx4         # real fleet: Wake-on-LAN
+      sparkfleet power on dgx4 --timeout 300 --json   # real fleet
     """
     from ..power import power_on
 

@@ -157,20 +157,29 @@ class BootView:
 
 
 def boot_table(ranks: list):
+    """The live boot table. Every column but the log line keeps its full width (an 80-column
+    terminal squeezed "stage" to nothing and "weights" to an ellipsis); the log line takes what is
+    left and is cut at its end. Cells are plain text: a stage such as "[moe_b12x_next] armed" is
+    not rich markup."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="boot", expand=False)
-    for col in ("rank", "host", "stage", "elapsed", "weights", "last log line"):
-        table.add_column(col, overflow="ellipsis", no_wrap=col != "stage")
+    rows = []
     for r in ranks:
         stage = f"{r.stages_seen}/{r.stages_total} {r.stage or '—'}" if r.stages_total else (r.stage or "—")
-        table.add_row(
-            str(r.rank), r.host, stage if r.running else f"EXITED {stage}", f"{r.elapsed_s:.0f} s",
-            r.load_progress or "", cut_right(r.last_line, LAST_LINE_CHARS),
-        )  # fmt: skip
+        rows.append((str(r.rank), r.host, stage if r.running else f"EXITED {stage}", f"{r.elapsed_s:.0f} s",
+                     r.load_progress or "—", cut_right(r.last_line, LAST_LINE_CHARS)))  # fmt: skip
+    table = Table(title="boot", expand=True)
+    for i, col in enumerate(("rank", "host", "stage", "elapsed", "weights")):
+        widest = max([len(col), *(len(row[i]) for row in rows)])
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=min(widest, COLUMN_CHARS))
+    table.add_column("last log line", no_wrap=True, overflow="ellipsis", ratio=1, min_width=8)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
     return table
 
 
+COLUMN_CHARS = 28  # the most a column other than the log line takes (a longer stage is cut)
 LAST_LINE_CHARS = 80
 
 

@@ -32,8 +32,8 @@ def cut(
 
     \b
     Examples:
-      sparkfleet release cut dsv41-flash-4x-mia r39 --registry 10.0.0.1:5000
-      sparkfleet release cut dsv41-flash-4x-mia r40 --generation 20261201T210000000Z --json
+      sparkfleet release cut dsv41-flash-4x-mia r39 --registry 10.0.0.1:5000   # real fleet
+      SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet release cut dsv41-flash-4x-mia r40 --json   # real fleet
     """
     from ..launch.release import cut as do_cut
 

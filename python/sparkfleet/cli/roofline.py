@@ -40,8 +40,8 @@ def roofline(
 
     \b
     Examples:
-      sparkfleet roofline dsv41-flash-4x-mia
-      sparkfleet roofline dsv41-flash-exl3-2x --context 32768 --json
+      sparkfleet roofline demo-exl3-2x
+      sparkfleet roofline demo-exl3-2x --context 32768 --json
     """
     inv = load_inventory(ctx)
     the_lane = inv.lane(lane)
@@ -95,8 +95,9 @@ def measure(ctx: click.Context, host: str, quick: bool, here: bool, as_json: boo
 
     \b
     Examples:
-      sparkfleet measure dgx1
-      sparkfleet measure dgx1 --quick --json
+      sparkfleet measure dgx1 --quick
+      sparkfleet measure dgx2 --quick --json
+      sparkfleet measure dgx3               # real fleet: 512 MiB probes
     """
     inv = load_inventory(ctx)
     the_host = inv.host(host)

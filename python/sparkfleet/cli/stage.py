@@ -19,6 +19,7 @@ from ..stage.plan import StageRequest
 from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import kits_for_host, requests_for_host
 from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
+from ..stage.verify import verify_note
 from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
@@ -62,12 +63,13 @@ def selectors(fn):
         click.option("--include", multiple=True, help="Only paths matching GLOB (fnmatch; `*` crosses /)."),
         click.option("--exclude", multiple=True, help="Never paths matching GLOB (e.g. 'page15/*')."),
         click.option(
-            "--verify",
+            "--full",
             "verify_mode",
-            type=click.Choice(["sample", "full"]),
+            flag_value="full",
             default="sample",
-            show_default=True,
-            help="sample: size + head/tail/spread windows; full: every byte (content address where named).",
+            show_default=False,
+            help="Check every byte (sha256 against a blob's name, else the source's digest). Without it: "
+            "size + 16 sampled 64 KiB windows a file, which a changed byte between the windows passes.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
     ]
@@ -177,9 +179,9 @@ def stage(
     \b
     Examples:
       sparkfleet stage dgx1 --dry-run
-      sparkfleet stage dgx1 --lane dsv41-flash-exl3-2x --verify full
-      sparkfleet stage --lane dsv41-flash-4x-mia --fanout
-      sparkfleet stage --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
+      sparkfleet stage dgx1 --lane demo-exl3-2x --full
+      sparkfleet stage --lane demo-exl3-2x --fanout
+      sparkfleet stage --source .demo/nas/hub --dest local/hub --repo demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw
     """
     if require_version and require_version != __version__:
         error = SparkfleetError(
@@ -461,8 +463,11 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
     """Verify each host on the host itself; one summary; exit 0 only when every host is complete."""
     results = verify_hosts(inv, hosts, options)
     ok = all(r.ok for r in results)
+    repos = [repo for r in results if r.report for repo in r.report["repos"]]
+    note = verify_note(options.verify_mode, repos)
     if as_json:
-        echo_json({"ok": ok, "hosts": [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]})
+        hosts_json = [{k: v for k, v in vars(r).items() if k != "ran_on"} for r in results]
+        echo_json({"ok": ok, "mode": options.verify_mode, "note": note, "hosts": hosts_json})
     else:
         for r in results:
             if r.report is not None:
@@ -481,6 +486,7 @@ def _verify_fleet(inv, hosts: list[str], options: VerifyOptions, as_json: bool) 
                 click.secho(f"{r.host}: error: {r.error}", fg="red")
                 if r.hint:
                     click.echo(f"  hint: {r.hint}")
+        click.echo(f"note: {note}")
     if not ok:
         codes = [r.exit_code for r in results if not r.ok and r.report is None and r.exit_code]
         sys.exit(max(codes) if codes else ExitCode.SHORTFALL)
@@ -539,7 +545,7 @@ def _fleet_dry_run(inv, hosts: list[str], options, fanout: bool, as_json: bool) 
 def verify(
     ctx, host, lane, source, dest, repos, include, exclude, verify_mode, as_json, here, ssh_config
 ) -> None:
-    """Check HOST's local tree against the source; change nothing. Exit 0 only if complete and correct.
+    """Check HOST's local tree against the source and change nothing; exit 1 (shortfall) if it falls short.
 
     The kit checkouts HOST's lanes bind ([[launch.trees]]) are checked too: each at its pinned rev,
     clean and holding the files the trees need (✗ names the fix: `sparkfleet stage HOST --lane L`).
@@ -550,9 +556,9 @@ def verify(
     \b
     Examples:
       sparkfleet verify dgx1
-      sparkfleet verify dgx1 --lane dsv41-flash-exl3-2x --verify full
-      sparkfleet verify --lane dsv41-flash-4x-mia --json
-      sparkfleet verify --source /mnt/nas/hub --dest ~/hf-local/hub --repo org/name@main
+      sparkfleet verify dgx1 --lane demo-exl3-2x --full
+      sparkfleet verify --lane demo-exl3-2x --json
+      sparkfleet verify --source .demo/nas/hub --dest local/hub --repo demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw
     """
     direct = source is not None or dest is not None or bool(repos)
     if not direct and not here and (host or lane):
@@ -576,8 +582,10 @@ def verify(
         k: sum(getattr(r, k) for r in reports) for k in ("links_ok", "dangling", "mismatches", "missing")
     }
     ok = all(r.ok for r in reports) and all(k["ok"] for k in kits)
+    note = verify_note(verify_mode, [r.as_dict() for r in reports])
     if as_json:
-        echo_json({"ok": ok, **totals, "repos": [r.as_dict() for r in reports], "kits": kits})
+        repos_json = [r.as_dict() for r in reports]
+        echo_json({"ok": ok, **totals, "mode": verify_mode, "note": note, "repos": repos_json, "kits": kits})
     else:
         for r in reports:
             click.echo(f"{r.repo}@{r.commit[:12]}: {r.line()}, missing: {r.missing}")
@@ -585,6 +593,7 @@ def verify(
                 click.echo(f"  {problem}")
         for k in kits:
             click.echo(kit_verdict_line(k))
+        click.echo(f"note: {note}")
         click.echo(
             f"links ok: {totals['links_ok']}, dangling: {totals['dangling']}, "
             f"mismatches: {totals['mismatches']}, missing: {totals['missing']}"

@@ -16,12 +16,10 @@ vouches for and verifies, repacks the rest, and converges.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -30,10 +28,10 @@ from typing import Any
 
 from .. import __version__, atomic, space
 from ..digests import sample_digest
-from ..errors import LockBusyError, SourceError, SpaceError, SparkfleetError
+from ..errors import SourceError, SpaceError, SparkfleetError
 from ..inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress
-from ..stage.lock import open_lock_file
+from ..stage.lock import exclusive
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
 from .ranges import PackHeader, is_pack_name, pack_name, rank_range
@@ -240,24 +238,9 @@ def preflight(out: Path, todo: list[PackFile], reserve: int) -> int:
     )
 
 
-@contextmanager
-def pack_lock(out_dir: Path) -> Iterator[Path]:
+def pack_lock(out_dir: Path) -> AbstractContextManager[Path]:
     """One pack per output directory at a time (flock; the kernel drops it when the holder dies)."""
-    path = out_dir / LOCK_PATH
-    fd = open_lock_file(path)  # never through a planted link
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise LockBusyError(
-                f"another engram pack (pid {holder}) holds {path}", hint="wait for it to finish"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield path
-    finally:
-        os.close(fd)
+    return exclusive(out_dir / LOCK_PATH, "engram pack", "wait for it to finish")
 
 
 def file_problem(path: Path, header: PackHeader, record: FileRecord | None, full: bool) -> str | None:

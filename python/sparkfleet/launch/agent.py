@@ -203,6 +203,7 @@ def start(req: dict) -> dict:
                 f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})"
                 + ("" if st.running else f": {st.detail}"),
                 hint=f"sparkfleet stop {spec.lane}",
+                exit_code=ExitCode.REFUSED,  # an occupied host (docs/cli.md "Exit codes")
             )
     # The kit's files the rank will run ([[launch.trees]]) are judged again here, just before they
     # run: the probe's verdict is from before the preflight, and the checkout may change since.

@@ -22,7 +22,8 @@ from ..hosts import HostUnreachable, connect, fan_out
 from ..inventory import Inventory, state_dir_of
 from ..jsonable import to_jsonable
 from ..nodecall import call_agent, state_request
-from .generations import current, mark_stopped, record_launch
+from ..stage.lock import exclusive
+from .generations import current, generations_dir, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
 from .plan import LanePlan, kits_request, prepare
 from .preflight import preflight
@@ -32,6 +33,9 @@ from .replicas import generations_home, replica_flag
 from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
 from .spec import LaunchSpec
 from .weights import check_local_weights, host_weights, weights_note
+
+LAUNCH_LOCK = ".launch.lock"  # in the lane's generations folder, beside the generations' own .lock
+BUSY_HINT = "wait for it to finish (`sparkfleet status LANE` shows its ranks as they start)"
 
 
 def stopped_by(verb: str) -> str:
@@ -188,8 +192,12 @@ def launch(
     line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
     them first with `stop_on_interrupt`)."""
     gates = Gates(replace, canary, allow_drift, generations_root, allow_nas_weights)
+    home = generations_root or generations_home(inv, lane_name)
     try:
-        return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
+        # One launch of a lane at a time from this fleet root: a second one, started while the first
+        # still passes its gates or boots, would otherwise race it (and fail on whatever it met first).
+        with exclusive(generations_dir(home, lane_name) / LAUNCH_LOCK, f"launch of {lane_name}", BUSY_HINT):
+            return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
     except KeyboardInterrupt:
         recipe = launch_recipe(inv, lane_name)
         raise _interrupted(inv, lane_name, stop_on_interrupt, recipe.timeouts.stop_s) from None
@@ -232,6 +240,7 @@ def _launch(
                 f"lane {lane_name} is already running ({where})",
                 hint=f"sparkfleet stop {lane_name}{again}, "
                 f"or sparkfleet launch {lane_name}{again} --replace (relaunch)",
+                exit_code=ExitCode.REFUSED,  # an occupied host, as when another lane holds it
             )
         # --replace relaunches the lane itself too (after a recipe edit: one command)
         replaced = stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch --replace")

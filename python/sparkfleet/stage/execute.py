@@ -30,6 +30,7 @@ from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
 from ..hosts import fan_out
 from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
 from ..space import free_bytes
+from . import staged
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key, tree_position, tree_sources
 from .lock import hub_lock
@@ -164,13 +165,18 @@ def _decide(
     scan: SourceScan, plan: StagePlan, mode: str, jobs: int, progress: StageProgress, fresh=frozenset()
 ) -> list[_Decision]:
     """Judge what is there. `fresh`: files this host's fan-out wave 1 just placed; they are checked
-    as arrivals (a sha256 blob hashed here), not against the NAS again."""
+    as arrivals (a sha256 blob hashed here), not against the NAS again. A file whose identity moved
+    since the last stage recorded it (stage/staged.py) is read whole, never only sampled: else a
+    repair run would keep a corrupted file that the sample misses, and record it as good."""
     dest, source = Path(scan.request.dest_hub), scan.source
+    record = staged.read(dest, scan.repo_dir, plan.commit)  # a file changed since staging: read it whole
 
     def decide(f: PlannedFile) -> _Decision:
         try:
             if f.action == "check":
                 how = arrival_mode(mode) if f.rel in fresh else mode
+                if how == "sample" and record and record.get(f.rel) != staged.identity(dest / f.rel):
+                    how = "full"
                 verdict = compare(dest / f.rel, source.abs(f.rel), how, f.address)
                 return _Decision(f, "keep" if verdict.same else "repair")
             if f.action == "reuse" and compare(dest / f.reuse_from, source.abs(f.rel), mode, f.address).same:
@@ -365,6 +371,7 @@ def execute_plans(
     swept = 0
     for scan, _ in scans_and_plans:
         swept += len(atomic.sweep_temps(dest_hub / scan.repo_dir))
+        swept += len(atomic.sweep_temps(dest_hub / staged.FOLDER / scan.repo_dir))
     swept += len(atomic.sweep_temps(dest_hub / SHARED_STORE_DIR))
     # Fan-out checks sha256 blobs as they arrive by hashing them here (verify.arrival_mode): no NAS
     # re-reads. A plain stage keeps its sampled windows: hashing every byte would halve its speed.
@@ -394,6 +401,9 @@ def execute_plans(
             # Content was verified file by file above; the final pass checks the structure and refs.
             result.verify = verify_plan(scan, plan, verify_mode, content=lambda rel: Verdict(True))
         run.results.append(result)
+    if share is None:  # after every write of the run: a later repo's hardlink moves an earlier one's ctime
+        for scan, plan, _ in decided:
+            staged.write(dest_hub, scan.repo_dir, plan.commit, [f.rel for f in plan.files])
     run.seconds = time.monotonic() - start
     return run
 

@@ -14,7 +14,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from ..atomic import ensure_dir
@@ -67,9 +67,9 @@ def open_lock_file(path: Path) -> int:
 
 
 @contextmanager
-def hub_lock(dest_hub: Path, wait_seconds: float = 0.0) -> Iterator[Path]:
-    """Hold the hub's stage lock; wait up to `wait_seconds`, then raise LockBusyError naming the holder."""
-    path = dest_hub / LOCK_PATH
+def exclusive(path: Path, what: str, hint: str, wait_seconds: float = 0.0) -> Iterator[Path]:
+    """Hold the flock at `path`; wait up to `wait_seconds`, then raise LockBusyError (exit 75):
+    "another <what> (pid N) holds <path>". The holder's PID is written into the file for that line."""
     fd = open_lock_file(path)
     try:
         deadline = time.monotonic() + wait_seconds
@@ -80,13 +80,16 @@ def hub_lock(dest_hub: Path, wait_seconds: float = 0.0) -> Iterator[Path]:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                    raise LockBusyError(
-                        f"another stage run (pid {holder}) holds {path}",
-                        hint="wait for it to finish, or pass --wait SECONDS to queue behind it",
-                    ) from None
+                    raise LockBusyError(f"another {what} (pid {holder}) holds {path}", hint=hint) from None
                 time.sleep(0.2)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield path
     finally:
         os.close(fd)
+
+
+def hub_lock(dest_hub: Path, wait_seconds: float = 0.0) -> AbstractContextManager[Path]:
+    """Hold the hub's stage lock; wait up to `wait_seconds`, then raise LockBusyError naming the holder."""
+    hint = "wait for it to finish, or pass --wait SECONDS to queue behind it"
+    return exclusive(dest_hub / LOCK_PATH, "stage run", hint, wait_seconds)

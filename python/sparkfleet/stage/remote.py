@@ -75,7 +75,8 @@ class StageOptions:
     peer_transport: str = DEFAULT_TRANSPORT
 
     def argv(self) -> list[str]:
-        out = ["--verify", self.verify_mode, "--jobs", str(self.jobs), "--wait", str(self.wait_seconds)]
+        out = ["--full"] if self.verify_mode == "full" else []
+        out += ["--jobs", str(self.jobs), "--wait", str(self.wait_seconds)]
         out += ["--peer-transport", self.peer_transport]
         if self.lane:
             out += ["--lane", self.lane]

@@ -31,7 +31,7 @@ class VerifyOptions:
     ssh_config: Path | None = None
 
     def argv(self) -> list[str]:
-        out = ["--verify", self.verify_mode]
+        out = ["--full"] if self.verify_mode == "full" else []
         if self.lane:
             out += ["--lane", self.lane]
         for pattern in self.include:

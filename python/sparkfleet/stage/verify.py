@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..digests import Verdict, compare
+from ..digests import Verdict, compare, sample_note
 from ..errors import SourceError
 from ..hubcache import HubRoot
+from . import staged
 from .plan import SourceScan, StagePlan
 
 
@@ -48,6 +49,8 @@ class VerifyReport:
     refs_ok: bool = True
     tree_listing_ok: bool = True
     problems: list[str] = field(default_factory=list)
+    recorded: bool = False  # staging left a record of each file (stage/staged.py): changes are seen
+    read_in_full: int = 0  # files a sampled check read whole: changed since staging, or unrecorded
 
     @property
     def ok(self) -> bool:
@@ -73,6 +76,8 @@ class VerifyReport:
             "refs_ok": self.refs_ok,
             "tree_listing_ok": self.tree_listing_ok,
             "problems": self.problems,
+            "recorded": self.recorded,
+            "read_in_full": self.read_in_full,
         }
 
 
@@ -96,13 +101,21 @@ def verify_plan(
     snapshot = f"{scan.repo_dir}/snapshots/{plan.commit}"
 
     addresses = {f.rel: f.address for f in plan.files}
+    # A sampled check reads in full each file that changed since staging recorded it (staged.py).
+    sampled = mode == "sample" and content is None
+    record = staged.read(dest_root, scan.repo_dir, plan.commit) if sampled else {}
+    report.recorded = bool(record)
 
     def judge(final: str) -> Verdict:
         if final not in verdicts:
+            how = mode
+            if record and record.get(final) != staged.identity(dest.abs(final)):
+                how = "full"
+                report.read_in_full += 1
             if content is not None:
                 verdicts[final] = content(final)
             else:
-                verdicts[final] = compare(dest.abs(final), scan.source.abs(final), mode, addresses.get(final))
+                verdicts[final] = compare(dest.abs(final), scan.source.abs(final), how, addresses.get(final))
         return verdicts[final]
 
     for entry in plan.included:
@@ -152,3 +165,17 @@ def verify_plan(
             report.tree_listing_ok = False
             report.problems.append(f"tree listing {path} does not list exactly the staged files")
     return report
+
+
+def verify_note(mode: str, reports: list[dict]) -> str:
+    """What a verify of `reports` (VerifyReport.as_dict()s) read, and what it could not have seen:
+    said with every result, so that a sampled "ok" is never read as more than it is."""
+    if mode == "full":
+        return "full: every byte read (sha256 against a blob's name, else the source's digest)"
+    whole = sum(int(r.get("read_in_full") or 0) for r in reports)
+    if reports and all(r.get("recorded") for r in reports):
+        return (
+            f"sampled, and each file changed since it was staged read whole ({whole} here); a byte "
+            "changed below the filesystem (a failing disk) is not seen; --full reads every byte"
+        )
+    return f"{sample_note()}; --full reads every byte"

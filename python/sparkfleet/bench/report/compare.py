@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import ExitCode
 from .comparability import Mismatch, affects, metric_family, mismatches
 
 
@@ -101,6 +102,17 @@ class Comparison:
     @property
     def blocking(self) -> list[Mismatch]:
         return [m for m in self.mismatches if m.blocking]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """REFUSED when the two measured different things (settings or hosts) and it was not forced,
+        even if the newer run also failed: there is no like-for-like pair, and --force is the answer.
+        Else SHORTFALL for a failed newer run or a regression, REFUSED for a failed base, OK."""
+        if self.refused and self.blocking:
+            return ExitCode.REFUSED
+        if self.regressions:
+            return ExitCode.SHORTFALL
+        return ExitCode.REFUSED if self.refused else ExitCode.OK
 
 
 def _rule(name: str, thresholds: Any) -> tuple[str, float] | None:

@@ -1,8 +1,9 @@
 """A lane's history: one point per report, oldest first, with the figures the history page plots.
 
 Read from the report documents (plain dicts), so reports of older versions still take part; a
-figure a report does not carry is None, and a failed run is a point with no figures at all (it is
-listed, never plotted as a number).
+figure a report does not carry is None. A failed or interrupted run keeps the figures it measured
+before it stopped (as `report list` shows them); the page marks them and never joins them into a
+line.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class HistoryPoint:
     ttft_top_p50_ms: Figure | None = None
     ttft_top_p99_ms: Figure | None = None
     quality_score: Figure | None = None
+    quality_status: str | None = None  # the quality section's own status, when the run started one
     roofline_decode_pct: Figure | None = None  # report["roofline"]["decode"]["pct_of_bound"]
     pins: dict[str, str] = field(default_factory=dict)
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -73,15 +75,14 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def point(doc: dict[str, Any], name: str, json_path: Path, baseline: bool) -> HistoryPoint:
     """A report as a history point; shapes it does not know (older or newer versions) read as absent."""
-    ok = doc.get("status") == "ok"
-    probe = _dict(_dict(doc.get("decode_probe")).get("metrics")) if ok else {}
+    probe = _dict(_dict(doc.get("decode_probe")).get("metrics"))
     sweep = doc.get("sweep") if isinstance(doc.get("sweep"), list) else []
-    levels = [lv for lv in sweep if ok and isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)]
+    levels = [lv for lv in sweep if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)]
     levels = [lv for lv in levels if lv.get("ttft_s")]
     c1 = next((lv for lv in levels if lv["concurrency"] == 1), None)
     top = max(levels, key=lambda lv: lv["concurrency"], default=None)
     quality = _dict(doc.get("quality"))
-    roofline = _dict(_dict(doc.get("roofline")).get("decode")) if ok else {}
+    roofline = _dict(_dict(doc.get("roofline")).get("decode"))
     return HistoryPoint(
         name=name,
         created_utc=str(doc.get("created_utc") or ""),
@@ -95,7 +96,8 @@ def point(doc: dict[str, Any], name: str, json_path: Path, baseline: bool) -> Hi
         top_concurrency=top["concurrency"] if top else None,
         ttft_top_p50_ms=_quantile(top.get("ttft_s"), "p50") if top else None,
         ttft_top_p99_ms=_quantile(top.get("ttft_s"), "p99") if top else None,
-        quality_score=_figure(quality.get("score")) if ok and quality.get("status") == "ok" else None,
+        quality_score=_figure(quality.get("score")) if quality.get("status") == "ok" else None,
+        quality_status=str(quality["status"]) if quality.get("status") else None,
         roofline_decode_pct=_figure(roofline.get("pct_of_bound")),
         pins={k: str(_dict(v).get("value")) for k, v in _dict(doc.get("pins")).items()},
         fingerprints={h: _dict(fp) for h, fp in _dict(doc.get("fingerprints")).items()},

@@ -36,6 +36,7 @@ COLORS = {
     "roofline": "#8c564b",
     "baseline": "#ff7f0e",
     "failed": "#d62728",
+    "settings": "#7f7f7f",
 }
 W, H = 960, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 46
@@ -144,8 +145,10 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
             bx = (x(i - 1) + x(i)) / 2
             out.append(
                 f'<line class="settings-break" x1="{bx:.1f}" x2="{bx:.1f}" y1="{TOP}" y2="{TOP + plot_h}" '
-                f'stroke="{COLORS["baseline"]}" stroke-width="1" stroke-dasharray="2 3">'
+                f'stroke="{COLORS["settings"]}" stroke-width="1" stroke-dasharray="2 3">'
                 f"<title>settings changed: {_e(', '.join(changed))}</title></line>"
+                f'<text x="{bx + 3:.1f}" y="{TOP + 11}" class="tick settings-label" '
+                f'fill="{COLORS["settings"]}">settings ≠</text>'
             )
     for s in drawn:
         color = COLORS[s.key]
@@ -169,11 +172,17 @@ def svg_chart(chart: Chart, points: Sequence[HistoryPoint]) -> str:
                 )
             ci = f" ± {_fmt(v.ci95)}" if v.ci95 else ""
             unlike = points[i].unlike_baseline
-            # a run not like for like with the baseline is drawn hollow (and says why)
+            stopped = points[i].status != "ok"
+            # a run not like for like with the baseline is drawn hollow (and says why); a run that
+            # did not finish, hollow in the failed colour, off the line
             look = f'fill="#fff" stroke="{color}" stroke-width="2.5"' if unlike else f'fill="{color}"'
             why = f" — not like the baseline: {', '.join(unlike)}" if unlike else ""
+            if stopped:
+                look = f'fill="#fff" stroke="{COLORS["failed"]}" stroke-width="2.5"'
+                why = f" — from a run that ended {points[i].status}: not on the line"
+            marks = " unlike" * bool(unlike) + " stopped" * stopped
             out.append(
-                f'<circle class="pt{" unlike" if unlike else ""}" data-run="{_e(points[i].name)}" '
+                f'<circle class="pt{marks}" data-run="{_e(points[i].name)}" '
                 f'data-value="{v.value:.6g}" cx="{x(i):.1f}" cy="{y(v.value):.1f}" '
                 f'r="{6 if points[i].baseline else 4.5}" {look}>'
                 f"<title>{_e(s.label)} — {_e(points[i].name)}: {_fmt(v.value)}{ci} {_e(chart.unit)}{_e(why)}"
@@ -202,7 +211,7 @@ def _segments(values: Sequence[Figure | None], points: Sequence[HistoryPoint]) -
     out: list[list[int]] = []
     last: int | None = None
     for i, v in enumerate(values):
-        if v is None:
+        if v is None or points[i].status != "ok":  # a run that did not finish is a marker, not the line
             continue
         if last is None or any(settings_change(points[j - 1], points[j]) for j in range(last + 1, i + 1)):
             out.append([])
@@ -211,13 +220,21 @@ def _segments(values: Sequence[Figure | None], points: Sequence[HistoryPoint]) -
     return out
 
 
-def _legend(chart: Chart) -> str:
-    items = [
-        f'<span class="key"><span class="swatch" style="background:{COLORS[s.key]}"></span>'
-        f"{_e(s.label)}</span>"
-        for s in chart.series
-        if any(v is not None for v in s.values)
-    ]
+def _legend(chart: Chart, points: Sequence[HistoryPoint]) -> str:
+    """Every colour and mark the chart drew, named: the series, then the baseline, settings breaks,
+    failed runs and their markers (each only when drawn)."""
+    swatch = '<span class="key"><span class="swatch" style="background:{}"></span>{}</span>'
+    mark = f'<span class="key" style="color:{COLORS["failed"]}">{{}}</span>'
+    drawn = {i for s in chart.series for i, v in enumerate(s.values) if v is not None}
+    items = [swatch.format(COLORS[s.key], _e(s.label)) for s in chart.series if any(v for v in s.values)]
+    if any(p.baseline for p in points):
+        items.append(swatch.format(COLORS["baseline"], "baseline (dashed)"))
+    if any(settings_change(a, b) for a, b in zip(points, points[1:], strict=False)):
+        items.append(swatch.format(COLORS["settings"], "settings changed (dotted): a new line starts"))
+    if any(p.status != "ok" for p in points):
+        items.append(mark.format("✕ run that failed or was interrupted"))
+    if any(points[i].status != "ok" for i in drawn):
+        items.append(mark.format("○ what it measured before it stopped"))
     return f'<div class="legend">{"".join(items)}</div>' if items else ""
 
 
@@ -249,7 +266,7 @@ def charts(points: Sequence[HistoryPoint]) -> list[Chart]:
             "Quality score (tool-eval-bench)",
             "points",
             [Series("quality", "quality score", [p.quality_score for p in points])],
-            "no quality run in these reports (bench without --quick runs it)",
+            _quality_note(points),
             y_max=100.0,
         ),
         Chart(
@@ -261,6 +278,15 @@ def charts(points: Sequence[HistoryPoint]) -> list[Chart]:
             y_max=100.0 if all((p.roofline_decode_pct or Figure(0)).value <= 100 for p in points) else None,
         ),
     ]
+
+
+def _quality_note(points: Sequence[HistoryPoint]) -> str:
+    """Why the quality chart is empty: no run started quality, or none finished it (and how each ended)."""
+    ended = sorted({p.quality_status for p in points if p.quality_status and p.quality_status != "ok"})
+    if not ended:
+        return "no quality run in these reports (bench without --quick runs it)"
+    started = sum(p.quality_status is not None for p in points)
+    return f"no quality run finished in these reports ({started} started; ended {', '.join(ended)})"
 
 
 def _when(created_utc: str) -> str:
@@ -405,7 +431,7 @@ def render_page(
         body += [
             f'<h2 id="title-{chart.key}">{_e(chart.title)}</h2>',
             svg_chart(chart, points),
-            _legend(chart),
+            _legend(chart, points),
         ]
     body += ["<h2>Runs (newest first)</h2>", _table(points, link)]
     return (
