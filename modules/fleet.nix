@@ -56,7 +56,7 @@ in
 
   # The units run sparkfleet from the system path (units.systemBin), not from its store path, so
   # a new build of the tooling alone changes no unit.
-  config = lib.mkIf (cfg.storage.enable || cfg.staging.enable || cfg.lanes.enable || cfg.services.enable) {
+  config = lib.mkIf (cfg.storage.enable || cfg.staging.enable || cfg.lanes.enable || cfg.services.enable || cfg.view.enable) {
     environment.systemPackages = [ cfg.package ];
   };
 }
