@@ -14,6 +14,7 @@ host:
 let
   hardware = ./. + "/${host}/hardware-configuration.nix";
   user = config.sparkfleet.facts.sshUser;
+  isHead = config.sparkfleet.headHost == host;
 in
 {
   imports = lib.optional (builtins.pathExists hardware) hardware;
@@ -30,6 +31,10 @@ in
     services.enable = true;
     # the DGX Spark module runs podman (docker compat on); docker beside it would conflict
     lanes.runtime = "podman";
+    # the fleet view and its Prometheus on the host heading every lane (modules/lib/fleet.nix
+    # headHost); where the lanes have different heads, set both in one host's folder
+    view.enable = lib.mkDefault isHead;
+    view.prometheus.enable = lib.mkDefault isHead;
   };
   # The staging and lane units run as the inventory's ssh_user. deploy-rs connects as that user:
   # wheel makes it a trusted Nix user and lets it sudo to activate (srvos server module).

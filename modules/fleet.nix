@@ -2,7 +2,7 @@
 { config, lib, pkgs, ... }:
 let
   cfg = config.sparkfleet;
-  fleetLib = import ./lib/fleet.nix;
+  fleet = (import ./lib/fleet.nix).fromRoot cfg.fleetRoot;
 in
 {
   options.sparkfleet = {
@@ -39,15 +39,24 @@ in
       type = lib.types.attrs;
       readOnly = true;
       internal = true;
-      default = (fleetLib.fromRoot cfg.fleetRoot).facts cfg.host;
-      defaultText = lib.literalExpression "(import ./lib/fleet.nix).fromRoot fleetRoot).facts host";
+      default = fleet.facts cfg.host;
+      defaultText = lib.literalExpression "((import ./lib/fleet.nix).fromRoot fleetRoot).facts host";
       description = "Per-host facts from modules/lib/fleet.nix (the same record sparkfleet.hostfacts derives).";
+    };
+
+    headHost = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      readOnly = true;
+      internal = true;
+      default = fleet.headHost;
+      defaultText = lib.literalExpression "((import ./lib/fleet.nix).fromRoot fleetRoot).headHost";
+      description = "The host that heads every lane (rank 0), null when the lanes have different heads or there is none.";
     };
   };
 
   # The units run sparkfleet from the system path (units.systemBin), not from its store path, so
   # a new build of the tooling alone changes no unit.
-  config = lib.mkIf (cfg.storage.enable || cfg.staging.enable || cfg.lanes.enable || cfg.services.enable) {
+  config = lib.mkIf (cfg.storage.enable || cfg.staging.enable || cfg.lanes.enable || cfg.services.enable || cfg.view.enable) {
     environment.systemPackages = [ cfg.package ];
   };
 }

@@ -181,6 +181,12 @@ let
       headOf = l: head (filter (n: l.ranks.${n} == 0) l.hosts ++ [ (head l.hosts) ]);
       byRank = l: sort (a: b: l.ranks.${a} < l.ranks.${b}) l.hosts;
 
+      # The fleet's head host: the one host that heads (rank 0) every lane. The fleet-wide services
+      # that ask every lane run there (hosts/common.nix: the view and its Prometheus). null when
+      # the lanes are headed from different hosts, or there is no lane: nothing names one then.
+      heads = uniq (map (n: headOf lanes.${n}) laneNames);
+      headHost = if length heads == 1 then head heads else null;
+
       # The lane unit lives on the lane's head (rank 0): `sparkfleet launch LANE --no-wait` starts
       # every rank (workers first, head last; receipts cleared and bind manifest written per rank
       # by the launch code) and returns without waiting for the model to load, so neither a NixOS
@@ -269,7 +275,7 @@ let
         let problem = pinProblem name field; in
         if problem != null then throw problem else pins.${name};
     in {
-      inherit hosts pins lanes constants facts deployNode requirePin pinProblem imageEnv;
+      inherit hosts pins lanes constants facts deployNode requirePin pinProblem imageEnv headHost;
       hostNames = sort builtins.lessThan (attrNames hosts);
       lanesOf = host: map (l: l.name) (lanesOf host);
       allFacts = listToAttrs (map (n: { name = n; value = facts n; }) (attrNames hosts));

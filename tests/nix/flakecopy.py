@@ -113,7 +113,7 @@ def make(base: Path, *, nixos_hosts: tuple[str, ...] = ("dgx2",)) -> FlakeCopy:
     nixpkgs = base / "nixpkgs"
     shutil.copytree(STUBS / "nixpkgs-flake", nixpkgs)
     shutil.copytree(inputs.nixpkgs_lib(), nixpkgs / "lib")
-    for name in ("pkgs.nix", "nixos-options.nix", "trivial-builders.nix"):
+    for name in ("pkgs.nix", "nixos-options.nix", "prometheus-options.nix", "trivial-builders.nix"):
         shutil.copy(STUBS / name, nixpkgs / name)
     copy.overrides["nixpkgs"] = nixpkgs
     for name, stub in (("srvos", "srvos-flake"), ("nixos-dgx-spark", "dgx-spark-flake")):

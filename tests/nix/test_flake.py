@@ -6,11 +6,13 @@ system, the deploy nodes, the NixOS configurations. Nothing is built and nothing
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
 
 from sparkfleet import hostfacts, inventory
+from sparkfleet.view.targets import rules_path, scrape_config
 
 from . import flakecopy, inputs
 from .conftest import requires_nixpkgs_lib
@@ -28,6 +30,8 @@ pytestmark = [
 SCHEMA = json.loads((flakecopy.REPO / "tests" / "nix" / "deploy-rs-nodes.schema.json").read_text())
 STORE = "/nix/store/00000000000000000000000000000000"
 SYSTEMS = ("aarch64-linux", "x86_64-linux")
+VIEW_TARGETS = Path("/var/lib/sparkfleet-view/targets")  # the view unit's StateDirectory (modules/view.nix)
+RULES = rules_path().relative_to(flakecopy.REPO).as_posix()
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +180,33 @@ def test_nixos_configurations_from_the_real_flake(flake: FlakeCopy, real_nix: Re
         assert host["packages"] == ["sparkfleet-0.1.0"]  # the overlay's package, on the system path
         units = {u.unit for u in hostfacts.facts(inv, name).lanes}
         assert sorted(host["services"]) == sorted({"sparkfleet-stage", *units, *(f"{u}-spec" for u in units)})
+
+
+def test_a_nixos_head_runs_the_view_and_its_prometheus(tmp_path: Path, real_nix: RealNix) -> None:
+    """dgx1 heads every lane: as a NixOS host (dgx2 beside it, a worker) its configuration runs the
+    view, and its Prometheus scrapes the view's file_sd targets with the rules from the flake's own
+    source; `nix flake check` forces its toplevel (Prometheus's config included) and passes."""
+    flake = flakecopy.make(tmp_path, nixos_hosts=("dgx1", "dgx2"))
+    proc = flake.check(real_nix)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "checking NixOS configuration 'nixosConfigurations.dgx1'..." in proc.stderr
+    hosts = flake.eval(
+        real_nix,
+        "nixosConfigurations",
+        apply="builtins.mapAttrs (_: c: let p = c.config.services.prometheus; in { inherit (p) enable; "
+        "view = c.config.systemd.services ? sparkfleet-view; "
+        "jobs = map (j: { inherit (j) job_name file_sd_configs; }) p.scrapeConfigs; "
+        "rules = map toString p.ruleFiles; })",
+    )
+    head = hosts.pop("dgx1")
+    assert flake.eval(real_nix, "lib.fleet.headHost") == "dgx1"  # what docs/fleet-ops.md has operators run
+    assert head["view"] is True and head["enable"] is True
+    assert head["jobs"] == scrape_config(VIEW_TARGETS, rules_path(), 15.0)["scrape_configs"]
+    (rules,) = head["rules"]
+    assert rules.startswith("/nix/store/") and rules.endswith(f"-source/{RULES}")
+    # the worker, and the example whose own inventory has no lane to head
+    off = {"enable": False, "view": False, "jobs": [], "rules": []}
+    assert hosts == {"dgx2": off, "nixos-spark": off}
 
 
 def test_nixos_units_check_asserts_on_the_generated_units(flake: FlakeCopy, real_nix: RealNix) -> None:

@@ -263,3 +263,20 @@ def test_a_copys_host_serves_the_lane_in_both_readers(tmp_path: Path) -> None:
         "age": "-",
     }
     assert solo_parent in from_nix["c"]["tmpfiles"] and from_nix["c"]["lanes"] == []
+
+
+def test_the_head_host_is_the_one_heading_every_lane(tmp_path: Path) -> None:
+    """headHost (where hosts/common.nix puts the view and its Prometheus): the host that heads every
+    lane, by the ranks Python reads too (hostfacts.lane_head); none when the heads differ or no
+    lane has one."""
+
+    def heads(root: Path) -> set[str]:
+        return {hostfacts.lane_head(lane) for lane in inventory.load(root).lanes.values()}
+
+    assert heads(REPO) == {"dgx1"} and nix_fleet(REPO, "headHost") == "dgx1"
+    varied = write_fleet(tmp_path / "varied", VARIED_FLEET, VARIED_RECIPES)
+    assert heads(varied) == {"a", "b"} and nix_fleet(varied, "headHost") is None
+    # "two" alone: b heads it by its ranks, though a comes first in lane.hosts
+    two = write_fleet(tmp_path / "two", VARIED_FLEET, {"two": VARIED_RECIPES["two"]})
+    assert heads(two) == {"b"} and nix_fleet(two, "headHost") == "b"
+    assert nix_fleet(write_fleet(tmp_path / "none", VARIED_FLEET, {}), "headHost") is None

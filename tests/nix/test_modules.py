@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet import hostfacts, inventory
+from sparkfleet.view.targets import rules_path, scrape_config
 
 from .conftest import REPO, NixEvalError, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib
 
@@ -20,6 +21,7 @@ pytestmark = [pytest.mark.nix, requires_nix, requires_nixpkgs_lib]
 
 EVAL_HOST = Path(__file__).parent / "stubs" / "eval-host.nix"
 NAS_EXPORT = "nas.lan:/volume1/huggingface"
+VIEW_TARGETS = Path("/var/lib/sparkfleet-view/targets")  # the view unit's StateDirectory (modules/view.nix)
 
 
 # a deploy key, as hosts/authorized_keys gives real hosts (srvos makes users immutable)
@@ -135,6 +137,38 @@ def test_host_folders_evaluate_to_what_hostfacts_says(fleet_root: Path, host: st
     assert "@wheel" in cfg["nix"]["settings"]["trusted-users"]
     assert cfg["security"]["sudo"]["wheelNeedsPassword"] is False
     assert cfg["openssh"]["enable"] is True
+    # the fleet view and its Prometheus: on dgx1, which heads every lane, and on no other host
+    view = cfg["services"].get("sparkfleet-view")
+    prometheus = cfg["prometheus"]
+    if host == "dgx1":
+        assert shlex.split(view["serviceConfig"]["ExecStart"])[:3] == [exe, "view", "serve"]
+        assert prometheus["enable"] is True
+        assert prometheus["yml"] == scrape_config(VIEW_TARGETS, rules_path(), 15.0)
+    else:
+        assert view is None and prometheus["enable"] is False
+
+
+def test_the_view_follows_the_head_the_lanes_name(fleet_root: Path) -> None:
+    """Nothing in the host folders names the head: with dgx2 heading the only lane, dgx2 runs the
+    view and its Prometheus and dgx1 neither; with lanes headed from two hosts, no host does."""
+    for lane in ("dsv41-flash-4x-mia", "dsv41-flash-4x-aiden"):
+        shutil.rmtree(fleet_root / "recipes" / lane)
+    recipe = fleet_root / "recipes" / "dsv41-flash-exl3-2x" / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace("[world]\n", "[world]\nranks = {dgx1 = 1, dgx2 = 0}\n", 1))
+    assert {hostfacts.lane_head(lane) for lane in inventory.load(fleet_root).lanes.values()} == {"dgx2"}
+
+    def runs_view(host: str) -> bool:
+        cfg = evaluate(fleet_root, host, host_module=nix_str(REPO / "hosts" / host))
+        assert cfg["failedAssertions"] == []
+        on = "sparkfleet-view" in cfg["services"]
+        assert cfg["prometheus"]["enable"] is on
+        return on
+
+    assert [runs_view(h) for h in ("dgx1", "dgx2", "dgx3")] == [False, True, False]
+    other = fleet_root / "recipes" / "solo-on-dgx3" / "recipe.toml"
+    other.parent.mkdir()
+    other.write_text('[lane]\nhosts = ["dgx3"]\n[[models]]\npin = "exl3-3bpw"\n')
+    assert [runs_view(h) for h in ("dgx1", "dgx2", "dgx3")] == [False, False, False]
 
 
 def test_docker_beside_the_spark_modules_podman_fails_evaluation(fleet_root: Path) -> None:

@@ -35,6 +35,13 @@ let
     ];
   };
   cfg = evaluated.config;
+  prom = cfg.services.prometheus;
+  # what nixos/modules/services/monitoring/prometheus/default.nix writes into prometheus.yml:
+  # every option left null (and `_module`) dropped, through attribute sets and lists alike
+  written = x:
+    if builtins.isAttrs x then lib.mapAttrs (_: written) (lib.filterAttrs (n: v: n != "_module" && v != null) x)
+    else if builtins.isList x then map written x
+    else x;
 in
 {
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
@@ -54,4 +61,14 @@ in
   services = cfg.systemd.services;
   timers = cfg.systemd.timers;
   facts = cfg.sparkfleet.facts;
+  # this host's Prometheus: whether it runs, how its build checks prometheus.yml (promtool check
+  # config, --syntax-only or not at all), and the part of prometheus.yml the sparkfleet modules set
+  prometheus = {
+    inherit (prom) enable checkConfig;
+    yml = {
+      global = written prom.globalConfig;
+      rule_files = map toString prom.ruleFiles;
+      scrape_configs = written prom.scrapeConfigs;
+    };
+  };
 }

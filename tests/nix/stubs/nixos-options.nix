@@ -47,6 +47,9 @@ let
   builtinGroups = [ "root" "wheel" "users" "nogroup" "systemd-journal" "nixbld" "keys" "utmp" "tty" ];
 in
 {
+  # services.prometheus (modules/view.nix), in a file of its own so that a test can swap in the real one
+  imports = [ ./prometheus-options.nix ];
+
   options = {
     assertions = mkOption { type = types.listOf types.unspecified; default = [ ]; };
     warnings = mkOption { type = types.listOf types.str; default = [ ]; };
@@ -176,6 +179,11 @@ in
           etc = lib.mapAttrs (_: e: "${e.source}") config.environment.etc;
           packages = map (p: "${p}") config.environment.systemPackages;
           inherit (config) fileSystems;
+          # the real toplevel holds Prometheus's unit, whose ExecStart names the prometheus.yml
+          # written from these (so a wrong value fails the toplevel there too)
+          prometheus = lib.optionalAttrs config.services.prometheus.enable {
+            inherit (config.services.prometheus) checkConfig globalConfig ruleFiles scrapeConfigs;
+          };
         };
         name = "nixos-system-${config.networking.hostName}-${config.system.stateVersion}";
         path = "/nix/store/${builtins.substring 0 32 (builtins.hashString "sha256" contents)}-${name}";
