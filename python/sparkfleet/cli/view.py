@@ -18,9 +18,9 @@ def view() -> None:
 
     \b
     Examples:
-      sparkfleet view serve
+      sparkfleet view serve      # until Ctrl-C
       sparkfleet view snapshot --json
-      sparkfleet view targets --out /etc/prometheus/sparkfleet
+      sparkfleet view targets --out ./prom
     """
 
 
@@ -57,8 +57,8 @@ def serve(
 
     \b
     Examples:
-      sparkfleet view serve
-      sparkfleet view serve --listen 0.0.0.0:9841 --targets-dir /var/lib/sparkfleet-view/targets
+      sparkfleet view serve      # until Ctrl-C
+      sparkfleet view serve --listen 0.0.0.0:9841   # real fleet: the head host's unit runs it so
     """
     from ..view.service import parse_listen, start
 
@@ -163,8 +163,8 @@ def targets(
 
     \b
     Examples:
-      sparkfleet view targets --out /etc/prometheus/sparkfleet
-      sparkfleet view targets --out ./prom --view 10.0.0.1:9841 --key-file ./view.key
+      sparkfleet view targets --out ./prom
+      sparkfleet view targets --out /etc/prometheus/sparkfleet --view 10.0.0.1:9841   # real fleet
     """
     from ..view.service import parse_listen
     from ..view.targets import target_groups, write_prometheus_dir
