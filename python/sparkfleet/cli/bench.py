@@ -734,7 +734,7 @@ def compare(
 
     The baseline is the recipe's [bench] baseline, else the report that made the lane's last good
     generation good; a lane with neither (before its first promote) has nothing to compare yet and
-    says so (exit 0).
+    says so and exits 0 (ok).
 
     Exits 5 (refused) when the two measured different things — other settings (probe size, depths,
     quick…) or other host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless
