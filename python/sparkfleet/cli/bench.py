@@ -72,7 +72,10 @@ def _pick_target(
         from ..bench.target import for_gateway
         from ..serving.gateway import state_dir_in_force
 
-        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT)
+        def event(msg: str) -> None:
+            click.echo(f"· {msg}", err=True)
+
+        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT, event)
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
