@@ -365,7 +365,6 @@ def bench(
       sparkfleet bench demo-exl3-2x --quick --concurrency 1,4 --json
       sparkfleet bench dsv41-flash-exl3-2x       # real fleet: the whole bench, about an hour
       sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality   # real fleet: any server
-      sparkfleet bench --gateway --quick
     """
     if (url or via_gateway) and save_to_lane:
         raise SparkfleetError(
