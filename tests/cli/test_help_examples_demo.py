@@ -108,8 +108,11 @@ def checkout(tmp_path_factory):
     co = Checkout(where)
     made = co.bash("sparkfleet demo --workdir .demo")
     assert made.returncode == 0, made.stdout + made.stderr
-    yield co
-    co.bash(f"sparkfleet stop {DEMO_LANE}")
+    try:
+        yield co
+    finally:  # what the examples started, whatever failed: the gateway (its recorded PID) and the lane
+        co.bash("sparkfleet gateway down")
+        co.bash(f"sparkfleet stop {DEMO_LANE}")
 
 
 def _ctrl_c(co: Checkout, example: Example) -> tuple[int, str]:
