@@ -48,6 +48,9 @@ def up(
     \b
     Examples:
       sparkfleet gateway up
+      sparkfleet launch demo-exl3-2x --replace   # a lane launched before `up` takes its key
+      sparkfleet bench --gateway --quick
+      sparkfleet gateway down
       sparkfleet gateway up --port 8080 --json
     """
     from ..nodecall import call_agent

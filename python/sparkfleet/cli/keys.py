@@ -125,7 +125,7 @@ def revoke(user: str, state_dir: Path | None, as_json: bool) -> None:
     \b
     Examples:
       sparkfleet keys revoke alice
-      sparkfleet keys revoke alice --json
+      sparkfleet keys revoke bob --json
     """
     from ..serving.gateway import revoke_user
 

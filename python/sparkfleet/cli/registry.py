@@ -66,8 +66,8 @@ def serve(as_json: bool) -> None:
 
     \b
     Examples:
-      SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve
-      sparkfleet registry serve --json
+      SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve   # real fleet: its unit
+      sparkfleet registry serve --json   # real fleet: on the head host, until Ctrl-C
     """
     from ..images.record import operator_state_dir
     from ..images.registry_host import serve as run

@@ -111,7 +111,8 @@ def _host_line(v) -> str:
 def snapshot(ctx: click.Context, node_timeout: float, as_json: bool) -> None:
     """Ask every lane and host once and print what the view would show.
 
-    Exits 1 when a lane that was launched and not stopped is down, or a host does not answer.
+    Exits 1 (shortfall) when a lane that was launched and not stopped is down, or a host does not
+    answer.
 
     \b
     Examples:
