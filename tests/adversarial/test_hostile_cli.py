@@ -31,6 +31,8 @@ from pathlib import Path
 import click
 import pytest
 
+from support.hostile_http import free_port
+
 from . import clisandbox
 from .clisandbox import ENGRAM_LANE, HOST, LANE, Sandbox, spelled
 from .surfaces import Surface, cli_surfaces, option_name
@@ -73,6 +75,10 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("status",): ["status", LANE],
     ("stop",): ["stop", LANE],
     ("verify",): ["verify", HOST, "--lane", LANE],
+    # a value wrongly accepted would serve on a free loopback port until the sandbox's deadline
+    ("view", "serve"): ["view", "serve", "--listen", "127.0.0.1:{port}"],
+    ("view", "snapshot"): ["view", "snapshot"],
+    ("view", "targets"): ["view", "targets", "--out", "{tmp}/prometheus"],
     ("watch",): ["watch", LANE, "--probes", "1"],
 }  # fmt: skip
 
@@ -154,7 +160,8 @@ def base_argv(command: tuple[str, ...], tmp: Path) -> list[str]:
 
 def _fill(argv: list[str], tmp: Path) -> list[str]:
     subs = {"{lock}": str(tmp / "lock.json"), "{manifest}": str(tmp / "sources.manifest")}
-    return [subs.get(a, a.replace("{tmp}", str(tmp))) for a in argv]
+    port = str(free_port()) if any("{port}" in a for a in argv) else ""
+    return [subs.get(a, a.replace("{tmp}", str(tmp)).replace("{port}", port)) for a in argv]
 
 
 # What a verb prints once it has gone out to a host or a server: a bad value must be refused before.
