@@ -342,17 +342,27 @@ def test_a_tag_with_path_parts_writes_only_inside_the_reports_folder(sandbox, tm
 
 @pytest.mark.surface("cli:launch --release")
 def test_a_dry_run_of_a_release_plans_the_releases_recipe_not_the_checkouts(sandbox, tmp_path):
-    """`launch LANE --release NAME --dry-run` used to ignore the release: it showed the checkout's plan."""
+    """`launch LANE --release NAME --dry-run` used to ignore the release: it showed the checkout's plan.
+
+    The release is shaped as `release cut` writes it (every field a use reads, checked by the
+    product's own `release_problem`), frozen with a recipe whose served model name differs."""
+    from sparkfleet.images.push import repo_of
+    from sparkfleet.launch.generations import utc_id
+    from sparkfleet.launch.release import release_problem
+
     recipe = (sandbox.root / "recipes" / LANE / "recipe.toml").read_text()
     served = 'served_model_name = "deepseek-v4.1-flash"'
     assert served in recipe
     frozen = recipe.replace(served, 'served_model_name = "sf-release-r1"')
     release = {
-        "generation": "20261204T000000Z", "recipe_text": frozen,
+        "name": "r1", "lane": LANE, "cut_at": 1796342400.0, "generation": utc_id(1796342000.0),
+        "recipe_text": frozen, "recipe_sha256": hashlib.sha256(frozen.encode()).hexdigest(),
         "fleet_text": (sandbox.root / "hosts" / "fleet.toml").read_text(),
-        "recipe_sha256": hashlib.sha256(frozen.encode()).hexdigest(),
-        "image": {"registry": "10.9.9.9:5000", "repo": "fleet/exl3", "digest": "sha256:" + "cd" * 32},
+        "image": {"registry": "10.9.9.9:5000", "repo": repo_of(LANE), "digest": "sha256:" + "cd" * 32,
+                  "image_id": "sha256:" + "ef" * 32},
+        "pins": {}, "fingerprints": {}, "reports": {"bench": None, "gate": None, "smoke": None},
     }  # fmt: skip
+    assert release_problem(release, LANE, "r1") is None  # a record `release cut` could have written
     (sandbox.root / "recipes" / LANE / "releases").mkdir()
     (sandbox.root / "recipes" / LANE / "releases" / "r1.json").write_text(json.dumps(release))
     checkout = sandbox.run(["launch", LANE, "--dry-run", "--json"])
