@@ -16,9 +16,10 @@ without anyone writing them. The oracle is the option's declared kind, not the c
 
 A bad value must be refused: a non-zero exit, no traceback, and a message that names the option or
 the value. Every verb runs in clisandbox's fleet (hosts that cannot be reached, dry runs where
-there are any), so a value wrongly accepted reaches nothing. Each refusal is counted with
-`tally.bad_input`; the verbs whose options other helpers' suites attack are left to them
-(`LEFT_TO_THEIR_OWN_SUITES`).
+there are any, servers on a free loopback port where nothing else listens), so a value wrongly
+accepted reaches nothing. Each refusal is counted with `tally.bad_input`. Every verb is attacked
+here, including those whose own suites attack them further (gateway, keys, registry, release,
+image, power, demo --workdir): one oracle for every option of a kind.
 """
 
 from __future__ import annotations
@@ -31,18 +32,15 @@ from pathlib import Path
 import click
 import pytest
 
+from support.engines import docker_archive
 from support.hostile_http import free_port
 
 from . import clisandbox
 from .clisandbox import ENGRAM_LANE, HOST, LANE, Sandbox, spelled
-from .surfaces import Surface, cli_surfaces, option_name
+from .surfaces import cli_surfaces, option_name
 from .tally import bad_input
 
-# Verbs (and one option) whose hostile cases live in the suites of the gateway, registry/release/
-# image/power and demo --workdir work; this harness leaves them alone so the two never disagree.
-LEFT_TO_THEIR_OWN_SUITES = {"gateway", "keys", "registry", "release", "image", "power"}
-LEFT_OPTIONS = {"cli:demo --workdir"}
-
+LOOPBACK = ("--bind", "127.0.0.1")
 # How each verb is run so that nothing can be launched or destroyed: dry runs where the verb has
 # one, a lane and host of the sandbox fleet (unreachable), never `--here` (that acts on this machine).
 BASE: dict[tuple[str, ...], list[str]] = {
@@ -54,6 +52,16 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("engram", "pack"): ["engram", "pack", ENGRAM_LANE, HOST, "--dry-run"],
     ("engram", "verify"): ["engram", "verify", ENGRAM_LANE, HOST],
     ("env",): ["env", LANE, HOST, "--offline"],
+    ("gateway", "down"): ["gateway", "down", "--state-dir", "{tmp}/gateway"],
+    ("gateway", "run"): ["gateway", "run", "--state-dir", "{tmp}/gateway", "--port", "{port}", *LOOPBACK],
+    ("gateway", "status"): ["gateway", "status", "--state-dir", "{tmp}/gateway"],
+    ("gateway", "up"): ["gateway", "up", "--state-dir", "{tmp}/gateway", "--port", "{port}", *LOOPBACK],
+    ("image", "load"): ["image", "load", LANE, "--image", "{image}", "--dry-run"],
+    ("image", "push"): ["image", "push", LANE, "--image", "{image}", "--registry", "127.0.0.1:{port}"],
+    ("keys", "add"): ["keys", "add", "sf-user", "--state-dir", "{tmp}/gateway"],
+    ("keys", "list"): ["keys", "list", "--state-dir", "{tmp}/gateway"],
+    ("keys", "revoke"): ["keys", "revoke", "sf-user", "--state-dir", "{tmp}/gateway"],
+    ("keys", "rotate"): ["keys", "rotate", LANE],
     ("history",): ["history", LANE],
     ("launch",): ["launch", LANE, "--dry-run"],
     ("logs",): ["logs", LANE, HOST],
@@ -64,7 +72,12 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("pins", "import-manifest"): ["pins", "import-manifest", "{manifest}", "--from", "exl3-kit", "--dry-run"],
     ("pins", "resolve"): ["pins", "resolve", "dsv41-flash", "--dry-run"],
     ("pins", "verify"): ["pins", "verify", "dsv41-flash"],
+    ("power", "on"): ["power", "on", HOST],
+    ("power", "status"): ["power", "status", HOST],
     ("promote",): ["promote", LANE],
+    ("registry", "init"): ["registry", "init", "--address", "127.0.0.1:{port}", "--storage", "{tmp}/storage"],
+    ("registry", "serve"): ["registry", "serve"],
+    ("release", "cut"): ["release", "cut", LANE, "r1", "--registry", "127.0.0.1:{port}"],
     ("report", "compare"): ["report", "compare", "{tmp}/a.json", "{tmp}/b.json"],
     ("report", "html"): ["report", "html", LANE, "--out", "{tmp}/page.html"],
     ("report", "list"): ["report", "list", LANE],
@@ -128,13 +141,9 @@ def bad_values(p: click.Parameter) -> list[tuple[str, str]]:
     return []  # text: TEXT_CASES
 
 
-def _owned_elsewhere(s: Surface) -> bool:
-    return (s.command[:1] and s.command[0] in LEFT_TO_THEIR_OWN_SUITES) or s.id in LEFT_OPTIONS
-
-
 def _typed_cases():
     for s in cli_surfaces():
-        if s.param is None or not s.required or _owned_elsewhere(s):
+        if s.param is None or not s.required:
             continue
         for value, why in bad_values(s.param):
             yield pytest.param(s, value, why, id=f"{s.id}={value}", marks=pytest.mark.surface(s.id))
@@ -149,6 +158,8 @@ def sandbox(tmp_path, monkeypatch) -> Sandbox:
     (tmp_path / "sources.manifest").write_text(
         f"torch 0123abc {'ab' * 32} https://example.invalid/torch.whl\n"
     )
+    docker_archive(b"\0" * 512, tmp_path / "image.tar", "fleet/x:1", "sf-hostile-cli")  # a good image
+    (tmp_path / "gateway").mkdir()  # the gateway's state dir the verbs that read it are given
     return box
 
 
@@ -159,7 +170,8 @@ def base_argv(command: tuple[str, ...], tmp: Path) -> list[str]:
 
 
 def _fill(argv: list[str], tmp: Path) -> list[str]:
-    subs = {"{lock}": str(tmp / "lock.json"), "{manifest}": str(tmp / "sources.manifest")}
+    subs = {"{lock}": str(tmp / "lock.json"), "{manifest}": str(tmp / "sources.manifest"),
+            "{image}": str(tmp / "image.tar")}  # fmt: skip
     port = str(free_port()) if any("{port}" in a for a in argv) else ""
     return [subs.get(a, a.replace("{tmp}", str(tmp)).replace("{port}", port)) for a in argv]
 

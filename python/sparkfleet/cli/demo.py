@@ -22,6 +22,7 @@ from ..stage.targets import requests_for_host
 from .progress import RichStageProgress, wants_bar
 from .render import human_bytes
 from .stage import print_stage_run, with_io_bound
+from .values import WRITABLE_DIR
 
 
 def _stage_host(inv, host: str, jobs: int) -> bool:
@@ -92,7 +93,7 @@ def _clear_previous(workdir: Path, fresh: bool) -> None:
 @click.command()
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=WRITABLE_DIR,
     show_default="a temp dir, removed after",
     help="Keep the demo here.",
 )
