@@ -223,6 +223,7 @@ def test_every_float_option_says_whether_it_is_seconds_or_gib():
 # ---- arguments and text options: values the fleet itself says are bad ----------------------------
 
 UNKNOWN_LANE, UNKNOWN_HOST = "sf-no-such-lane", "sf-no-such-host"
+REGISTRY = "127.0.0.1:{port}"  # a loopback port where nothing listens
 TRAVERSAL = "../hosts"  # a lane name that is a path out of recipes/
 
 # Where a verb takes a lane or a host: its argv with {lane} / {host} in that place.
@@ -233,6 +234,10 @@ LANE_ARGS = {
     ("logs",): f"logs {{lane}} {HOST}", ("engram", "pack"): f"engram pack {{lane}} {HOST} --dry-run",
     ("engram", "verify"): f"engram verify {{lane}} {HOST}", ("report", "list"): "report list {lane}",
     ("report", "html"): "report html {lane} --out {tmp}/p.html",
+    ("image", "load"): "image load {lane} --image {image} --dry-run",
+    ("keys", "rotate"): "keys rotate {lane}",
+    ("image", "push"): f"image push {{lane}} --image {{image}} --registry {REGISTRY}",
+    ("release", "cut"): f"release cut {{lane}} r1 --registry {REGISTRY}",
 }  # fmt: skip
 HOST_ARGS = {
     ("env",): f"env {LANE} {{host}} --offline", ("manifest",): f"manifest {LANE} {{host}} --offline",
@@ -241,8 +246,10 @@ HOST_ARGS = {
     ("bootstrap",): "bootstrap {host} --dry-run",
     ("measure",): "measure {host}", ("stage",): f"stage {{host}} --lane {LANE} --dry-run",
     ("verify",): f"verify {{host}} --lane {LANE}", ("doctor",): "doctor {host}",
+    ("power", "on"): "power on {host}", ("power", "status"): "power status {host}",
 }  # fmt: skip
 STAGE = f"stage {HOST} --lane {LANE} --dry-run"
+CUT = f"release cut {LANE} r1"
 IMPORT_LOCK, IMPORT_MANIFEST = "pins import-lock {lock}", "pins import-manifest {manifest}"
 
 # (surface, the command line, the word the refusal must name, why it is bad)
@@ -294,6 +301,13 @@ TEXT_CASES: list[tuple[str, str, str, str]] = [
      "sf-no-such-pin", "no such pin"),
     ("cli:pins import-manifest --prefix", f"{IMPORT_MANIFEST} --from exl3-kit --prefix ../x --dry-run",
      "../x", "not a pin name"),
+    *[(f"cli:{v} --registry", f"{argv} --registry {where}", where, why)
+      for v, argv in (("image push", f"image push {LANE} --image {{image}}"), ("release cut", CUT))
+      for where, why in (("sf-no-port", "not HOST:PORT"), ("0.0.0.0:5000", "names no host to pull from"),
+                         ("-oProxyCommand=x:1", "would reach skopeo as an option"))],
+    ("cli:release cut", f"release cut {LANE} ../x --registry {REGISTRY}", "../x", "not a release name"),
+    ("cli:release cut --generation", f"{CUT} --registry {REGISTRY} --generation ../../x", "../../x",
+     "no such generation"),
 ]  # fmt: skip
 
 # Free text with no value known to be bad (any string can name a model or a glob): an odd value
