@@ -12,11 +12,13 @@ a worker, was never called (with the gateway's key or without). Each case is cou
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from .surfaces import gateway_routes
 from .tally import bad_input
 
 try:
@@ -166,3 +168,33 @@ def test_the_operators_admin_key_opens_admin_paths_and_nothing_adds_a_worker(gw,
     assert gateway.admin_key(gw.state) == admin  # one key per gateway state, made once, 0600
     admin_file = Path(gateway.status(gw.state)["admin_key_file"])  # where `gateway status` says it is
     assert admin_file.read_text().strip() == admin and admin_file.stat().st_mode & 0o777 == 0o600
+
+
+# The paths an OpenAI client uses, which SECURITY.md opens to a user's key (and the gateway key):
+# this test's own list, not the front's. Every other route smg has is the operator's.
+USER_ROUTES = {("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/embeddings"),
+               ("GET", "/v1/models")}  # fmt: skip
+ROUTES = [(m, p) for m, p in gateway_routes() if m != "*"]
+
+
+@pytest.mark.surface(*[f"http:gateway {m} {p}" for m, p in ROUTES])
+def test_every_route_is_refused_without_a_key_and_beyond_the_inference_api(gw, figures):
+    """Each route smg has (surfaces.SMG_ROUTES), asked at the public port: without a key or with
+    one the gateway never issued, 401 from the front; with a user's key or the gateway key, any
+    route outside the inference API is refused too (401/403), whatever smg would have answered."""
+    from sparkfleet.serving import gateway
+
+    alice, _ = gateway.add_user(gw.state, "alice")
+    stranger = "sk-sf-" + "s" * 40
+    for method, path in ROUTES:
+        url = gw.url + re.sub(r"\{[^}]*\}", "sf-probe", path)
+        body = None if method == "GET" else {}
+        callers = [("no key", None), ("a key never issued", stranger)]
+        if (method, path) not in USER_ROUTES:
+            callers += [("a user", alice), ("the gateway key", gw.key)]
+        for who, key in callers:
+            status = request(url, key, method, body).status
+            refused = status == 401 if who in ("no key", "a key never issued") else status in (401, 403)
+            bad_input(figures, f"http:gateway {method} {path}", refused)
+            assert refused, (who, method, path, status)
+    assert gw.workers() == {gw.lane_url}  # nothing a refused request sent reached smg's admin API
