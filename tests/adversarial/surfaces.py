@@ -349,8 +349,8 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.images.record:read_push_record", "sparkfleet.images.record:read_operator_record",
         "sparkfleet.images.node:read_record",
     )),
-    FileSurface("fleet CA", "the registry's CA directory", (
-        "sparkfleet.cli.bootstrap:_fleet_ca", "sparkfleet.images.registry:make_ca",
+    FileSurface("fleet CA", "the registry's CA directory (the operator's state dir)", (
+        "sparkfleet.images.registry:read_ca_cert",
     )),
     FileSurface("registry push-auth.json", "`registry init` on the head host, copied where pushes run", (
         "sparkfleet.images.registry_auth:_read", "sparkfleet.images.registry_auth:ensure_login",
@@ -413,6 +413,7 @@ NOT_OUTSIDE: dict[str, str] = {
     "sparkfleet.atomic:write_bytes": "compares the final file with the bytes it is about to write",
     "sparkfleet.atomic:_fsync_open": "opens a directory to fsync it",
     "sparkfleet.launch.release:_create_exclusive": "opens a directory to fsync it",
+    "sparkfleet.images.registry:make_ca": "reads back what openssl just wrote in make_ca's own temp dir",
     "sparkfleet.inventory:schema": "the package's own JSON Schema",
     "sparkfleet.schemadoc:load_schema": "the package's own JSON Schema",
     "sparkfleet.bench.prompts:sentences": "the package's own corpus",
