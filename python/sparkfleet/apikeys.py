@@ -31,6 +31,11 @@ KEYS_DIR = "keys"
 ENGINE_ENV = ("SPARKFLEET_API_KEY", "VLLM_API_KEY")
 KEY_PREFIX = "sk-sf-"
 MAX_KEY_CHARS = 512
+# An inference path outside /v1 that a lane must refuse without its key: vLLM's key guards only
+# /v1, /v2, /inference and /cohere, and its SageMaker route serves completions to anyone. Launch
+# asks it (POST, `{}`, no key) before it calls a lane ready, doctor on every check.
+KEYLESS_PROBE = "/invocations"
+REFUSED = (401, 403, 404, 405)  # what a lane may answer there: no key, or no such route
 
 
 def key_path(state_dir: Path, lane: str) -> Path:

@@ -19,8 +19,9 @@ table lists them (figures.py --write), and a surface is named by one id (conftes
   whether its routes take a write is (its two configs: the pull listener read-only, the push
   listener behind the login), as the front decides for smg's; so its routes are listed
   (`REGISTRY_ROUTES`, distribution's API, checked against the running registry by
-  test_hostile_registry.py), and the lanes' engines (vLLM, SGLang) are not: sparkfleet starts
-  them with the lane's key and guards no path of theirs itself (SECURITY.md).
+  test_hostile_registry.py). `vllm-lane` is what sparkfleet's key guard decides on a vLLM lane
+  (launch/keyguard/: the paths it leaves open, and `* /*`, every other path); vLLM's and
+  SGLang's own routes are not sparkfleet's code (SECURITY.md says what was checked on them).
 * `file:WHAT` for each file sparkfleet reads that someone else wrote (`FILES`). The code has no
   single list of these, so it is kept here, with the functions that read each file; every function
   in the package that reads a file is either one of those readers or in `NOT_OUTSIDE` with the
@@ -241,6 +242,23 @@ REGISTRY_ROUTES: tuple[tuple[str, str], ...] = (
     ("DELETE", "/v2/<repo>/blobs/uploads/<uuid>"),
 )  # fmt: skip
 
+def key_guard():
+    """sparkfleet_keyguard, the middleware a vLLM lane runs (imported by path: it is the engine's
+    module, on the rank's PYTHONPATH, not a module of the package)."""
+    source = PACKAGE / "launch" / "keyguard" / "sparkfleet_keyguard.py"
+    spec = importlib.util.spec_from_file_location("sparkfleet_keyguard", source)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def vllm_lane_routes() -> list[tuple[str, str]]:
+    """What a vLLM lane answers, as far as sparkfleet decides it: the paths its key guard leaves
+    open, and every other path (`* /*`, the guard's: vLLM's own routes are not sparkfleet's code)."""
+    return [*(("GET", p) for p in key_guard().OPEN), ("*", "/*")]
+
+
 # The package's HTTP servers by module; a server in another module is named by its module.
 HTTP_SERVERS = {"sparkfleet.demo.openai_server": "demo-lane", "sparkfleet.view.server": "view"}
 
@@ -250,6 +268,7 @@ def http_servers() -> dict[str, list[tuple[str, str]]]:
     servers: dict[str, list[tuple[str, str]]] = {
         "gateway": gateway_routes(),
         "registry": list(REGISTRY_ROUTES),
+        "vllm-lane": vllm_lane_routes(),
     }
     for source in sorted(PACKAGE.rglob("*.py")):
         text = source.read_text()
