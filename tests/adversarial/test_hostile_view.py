@@ -110,11 +110,14 @@ def test_a_non_positive_interval_is_refused(figures, tmp_path, opt, value):
 @pytest.mark.surface("cli:view targets --view", "cli:view targets --out")
 @given(st.text(max_size=40))
 def test_targets_take_only_a_host_port_and_write_nothing_else(figures, tmp_path_factory, text):
+    """Any text: the verb agrees with the parser it uses, and writes nothing for what it refuses.
+    Not counted as bad inputs: the parser under test is what calls a text bad here (BAD_LISTEN,
+    above, holds the ones known bad on their own)."""
     tmp = tmp_path_factory.mktemp("targets")
     try:
         parse_listen(text)
         valid = True
-    except Exception:  # noqa: BLE001 - the oracle: whatever parse_listen refuses
+    except Exception:  # noqa: BLE001 - whatever parse_listen refuses
         valid = False
     out = tmp / "out"
     res = CliRunner().invoke(
@@ -122,7 +125,6 @@ def test_targets_take_only_a_host_port_and_write_nothing_else(figures, tmp_path_
     )
     assert "Traceback" not in res.output
     if not valid:
-        bad_input(figures, "view-cli", refused=res.exit_code == 2 and not out.exists())
         assert res.exit_code == 2 and not out.exists(), res.output
     else:
         assert res.exit_code == 0, res.output
