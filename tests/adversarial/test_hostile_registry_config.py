@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import stat
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -44,16 +45,23 @@ CASES = {
 }
 
 
-@pytest.mark.surface("file:registry config", "cli:registry serve")
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_registry_serve_refuses_a_config_init_would_not_write(tmp_path, monkeypatch, figures, case):
+@pytest.fixture
+def operator(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """`registry init`'s files, and a stand-in docker-registry that leaves a marker and exits."""
     state, marker = tmp_path / "operator", tmp_path / "registry-ran"
     fake = tmp_path / "docker-registry"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexec sleep 30\n")
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 3\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(state))
     monkeypatch.setenv("SPARKFLEET_REGISTRY_BIN", str(fake))
     init(state, "127.0.0.1:5999", tmp_path / "storage")
+    return state, marker
+
+
+@pytest.mark.surface("file:registry config", "cli:registry serve")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_registry_serve_refuses_a_config_init_would_not_write(operator, figures, case):
+    state, marker = operator
     name, change = CASES[case]
     path = state / "registry" / name
     if change is None:
@@ -72,14 +80,8 @@ def test_registry_serve_refuses_a_config_init_would_not_write(tmp_path, monkeypa
     assert not marker.exists(), "docker-registry was started on a config init would not write"
 
 
-def test_the_configs_init_writes_are_served(tmp_path, monkeypatch):
+def test_the_configs_init_writes_are_served(operator):
     """The control: untouched, both listeners are started (the stand-in exits, so serve ends)."""
-    state, marker = tmp_path / "operator", tmp_path / "registry-ran"
-    fake = tmp_path / "docker-registry"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(state))
-    monkeypatch.setenv("SPARKFLEET_REGISTRY_BIN", str(fake))
-    init(state, "127.0.0.1:5999", tmp_path / "storage")
+    _, marker = operator
     res = CliRunner().invoke(cli, ["registry", "serve", "--json"])
     assert marker.exists() and res.exit_code == 1 and "the registry stopped" in res.output, res.output
