@@ -87,7 +87,10 @@ def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
 
 def test_a_vllm_lane_that_serves_beyond_v1_without_its_key_is_not_called_ready(vllm_cli, tmp_path):
     """Without the guard, vLLM's POST /invocations serves completions to anyone, key or not:
-    launch asks it before it calls the lane ready, refuses, and stops the lane."""
+    launch asks it before it calls the lane ready, refuses, and stops the lane; one kept running
+    (--keep-on-failure) fails doctor's API key check."""
+    from sparkfleet.doctor import doctor
+
     inv, nas, port = vllm_fleet(vllm_cli, tmp_path, key_guard=False)
     try:
         report = lanes.launch(inv, "vllm", allow_nas_weights=True)
@@ -95,6 +98,9 @@ def test_a_vllm_lane_that_serves_beyond_v1_without_its_key_is_not_called_ready(v
             report.ready
         )
         assert lanes.status(inv, "vllm").running == 0  # stopped, not left serving
+        assert not lanes.launch(inv, "vllm", allow_nas_weights=True, keep_on_failure=True).ready.ok
+        (check,) = [c for c in doctor(inv, "vllm").checks if c.name == "API key"]
+        assert check.ok is False and "POST /invocations WITHOUT a key" in check.detail, check
     finally:
         lanes.stop(inv, "vllm", 30)
 
