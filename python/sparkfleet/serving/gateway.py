@@ -313,18 +313,35 @@ def _paths(state_dir: Path) -> tuple[Path, Path, Path]:
 
 
 def load_record(state_dir: Path) -> GatewayRecord | None:
+    """What `up` (or `run`) recorded, each field a reader acts on checked (`down` signals its pid)."""
     path = _paths(state_dir)[1]
     try:
-        return GatewayRecord(**json.loads(path.read_text()))
+        rec = GatewayRecord(**json.loads(path.read_text()))
+        if not all(isinstance(getattr(rec, k), int) and not isinstance(getattr(rec, k), bool)
+                   for k in ("pid", "port", "router_port")) or rec.pid <= 0:  # fmt: skip
+            raise ValueError("pid, port and router_port are not numbers")
+        if not (rec.start_ticks is None or type(rec.start_ticks) is int) or not isinstance(rec.boot_id, str):
+            raise ValueError("start_ticks or boot_id is not what `up` writes")
+        return rec
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError) as exc:
-        raise SparkfleetError(f"{path}: not a gateway record ({exc})", hint=f"remove {path}") from exc
+    except (OSError, ValueError, TypeError, RecursionError) as exc:  # a directory, not JSON, not a record
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)[:200]
+        raise SparkfleetError(f"{path}: not a gateway record ({why})", hint=f"remove {path}") from None
+
+
+GATEWAY_MODULE = "sparkfleet.serving.gateway_main"
+# What the gateway's process calls itself: our module until smg's launch_router runs, then the
+# title smg gives it (smg/launch_router.py: `setproctitle.setproctitle("smg::router")`).
+GATEWAY_TITLES = (GATEWAY_MODULE, "smg::router")
 
 
 def is_running(rec: GatewayRecord) -> bool:
-    """The recorded process runs and is the one `up` started (never a recycled PID)."""
-    return procs.same_process(rec.pid, rec.start_ticks, rec.boot_id)
+    """The recorded process runs, is the one `up` started (never a recycled PID), and is a gateway:
+    a record that names another live process (edited, or restored from elsewhere) never makes
+    `down` signal it."""
+    same = procs.same_process(rec.pid, rec.start_ticks, rec.boot_id)
+    return same and any(title in procs.command_line(rec.pid) for title in GATEWAY_TITLES)
 
 
 def router_argv(p: GatewayPlan, key: str, admin: str, bind: str, port: int, metrics_port: int) -> list[str]:
@@ -402,7 +419,7 @@ def main_command(config: Path) -> tuple[list[str], dict[str, str]]:
     python/wrap.sh), not in the environment, so a bare interpreter started from it sees none of
     them (the deployed unit's `gateway run` would die on `import sparkfleet`). selfexec carries this
     process's search path over inside the interpreter, as for every Python child of ours."""
-    return module_argv("sparkfleet.serving.gateway_main", str(config)), dict(os.environ)
+    return module_argv(GATEWAY_MODULE, str(config)), dict(os.environ)
 
 
 def _local(bind: str) -> str:
