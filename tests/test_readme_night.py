@@ -6,9 +6,10 @@ its lane when it ends); then each command runs as an operator types it, in a she
 SPARKFLEET_ROOT names the demo fleet (the README's set-up). Each must exit 0 and print no
 traceback, and the whole night — a full bench included — must take under ten minutes here.
 
-Two commands never end by themselves: `watch LANE` probes until Ctrl-C and `logs LANE -f` follows
-until Ctrl-C. Each is run as on a terminal, until it shows it works (the watch's heartbeat line,
-the log's first line), then ended with Ctrl-C (SIGINT), as an operator does.
+Three commands never end by themselves: `watch LANE` probes, `logs LANE -f` follows and `view
+serve` serves the fleet page, each until Ctrl-C. Each is run as on a terminal, until it shows it
+works (the watch's heartbeat line, the log's first line, the page's address), then ended with
+Ctrl-C (SIGINT), as an operator does.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def test_the_readme_night_is_parsed_as_written():
     commands = night_commands(README.read_text())
     verbs = [" ".join(c[1:3]) for c in commands]
     assert len(commands) >= 15, verbs  # the night and what to do when something breaks
-    assert all(DEMO_LANE in c for c in commands if c[1] not in ("inventory",)), commands
+    assert all(DEMO_LANE in c for c in commands if c[1] not in ("inventory", "view")), commands
     assert ["sparkfleet", "bench", DEMO_LANE] in commands  # the full bench, not --quick
 
 
@@ -125,6 +126,8 @@ def test_the_readme_night_runs_on_the_demo(tmp_path):
                 ran.append(_on_a_terminal(argv, env, cwd, rf"♥ {DEMO_LANE}: probe 1 ok"))
             elif argv[1] == "logs" and "-f" in argv:  # follows until Ctrl-C
                 ran.append(_on_a_terminal(argv, env, cwd, r"\S+\r?\n"))
+            elif argv[1:3] == ["view", "serve"]:  # serves the page until Ctrl-C
+                ran.append(_on_a_terminal(argv, env, cwd, r"Ctrl-C stops it"))
             else:
                 ran.append(_run(argv, env, cwd))
         night_s = time.monotonic() - night

@@ -30,6 +30,12 @@ KEYS_DIR = "keys"
 # The names the key is given in a rank's env file (see the module docstring for each reader).
 ENGINE_ENV = ("SPARKFLEET_API_KEY", "VLLM_API_KEY")
 KEY_PREFIX = "sk-sf-"
+MAX_KEY_CHARS = 512
+# An inference path outside /v1 that a lane must refuse without its key: vLLM's key guards only
+# /v1, /v2, /inference and /cohere, and its SageMaker route serves completions to anyone. Launch
+# asks it (POST, `{}`, no key) before it calls a lane ready, doctor on every check.
+KEYLESS_PROBE = "/invocations"
+REFUSED = (401, 403, 404, 405)  # what a lane may answer there: no key, or no such route
 
 
 def key_path(state_dir: Path, lane: str) -> Path:
@@ -47,7 +53,7 @@ def new_key() -> str:
 
 def check_key(key: str, where: str) -> str:
     """A key must fit one env-file line and one header value: printable ASCII, no spaces."""
-    if not key or not all(33 <= ord(c) < 127 for c in key) or len(key) > 512:
+    if not key or not all(33 <= ord(c) < 127 for c in key) or len(key) > MAX_KEY_CHARS:
         raise SparkfleetError(
             f"{where}: an API key must be 1-512 printable ASCII characters without spaces",
             hint="let `sparkfleet keys rotate LANE` make one",
@@ -56,20 +62,37 @@ def check_key(key: str, where: str) -> str:
 
 
 def read_key(state_dir: Path, lane: str) -> str | None:
-    """The lane's key on this host, or None when it has none; a key file others can read is refused."""
+    """The lane's key on this host, or None when it has none; a key file others can read is refused.
+
+    Whoever can write the state dir can leave anything under the key's name: it is opened without
+    following a link or blocking on a FIFO, judged by what was opened, and read only as far as a
+    key can be long; bytes that are no text are refused like any other bad key.
+    """
     path = key_path(state_dir, lane)
     try:
-        st = path.lstat()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        raise SparkfleetError(f"{path}: not a regular file", hint=f"sparkfleet keys rotate {lane}")
-    if st.st_mode & 0o077:
-        raise SparkfleetError(
-            f"{path}: mode {oct(st.st_mode & 0o777)} lets others read the lane's API key",
-            hint=f"chmod 600 {path}, then sparkfleet keys rotate {lane} (it may have leaked)",
-        )
-    return check_key(path.read_text().strip(), str(path))
+    except OSError as exc:  # ELOOP: a link; EISDIR and the like
+        raise SparkfleetError(f"{path}: not a regular file ({exc.strerror})",
+                              hint=f"sparkfleet keys rotate {lane}") from None  # fmt: skip
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SparkfleetError(f"{path}: not a regular file", hint=f"sparkfleet keys rotate {lane}")
+        if st.st_mode & 0o077:
+            raise SparkfleetError(
+                f"{path}: mode {oct(st.st_mode & 0o777)} lets others read the lane's API key",
+                hint=f"chmod 600 {path}, then sparkfleet keys rotate {lane} (it may have leaked)",
+            )
+        raw = os.read(fd, MAX_KEY_CHARS + 2)  # the key and its newline; more is not a key
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        text = "\0"  # refused below as any key that is not printable ASCII
+    return check_key(text.strip(), str(path))
 
 
 def write_key(state_dir: Path, lane: str, key: str) -> bool:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import SparkfleetError
+
 TEMP_MARK = ".sf-tmp-"
 _TEMP_NAME = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[0-9a-f]{8}\Z", re.DOTALL)
 
@@ -58,6 +60,39 @@ def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
         os.chmod(d, mode)  # mkdir's mode is masked by the umask; the hub's must not be
     if not path.is_dir():
         path.mkdir(parents=True, exist_ok=True)  # raises the right error (a file in the way, ...)
+
+
+def writable_dir(folder: Path, what: str, hint: str) -> Path:
+    """Refuse, before any work, a folder that files will be written into but cannot be (leaves
+    nothing made): `what` names it in the error ("reports folder", "--out").
+
+    Why before: a bench, a scrape-target writer or a service found out only after its work (or
+    never, in a background loop). A Nix store path is read-only whatever its modes say (`nix run`
+    starts sparkfleet with the flake source as its fleet root).
+    """
+    resolved = folder.absolute()
+    if resolved.parts[:3] == ("/", "nix", "store"):
+        raise SparkfleetError(f"{what} {folder} is inside the Nix store (read-only)", hint=hint)
+    existing = next((p for p in (resolved, *resolved.parents) if p.exists()), Path("/"))
+    if not existing.is_dir():
+        raise SparkfleetError(f"{what} {folder}: {existing} is not a directory", hint=hint)
+    if not os.access(existing, os.W_OK):
+        raise SparkfleetError(f"{what} {folder} is read-only ({existing} cannot be written)", hint=hint)
+    # access() answers yes to root everywhere, and a filesystem such as /proc takes no new entry
+    # whatever its modes say: make the missing folders, then take them away again.
+    missing = [p for p in (resolved, *resolved.parents) if not p.exists()]
+    made = []
+    try:
+        for p in reversed(missing):
+            p.mkdir()
+            made.append(p)
+    except OSError as exc:
+        why = f"{what} {folder} cannot be made ({exc.strerror}: {exc.filename})"
+        raise SparkfleetError(why, hint=hint) from None
+    finally:
+        for p in reversed(made):
+            p.rmdir()
+    return folder
 
 
 def _fsync_open(path: str | Path, flags: int) -> None:

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import apikeys
 from .display import DisplayNeed
 from .errors import ExitCode, SparkfleetError
 from .hosts import HostUnreachable, LocalHost, connect
@@ -343,6 +344,15 @@ def _api_key_check(host_name: str, recipe: LaunchRecipe, facts: dict) -> Check:
             f"port {port} answers /v1/models WITHOUT a key: lane {recipe.lane} is open to the LAN",
             f"sparkfleet stop {recipe.lane}; {rotate}; sparkfleet launch {recipe.lane} "
             "(its command must take the key: docs/serving.md)",
+        )  # fmt: skip
+    keyless = facts.get("keyless_status")
+    if keyless is not None and keyless not in apikeys.REFUSED:
+        return Check(
+            host_name, "API key", False,
+            f"port {port} answers POST {apikeys.KEYLESS_PROBE} WITHOUT a key (HTTP {keyless}): lane "
+            f"{recipe.lane} serves to the LAN beyond /v1",
+            f'add "--middleware", "{{vllm_key_guard}}" to its command, then sparkfleet launch {recipe.lane} '
+            "--replace (docs/serving.md)",
         )  # fmt: skip
     if not facts.get("present"):  # not serving here: launch (or bootstrap) installs one first
         serving = "open_status" in facts

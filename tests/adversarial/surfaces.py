@@ -13,11 +13,23 @@ table lists them (figures.py --write), and a surface is named by one id (conftes
   every path to smg (`location /` in `serving.front.conf_text`), so each route smg has is one
   (`SMG_ROUTES`, checked against the installed smg by test_surface_coverage.py), and each path the
   front names itself. `demo-lane` is the demo's OpenAI server, read from its `do_GET`/`do_POST`;
-  any other HTTP handler class in the package is found the same way and named by its module.
+  any other HTTP handler class in the package is found the same way and named by its module (a
+  path it answers under a prefix, `path.startswith("/lanes/")`, is one surface: `/lanes/*`). `registry` is the
+  fleet registry `registry serve` runs: Debian's docker-registry is not sparkfleet's code, but
+  whether its routes take a write is (its two configs: the pull listener read-only, the push
+  listener behind the login), as the front decides for smg's; so its routes are listed
+  (`REGISTRY_ROUTES`, distribution's API, checked against the running registry by
+  test_hostile_registry.py). `vllm-lane` is what sparkfleet's key guard decides on a vLLM lane
+  (launch/keyguard/: the paths it leaves open, and `* /*`, every other path); vLLM's and
+  SGLang's own routes are not sparkfleet's code (SECURITY.md says what was checked on them).
 * `file:WHAT` for each file sparkfleet reads that someone else wrote (`FILES`). The code has no
   single list of these, so it is kept here, with the functions that read each file; every function
   in the package that reads a file is either one of those readers or in `NOT_OUTSIDE` with the
-  reason, and the test checks that against the package's source (`file_readers`).
+  reason, and the test checks that against the package's source (`file_readers`). One file is one
+  id, whichever field or reader a case attacks (a recipe's [bench.quality] table is
+  `file:recipe.toml`, a retired rank record's stop note `file:launch record`). A file the
+  repository's own tests read and run (a kit checkout under $SPARKFLEET_KIT_DIR) is listed too,
+  its reader named in tests/ (`tests.…`), checked against that test's source the same way.
 """
 
 from __future__ import annotations
@@ -179,6 +191,9 @@ def _handler_routes(source: Path) -> dict[str, list[tuple[str, str]]]:
             if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("do_")):
                 continue
             for node in ast.walk(fn):
+                prefix = _startswith_path(node)
+                if prefix and (fn.name[3:], prefix + "*") not in routes:
+                    routes.append((fn.name[3:], prefix + "*"))
                 if not (
                     isinstance(node, ast.Compare)
                     and isinstance(node.left, ast.Name)
@@ -197,13 +212,64 @@ def _handler_routes(source: Path) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def _startswith_path(node: ast.AST) -> str | None:
+    """`path.startswith("/x/")`: the prefix a handler answers every path under."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "startswith"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "path"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and node.args[0].value.startswith("/")
+    ):
+        return None
+    return node.args[0].value
+
+
+# The fleet registry's routes (distribution 2.8, Debian's docker-registry: registry/api/v2
+# descriptors.go, its router), in distribution's own terms: <repo> a repository name, <tag> a
+# manifest's tag or digest, <digest> a blob's, <uuid> an upload's. HEAD is GET's.
+REGISTRY_ROUTES: tuple[tuple[str, str], ...] = (
+    ("GET", "/v2/"), ("GET", "/v2/_catalog"), ("GET", "/v2/<repo>/tags/list"),
+    ("GET", "/v2/<repo>/manifests/<tag>"), ("PUT", "/v2/<repo>/manifests/<tag>"),
+    ("DELETE", "/v2/<repo>/manifests/<tag>"),
+    ("GET", "/v2/<repo>/blobs/<digest>"), ("DELETE", "/v2/<repo>/blobs/<digest>"),
+    ("POST", "/v2/<repo>/blobs/uploads/"), ("GET", "/v2/<repo>/blobs/uploads/<uuid>"),
+    ("PATCH", "/v2/<repo>/blobs/uploads/<uuid>"), ("PUT", "/v2/<repo>/blobs/uploads/<uuid>"),
+    ("DELETE", "/v2/<repo>/blobs/uploads/<uuid>"),
+)  # fmt: skip
+
+def key_guard():
+    """sparkfleet_keyguard, the middleware a vLLM lane runs (imported by path: it is the engine's
+    module, on the rank's PYTHONPATH, not a module of the package)."""
+    source = PACKAGE / "launch" / "keyguard" / "sparkfleet_keyguard.py"
+    spec = importlib.util.spec_from_file_location("sparkfleet_keyguard", source)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def vllm_lane_routes() -> list[tuple[str, str]]:
+    """What a vLLM lane answers, as far as sparkfleet decides it: the paths its key guard leaves
+    open, and every other path (`* /*`, the guard's: vLLM's own routes are not sparkfleet's code)."""
+    return [*(("GET", p) for p in key_guard().OPEN), ("*", "/*")]
+
+
 # The package's HTTP servers by module; a server in another module is named by its module.
 HTTP_SERVERS = {"sparkfleet.demo.openai_server": "demo-lane", "sparkfleet.view.server": "view"}
 
 
 def http_servers() -> dict[str, list[tuple[str, str]]]:
-    """{server: routes} for the gateway and every HTTP handler class in the package."""
-    servers: dict[str, list[tuple[str, str]]] = {"gateway": gateway_routes()}
+    """{server: routes} for the gateway, the registry and every HTTP handler class in the package."""
+    servers: dict[str, list[tuple[str, str]]] = {
+        "gateway": gateway_routes(),
+        "registry": list(REGISTRY_ROUTES),
+        "vllm-lane": vllm_lane_routes(),
+    }
     for source in sorted(PACKAGE.rglob("*.py")):
         text = source.read_text()
         if "BaseHTTPRequestHandler" not in text:
@@ -253,7 +319,8 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.launch.release:load_release",
     )),
     FileSurface("bench report", "bench runs, copies, hand edits", (
-        "sparkfleet.bench.report.records:load_document",
+        "sparkfleet.bench.report.records:load_document", "sparkfleet.view.lanefiles:_read_json",
+        "sparkfleet.view.server:Handler._report",
     )),
     FileSurface("quality tool output", "the quality harness the bench runs", (
         "sparkfleet.bench.quality:run_quality",
@@ -285,7 +352,7 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.launch.receipts:_open_parent", "sparkfleet.launch.receipts:helper_main",
     )),
     FileSurface("launch record", "the node's state dir (the launcher user)", (
-        "sparkfleet.launch.records:_load_dir", "sparkfleet.launch.runtimes:ProcessRuntime.orphan",
+        "sparkfleet.launch.records:_load_docs", "sparkfleet.launch.runtimes:ProcessRuntime.orphan",
         "sparkfleet.launch.runtimes:ProcessRuntime.state", "sparkfleet.launch.watchdog:_load",
         "sparkfleet.launch.watchdog:read_memstop",
     )),
@@ -301,8 +368,14 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.images.record:read_push_record", "sparkfleet.images.record:read_operator_record",
         "sparkfleet.images.node:read_record",
     )),
-    FileSurface("fleet CA", "the registry's CA directory", (
-        "sparkfleet.cli.bootstrap:_fleet_ca", "sparkfleet.images.registry:make_ca",
+    FileSurface("fleet CA", "the registry's CA directory (the operator's state dir)", (
+        "sparkfleet.images.registry:read_ca_cert",
+    )),
+    FileSurface("registry push-auth.json", "`registry init` on the head host, copied where pushes run", (
+        "sparkfleet.images.registry_auth:_read", "sparkfleet.images.registry_auth:ensure_login",
+    )),
+    FileSurface("registry config", "`registry init` (config.yml, push.yml), hand edits", (
+        "sparkfleet.images.registry_host:listeners",
     )),
     FileSurface("kit recipe-lock.json", "the kit's authors (its lock file)", (
         "sparkfleet.pins.lock:parse_lock", "sparkfleet.pins.lock:import_lock",
@@ -314,7 +387,7 @@ FILES: tuple[FileSurface, ...] = (
     FileSurface("flake.lock", "the repository's authors (git)", ("sparkfleet.pins.oci:locked_tool_argv",)),
     FileSurface("kit kernel-cache.tar", "the kit's image (its kernel cache, as the lock pins it)", (
         "sparkfleet.cacheseed:seed", "sparkfleet.seedprep:extract", "sparkfleet.seedprep:tree_files",
-        "sparkfleet.seedprep:tree_files_fresh", "sparkfleet.seedprep:copy_out",
+        "sparkfleet.seedprep:read_manifest", "sparkfleet.seedprep:copy_out",
     )),
     FileSurface("kit cache_roots source", "the kit's source (the file that names its cache roots)", (
         "sparkfleet.cacheseed:cache_roots",
@@ -322,11 +395,29 @@ FILES: tuple[FileSurface, ...] = (
     FileSurface("kit bundle-manifest.json", "the kit checkout on a node", (
         "sparkfleet.kittrees:manifest_sums",
     )),
+    FileSurface("kit sources (SPARKFLEET_KIT_DIR)", "whoever writes the kit checkouts tests run as root", (
+        "tests.launch.test_kit_checkout:_verified_kit",
+    )),
     FileSurface("lane API key", "the node's state dir", ("sparkfleet.apikeys:read_key",)),
-    FileSurface("gateway users/USER.key", "the gateway's state dir", ("sparkfleet.serving.users:_read",)),
-    FileSurface("gateway state", "the gateway's state dir (record, config, nginx pid)", (
-        "sparkfleet.serving.gateway:load_record", "sparkfleet.serving.gateway:up",
-        "sparkfleet.serving.gateway:_front_pid", "sparkfleet.serving.gateway_main:main",
+    FileSurface("gateway users/USER.key", "the gateway's state dir", (
+        "sparkfleet.serving.users:_check_file", "sparkfleet.serving.users:_held_key",
+    )),
+    FileSurface("gateway state", "the gateway's state dir (record, config, pid, smg's and nginx's logs)", (
+        "sparkfleet.serving.gateway:load_record", "sparkfleet.serving.gateway:_front_pid",
+        "sparkfleet.serving.gateway:_log_line", "sparkfleet.serving.gateway_main:main",
+        "sparkfleet.serving.gateway_main:_first_emergency",
+    )),
+    FileSurface("gateway access log", "the gateway's nginx front (each request line is a client's)", (
+        "sparkfleet.view.gatewaylog:AccessCounts.update",
+    )),
+    FileSurface("watch state", "`sparkfleet watch` (recipes/<lane>/watch.json), the checkout's writers", (
+        "sparkfleet.launch.watchstate:read",
+    )),
+    FileSurface("incident summary", "`sparkfleet watch`'s incident bundles (summary.json), copies", (
+        "sparkfleet.view.lanefiles:_read_json", "sparkfleet.view.server:Handler._incident",
+    )),
+    FileSurface("peer hub blob (stage --fanout, local peers)", "a peer host's local hub (its writers)", (
+        "sparkfleet.stage.copy:open_source", "sparkfleet.stage.copy:place_verified",
     )),
     FileSurface("peer-serve leftovers", "a killed `stage --serve-peers` (its private directory)", (
         "sparkfleet.stage.peerserve:sweep_leftovers", "sparkfleet.stage.peerserve:serve",
@@ -341,6 +432,7 @@ NOT_OUTSIDE: dict[str, str] = {
     "sparkfleet.atomic:write_bytes": "compares the final file with the bytes it is about to write",
     "sparkfleet.atomic:_fsync_open": "opens a directory to fsync it",
     "sparkfleet.launch.release:_create_exclusive": "opens a directory to fsync it",
+    "sparkfleet.images.registry:make_ca": "reads back what openssl just wrote in make_ca's own temp dir",
     "sparkfleet.inventory:schema": "the package's own JSON Schema",
     "sparkfleet.schemadoc:load_schema": "the package's own JSON Schema",
     "sparkfleet.bench.prompts:sentences": "the package's own corpus",
@@ -354,6 +446,8 @@ NOT_OUTSIDE: dict[str, str] = {
     "sparkfleet.display:read_display": "the kernel (nvidia_drm's module parameters)",
     "sparkfleet.launch.bootcache:fs_type": "the kernel (/proc/mounts)",
     "sparkfleet.launch.node_checks:_read": "the kernel (/proc, the incident bundle's dmesg and meminfo)",
+    "sparkfleet.view.metricsdoc:main": "the repository's own docs page (a maintainer tool writing its table)",
+    "sparkfleet.view.targets:write_prometheus_dir": "the package's own alert rules (view/rules)",
     "sparkfleet.pins.hf:_hf_json": "an HTTP answer, not a file (SECURITY.md: answers sparkfleet reads)",
     "sparkfleet.pins.oci:_bearer_token": "an HTTP answer, not a file (SECURITY.md: answers sparkfleet reads)",
 }
@@ -398,6 +492,15 @@ def file_readers() -> set[str]:
             f"{module}:{'.'.join(qual) or '<module>'}"
             for qual in _reading_scopes(ast.parse(source.read_text()))
         )
+    return out
+
+
+def test_module_readers() -> set[str]:
+    """ "tests.module:qualname" of every function reading a file in the test modules FILES names."""
+    out: set[str] = set()
+    for module in sorted({r.split(":")[0] for f in FILES for r in f.readers if r.startswith("tests.")}):
+        source = REPO.joinpath(*module.split(".")).with_suffix(".py")
+        out.update(f"{module}:{'.'.join(q)}" for q in _reading_scopes(ast.parse(source.read_text())))
     return out
 
 

@@ -95,8 +95,9 @@ def test_a_malformed_request_is_answered_not_a_traceback(
 
 
 def test_a_good_request_still_gets_its_answer(tmp_path, monkeypatch, capsys):
-    """The checks refuse only what is bad: a well-formed status request for a lane with no ranks."""
+    """The checks refuse only what is bad: a well-formed status request for a lane with no ranks
+    (and no stopped run: `last`, how the lane's last run ended, is empty)."""
     code, answer, _ = run_agent(
         "status", json.dumps({"state_dir": str(tmp_path), "lane": "lane-a"}), monkeypatch, capsys
     )
-    assert code == 0 and answer == {"ok": True, "ranks": []}
+    assert code == 0 and answer == {"ok": True, "ranks": [], "last": []}

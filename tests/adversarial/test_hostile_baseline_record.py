@@ -39,7 +39,7 @@ def _good(root: Path, report: object) -> None:
                 "promotion": {"bench_report": report, "promoted": True}})  # fmt: skip
 
 
-@pytest.mark.surface("file:generation record promotion.bench_report (promote, report compare)")
+@pytest.mark.surface("file:generation record")
 @pytest.mark.parametrize("named", ["/etc/passwd", "../../../x/2026-09-27_080000_base.json", "latest", "*",
                                    "2026-09-27_080000_gone", 7, None])  # fmt: skip
 def test_a_good_generation_names_a_report_it_can_only_name_not_point_at(tmp_path, named, figures):

@@ -45,7 +45,7 @@ def _fleet(tmp_path, body: str):
     return demo
 
 
-@pytest.mark.surface("file:recipe [bench.quality]", "cli:bench")
+@pytest.mark.surface("file:recipe.toml", "cli:bench")
 @pytest.mark.parametrize(("body", "expect"), CASES, ids=[c[0][:30] for c in CASES])
 def test_a_hostile_bench_quality_table_is_refused_or_read_safely(tmp_path, figures, body, expect):
     demo = _fleet(tmp_path, body)

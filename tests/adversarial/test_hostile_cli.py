@@ -16,9 +16,10 @@ without anyone writing them. The oracle is the option's declared kind, not the c
 
 A bad value must be refused: a non-zero exit, no traceback, and a message that names the option or
 the value. Every verb runs in clisandbox's fleet (hosts that cannot be reached, dry runs where
-there are any), so a value wrongly accepted reaches nothing. Each refusal is counted with
-`tally.bad_input`; the verbs whose options other helpers' suites attack are left to them
-(`LEFT_TO_THEIR_OWN_SUITES`).
+there are any, servers on a free loopback port where nothing else listens), so a value wrongly
+accepted reaches nothing. Each refusal is counted with `tally.bad_input`. Every verb is attacked
+here, including those whose own suites attack them further (gateway, keys, registry, release,
+image, power, demo --workdir): one oracle for every option of a kind.
 """
 
 from __future__ import annotations
@@ -31,16 +32,15 @@ from pathlib import Path
 import click
 import pytest
 
+from support.engines import docker_archive
+from support.hostile_http import free_port
+
 from . import clisandbox
 from .clisandbox import ENGRAM_LANE, HOST, LANE, Sandbox, spelled
-from .surfaces import Surface, cli_surfaces, option_name
+from .surfaces import cli_surfaces, option_name
 from .tally import bad_input
 
-# Verbs (and one option) whose hostile cases live in the suites of the gateway, registry/release/
-# image/power and demo --workdir work; this harness leaves them alone so the two never disagree.
-LEFT_TO_THEIR_OWN_SUITES = {"gateway", "keys", "registry", "release", "image", "power"}
-LEFT_OPTIONS = {"cli:demo --workdir"}
-
+LOOPBACK = ("--bind", "127.0.0.1")
 # How each verb is run so that nothing can be launched or destroyed: dry runs where the verb has
 # one, a lane and host of the sandbox fleet (unreachable), never `--here` (that acts on this machine).
 BASE: dict[tuple[str, ...], list[str]] = {
@@ -52,6 +52,16 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("engram", "pack"): ["engram", "pack", ENGRAM_LANE, HOST, "--dry-run"],
     ("engram", "verify"): ["engram", "verify", ENGRAM_LANE, HOST],
     ("env",): ["env", LANE, HOST, "--offline"],
+    ("gateway", "down"): ["gateway", "down", "--state-dir", "{tmp}/gateway"],
+    ("gateway", "run"): ["gateway", "run", "--state-dir", "{tmp}/gateway", "--port", "{port}", *LOOPBACK],
+    ("gateway", "status"): ["gateway", "status", "--state-dir", "{tmp}/gateway"],
+    ("gateway", "up"): ["gateway", "up", "--state-dir", "{tmp}/gateway", "--port", "{port}", *LOOPBACK],
+    ("image", "load"): ["image", "load", LANE, "--image", "{image}", "--dry-run"],
+    ("image", "push"): ["image", "push", LANE, "--image", "{image}", "--registry", "127.0.0.1:{port}"],
+    ("keys", "add"): ["keys", "add", "sf-user", "--state-dir", "{tmp}/gateway"],
+    ("keys", "list"): ["keys", "list", "--state-dir", "{tmp}/gateway"],
+    ("keys", "revoke"): ["keys", "revoke", "sf-user", "--state-dir", "{tmp}/gateway"],
+    ("keys", "rotate"): ["keys", "rotate", LANE],
     ("history",): ["history", LANE],
     ("launch",): ["launch", LANE, "--dry-run"],
     ("logs",): ["logs", LANE, HOST],
@@ -62,7 +72,12 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("pins", "import-manifest"): ["pins", "import-manifest", "{manifest}", "--from", "exl3-kit", "--dry-run"],
     ("pins", "resolve"): ["pins", "resolve", "dsv41-flash", "--dry-run"],
     ("pins", "verify"): ["pins", "verify", "dsv41-flash"],
+    ("power", "on"): ["power", "on", HOST],
+    ("power", "status"): ["power", "status", HOST],
     ("promote",): ["promote", LANE],
+    ("registry", "init"): ["registry", "init", "--address", "127.0.0.1:{port}", "--storage", "{tmp}/storage"],
+    ("registry", "serve"): ["registry", "serve"],
+    ("release", "cut"): ["release", "cut", LANE, "r1", "--registry", "127.0.0.1:{port}"],
     ("report", "compare"): ["report", "compare", "{tmp}/a.json", "{tmp}/b.json"],
     ("report", "html"): ["report", "html", LANE, "--out", "{tmp}/page.html"],
     ("report", "list"): ["report", "list", LANE],
@@ -73,6 +88,10 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("status",): ["status", LANE],
     ("stop",): ["stop", LANE],
     ("verify",): ["verify", HOST, "--lane", LANE],
+    # a value wrongly accepted would serve on a free loopback port until the sandbox's deadline
+    ("view", "serve"): ["view", "serve", "--listen", "127.0.0.1:{port}"],
+    ("view", "snapshot"): ["view", "snapshot"],
+    ("view", "targets"): ["view", "targets", "--out", "{tmp}/prometheus"],
     ("watch",): ["watch", LANE, "--probes", "1"],
 }  # fmt: skip
 
@@ -122,13 +141,9 @@ def bad_values(p: click.Parameter) -> list[tuple[str, str]]:
     return []  # text: TEXT_CASES
 
 
-def _owned_elsewhere(s: Surface) -> bool:
-    return (s.command[:1] and s.command[0] in LEFT_TO_THEIR_OWN_SUITES) or s.id in LEFT_OPTIONS
-
-
 def _typed_cases():
     for s in cli_surfaces():
-        if s.param is None or not s.required or _owned_elsewhere(s):
+        if s.param is None or not s.required:
             continue
         for value, why in bad_values(s.param):
             yield pytest.param(s, value, why, id=f"{s.id}={value}", marks=pytest.mark.surface(s.id))
@@ -143,6 +158,8 @@ def sandbox(tmp_path, monkeypatch) -> Sandbox:
     (tmp_path / "sources.manifest").write_text(
         f"torch 0123abc {'ab' * 32} https://example.invalid/torch.whl\n"
     )
+    docker_archive(b"\0" * 512, tmp_path / "image.tar", "fleet/x:1", "sf-hostile-cli")  # a good image
+    (tmp_path / "gateway").mkdir()  # the gateway's state dir the verbs that read it are given
     return box
 
 
@@ -153,8 +170,10 @@ def base_argv(command: tuple[str, ...], tmp: Path) -> list[str]:
 
 
 def _fill(argv: list[str], tmp: Path) -> list[str]:
-    subs = {"{lock}": str(tmp / "lock.json"), "{manifest}": str(tmp / "sources.manifest")}
-    return [subs.get(a, a.replace("{tmp}", str(tmp))) for a in argv]
+    subs = {"{lock}": str(tmp / "lock.json"), "{manifest}": str(tmp / "sources.manifest"),
+            "{image}": str(tmp / "image.tar")}  # fmt: skip
+    port = str(free_port()) if any("{port}" in a for a in argv) else ""
+    return [subs.get(a, a.replace("{tmp}", str(tmp)).replace("{port}", port)) for a in argv]
 
 
 # What a verb prints once it has gone out to a host or a server: a bad value must be refused before.
@@ -204,6 +223,7 @@ def test_every_float_option_says_whether_it_is_seconds_or_gib():
 # ---- arguments and text options: values the fleet itself says are bad ----------------------------
 
 UNKNOWN_LANE, UNKNOWN_HOST = "sf-no-such-lane", "sf-no-such-host"
+REGISTRY = "127.0.0.1:{port}"  # a loopback port where nothing listens
 TRAVERSAL = "../hosts"  # a lane name that is a path out of recipes/
 
 # Where a verb takes a lane or a host: its argv with {lane} / {host} in that place.
@@ -214,6 +234,10 @@ LANE_ARGS = {
     ("logs",): f"logs {{lane}} {HOST}", ("engram", "pack"): f"engram pack {{lane}} {HOST} --dry-run",
     ("engram", "verify"): f"engram verify {{lane}} {HOST}", ("report", "list"): "report list {lane}",
     ("report", "html"): "report html {lane} --out {tmp}/p.html",
+    ("image", "load"): "image load {lane} --image {image} --dry-run",
+    ("keys", "rotate"): "keys rotate {lane}",
+    ("image", "push"): f"image push {{lane}} --image {{image}} --registry {REGISTRY}",
+    ("release", "cut"): f"release cut {{lane}} r1 --registry {REGISTRY}",
 }  # fmt: skip
 HOST_ARGS = {
     ("env",): f"env {LANE} {{host}} --offline", ("manifest",): f"manifest {LANE} {{host}} --offline",
@@ -222,8 +246,10 @@ HOST_ARGS = {
     ("bootstrap",): "bootstrap {host} --dry-run",
     ("measure",): "measure {host}", ("stage",): f"stage {{host}} --lane {LANE} --dry-run",
     ("verify",): f"verify {{host}} --lane {LANE}", ("doctor",): "doctor {host}",
+    ("power", "on"): "power on {host}", ("power", "status"): "power status {host}",
 }  # fmt: skip
 STAGE = f"stage {HOST} --lane {LANE} --dry-run"
+CUT = f"release cut {LANE} r1"
 IMPORT_LOCK, IMPORT_MANIFEST = "pins import-lock {lock}", "pins import-manifest {manifest}"
 
 # (surface, the command line, the word the refusal must name, why it is bad)
@@ -275,6 +301,13 @@ TEXT_CASES: list[tuple[str, str, str, str]] = [
      "sf-no-such-pin", "no such pin"),
     ("cli:pins import-manifest --prefix", f"{IMPORT_MANIFEST} --from exl3-kit --prefix ../x --dry-run",
      "../x", "not a pin name"),
+    *[(f"cli:{v} --registry", f"{argv} --registry {where}", where, why)
+      for v, argv in (("image push", f"image push {LANE} --image {{image}}"), ("release cut", CUT))
+      for where, why in (("sf-no-port", "not HOST:PORT"), ("0.0.0.0:5000", "names no host to pull from"),
+                         ("-oProxyCommand=x:1", "would reach skopeo as an option"))],
+    ("cli:release cut", f"release cut {LANE} ../x --registry {REGISTRY}", "../x", "not a release name"),
+    ("cli:release cut --generation", f"{CUT} --registry {REGISTRY} --generation ../../x", "../../x",
+     "no such generation"),
 ]  # fmt: skip
 
 # Free text with no value known to be bad (any string can name a model or a glob): an odd value
@@ -335,17 +368,27 @@ def test_a_tag_with_path_parts_writes_only_inside_the_reports_folder(sandbox, tm
 
 @pytest.mark.surface("cli:launch --release")
 def test_a_dry_run_of_a_release_plans_the_releases_recipe_not_the_checkouts(sandbox, tmp_path):
-    """`launch LANE --release NAME --dry-run` used to ignore the release: it showed the checkout's plan."""
+    """`launch LANE --release NAME --dry-run` used to ignore the release: it showed the checkout's plan.
+
+    The release is shaped as `release cut` writes it (every field a use reads, checked by the
+    product's own `release_problem`), frozen with a recipe whose served model name differs."""
+    from sparkfleet.images.push import repo_of
+    from sparkfleet.launch.generations import utc_id
+    from sparkfleet.launch.release import release_problem
+
     recipe = (sandbox.root / "recipes" / LANE / "recipe.toml").read_text()
     served = 'served_model_name = "deepseek-v4.1-flash"'
     assert served in recipe
     frozen = recipe.replace(served, 'served_model_name = "sf-release-r1"')
     release = {
-        "generation": "20261204T000000Z", "recipe_text": frozen,
+        "name": "r1", "lane": LANE, "cut_at": 1796342400.0, "generation": utc_id(1796342000.0),
+        "recipe_text": frozen, "recipe_sha256": hashlib.sha256(frozen.encode()).hexdigest(),
         "fleet_text": (sandbox.root / "hosts" / "fleet.toml").read_text(),
-        "recipe_sha256": hashlib.sha256(frozen.encode()).hexdigest(),
-        "image": {"registry": "10.9.9.9:5000", "repo": "fleet/exl3", "digest": "sha256:" + "cd" * 32},
+        "image": {"registry": "10.9.9.9:5000", "repo": repo_of(LANE), "digest": "sha256:" + "cd" * 32,
+                  "image_id": "sha256:" + "ef" * 32},
+        "pins": {}, "fingerprints": {}, "reports": {"bench": None, "gate": None, "smoke": None},
     }  # fmt: skip
+    assert release_problem(release, LANE, "r1") is None  # a record `release cut` could have written
     (sandbox.root / "recipes" / LANE / "releases").mkdir()
     (sandbox.root / "recipes" / LANE / "releases" / "r1.json").write_text(json.dumps(release))
     checkout = sandbox.run(["launch", LANE, "--dry-run", "--json"])

@@ -2,8 +2,9 @@
 nginx front and smg (smg 1.13.0), over a real demo lane.
 
 The oracle is written here, not read from the gateway: a request is bad when the path it names is
-one of smg's admin or worker routes (smg's router: `/workers`, `/workers/{id}`, `/v1/tokenizers...`,
-`/flush_cache`, `/get_loads`, `/wasm`, `/parse/...`, `/ha/...`) or a spelling of one that nginx and
+one of smg's admin or worker routes (smg's router: `/workers`, `/workers/{worker_id}`,
+`/v1/tokenizers...`, `/flush_cache`, `/get_loads`, `/wasm`, `/parse/...`; and `/ha/shutdown`, which
+an HA build of smg routes and this one does not) or a spelling of one that nginx and
 smg may read differently (`..`, `%2F`, doubled slashes). Refused means: not a 2xx from an admin
 handler, and afterwards smg holds exactly the inventory's worker and a foreign listener, offered as
 a worker, was never called (with the gateway's key or without). Each case is counted per path.
@@ -11,11 +12,13 @@ a worker, was never called (with the gateway's key or without). Each case is cou
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from .surfaces import gateway_routes
 from .tally import bad_input
 
 try:
@@ -43,13 +46,14 @@ def listener():
 def _admin_cases(foreign: str, worker_id: str) -> list[tuple[str, str, str, object]]:
     """(surface, method, path, body): admin and worker routes of smg, and spellings of them."""
     spec = {"url": foreign, "model_id": "evil-model"}
+    patch = {"priority": 9, "api_key": "x" * 20}
     return [
         ("POST /workers", "POST", "/workers", spec),
         ("GET /workers", "GET", "/workers", None),
-        ("GET /workers/{id}", "GET", f"/workers/{worker_id}", None),
-        ("PUT /workers/{id}", "PUT", f"/workers/{worker_id}", spec),
-        ("PATCH /workers/{id}", "PATCH", f"/workers/{worker_id}", {"priority": 9, "api_key": "x" * 20}),
-        ("DELETE /workers/{id}", "DELETE", f"/workers/{worker_id}", None),
+        ("GET /workers/{worker_id}", "GET", f"/workers/{worker_id}", None),
+        ("PUT /workers/{worker_id}", "PUT", f"/workers/{worker_id}", spec),
+        ("PATCH /workers/{worker_id}", "PATCH", f"/workers/{worker_id}", patch),
+        ("DELETE /workers/{worker_id}", "DELETE", f"/workers/{worker_id}", None),
         ("POST /v1/tokenizers", "POST", "/v1/tokenizers", {"name": "t", "source": "/etc"}),
         ("GET /v1/tokenizers", "GET", "/v1/tokenizers", None),
         ("POST /flush_cache", "POST", "/flush_cache", {}),
@@ -61,20 +65,21 @@ def _admin_cases(foreign: str, worker_id: str) -> list[tuple[str, str, str, obje
         ("POST /workers", "POST", "//workers", spec),
         ("POST /workers", "POST", "/v1/chat/completions/../../workers", spec),
         ("POST /workers", "POST", "/v1/%2e%2e/workers", spec),
-        ("DELETE /workers/{id}", "DELETE", f"/v1/models/..%2F..%2Fworkers/{worker_id}", None),
-        ("DELETE /workers/{id}", "DELETE", f"/workers/{worker_id}/../../v1/models", None),
-        ("GET /workers/{id}", "GET", f"/workers/{worker_id}%2F..%2F..%2Fv1%2Fmodels", None),
+        ("DELETE /workers/{worker_id}", "DELETE", f"/v1/models/..%2F..%2Fworkers/{worker_id}", None),
+        ("DELETE /workers/{worker_id}", "DELETE", f"/workers/{worker_id}/../../v1/models", None),
+        ("GET /workers/{worker_id}", "GET", f"/workers/{worker_id}%2F..%2F..%2Fv1%2Fmodels", None),
         ("POST /v1/tokenizers", "POST", "/v1/chat/completions/..%2F..%2Fv1/tokenizers",
          {"name": "t", "source": "/"}),
     ]
 
 
 @pytest.mark.surface(
-    "http:gateway POST /workers", "http:gateway GET /workers", "http:gateway GET /workers/{id}",
-    "http:gateway PUT /workers/{id}", "http:gateway PATCH /workers/{id}", "http:gateway DELETE /workers/{id}",
+    "http:gateway POST /workers", "http:gateway GET /workers", "http:gateway GET /workers/{worker_id}",
+    "http:gateway PUT /workers/{worker_id}", "http:gateway PATCH /workers/{worker_id}",
+    "http:gateway DELETE /workers/{worker_id}",
     "http:gateway POST /v1/tokenizers", "http:gateway GET /v1/tokenizers", "http:gateway POST /flush_cache",
     "http:gateway GET /get_loads", "http:gateway POST /wasm", "http:gateway POST /parse/function_call",
-    "http:gateway POST /ha/shutdown", "http:gateway POST /v1/chat/completions",
+    "http:gateway POST /v1/chat/completions",
 )  # fmt: skip
 def test_a_user_key_reaches_the_inference_api_only_and_never_lends_the_gateway_key(gw, listener, figures):
     from sparkfleet.serving import gateway
@@ -133,7 +138,7 @@ def _worker_ids(gw) -> list[str]:
 
 
 @pytest.mark.surface(
-    "http:gateway GET /workers", "http:gateway DELETE /workers/{id}", "http:gateway POST /workers"
+    "http:gateway GET /workers", "http:gateway DELETE /workers/{worker_id}", "http:gateway POST /workers"
 )
 def test_the_operators_admin_key_opens_admin_paths_and_nothing_adds_a_worker(gw, listener, figures):
     from sparkfleet.serving import gateway
@@ -163,3 +168,33 @@ def test_the_operators_admin_key_opens_admin_paths_and_nothing_adds_a_worker(gw,
     assert gateway.admin_key(gw.state) == admin  # one key per gateway state, made once, 0600
     admin_file = Path(gateway.status(gw.state)["admin_key_file"])  # where `gateway status` says it is
     assert admin_file.read_text().strip() == admin and admin_file.stat().st_mode & 0o777 == 0o600
+
+
+# The paths an OpenAI client uses, which SECURITY.md opens to a user's key (and the gateway key):
+# this test's own list, not the front's. Every other route smg has is the operator's.
+USER_ROUTES = {("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/embeddings"),
+               ("GET", "/v1/models")}  # fmt: skip
+ROUTES = [(m, p) for m, p in gateway_routes() if m != "*"]
+
+
+@pytest.mark.surface(*[f"http:gateway {m} {p}" for m, p in ROUTES])
+def test_every_route_is_refused_without_a_key_and_beyond_the_inference_api(gw, figures):
+    """Each route smg has (surfaces.SMG_ROUTES), asked at the public port: without a key or with
+    one the gateway never issued, 401 from the front; with a user's key or the gateway key, any
+    route outside the inference API is refused too (401/403), whatever smg would have answered."""
+    from sparkfleet.serving import gateway
+
+    alice, _ = gateway.add_user(gw.state, "alice")
+    stranger = "sk-sf-" + "s" * 40
+    for method, path in ROUTES:
+        url = gw.url + re.sub(r"\{[^}]*\}", "sf-probe", path)
+        body = None if method == "GET" else {}
+        callers = [("no key", None), ("a key never issued", stranger)]
+        if (method, path) not in USER_ROUTES:
+            callers += [("a user", alice), ("the gateway key", gw.key)]
+        for who, key in callers:
+            status = request(url, key, method, body).status
+            refused = status == 401 if who in ("no key", "a key never issued") else status in (401, 403)
+            bad_input(figures, f"http:gateway {method} {path}", refused)
+            assert refused, (who, method, path, status)
+    assert gw.workers() == {gw.lane_url}  # nothing a refused request sent reached smg's admin API

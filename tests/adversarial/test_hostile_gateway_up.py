@@ -45,8 +45,10 @@ def fleet(tmp_path):
     gateway.down(state)
 
 
-def up(inv, state, port: int, *extra: str):
-    argv = ["--root", str(inv.root), "gateway", "up", "--port", str(port), "--wait", "20", *extra]
+def up(inv, state, port: int, *extra: str, verb: str = "up"):
+    """`gateway up` (or `gateway run`, the unit's foreground form, which takes no --wait)."""
+    wait = ["--wait", "20"] if verb == "up" else []
+    argv = ["--root", str(inv.root), "gateway", verb, "--port", str(port), *wait, *extra]
     return CliRunner(env={"SPARKFLEET_GATEWAY_STATE": str(state)}).invoke(cli, argv)
 
 
@@ -86,13 +88,14 @@ def test_up_on_a_taken_port_fails_saying_why_and_leaves_the_lanes_key(fleet):
     assert lane_key(inv) == old and not gateway.status(state)["running"]
 
 
-@pytest.mark.surface("cli:gateway up --bind")
-def test_up_with_a_bind_that_is_not_an_address_changes_nothing(fleet, figures):
+@pytest.mark.surface("cli:gateway up --bind", "cli:gateway run --bind")
+@pytest.mark.parametrize("verb", ["up", "run"])
+def test_up_with_a_bind_that_is_not_an_address_changes_nothing(fleet, figures, verb):
     inv, state, old = fleet
     for bind in ("0.0.0.0:80; include /etc/shadow", "not an address", "127.0.0.1 8080"):
-        res = up(inv, state, free_port(), "--bind", bind, "--json")
+        res = up(inv, state, free_port(), "--bind", bind, "--json", verb=verb)
         refused = res.exit_code == 2 and "listens on an IP address" in json.loads(res.stdout)["error"]
-        bad_input(figures, "cli:gateway up --bind", refused and lane_key(inv) == old)
+        bad_input(figures, f"cli:gateway {verb} --bind", refused and lane_key(inv) == old)
         assert refused, res.output
         assert lane_key(inv) == old and not (state / "front" / "nginx.conf").exists()
 

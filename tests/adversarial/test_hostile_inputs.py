@@ -120,7 +120,7 @@ def _flaws(members: list[tuple[str, bytes]]) -> set[str]:
     return found
 
 
-@pytest.mark.surface("cli:image load --image", "cli:image push --image")
+@pytest.mark.surface("file:image archive", "cli:image load --image", "cli:image push --image")
 @pytest.mark.parametrize("bad", BAD_ARCHIVE)
 def test_every_bad_archive_mutation_stays_bad_beside_every_benign_one(bad):
     """A benign mutation never undoes a bad one (`tags-null` once replaced `tags-string`'s value, so
@@ -133,7 +133,7 @@ def test_every_bad_archive_mutation_stays_bad_beside_every_benign_one(bad):
     assert _flaws(members) == set()  # and the oracle sees no flaw in a benign archive
 
 
-@pytest.mark.surface("cli:image load --image", "cli:image push --image")
+@pytest.mark.surface("file:image archive", "cli:image load --image", "cli:image push --image")
 @given(
     bad=st.sets(st.sampled_from(BAD_ARCHIVE), max_size=2),
     benign=st.sets(st.sampled_from(BENIGN_ARCHIVE), max_size=2),

@@ -5,8 +5,11 @@ own OpenAI server; its routes come from its code (surfaces.http_servers), so a r
 attacked here without anyone listing it. The oracle, from what a lane promises (SECURITY.md: every
 lane serves only with its key), not from the server's code:
 
-* without the key, or with another, every path but the health checks is refused with 401, and the
+* without the key, or with another, every path but the open ones is refused with 401, and the
   answer carries nothing of the lane's (no model id, no tokens);
+* the open paths are the health checks (they say "ok", nothing else) and `/metrics`, keyless as
+  vLLM's and SGLang's are, because Prometheus scrapes the engines without the lane's key
+  (SECURITY.md): it answers counters and nothing else (no key, no prompt text);
 * a request whose body is not JSON, or whose Content-Length is not a length, is refused with a
   4xx answer, not a dropped connection (a traceback in the lane's log);
 * after each, the lane still answers a good request: one bad client does not take it down.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import threading
 
@@ -29,6 +33,8 @@ from .tally import bad_input
 KEY = "sk-sparkfleet-lane-" + "k" * 32
 MODEL = "sf-hostile-demo-model"
 HEALTH = {"/health", "/health_generate"}  # what a lane answers to anyone: its liveness, nothing else
+METRICS = "/metrics"  # and its counters, for Prometheus (keyless, as the engines' own)
+OPEN = HEALTH | {METRICS}
 ROUTES = http_servers()["demo-lane"]
 
 
@@ -81,7 +87,7 @@ def _routes(kind: str):
     return [
         pytest.param(m, p, id=f"{m} {p}", marks=pytest.mark.surface(f"http:demo-lane {m} {p}"))
         for m, p in ROUTES
-        if kind == "all" or (kind == "post" and m == "POST") or (kind == "keyed" and p not in HEALTH)
+        if kind == "all" or (kind == "post" and m == "POST") or (kind == "keyed" and p not in OPEN)
     ]
 
 
@@ -99,6 +105,34 @@ def test_without_the_lanes_key_every_path_is_refused(lane, figures, method, path
 def test_a_health_check_tells_anyone_only_that_the_lane_is_up(lane, method, path):
     status, body = ask(lane, method, path, None)
     assert status == 200 and json.loads(body) == {"status": "ok"}
+
+
+# One Prometheus sample: `name{label="value",...} number` (the exposition format's line, no timestamp).
+SAMPLE = re.compile(
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*"  # the metric's name
+    + r'(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*\})?'  # its labels
+    + r" (-?[0-9.]+(e[+-]?[0-9]+)?|NaN|[+-]Inf)"  # its value
+)
+
+
+@pytest.mark.parametrize("key", [None, "sk-not-the-lane-key"])
+@pytest.mark.parametrize("method,path", [p for p in _routes("all") if p.values[1] == METRICS])
+def test_metrics_tell_anyone_counters_and_nothing_else(lane, method, path, key):
+    """A keyed request with a prompt the test made up goes first: /metrics, asked without the key,
+    must show counts of it but neither its text nor the key."""
+    marker = "sf-prompt-marker-" + "q" * 12
+    body = json.dumps({"model": MODEL, "prompt": f"{marker} What is 2+2?", "max_tokens": 2}).encode()
+    assert ask(lane, "POST", "/v1/completions", KEY, body)[0] == 200
+    status, text = ask(lane, method, path, key)
+    assert status == 200, status
+    lines = text.decode().splitlines()
+    samples = [ln for ln in lines if not ln.startswith("#")]
+    assert samples and all(SAMPLE.fullmatch(ln) for ln in samples), [
+        ln for ln in samples if not SAMPLE.fullmatch(ln)
+    ]
+    assert all(ln.startswith(("# TYPE ", "# HELP ")) for ln in lines if ln.startswith("#"))
+    assert KEY not in text.decode() and KEY[-12:] not in text.decode() and marker not in text.decode()
+    assert any(float(ln.rsplit(" ", 1)[1]) > 0 for ln in samples if "prompt_tokens_total" in ln)
 
 
 BROKEN = {

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import os
 import shutil
+import ssl
 import subprocess
 
 import pytest
@@ -29,13 +31,14 @@ from sparkfleet.cli import main as cli
 from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.images import registry as reg_mod
 from sparkfleet.images.push import push_lane
-from sparkfleet.images.registry_host import init
+from sparkfleet.images.registry_host import init, split_address
 from sparkfleet.launch import generations as gens
 from sparkfleet.launch import release
 from support.engines import docker_archive
 from support.lanefleet import MODELS, write_fleet
 from support.registryfleet import served_registry
 
+from .surfaces import REGISTRY_ROUTES
 from .tally import bad_input, count
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("registry")]
@@ -274,3 +277,54 @@ def test_registry_serve_stops_the_pair_when_one_listener_dies(fleetnet, tmp_path
         assert last["exit_codes"]["push"] == -9
         assert not os.path.exists(f"/proc/{pids['pull']}"), "the pull listener outlived its pair"
         assert "the registry stopped: " in s.log.read_text()
+
+
+ROUTE_FILL = {"<repo>": "sparkfleet/route-probe", "<tag>": "r1", "<digest>": "sha256:" + "0" * 64,
+              "<uuid>": "00000000-0000-4000-8000-000000000000"}  # fmt: skip
+WRITES = ("PUT", "POST", "PATCH", "DELETE")
+UNROUTED = b"404 page not found"  # distribution's router, for a path it has no route for
+
+
+def _ask(served, address: str, method: str, path: str, login: str | None) -> tuple[int, bytes]:
+    """One HTTPS request as a fabric neighbour sends it: the fleet CA trusted, `login` as Basic."""
+    host, port = split_address(address)
+    ctx = ssl.create_default_context(cafile=str(_trust_only(served) / "ca.crt"))
+    conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=30)
+    headers = {"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"}
+    if login:
+        headers["Authorization"] = f"Basic {login}"
+    try:
+        conn.request(method, path, body=b"{}" if method in WRITES else None, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.surface(*[f"http:registry {m} {p}" for m, p in REGISTRY_ROUTES])
+def test_every_registry_route_takes_a_write_only_with_the_push_login(served, figures):
+    """Each listed route (surfaces.REGISTRY_ROUTES), filled in, on both listeners. The oracle is
+    docs/images.md's promise, not the configs: the pull listener answers reads to anyone and takes
+    no write from anyone; the push listener answers nothing without the login. With the login,
+    each route is one the registry routes (not its router's 404), so the list is the registry's."""
+    reg = served.reg
+    login = json.loads(reg.authfile.read_text())["auths"][reg.push_address]["auth"]
+    wrong = base64.b64encode(b"sparkfleet:not-the-password").decode()
+    for method, template in REGISTRY_ROUTES:
+        path = template
+        for name, value in ROUTE_FILL.items():
+            path = path.replace(name, value)
+        status, body = _ask(served, reg.address, method, path, None)
+        if method in WRITES:
+            refused = not 200 <= status < 300
+            bad_input(figures, "registry-routes", refused=refused)
+            assert refused, ("pull listener, anonymous", method, path, status, body[:200])
+        else:
+            assert status != 401 and UNROUTED not in body, (method, path, status, body[:200])  # pulls: open
+        for who, auth in (("anonymous", None), ("a wrong password", wrong)):
+            status, body = _ask(served, reg.push_address, method, path, auth)
+            bad_input(figures, "registry-routes", refused=status == 401)
+            assert status == 401, ("push listener", who, method, path, status, body[:200])
+        status, body = _ask(served, reg.push_address, method, path, login)
+        assert status != 401 and UNROUTED not in body, ("with the login", method, path, status, body[:200])
+    assert reg_mod.digest_of(reg, ROUTE_FILL["<repo>"], "r1") is None  # no request made a tag

@@ -38,7 +38,7 @@ def _write(state_dir, note) -> None:
     path.write_text(json.dumps(doc, allow_nan=True))
 
 
-@pytest.mark.surface("file:retired rank record's stop note (status)", "agent:status")
+@pytest.mark.surface("file:launch record", "agent:status")
 @pytest.mark.parametrize("note", HOSTILE, ids=range(len(HOSTILE)))
 def test_an_unreadable_stop_note_says_nothing_and_never_breaks_status(tmp_path, note, figures):
     _write(tmp_path, note)
@@ -49,7 +49,7 @@ def test_an_unreadable_stop_note_says_nothing_and_never_breaks_status(tmp_path, 
     json.dumps(answer, allow_nan=False)  # what goes back to the controller is plain JSON
 
 
-@pytest.mark.surface("file:retired rank record's stop note (status)")
+@pytest.mark.surface("file:launch record")
 def test_control_characters_in_a_stop_note_never_reach_the_terminal(tmp_path, figures):
     _write(tmp_path, {"at": 1.7e9, "by": f"sparkfleet stop {ESC}(root@x)", "detail": f"stopped{ESC}"})
     [last] = agent.status({"state_dir": str(tmp_path), "lane": "demo"})["last"]

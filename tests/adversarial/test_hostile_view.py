@@ -110,11 +110,14 @@ def test_a_non_positive_interval_is_refused(figures, tmp_path, opt, value):
 @pytest.mark.surface("cli:view targets --view", "cli:view targets --out")
 @given(st.text(max_size=40))
 def test_targets_take_only_a_host_port_and_write_nothing_else(figures, tmp_path_factory, text):
+    """Any text: the verb agrees with the parser it uses, and writes nothing for what it refuses.
+    Not counted as bad inputs: the parser under test is what calls a text bad here (BAD_LISTEN,
+    above, holds the ones known bad on their own)."""
     tmp = tmp_path_factory.mktemp("targets")
     try:
         parse_listen(text)
         valid = True
-    except Exception:  # noqa: BLE001 - the oracle: whatever parse_listen refuses
+    except Exception:  # noqa: BLE001 - whatever parse_listen refuses
         valid = False
     out = tmp / "out"
     res = CliRunner().invoke(
@@ -122,7 +125,6 @@ def test_targets_take_only_a_host_port_and_write_nothing_else(figures, tmp_path_
     )
     assert "Traceback" not in res.output
     if not valid:
-        bad_input(figures, "view-cli", refused=res.exit_code == 2 and not out.exists())
         assert res.exit_code == 2 and not out.exists(), res.output
     else:
         assert res.exit_code == 0, res.output
@@ -247,11 +249,7 @@ HOSTILE_PATHS = [
 ]
 
 
-@pytest.mark.surface(
-    "http:view GET /lanes/<lane>/reports/<file>",
-    "http:view GET /lanes/<lane>/incidents/<bundle>",
-    "http:view GET /lanes/<lane>/history",
-)
+@pytest.mark.surface("http:view GET /lanes/*")  # history, reports/<file>, incidents/<bundle>
 @pytest.mark.parametrize("path", HOSTILE_PATHS)
 def test_no_path_reads_outside_the_lane_folders(figures, served, path):
     status, body = _status(served + path, {"Authorization": f"Bearer {KEY}"})
@@ -347,7 +345,7 @@ def test_a_hostile_incident_summary_is_still_counted_never_raises(figures, tmp_p
     assert [(i.name, i.kind) for i in got] == [("20260927T053009Z", "probe_failed")]
 
 
-@pytest.mark.surface("file:bench report (view)")
+@pytest.mark.surface("file:bench report")
 @pytest.mark.parametrize(
     "doc",
     HOSTILE_DOCS

@@ -1,5 +1,7 @@
 """Every `--help` example runs as written against the demo: a fresh `sparkfleet demo --workdir .demo`
-in a scratch "checkout", then each example through bash, in the order a night runs them.
+in a scratch "checkout", then each example through bash, help page by help page in the order a night
+reads them, each page's examples top to bottom: as a reader meets them (`gateway up`'s page shows
+`gateway down` before its second `up`).
 
 What a newcomer does after `make demo`: `export SPARKFLEET_ROOT=$PWD/.demo/fleet` and try the
 examples. So each runs in the scratch folder (cwd and HOME), with sparkfleet on PATH and
@@ -29,20 +31,19 @@ from sparkfleet.demo.fleet import DEMO_LANE
 pytestmark = pytest.mark.xdist_group("local_lanes")
 
 BIN = Path(sys.executable).parent
-# A night's order: each verb's examples run after the verbs they build on (a report before compare,
-# a promoted generation before rollback). A verb not listed runs after these, in tree order.
+# A night's order of help pages: each page is read after the verbs it builds on (a report before
+# compare, a promoted generation before rollback, the gateway up before its users' keys). A page not
+# listed is read after these, in tree order.
 NIGHT = [
     "inventory", "pins", "stage", "verify", "engram", "env", "manifest", "roofline", "measure", "doctor",
     "launch", "status", "logs", "smoke", "bench", "report", "promote", "history", "watch", "rollback",
-    "keys rotate", "gateway up", "gateway status", "keys", "bench --gateway", "gateway down", "gateway",
+    "keys rotate", "gateway up", "gateway status", "keys", "gateway down", "gateway",
     "image", "power", "bootstrap", "registry", "release", "stop", "demo",
 ]  # fmt: skip
 # Verbs whose examples start the lane themselves run with it stopped; those that ask the serving
 # lane, with it up; the rest (staging, planning, reading the fleet) either way, as they find it.
 LANE_DOWN = {"launch", "demo"}
 LANE_UP = {"status", "logs", "smoke", "bench", "promote", "watch", "rollback", "stop", "keys", "gateway"}
-
-DEMO_EXAMPLES = list({e.line: e for e in all_examples() if not e.real_fleet}.values())  # each line once
 
 
 def verb_of(example: Example) -> str:
@@ -53,10 +54,23 @@ def verb_of(example: Example) -> str:
 
 
 def night_key(example: Example) -> int:
-    """Where the example's verb comes in NIGHT: its longest entry that the example starts with."""
-    words = " ".join(w for w in example.argv if w not in ("--root", ".demo/fleet"))
+    """Where the page showing the example comes in NIGHT (its longest entry that the page's verb
+    starts with); the root's own examples (`sparkfleet --help`) where the verb they run comes."""
+    words = example.shown_in or " ".join(w for w in example.argv if w not in ("--root", ".demo/fleet"))
     at = [i for i, step in enumerate(NIGHT) if words == step or words.startswith(step + " ")]
     return max(at, key=lambda i: len(NIGHT[i])) if at else len(NIGHT)
+
+
+def in_night_order(examples: list[Example]) -> list[Example]:
+    """Each line once, where the night first shows it (`gateway up`'s page shows `gateway down`; the
+    `view` group's page, its verbs' lines)."""
+    seen: dict[str, Example] = {}
+    for example in sorted(examples, key=night_key):
+        seen.setdefault(example.line, example)
+    return list(seen.values())
+
+
+DEMO_EXAMPLES = in_night_order([e for e in all_examples() if not e.real_fleet])
 
 
 class Checkout:
@@ -94,8 +108,11 @@ def checkout(tmp_path_factory):
     co = Checkout(where)
     made = co.bash("sparkfleet demo --workdir .demo")
     assert made.returncode == 0, made.stdout + made.stderr
-    yield co
-    co.bash(f"sparkfleet stop {DEMO_LANE}")
+    try:
+        yield co
+    finally:  # what the examples started, whatever failed: the gateway (its recorded PID) and the lane
+        co.bash("sparkfleet gateway down")
+        co.bash(f"sparkfleet stop {DEMO_LANE}")
 
 
 def _ctrl_c(co: Checkout, example: Example) -> tuple[int, str]:
@@ -116,7 +133,7 @@ def _ctrl_c(co: Checkout, example: Example) -> tuple[int, str]:
 
 @pytest.mark.parametrize(
     "example",
-    sorted(DEMO_EXAMPLES, key=night_key),
+    DEMO_EXAMPLES,
     ids=str,
 )
 def test_help_example_runs_on_the_demo(checkout, example):

@@ -26,6 +26,7 @@ PURE = {
 NODE = {
     "records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent",
     "hostread",
+    "keyguard.sparkfleet_keyguard",  # runs on the node, inside a vLLM rank (it imports no sparkfleet)
 }
 CONTROLLER = {
     "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo", "lanestop",

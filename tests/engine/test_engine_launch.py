@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import signal
 import sys
@@ -36,7 +37,7 @@ from support.lanefleet import write_fleet  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("local_lanes")]
 
 
-def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
+def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = "", key_guard: bool = True):
     """A fleet of this machine with one lane, `vllm`, serving the tiny model from its NAS hub."""
     port = free_port()
     nas = build_tiny_qwen(tmp_path / "nas" / "hub")
@@ -48,7 +49,7 @@ def vllm_fleet(vllm: Path, tmp_path: Path, watch: str = ""):
         "state_dir": str(tmp_path / "state"),
     }
     pins = tiny_pin(nas.repo)
-    recipe = vllm_recipe(vllm, nas.hub, nas.repo, port) + watch
+    recipe = vllm_recipe(vllm, nas.hub, nas.repo, port, key_guard=key_guard) + watch
     root = write_fleet(tmp_path / "fleet", {"spark": host}, {"vllm": recipe}, pins)
     return inventory.load(root), nas, port
 
@@ -66,10 +67,53 @@ def test_launch_a_lane_whose_command_is_real_vllm_serve(vllm_cli, tmp_path):
         m = measure(stream_chat(ep, chat_request(ep, "Say hello.", 8, ignore_eos=True)))
         assert m.ok and m.completion_tokens == 8, m.error
         assert "Application startup complete." in lanes.logs(inv, "vllm")["spark"]["0"]
+        # vLLM's own key guards only /v1 paths; the lane's guard ({vllm_key_guard}) takes the rest
+        key = ep.api_key
+        body = {"model": nas.repo, "prompt": "Say hello.", "max_tokens": 2}
+        for method, path in (("POST", "/invocations"), ("POST", "/tokenize"), ("GET", "/version"),
+                             ("POST", "/v1/completions"), ("GET", "/v1/models")):  # fmt: skip
+            for wrong in (None, key + "x"):
+                assert ask(port, method, path, wrong, body)[0] == 401, (method, path, wrong)
+        status, answer = ask(port, "POST", "/invocations", key, body)
+        assert status == 200 and json.loads(answer)["choices"], answer[:300]
+        for path in ("/health", "/metrics"):  # open, as docs/serving.md says: health, counters
+            status, answer = ask(port, "GET", path, None)
+            assert status == 200 and key.encode() not in answer, path
     finally:
         res = lanes.stop(inv, "vllm", 30)
     assert [r["stopped"] for r in res] == [True]
     assert procs.group_members(pid) == []  # the API server and its EngineCore child are gone
+
+
+def test_a_vllm_lane_that_serves_beyond_v1_without_its_key_is_not_called_ready(vllm_cli, tmp_path):
+    """Without the guard, vLLM's POST /invocations serves completions to anyone, key or not:
+    launch asks it before it calls the lane ready, refuses, and stops the lane; one kept running
+    (--keep-on-failure) fails doctor's API key check."""
+    from sparkfleet.doctor import doctor
+
+    inv, nas, port = vllm_fleet(vllm_cli, tmp_path, key_guard=False)
+    try:
+        report = lanes.launch(inv, "vllm", allow_nas_weights=True)
+        assert not report.ready.ok and "POST /invocations without the lane's key" in report.ready.reason, (
+            report.ready
+        )
+        assert lanes.status(inv, "vllm").running == 0  # stopped, not left serving
+        assert not lanes.launch(inv, "vllm", allow_nas_weights=True, keep_on_failure=True).ready.ok
+        (check,) = [c for c in doctor(inv, "vllm").checks if c.name == "API key"]
+        assert check.ok is False and "POST /invocations WITHOUT a key" in check.detail, check
+    finally:
+        lanes.stop(inv, "vllm", 30)
+
+
+def ask(port: int, method: str, path: str, key: str | None, body: dict | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        conn.request(method, path, json.dumps(body) if body and method == "POST" else None, headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
 
 
 def test_watch_detects_a_wedged_real_engine(vllm_cli, tmp_path):

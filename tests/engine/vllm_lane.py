@@ -12,7 +12,8 @@ from pathlib import Path
 
 
 def vllm_recipe(vllm: Path, hub: Path, repo: str, port: int, hosts: tuple[str, ...] = ("spark",),
-                bind: str = "127.0.0.1") -> str:  # fmt: skip
+                bind: str = "127.0.0.1", key_guard: bool = True) -> str:  # fmt: skip
+    """`key_guard`: pass vLLM sparkfleet's key guard (its own key guards only /v1 paths)."""
     env = [
         f"HF_HUB_CACHE={hub}", "HF_HUB_OFFLINE=1", "VLLM_TARGET_DEVICE=cpu", "VLLM_CPU_KVCACHE_SPACE=1",
         "VLLM_CPU_OMP_THREADS_BIND=nobind", "OMP_NUM_THREADS=1", "VLLM_NO_USAGE_STATS=1",
@@ -21,6 +22,7 @@ def vllm_recipe(vllm: Path, hub: Path, repo: str, port: int, hosts: tuple[str, .
         "env", *env, str(vllm), "serve", repo, "--host", bind, "--port", "{port}",
         "--served-model-name", "{served_model_name}", "--max-model-len", "2048", "--max-num-seqs", "4",
         "--dtype", "bfloat16", "--enforce-eager",
+        *(["--middleware", "{vllm_key_guard}"] if key_guard else []),
     ]  # fmt: skip
     return f"""
 [lane]

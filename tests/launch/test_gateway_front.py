@@ -155,3 +155,42 @@ def test_gateway_run_json_reports_what_it_found_before_it_becomes_the_gateway(tm
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def test_gateway_run_ends_on_ctrl_c_in_one_line_and_its_front_with_it(tmp_path):
+    """Ctrl-C on `gateway run` in a terminal: smg stops on SIGINT, then Python raised the interrupt
+    it had noted meanwhile, and the operator got a traceback out of smg's launcher."""
+    inv = write_gateway_fleet(tmp_path, free_port(), tmp_path / "host-state")
+    state = tmp_path / "gw"
+    port = free_port()
+    argv = [sys.executable, "-m", "sparkfleet", "--root", str(inv.root), "gateway", "run",
+            "--port", str(port), "--bind", "127.0.0.1"]  # fmt: skip
+    proc = subprocess.Popen(argv, env={**os.environ, "SPARKFLEET_GATEWAY_STATE": str(state)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline, models = time.monotonic() + 30, f"http://127.0.0.1:{port}/v1/models"
+        while request(models, gateway.gateway_key(state), timeout=2).status is None:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        front_pid = int(front.paths(state).pid.read_text().split()[0])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == "gateway stopped (Ctrl-C)"
+    deadline = time.monotonic() + 10
+    while _is_nginx(front_pid):  # its front goes with it (SIGTERM on its parent's death)
+        assert time.monotonic() < deadline, f"the front (nginx, pid {front_pid}) outlived the gateway"
+        time.sleep(0.1)
+    assert not gateway.status(state)["running"]
+
+
+def _is_nginx(pid: int) -> bool:
+    try:
+        return b"nginx" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False

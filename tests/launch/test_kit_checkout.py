@@ -32,6 +32,7 @@ import pytest
 from sparkfleet import inventory
 from sparkfleet.launch.plan import dry_run
 from sparkfleet.launch.runtimes import container_run_argv
+from sparkfleet.launch.spec import KEY_GUARD_MOUNT
 from sparkfleet.relnames import inside
 from support.kitflags import kit_pairs, missing_flags, run_pairs
 from support.lanefleet import repo_fleet
@@ -343,10 +344,12 @@ def test_exl3_lane_runs_what_portable_node_runs(tmp_path, monkeypatch):
         assert _same_argv(want, list(spec.argv)), f"rank {spec.rank}:\n kit  {want}\n ours {list(spec.argv)}"
         command = node["command"]
         assert command[command.index("--entrypoint=" + spec.entrypoint)] == "--entrypoint=" + spec.entrypoint
+        ours_env = dict(spec.env)  # the key guard's folder goes first on the kit's own PYTHONPATH
+        ours_env["PYTHONPATH"] = ours_env.get("PYTHONPATH", "").removeprefix(KEY_GUARD_MOUNT + ":")
         wrong = {
-            k: (v, spec.env.get(k))
+            k: (v, ours_env.get(k))
             for k, v in node["env"].items()
-            if k not in EXL3_NODE_KEYS and spec.env.get(k) != v
+            if k not in EXL3_NODE_KEYS and ours_env.get(k) != v
         }
         assert not wrong, f"rank {spec.rank}: kit env vs ours {wrong}"
         targets = {target for _, target, _ in node["mounts"]}

@@ -305,3 +305,24 @@ def test_repo_sglang_lane_takes_its_key_from_a_bound_config_file_never_argv(tmp_
     assert bind.source.parent.name == "keys"
     argv = container_run_argv(spec, "docker", tmp_path / "rank0.env")
     assert f"{bind.source}:/run/sparkfleet/api-key.yaml:ro" in argv and "--api-key" not in argv
+
+
+def test_repo_vllm_lane_takes_the_key_guard_from_a_read_only_folder_first_on_its_pythonpath(tmp_path):
+    """vLLM's key guards only /v1 paths: `--middleware {vllm_key_guard}` names sparkfleet's guard,
+    whose folder (that module alone) is bound read-only and put before the kit's own PYTHONPATH."""
+    from sparkfleet.launch.spec import KEY_GUARD, KEY_GUARD_DIR, KEY_GUARD_MOUNT
+
+    inv = inventory.load(REPO_ROOT)
+    lane = "dsv41-flash-exl3-2x"
+    recipe = launch_recipe(inv, lane)
+    fabrics = {h: fabric(i) for i, h in enumerate(inv.lane(lane).hosts, start=1)}
+    host = inv.host(inv.lane(lane).hosts[0])
+    m = build_manifest(host.name, host.local_hub, host.nas_hub, [], "/hub")
+    spec = build_spec(inv, recipe, host.name, m, fabrics, "sha256:" + "ab" * 32)
+    assert spec.argv[spec.argv.index("--middleware") + 1] == KEY_GUARD == "sparkfleet_keyguard.RequireKey"
+    assert spec.env["PYTHONPATH"] == f"{KEY_GUARD_MOUNT}:{recipe.env['PYTHONPATH']}"
+    bind = next(b for b in spec.binds if b.target == KEY_GUARD_MOUNT)
+    assert bind.read_only and bind.source == KEY_GUARD_DIR
+    assert sorted(p.name for p in KEY_GUARD_DIR.iterdir() if p.suffix == ".py") == ["sparkfleet_keyguard.py"]
+    argv = container_run_argv(spec, "docker", tmp_path / "rank0.env")
+    assert f"{KEY_GUARD_DIR}:{KEY_GUARD_MOUNT}:ro" in argv

@@ -12,12 +12,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..atomic import writable_dir
 from ..errors import SparkfleetError
 from . import report as reports
 from .client import discover_model
@@ -38,31 +38,7 @@ def writable_reports_dir(folder: Path) -> Path:
     `nix run .#bench` starts sparkfleet with the flake source as its fleet root: a store path,
     read-only, so recipes/<lane>/reports there is never a place for a report.
     """
-    resolved = folder.absolute()
-    if resolved.parts[:3] == ("/", "nix", "store"):
-        why = f"reports folder {folder} is inside the Nix store (read-only)"
-        raise SparkfleetError(why, hint=WRITABLE_HINT)
-    existing = next((p for p in (resolved, *resolved.parents) if p.exists()), Path("/"))
-    if not existing.is_dir():
-        raise SparkfleetError(f"reports folder {folder}: {existing} is not a directory", hint=WRITABLE_HINT)
-    if not os.access(existing, os.W_OK):
-        why = f"reports folder {folder} is read-only ({existing} cannot be written)"
-        raise SparkfleetError(why, hint=WRITABLE_HINT)
-    # access() answers yes to root everywhere, and a filesystem such as /proc takes no new entry
-    # whatever its modes say: make the missing folders, then take them away again.
-    missing = [p for p in (resolved, *resolved.parents) if not p.exists()]
-    made = []
-    try:
-        for p in reversed(missing):
-            p.mkdir()
-            made.append(p)
-    except OSError as exc:
-        why = f"reports folder {folder} cannot be made ({exc.strerror}: {exc.filename})"
-        raise SparkfleetError(why, hint=WRITABLE_HINT) from None
-    finally:
-        for p in reversed(made):
-            p.rmdir()
-    return folder
+    return writable_dir(folder, "reports folder", WRITABLE_HINT)
 
 
 def lane_fingerprinter(inv: Inventory, lane: str) -> Callable[[], dict[str, dict[str, Any]]]:

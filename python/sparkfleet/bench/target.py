@@ -191,13 +191,15 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
-def for_gateway(state_dir: Path, out: Path | None) -> BenchTarget:
-    """The running `sparkfleet gateway` (its URL, its key, its policy and replicas for the report)."""
-    from ..serving.gateway import gateway_key, status
+def for_gateway(
+    state_dir: Path, out: Path | None, on_event: Callable[[str], None] = lambda _m: None
+) -> BenchTarget:
+    """The running `sparkfleet gateway` (its URL, its key, its policy and replicas for the report),
+    once it routes to the lanes that serve behind it: a bench's first request must not meet a
+    gateway that has not taken a just-relaunched lane yet (503 "No models available")."""
+    from ..serving.gateway import gateway_key, serving_now
 
-    st = status(state_dir)
-    if not st["running"]:
-        raise SparkfleetError("the gateway is not running", hint="sparkfleet gateway up")
+    st = serving_now(state_dir, on_event=on_event)
     workers = [{k: w[k] for k in ("lane", "model", "url")} for w in st["workers"]]
     return BenchTarget(
         url=st["url"],

@@ -72,7 +72,10 @@ def _pick_target(
         from ..bench.target import for_gateway
         from ..serving.gateway import state_dir_in_force
 
-        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT)
+        def event(msg: str) -> None:
+            click.echo(f"· {msg}", err=True)
+
+        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT, event)
     if bool(lane) == bool(url):
         raise SparkfleetError(
             "name a LANE or give --url (exactly one)",
@@ -362,7 +365,6 @@ def bench(
       sparkfleet bench demo-exl3-2x --quick --concurrency 1,4 --json
       sparkfleet bench dsv41-flash-exl3-2x       # real fleet: the whole bench, about an hour
       sparkfleet bench --url http://127.0.0.1:30000/v1 --no-quality   # real fleet: any server
-      sparkfleet bench --gateway --quick
     """
     if (url or via_gateway) and save_to_lane:
         raise SparkfleetError(
@@ -734,7 +736,7 @@ def compare(
 
     The baseline is the recipe's [bench] baseline, else the report that made the lane's last good
     generation good; a lane with neither (before its first promote) has nothing to compare yet and
-    says so (exit 0).
+    says so and exits 0 (ok).
 
     Exits 5 (refused) when the two measured different things — other settings (probe size, depths,
     quick…) or other host fingerprints (kernel, driver, CUDA, NCCL, firmware, clocks, image) — unless

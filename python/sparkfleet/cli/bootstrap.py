@@ -91,9 +91,13 @@ def _fleet_ca(runner, prefix: str) -> list:
 
     from ..bootstrap import trust_changes
     from ..images.record import operator_state_dir
+    from ..images.registry import read_ca_cert
 
     registry = os.environ.get("SPARKFLEET_REGISTRY")
-    ca = operator_state_dir() / "registry" / "ca" / "ca.crt"
-    if not registry or not ca.is_file():
+    if not registry:
         return []
-    return trust_changes(runner, registry, ca.read_text(), prefix)
+    try:
+        pem = read_ca_cert(operator_state_dir() / "registry" / "ca" / "ca.crt")
+    except FileNotFoundError:
+        return []
+    return trust_changes(runner, registry, pem, prefix)

@@ -26,6 +26,7 @@ from ..stage.verify import verify_note
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes
 from .stage import print_stage_run, with_io_bound
+from .values import WRITABLE_DIR
 
 
 @dataclass
@@ -117,7 +118,7 @@ def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
 @click.command()
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=WRITABLE_DIR,
     show_default="a temp dir, removed after",
     help="Keep the demo here.",
 )

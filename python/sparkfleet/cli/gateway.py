@@ -10,16 +10,24 @@ import click
 from ..errors import ExitCode
 from ..serving.gateway import STATE_ENV, default_state_dir
 from .render import echo_json, load_inventory
+from .values import POSITIVE_SECONDS, WRITABLE_DIR
 
-STATE_OPTION = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar=STATE_ENV,
-    show_envvar=True,
-    default=None,
-    show_default="$SPARKFLEET_STATE_DIR/gateway",
-    help="The gateway's key (0600), config, record and log.",
-)
+
+def state_option(writes: bool):
+    """--state-dir: a folder the verb writes into (refused unless it can be), or, for a verb that
+    only reads it, one that exists (a mistyped state dir is not a gateway "not running")."""
+    return click.option(
+        "--state-dir",
+        type=WRITABLE_DIR if writes else click.Path(exists=True, file_okay=False, path_type=Path),
+        envvar=STATE_ENV,
+        show_envvar=True,
+        default=None,
+        show_default="$SPARKFLEET_STATE_DIR/gateway",
+        help="The gateway's key (0600), config, record and log.",
+    )
+
+
+WRITES_STATE, READS_STATE = state_option(writes=True), state_option(writes=False)
 
 
 @click.group("gateway")
@@ -30,8 +38,9 @@ def gateway() -> None:
 @gateway.command("up")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Gateway port.")
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address the gateway listens on.")
-@click.option("--wait", "wait_s", type=float, default=60.0, show_default=True, help="Seconds to wait.")
-@STATE_OPTION
+@click.option("--wait", "wait_s", type=POSITIVE_SECONDS, default=60.0, show_default=True,
+              help="Seconds to wait.")  # fmt: skip
+@WRITES_STATE
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def up(
@@ -48,6 +57,9 @@ def up(
     \b
     Examples:
       sparkfleet gateway up
+      sparkfleet launch demo-exl3-2x --replace   # a lane launched before `up` takes its key
+      sparkfleet bench --gateway --quick
+      sparkfleet gateway down
       sparkfleet gateway up --port 8080 --json
     """
     from ..nodecall import call_agent
@@ -70,7 +82,7 @@ def up(
 @gateway.command("run")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Gateway port.")
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address the gateway listens on.")
-@STATE_OPTION
+@WRITES_STATE
 @click.option("--json", "as_json", is_flag=True,
               help="Print what it found (lanes, keys) as JSON, before the gateway's own log.")  # fmt: skip
 @click.pass_context
@@ -105,7 +117,7 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None, as_jso
 
 
 @gateway.command("status")
-@STATE_OPTION
+@READS_STATE
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def status(state_dir: Path | None, as_json: bool) -> None:
     """Is the gateway running, on which port and policy, and which model ids it serves.
@@ -133,7 +145,7 @@ def status(state_dir: Path | None, as_json: bool) -> None:
 
 
 @gateway.command("down")
-@STATE_OPTION
+@READS_STATE
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def down(state_dir: Path | None, as_json: bool) -> None:
     """Stop the gateway `up` started (its recorded process only).

@@ -96,14 +96,17 @@ def load(
 
 def registry_options(fn):
     """--registry HOST:PORT, --cert-dir (the fleet CA) and --push-auth (the push login), shared by
-    `image push` and `release cut`."""
+    `image push` and `release cut`. A cert dir or login that is named must be there: one that is
+    not was otherwise noticed only after the generation and the push record were read."""
     fn = click.option(
-        "--push-auth", type=click.Path(dir_okay=False, path_type=Path), envvar="SPARKFLEET_REGISTRY_AUTH",
+        "--push-auth", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="SPARKFLEET_REGISTRY_AUTH",
         show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/push-auth.json",
         help="The push login `registry init` wrote (0600; it names the push address too).",
     )(fn)  # fmt: skip
     fn = click.option(
-        "--cert-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SPARKFLEET_REGISTRY_CERTS",
+        "--cert-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+        envvar="SPARKFLEET_REGISTRY_CERTS",
         show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/ca",
         help="Directory holding the fleet CA (ca.crt) the registry's certificate is signed by.",
     )(fn)  # fmt: skip

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .gateway import STATE_OPTION, default_state_dir
+from .gateway import READS_STATE, WRITES_STATE, default_state_dir
 from .launch import REPLICA
 from .render import echo_json, load_inventory
 
@@ -56,7 +56,7 @@ def _warn_refused(refused: dict[str, str]) -> None:
 @click.argument("user")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the key to this file (0600) instead of printing it.")  # fmt: skip
-@STATE_OPTION
+@WRITES_STATE
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> None:
     """Make a gateway key for USER; a running gateway takes it at once.
@@ -85,7 +85,7 @@ def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> N
 
 
 @keys.command("list")
-@STATE_OPTION
+@READS_STATE
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def list_(state_dir: Path | None, as_json: bool) -> None:
     """The users who hold a gateway key (names and dates; never a key).
@@ -115,7 +115,7 @@ def list_(state_dir: Path | None, as_json: bool) -> None:
 
 @keys.command("revoke")
 @click.argument("user")
-@STATE_OPTION
+@WRITES_STATE
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def revoke(user: str, state_dir: Path | None, as_json: bool) -> None:
     """Remove USER's gateway key; a running gateway refuses it before this returns.
@@ -125,7 +125,7 @@ def revoke(user: str, state_dir: Path | None, as_json: bool) -> None:
     \b
     Examples:
       sparkfleet keys revoke alice
-      sparkfleet keys revoke alice --json
+      sparkfleet keys revoke bob --json
     """
     from ..serving.gateway import revoke_user
 

@@ -406,8 +406,9 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Per rank: running or how it ended; the head's /health and /v1/models.
 
     A lane that is not running says how its last run ended: stopped by whom and when, or how each
-    rank exited. Exits 0 only while every rank runs; 1 when the lane does not serve (stopped
-    cleanly included: "stopped cleanly" names who stopped it); 4 when a host cannot be reached.
+    rank exited. Exits 0 (ok) only while every rank runs; 1 (shortfall) when the lane does not serve
+    (stopped cleanly included: "stopped cleanly" names who stopped it); 4 (unreachable) when a host
+    cannot be reached.
 
     \b
     Examples:
@@ -489,7 +490,7 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
     """The last lines of LANE's rank logs (on HOST, or every host).
 
     While the lane runs: the running ranks' logs. After it stopped: the last run's logs, marked so.
-    `-f` follows until Ctrl-C, which ends it with exit 0.
+    `-f` follows until Ctrl-C, which ends it with exit 0 (ok).
 
     \b
     Examples:

@@ -11,6 +11,7 @@ import click
 
 from ..errors import ExitCode, SparkfleetError
 from .render import echo_json
+from .values import WRITABLE_DIR
 
 
 @click.group("registry")
@@ -24,7 +25,7 @@ def registry() -> None:
                    "and listening on this address only.")  # fmt: skip
 @click.option("--push-address", default=None, show_default="HOST:PORT+1",
               help="HOST:PORT where pushes and release tags go, behind the push login.")  # fmt: skip
-@click.option("--storage", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--storage", type=WRITABLE_DIR,
               default=Path("/var/lib/docker-registry"), show_default=True,
               help="Where the registry keeps blobs.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -66,8 +67,8 @@ def serve(as_json: bool) -> None:
 
     \b
     Examples:
-      SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve
-      sparkfleet registry serve --json
+      SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve   # real fleet: its unit
+      sparkfleet registry serve --json   # real fleet: on the head host, until Ctrl-C
     """
     from ..images.record import operator_state_dir
     from ..images.registry_host import serve as run

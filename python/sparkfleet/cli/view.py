@@ -10,6 +10,7 @@ import click
 
 from ..errors import ExitCode
 from .render import echo_json, human_bytes, load_inventory
+from .values import POSITIVE_SECONDS, WRITABLE_DIR
 
 
 @click.group("view")
@@ -33,9 +34,11 @@ def _gateway_state() -> Path | None:
 
 @view.command("serve")
 @click.option("--listen", default="127.0.0.1:9841", help="HOST:PORT to serve on (beyond loopback: a key).")
-@click.option("--interval", type=float, default=15.0, help="Seconds between refreshes (and page reloads).")
-@click.option("--node-timeout", type=float, default=10.0, help="Seconds a host or lane may take to answer.")
-@click.option("--targets-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--interval", type=POSITIVE_SECONDS, default=15.0,
+              help="Seconds between refreshes (and page reloads).")  # fmt: skip
+@click.option("--node-timeout", type=POSITIVE_SECONDS, default=10.0,
+              help="Seconds a host or lane may take to answer.")  # fmt: skip
+@click.option("--targets-dir", type=WRITABLE_DIR,
               help="Keep Prometheus file_sd targets here, rewritten when the inventory changes.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print where it serves as JSON, then serve.")
 @click.pass_context
@@ -105,13 +108,15 @@ def _host_line(v) -> str:
 
 
 @view.command("snapshot")
-@click.option("--node-timeout", type=float, default=10.0, help="Seconds a host or lane may take to answer.")
+@click.option("--node-timeout", type=POSITIVE_SECONDS, default=10.0,
+              help="Seconds a host or lane may take to answer.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
 @click.pass_context
 def snapshot(ctx: click.Context, node_timeout: float, as_json: bool) -> None:
     """Ask every lane and host once and print what the view would show.
 
-    Exits 1 when a lane that was launched and not stopped is down, or a host does not answer.
+    Exits 1 (shortfall) when a lane that was launched and not stopped is down, or a host does not
+    answer.
 
     \b
     Examples:
@@ -144,12 +149,13 @@ def snapshot(ctx: click.Context, node_timeout: float, as_json: bool) -> None:
 
 
 @view.command("targets")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", type=WRITABLE_DIR, required=True,
               help="Folder for the file_sd files, the rules and prometheus.yml.")  # fmt: skip
 @click.option("--view", "view_at", default="127.0.0.1:9841", help="HOST:PORT Prometheus reaches the view at.")
-@click.option("--interval", type=float, default=15.0, help="Prometheus's scrape and evaluation interval (s).")
-@click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="The view's key file, when the view serves beyond loopback.")  # fmt: skip
+@click.option("--interval", type=POSITIVE_SECONDS, default=15.0,
+              help="Prometheus's scrape and evaluation interval (s).")  # fmt: skip
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path),
+              help="The view's key file (`view serve` beyond loopback makes it) for Prometheus.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.pass_context
 def targets(
@@ -169,8 +175,6 @@ def targets(
     from ..view.service import parse_listen
     from ..view.targets import target_groups, write_prometheus_dir
 
-    if interval <= 0:
-        raise click.BadParameter("must be positive", param_hint="--interval")
     listen = parse_listen(view_at)
     inv = load_inventory(ctx)
     files = write_prometheus_dir(inv, listen.scrape_address, out, interval, key_file)

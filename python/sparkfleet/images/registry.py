@@ -26,7 +26,9 @@ import hashlib
 import ipaddress
 import json
 import os
-import shutil
+import re
+import ssl
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -99,7 +101,7 @@ def ca_only(cert_dir: Path) -> Iterator[str]:
         )
     with tempfile.TemporaryDirectory(prefix="sf-trust-") as tmp:
         for crt in certs:
-            shutil.copyfile(crt, Path(tmp) / crt.name)
+            (Path(tmp) / crt.name).write_text(read_ca_cert(crt))
         yield tmp
 
 
@@ -118,6 +120,48 @@ def _run(argv: list[str], what: str, timeout: float = 3600) -> subprocess.Comple
 
 
 # ---- the fleet CA ------------------------------------------------------------------------------
+
+MAX_CA_BYTES = 64 << 10  # a chain of a few certificates; a CA file is never larger
+_PEM_CERTS = re.compile(
+    r"\s*(-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----\s*)+"
+)
+
+
+def read_ca_cert(path: Path) -> str:
+    """The fleet CA's certificate(s) at `path` as PEM text, to trust or to hand to every host.
+
+    Why so strict: bootstrap writes this text into every host's trust directory, and shows it in
+    its plan. A `ca.crt` that is a link (to /etc/shadow), the CA's private key copied over it, or
+    a certificate with anything appended must never travel: the file is opened without following
+    a link, must be a regular file of at most MAX_CA_BYTES holding nothing but PEM certificates,
+    and each must parse as one (FileNotFoundError when there is none).
+    """
+    hint = ("the fleet CA is the ca.crt `sparkfleet registry init` made ($SPARKFLEET_STATE_DIR/registry/"
+            "ca/); put that file back, or move the directory aside and rerun `registry init`")  # fmt: skip
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # ELOOP: a link
+        raise RegistryError(f"{path}: not the fleet CA's certificate ({exc.strerror})", hint=hint) from None
+    try:
+        st = os.fstat(fd)
+        raw = os.read(fd, MAX_CA_BYTES + 1) if stat.S_ISREG(st.st_mode) else b""
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or len(raw) > MAX_CA_BYTES:
+        raise RegistryError(f"{path}: not the fleet CA's certificate (not a regular file of at most "
+                            f"{MAX_CA_BYTES} bytes)", hint=hint)  # fmt: skip
+    text = raw.decode("ascii", errors="replace")
+    if not _PEM_CERTS.fullmatch(text):
+        shown = sorted(set(re.findall(r"-----BEGIN ([A-Z0-9 ]{1,40})-----", text))) or ["no PEM block"]
+        raise RegistryError(f"{path}: not the fleet CA's certificate: it holds {', '.join(shown)}"
+                            " and nothing but PEM certificates may be there", hint=hint)  # fmt: skip
+    try:
+        ssl.create_default_context(cadata=text)
+    except (ssl.SSLError, ValueError) as exc:
+        raise RegistryError(f"{path}: not the fleet CA's certificate ({exc})"[:400], hint=hint) from None
+    return text
 
 
 def make_ca(ca_dir: Path) -> Path:

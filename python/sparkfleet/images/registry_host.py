@@ -141,14 +141,29 @@ def listeners(state_dir: Path) -> list[Listener]:
             text = path.read_text()
         except FileNotFoundError:
             raise RegistryError(f"{path}: no registry config", hint=hint) from None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, bytes that are no text
+            why = exc.strerror if isinstance(exc, OSError) else "not text"
+            raise RegistryError(f"{path}: not a config `registry init` writes now ({why})",
+                                hint=f"rerun it: {hint}") from None  # fmt: skip
         found = re.search(r"^  addr: (\".*\")$", text, flags=re.MULTILINE)
         guarded = READ_ONLY in text if role == "pull" else "\n  htpasswd:\n" in text
-        if not found or not guarded:
-            raise RegistryError(f"{path}: not a config `registry init` writes now "
-                                f"({'a listener without its guard' if found else 'no address'})",
+        address = _address(found.group(1)) if found else None
+        if not address or not guarded:
+            why = "a listener without its guard" if address else "no addr of one host's HOST:PORT"
+            raise RegistryError(f"{path}: not a config `registry init` writes now ({why})",
                                 hint=f"rerun it: {hint}")  # fmt: skip
-        out.append(Listener(role, json.loads(found.group(1)), path))
+        out.append(Listener(role, address, path))
     return out
+
+
+def _address(quoted: str) -> str | None:
+    """A config's `addr` (a JSON string, as init writes it) when it is HOST:PORT of one host."""
+    try:
+        address = json.loads(quoted)
+        split_address(address)
+    except (ValueError, RegistryError):
+        return None
+    return address
 
 
 def registry_binary() -> str:

@@ -97,11 +97,14 @@ def _lane_key(req: dict) -> str | None:
 
 
 def _http_status(
-    port: int, path: str, timeout: float = 2.0, key: str | None = None
+    port: int, path: str, timeout: float = 2.0, key: str | None = None, data: bytes | None = None
 ) -> tuple[int | None, Any]:
+    """GET `path` (POST `data` as JSON when given) on the lane's port: the status and a JSON body."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
     try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers)
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             body = resp.read(65536)
             try:
@@ -308,6 +311,8 @@ def watch(req: dict) -> dict:
         out["models_status"], models = _http_status(int(req["port"]), "/v1/models", key=_lane_key(req))
         if isinstance(models, dict):
             out["models"] = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        if out["health"] == 200 and out["models_status"] == 200:  # up: does it refuse the keyless?
+            out["keyless_status"], _ = _http_status(int(req["port"]), apikeys.KEYLESS_PROBE, data=b"{}")
     return out
 
 
@@ -391,6 +396,7 @@ def _auth_facts(req: dict, serving: bool) -> dict:
     out: dict[str, Any] = {"present": key is not None}
     if serving and req.get("port"):
         out["open_status"], _ = _http_status(int(req["port"]), "/v1/models")
+        out["keyless_status"], _ = _http_status(int(req["port"]), apikeys.KEYLESS_PROBE, data=b"{}")
         if key:
             out["keyed_status"], _ = _http_status(int(req["port"]), "/v1/models", key=key)
     return out

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..apikeys import KEYLESS_PROBE, REFUSED
+
 TAIL_LINES = 40
 # Weight-load progress as SGLang/vLLM print it ("Loading safetensors checkpoint shards:  45% Completed
 # | 10/22 [...]"): the lane may sit in this stage for many minutes, so it is shown as it moves.
@@ -223,6 +225,11 @@ def wait_ready(
         # Workers are asked every `worker_every` polls, and once more before "ready": a rank that
         # died since the last ask (a slow, loaded fleet polls rarely) must not make a lane ready.
         ready = boot.all_seen and health == 200 and model_ok
+        keyless = ans.get("keyless_status")
+        if ready and keyless is not None and keyless not in REFUSED:  # up, but serving without its key
+            return report(False, f"{head_host} answers POST {KEYLESS_PROBE} without the lane's key (HTTP "
+                                 f"{keyless}): vLLM's key guards only /v1 paths; its command needs "
+                                 '"--middleware", "{vllm_key_guard}" (docs/serving.md)')  # fmt: skip
         n += 1
         if ready or n % worker_every == 0:
             gone = exited_ranks()

@@ -328,11 +328,28 @@ def _static_values(inv: Inventory, recipe: LaunchRecipe, host_name: str) -> dict
         "host_ip": host.fabric_ip or host.address,
         "cache_dir": recipe.cache_mount,
         "api_key_config": api_key_config(recipe, state_dir_of(host)),
+        "vllm_key_guard": KEY_GUARD,
         **mem_fraction_value(recipe),
     }
 
 
 API_KEY_MOUNT = "/run/sparkfleet/api-key.yaml"  # where a container sees the lane's SGLang key config
+# {vllm_key_guard}: the ASGI middleware vLLM's `--middleware` imports (launch/keyguard/): the lane's
+# key on every path but /health and /metrics, where vLLM's own key guards only /v1... paths.
+KEY_GUARD = "sparkfleet_keyguard.RequireKey"
+KEY_GUARD_DIR = Path(__file__).parent / "keyguard"  # holds that module alone: put first on PYTHONPATH
+KEY_GUARD_MOUNT = "/run/sparkfleet/keyguard"  # where a container sees that folder (read-only)
+
+
+def key_guard_wiring(recipe: LaunchRecipe, in_container: bool) -> tuple[dict[str, str], list[BindMount]]:
+    """For a command that names {vllm_key_guard}: PYTHONPATH with the guard's folder before the
+    recipe's own (a recipe whose image sets PYTHONPATH states it in [launch.env], as the EXL3 lane
+    does), and, in a container, that folder bound read-only."""
+    if "{vllm_key_guard}" not in " ".join(recipe.command):
+        return {}, []
+    folder = KEY_GUARD_MOUNT if in_container else str(KEY_GUARD_DIR)
+    env = {"PYTHONPATH": ":".join(filter(None, (folder, recipe.env.get("PYTHONPATH"))))}
+    return env, [BindMount(KEY_GUARD_DIR, KEY_GUARD_MOUNT, True, "keyguard")] if in_container else []
 
 
 def api_key_config(recipe: LaunchRecipe, state_dir: Path) -> str:
@@ -511,6 +528,7 @@ def build_spec(
         "host_ip": my_ip or host.address,
         "cache_dir": recipe.cache_mount if in_container else cache_dir,
         "api_key_config": api_key_config(recipe, Path(state_dir)),
+        "vllm_key_guard": KEY_GUARD,
     }
     values.update(mem_fraction_value(recipe))
     argv = _substitute(recipe.command, values, where)
@@ -527,6 +545,9 @@ def build_spec(
     if in_container and "{api_key_config}" in " ".join(recipe.command):
         key_config = apikeys.config_path(Path(state_dir), lane.name)
         binds.append(BindMount(key_config, API_KEY_MOUNT, True, "apikey"))
+    guard_env, guard_binds = key_guard_wiring(recipe, in_container)
+    env.update(guard_env)
+    binds += guard_binds
     devices = []
     if in_container and recipe.fabric == "roce":
         devices.append("/dev/infiniband")

@@ -73,7 +73,12 @@ def default_state_dir() -> Path:
 def state_dir_in_force() -> Path:
     """The gateway's state dir as every verb finds it: $SPARKFLEET_GATEWAY_STATE, else the default."""
     return Path(os.environ.get(STATE_ENV) or default_state_dir())
+
+
 DEFAULT_PORT = 8080
+# How long a client waits for the gateway to route to a lane that serves (smg retries a worker with
+# a growing pause: a lane relaunched a minute after `up` was routed to about 5 s later)
+ROUTE_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -244,18 +249,63 @@ def _get(url: str, key: str | None, timeout: float = 3.0) -> tuple[int | None, A
         return status, None
 
 
+SERVING = "serving"  # worker_states' word for a lane that takes the gateway's key
+
+
 def worker_states(p: GatewayPlan, key: str) -> dict[str, str]:
     """worker name -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
     out = {}
     for w in p.workers:
         status, _ = _get(f"{w.url}/v1/models", key)
-        relaunch = f"sparkfleet stop {w.lane}; sparkfleet launch {w.lane}"
+        relaunch = f"sparkfleet launch {w.lane} --replace" + (f" --replica {w.replica}" if w.replica else "")
         out[w.name] = (
-            "serving" if status == 200
+            SERVING if status == 200
             else f"refuses the gateway key (HTTP {status}): {relaunch}" if status in (401, 403)
             else "not answering (the gateway adds it once it is up)"
         )  # fmt: skip
     return out
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What the gateway routes to, against the lanes that serve with its key."""
+
+    states: dict[str, str]  # worker name -> worker_states' word
+    want: frozenset[str]  # the serving lanes' model ids
+    want_urls: frozenset[str]  # the serving workers' URLs
+    listed: frozenset[str]  # those model ids the gateway lists
+    routed: frozenset[str]  # those worker URLs it routes to
+
+    @property
+    def complete(self) -> bool:
+        return self.listed == self.want and self.routed == self.want_urls
+
+    def shortfall(self) -> str:
+        return (f"gateway lists {sorted(self.listed)} of {sorted(self.want)} and routes to "
+                f"{len(self.routed)} of {len(self.want_urls)} serving workers")  # fmt: skip
+
+
+def await_routing(
+    p: GatewayPlan, states: dict[str, str], key: str, admin: str, base: str, router: str, deadline: float,
+    alive: Callable[[], None],
+) -> Routing:  # fmt: skip
+    """Until the gateway lists every serving lane's model and routes to every serving worker (each
+    copy of a replicated lane among them), or the deadline. `alive` raises when the gateway died.
+
+    smg registers a worker on its own schedule (a retry with a growing pause): a lane that starts
+    serving with the gateway's key, as `up` asks of a lane launched before it, is routed to some
+    seconds later, and a request before that gets 503 "No models available"."""
+    want = frozenset(w.model for w in p.workers if states[w.name] == SERVING)
+    want_urls = frozenset(w.url for w in p.workers if states[w.name] == SERVING)
+    while True:
+        got = want & set(served_models(base, key))
+        routing = Routing(
+            states, want, want_urls, got, want_urls & routed_workers(router, admin) if got else frozenset()
+        )
+        if routing.complete or time.monotonic() > deadline:
+            return routing
+        alive()
+        time.sleep(0.3)
 
 
 def _paths(state_dir: Path) -> tuple[Path, Path, Path]:
@@ -263,18 +313,35 @@ def _paths(state_dir: Path) -> tuple[Path, Path, Path]:
 
 
 def load_record(state_dir: Path) -> GatewayRecord | None:
+    """What `up` (or `run`) recorded, each field a reader acts on checked (`down` signals its pid)."""
     path = _paths(state_dir)[1]
     try:
-        return GatewayRecord(**json.loads(path.read_text()))
+        rec = GatewayRecord(**json.loads(path.read_text()))
+        if not all(isinstance(getattr(rec, k), int) and not isinstance(getattr(rec, k), bool)
+                   for k in ("pid", "port", "router_port")) or rec.pid <= 0:  # fmt: skip
+            raise ValueError("pid, port and router_port are not numbers")
+        if not (rec.start_ticks is None or type(rec.start_ticks) is int) or not isinstance(rec.boot_id, str):
+            raise ValueError("start_ticks or boot_id is not what `up` writes")
+        return rec
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError) as exc:
-        raise SparkfleetError(f"{path}: not a gateway record ({exc})", hint=f"remove {path}") from exc
+    except (OSError, ValueError, TypeError, RecursionError) as exc:  # a directory, not JSON, not a record
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)[:200]
+        raise SparkfleetError(f"{path}: not a gateway record ({why})", hint=f"remove {path}") from None
+
+
+GATEWAY_MODULE = "sparkfleet.serving.gateway_main"
+# What the gateway's process calls itself: our module until smg's launch_router runs, then the
+# title smg gives it (smg/launch_router.py: `setproctitle.setproctitle("smg::router")`).
+GATEWAY_TITLES = (GATEWAY_MODULE, "smg::router")
 
 
 def is_running(rec: GatewayRecord) -> bool:
-    """The recorded process runs and is the one `up` started (never a recycled PID)."""
-    return procs.same_process(rec.pid, rec.start_ticks, rec.boot_id)
+    """The recorded process runs, is the one `up` started (never a recycled PID), and is a gateway:
+    a record that names another live process (edited, or restored from elsewhere) never makes
+    `down` signal it."""
+    same = procs.same_process(rec.pid, rec.start_ticks, rec.boot_id)
+    return same and any(title in procs.command_line(rec.pid) for title in GATEWAY_TITLES)
 
 
 def router_argv(p: GatewayPlan, key: str, admin: str, bind: str, port: int, metrics_port: int) -> list[str]:
@@ -352,7 +419,7 @@ def main_command(config: Path) -> tuple[list[str], dict[str, str]]:
     python/wrap.sh), not in the environment, so a bare interpreter started from it sees none of
     them (the deployed unit's `gateway run` would die on `import sparkfleet`). selfexec carries this
     process's search path over inside the interpreter, as for every Python child of ours."""
-    return module_argv("sparkfleet.serving.gateway_main", str(config)), dict(os.environ)
+    return module_argv(GATEWAY_MODULE, str(config)), dict(os.environ)
 
 
 def _local(bind: str) -> str:
@@ -449,27 +516,64 @@ def up(
     except BaseException:
         down(state_dir)
         raise
-    states = worker_states(p, key)
-    want = {w.model for w in p.workers if states[w.name] == "serving"}
-    want_urls = {w.url for w in p.workers if states[w.name] == "serving"}
-    while True:
-        got = set(served_models(base, key))
-        routed = routed_workers(f"http://127.0.0.1:{prep.router_port}", prep.admin) if want <= got else set()
-        if want <= got and want_urls <= routed:
-            break
+
+    def alive() -> None:
         if proc.poll() is not None:
             raise SparkfleetError(
                 f"the gateway exited ({proc.returncode}): {_log_line(log, offset, (key, prep.admin))}",
                 hint=f"its log: {log}",
             )
-        if time.monotonic() > deadline:
-            on_event(
-                f"gateway lists {sorted(got)} of {sorted(want)} and routes to {len(routed & want_urls)} "
-                f"of {len(want_urls)} serving workers after {wait_s:g} s; it keeps trying"
-            )
-            break
-        time.sleep(0.3)
-    return {**status(state_dir), "lanes": states}
+
+    router = f"http://127.0.0.1:{prep.router_port}"
+    routing = await_routing(p, worker_states(p, key), key, prep.admin, base, router, deadline, alive)
+    if not routing.complete:
+        on_event(f"{routing.shortfall()} after {wait_s:g} s; it keeps trying")
+    return {**status(state_dir), "lanes": routing.states}
+
+
+def serving_now(
+    state_dir: Path, wait_s: float = ROUTE_WAIT_S, on_event: Callable[[str], None] = lambda _m: None
+) -> dict[str, Any]:
+    """The running gateway's status once it routes to every lane that serves with its key (what a
+    client such as `bench --gateway` needs before its first request), waiting up to `wait_s`.
+
+    Refused (exit 1 (shortfall)), saying each lane's state, when no lane behind it serves with its
+    key, or when it routes to none of them by then; a partial routing is said and let through."""
+    state_dir = Path(state_dir)
+    rec = load_record(state_dir)
+    if rec is None or not is_running(rec):
+        raise SparkfleetError("the gateway is not running", hint="sparkfleet gateway up")
+    p = GatewayPlan(rec.policy, tuple(Worker(**{**w, "hosts": tuple(w["hosts"])}) for w in rec.workers))
+    key = gateway_key(state_dir)
+    base = f"http://{_local(rec.bind)}:{rec.port}"
+    router = f"http://127.0.0.1:{rec.router_port}" if rec.router_port else base
+
+    def alive() -> None:
+        if not is_running(rec):
+            raise SparkfleetError("the gateway stopped", hint=f"sparkfleet gateway up; its log: {rec.log}")
+
+    states = worker_states(p, key)
+    if SERVING not in states.values():
+        raise SparkfleetError(
+            "no lane behind the gateway serves with its key: "
+            + "; ".join(f"{name}: {what}" for name, what in states.items()),
+            hint="a lane launched before `gateway up` takes its key when launched again",
+            exit_code=ExitCode.SHORTFALL,
+        )
+    if not all(what == SERVING for what in states.values()):
+        on_event("; ".join(f"{name}: {what}" for name, what in states.items() if what != SERVING))
+    routing = await_routing(
+        p, states, key, admin_key(state_dir), base, router, time.monotonic() + wait_s, alive
+    )
+    if not routing.routed:
+        raise SparkfleetError(
+            f"{routing.shortfall()} after {wait_s:g} s",
+            hint="sparkfleet gateway status; a lane it does not take: `gateway down`, then `gateway up`",
+            exit_code=ExitCode.SHORTFALL,
+        )
+    if not routing.complete:
+        on_event(f"{routing.shortfall()} after {wait_s:g} s: going on with those")
+    return status(state_dir)
 
 
 def run(

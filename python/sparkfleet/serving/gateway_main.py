@@ -68,9 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(Path(args[0]).read_text())
     from smg.launch_router import launch_router, parse_router_args
 
-    front = start_front(config["front"]) if config.get("front") else None
+    front = None
     try:
+        front = start_front(config["front"]) if config.get("front") else None
         launch_router(parse_router_args([str(a) for a in config["argv"]]))
+    except KeyboardInterrupt:
+        # Ctrl-C on `gateway run` in a terminal: smg shuts down on SIGINT itself and returns, and
+        # Python raises the interrupt it noted meanwhile. A stop asked for is no crash: one line.
+        print("gateway stopped (Ctrl-C)", file=sys.stderr)
     finally:
         if front is not None and front.poll() is None:
             front.terminate()
