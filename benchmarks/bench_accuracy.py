@@ -59,7 +59,7 @@ from sparkfleet.bench.spec_decode import SpecSampler, read_metrics
 from sparkfleet.demo.openai_server import VOCAB
 from sparkfleet.demo.tinyqwen import build_tiny_qwen
 from sparkfleet.demo.vllm_engine import engine_ready, start_engine
-from sparkfleet.hosts import stop_process
+from sparkfleet.remote.hosts import stop_process
 
 PROMPT_TOKENS, TG = 487, 128
 DEMO_DECODE_TIME = "sparkfleet_demo:request_decode_time_seconds_sum"  # the demo's own first-to-last write

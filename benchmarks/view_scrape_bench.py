@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
-from sparkfleet import inventory  # noqa: E402
+from sparkfleet.fleet import inventory  # noqa: E402
 from sparkfleet.view import collect  # noqa: E402
 from sparkfleet.view.refresh import Refresher  # noqa: E402
 from sparkfleet.view.server import serve  # noqa: E402

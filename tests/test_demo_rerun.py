@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.fleet import inventory
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 from support.lanefleet import serve_demo_lane
@@ -43,7 +43,7 @@ def test_demo_fresh_stops_the_lane_a_previous_demo_left_running_before_removing_
     import subprocess
     import sys
 
-    from sparkfleet import procs
+    from sparkfleet.base import procs
     from sparkfleet.launch import lane as lanes
 
     workdir = tmp_path / "demo"

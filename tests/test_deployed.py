@@ -1,11 +1,11 @@
-"""sparkfleet.deployed: the one error an operator gets when a host lacks what a deploy leaves."""
+"""sparkfleet.remote.deployed: the one error an operator gets when a host lacks what a deploy leaves."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sparkfleet.deployed import REMOTE_ROOT_ENV, not_deployed, remote_root
-from sparkfleet.errors import ExitCode
+from sparkfleet.base.errors import ExitCode
+from sparkfleet.remote.deployed import REMOTE_ROOT_ENV, not_deployed, remote_root
 
 PROFILE_BIN = "/nix/var/nix/profiles/sparkfleet/bin/sparkfleet"
 SPEC = Path("/nix/store/00000000000000000000000000000000-sparkfleet-fleet-spec")

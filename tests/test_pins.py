@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory, pins
+from sparkfleet import pins
 from sparkfleet.cli import main
+from sparkfleet.fleet import inventory
 
 HAVE_NIX = shutil.which("nix") is not None
 

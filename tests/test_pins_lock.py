@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory, pins
+from sparkfleet import pins
 from sparkfleet.cli import main
+from sparkfleet.fleet import inventory
 
 KIT = "0123abc" + "d" * 33
 MODEL, DRAFT = "5" * 40, "f" * 40

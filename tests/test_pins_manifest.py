@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import fleetedit, inventory, pins
+from sparkfleet import pins
 from sparkfleet.cli import main
+from sparkfleet.fleet import edit as fleetedit
+from sparkfleet.fleet import inventory
 
 FLEET = """\
     # Fleet under test: every comment here must survive.

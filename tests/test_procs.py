@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from sparkfleet import procs
+from sparkfleet.base import procs
 
 
 def test_a_running_process_is_the_one_its_identity_names():

@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.hubfixture import tensors_file_bytes
-from sparkfleet.errors import SourceError
-from sparkfleet.safetensors_header import read_header
+from sparkfleet.facts.safetensors_header import read_header
 
 
 def raw_file(header: dict, data: bytes) -> bytes:

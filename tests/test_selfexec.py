@@ -6,7 +6,7 @@ wrap.sh); `sys.executable` is the bare store interpreter. The test writes that v
 this checkout (the venv's site-packages and python/, run by the venv's base interpreter, which has
 neither sparkfleet nor click) and drives a real local launch through it: the controller starts the
 node agent, the agent a rank's supervisor and the lane's memory watchdog, all `sys.executable`
-children. Before sparkfleet.selfexec each died on `No module named sparkfleet`.
+children. Before sparkfleet.base.selfexec each died on `No module named sparkfleet`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 from tests.launch.test_launch_local import demo_recipe, free_port
 
-from sparkfleet import inventory, procs, selfexec
+from sparkfleet.base import procs, selfexec
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch import watchdog
+from sparkfleet.node import watchdog
 from support.lanefleet import write_fleet
 
 PKG = Path(__file__).resolve().parents[1] / "python" / "sparkfleet"
@@ -130,7 +131,7 @@ def test_a_nix_wrapped_sparkfleet_runs_the_demo(tmp_path):
 def test_module_argv_runs_the_module_as_dash_m_would(tmp_path):
     """argv[0] is the module's file, the arguments follow, the exit status carries over; no env."""
     out = subprocess.run(
-        selfexec.module_argv("sparkfleet.launch.watchdog", "--help"),
+        selfexec.module_argv("sparkfleet.node.watchdog", "--help"),
         env=bare_env(), capture_output=True, text=True, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0 and "--state-dir" in out.stdout, out.stderr
@@ -143,7 +144,7 @@ def test_module_argv_runs_the_module_as_dash_m_would(tmp_path):
 
 def test_selfexec_stands_on_the_ground_floor():
     """It imports nothing of sparkfleet, so any module may use it."""
-    tree = ast.parse((PKG / "selfexec.py").read_text())
+    tree = ast.parse((PKG / "base" / "selfexec.py").read_text())
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert [m for m in imported if m.startswith("sparkfleet") or m == ""] == []

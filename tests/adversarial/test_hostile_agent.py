@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from sparkfleet.launch import agent
+from sparkfleet.node import agent
 
 from .tally import bad_input
 

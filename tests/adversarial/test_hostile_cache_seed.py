@@ -24,12 +24,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
-from sparkfleet.cacheseed import cache_roots
-from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import records
-from sparkfleet.seedprep import prepare
+from sparkfleet.base.errors import ExitCode, SparkfleetError
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.cacheseed import cache_roots
+from sparkfleet.node import records
+from sparkfleet.node.seedprep import prepare
 from support.seedkit import (
     CACHE_FILES,
     CACHE_ROOTS_LINE,
@@ -56,7 +56,7 @@ KIT_ROOTS = frozenset(
     {"flashinfer", "tilelang", "triton", "torch-extensions", "cuda", "vllm", "exllamav3", "numba", "torch"}
 )
 HUGE = 257_000_000  # what the sparse member claimed
-NODE_AGENT = [sys.executable, "-m", "sparkfleet.launch.agent"]
+NODE_AGENT = [sys.executable, "-m", "sparkfleet.node.agent"]
 
 
 def _sparse(name: str, size: int) -> tarfile.TarInfo:

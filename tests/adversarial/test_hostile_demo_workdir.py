@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory, procs
+from sparkfleet.base import procs
 from sparkfleet.demo.fleet import DEMO_LANE, DEMO_MARKER, write_demo_fleet
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from support.lanefleet import serve_demo_lane
 

@@ -23,14 +23,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import apikeys, procs
+from sparkfleet.base import lock, procs
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench import quality
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.launch import agent, canary_worker, receipts, records
+from sparkfleet.facts import apikeys
+from sparkfleet.node import agent, canary_worker, receipts, records
 from sparkfleet.pins import oci
 from sparkfleet.pins.common import PinError
 from sparkfleet.pins.manifest import parse_manifest
-from sparkfleet.stage import lock, peerserve
+from sparkfleet.stage import peerserve
 
 from .tally import bad_input, count, lost_bytes
 

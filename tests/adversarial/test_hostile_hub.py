@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
 

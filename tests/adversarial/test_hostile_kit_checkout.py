@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import agent, records
+from sparkfleet.base.errors import ExitCode, SparkfleetError
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_kits, kits_request, node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.node import agent, records
 from support.seedkit import ASSET, LANE, MANIFEST, kit_lock, lane_seed, rank_spec, seed_kit
 
 from .tally import bad_input

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.launch.agent import probe
+from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_kits, node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.node.agent import probe
 from support.kitrepo import Link, commit_files, pinned_checkout
 from support.lanefleet import repo_fleet
 

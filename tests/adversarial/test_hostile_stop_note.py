@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from sparkfleet.launch import agent, records
+from sparkfleet.node import agent, records
 
 from .tally import bad_input
 

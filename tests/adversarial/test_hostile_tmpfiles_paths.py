@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
 
 from .tally import bad_input, count
 

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
-from sparkfleet.errors import InventoryError
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import DERIVED_KEYS, recipe_problems
+from sparkfleet.base.errors import InventoryError
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import DERIVED_KEYS, recipe_problems
 
 from .tally import bad_input, count
 

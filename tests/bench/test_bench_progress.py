@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.bench.quality import QualitySettings, run_quality
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.target import for_url
-from sparkfleet.errors import ExitCode
 
 
 class Recorder:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.synthmodel import SynthSpec
+from sparkfleet.fleet import inventory
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
@@ -72,7 +72,7 @@ def test_a_lane_whose_files_are_not_there_still_gets_its_report(tmp_path: Path, 
 def test_bench_trust_measured_vets_the_reports_figures_as_roofline_does(tmp_path: Path, fake_lane) -> None:
     """Issue 18: a measurement at 11 % of the declared bandwidth is shown, not used, in the report's
     roofline unless `bench --trust-measured`, as in `roofline --trust-measured` (one `vet`)."""
-    from sparkfleet.inventory import state_dir_of
+    from sparkfleet.fleet.inventory import state_dir_of
     from sparkfleet.roofline.machine import record_measurements
 
     gb10 = inventory.load(REPO).host_kinds["gb10"]

@@ -153,7 +153,7 @@ def write_reports(reports: Path) -> None:
 
 def checkout_commands(fleet: Path) -> dict[str, list[str]]:
     """The checkout's fleet: what reads the inventory and recipes alone (its hosts are not here)."""
-    from sparkfleet import inventory
+    from sparkfleet.fleet import inventory
 
     inv = inventory.load(fleet)
     cmds = {

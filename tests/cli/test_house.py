@@ -93,7 +93,7 @@ def test_the_node_side_agent_verb_does_not_import_rich():
     import subprocess
     import sys
 
-    code = "import sys, sparkfleet.cli.launch, sparkfleet.launch.agent; print('rich' in sys.modules)"
+    code = "import sys, sparkfleet.cli.launch, sparkfleet.node.agent; print('rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -176,7 +176,7 @@ def test_images_and_hoststack_do_not_reach_the_lane_lifecycle():
     images = {m: sorted(t for t in ts if t.startswith(LAUNCH))
               for m, ts in g.items() if m.startswith("sparkfleet.images")}  # fmt: skip
     assert {m: ts for m, ts in images.items() if ts} == {}
-    assert g["sparkfleet.hoststack"] == {"sparkfleet.hosts"}
+    assert g["sparkfleet.remote.hoststack"] == {"sparkfleet.remote.hosts"}
 
 
 def test_process_identity_and_scrubbing_stand_on_the_ground():
@@ -184,4 +184,4 @@ def test_process_identity_and_scrubbing_stand_on_the_ground():
     started, and bench/, launch/ and the supervisor scrub secrets: both are facts that import
     nothing of sparkfleet, so no folder reaches into another's for them."""
     g = graph(PKG.parent, "sparkfleet")
-    assert g["sparkfleet.procs"] == set() and g["sparkfleet.sanitize"] == set()
+    assert g["sparkfleet.base.procs"] == set() and g["sparkfleet.base.sanitize"] == set()

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe
 
-from sparkfleet import inventory
+from sparkfleet.base.procs import group_members
 from sparkfleet.bench.client import Endpoint, chat_request, stream_chat
 from sparkfleet.demo.tinyqwen import build_tiny_qwen
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.procs import group_members
 from support.fleetnet import netns_pids
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 

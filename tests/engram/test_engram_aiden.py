@@ -14,9 +14,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import checkpoint_engram_config
-from sparkfleet.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 LANE = "dsv41-flash-4x-aiden"

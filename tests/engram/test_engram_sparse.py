@@ -18,11 +18,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import checkpoint_engram_config
 from sparkfleet.engram.ranges import rank_range
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.launch.plan import dry_run
 
 ROOT = Path(__file__).resolve().parents[2]

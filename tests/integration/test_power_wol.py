@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.errors import ExitCode
-from sparkfleet.power import magic_packet
+from sparkfleet.base.errors import ExitCode
+from sparkfleet.ops.power import magic_packet
 
 pytestmark = [pytest.mark.netns]
 MAC = "02:5f:00:00:00:33"

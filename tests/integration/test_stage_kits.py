@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
 from support.kitrepo import FILES, SERVING, git, make_kit_repo, trees_toml
 from support.lanefleet import lane_recipe, use_ssh, write_fleet
 from support.stagefleet import STAGE_MODELS, STAGE_PINS

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import InventoryError
 from sparkfleet.cli import main
-from sparkfleet.errors import InventoryError
+from sparkfleet.fleet import inventory
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode, InventoryError
 from sparkfleet.cli import main
-from sparkfleet.errors import ExitCode, InventoryError
+from sparkfleet.fleet import inventory
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET = "hosts/fleet.toml"
@@ -133,7 +133,7 @@ def test_repository_inventory_checks_clean():
 
 def test_schema_patterns_match_like_ecmascript_not_python_dollar():
     """JSON Schema patterns are ECMA-262: `$` is the end of input, never 'before a final newline'."""
-    from sparkfleet.inventory import schema_problems
+    from sparkfleet.fleet.inventory import schema_problems
 
     doc = {
         "schema_version": 1,

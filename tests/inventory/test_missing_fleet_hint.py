@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sparkfleet.errors import ExitCode
+from sparkfleet.base.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
+from sparkfleet.fleet import inventory
 
 
 def two_copies(workdir):
@@ -37,7 +37,7 @@ def run(root, *args: str):
 
 
 def test_a_copys_host_serves_the_lane(copies):
-    from sparkfleet.inventory import replica_sets  # the one reader of the key, in the inventory
+    from sparkfleet.fleet.inventory import replica_sets  # the one reader of the key, in the inventory
 
     inv = inventory.load(copies.root)
     lane = inv.lane(DEMO_LANE)

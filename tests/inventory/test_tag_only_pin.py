@@ -5,7 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from sparkfleet import fleetedit, inventory
+from sparkfleet.fleet import edit as fleetedit
+from sparkfleet.fleet import inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 

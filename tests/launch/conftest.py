@@ -14,8 +14,8 @@ def _agent_timing(monkeypatch):
     if not os.environ.get("SPARKFLEET_TEST_TIMING"):
         yield
         return
-    from sparkfleet import nodecall
     from sparkfleet.launch import lane, plan
+    from sparkfleet.remote import nodecall
 
     real = nodecall.call_agent
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import bootstrap as bs
 from sparkfleet.cli import main as cli
-from sparkfleet.hosts import LocalHost
+from sparkfleet.ops import bootstrap as bs
+from sparkfleet.remote.hosts import LocalHost
 from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
 pytestmark = [pytest.mark.netns]

@@ -29,15 +29,15 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.doctor import cache_seed_check
-from sparkfleet.errors import ExitCode, InventoryError, SparkfleetError
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import agent, records
+from sparkfleet.base.errors import ExitCode, InventoryError, SparkfleetError
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_cache_seed, dry_run
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.seedprep import prepare, prepared, seed_cache
+from sparkfleet.node import agent, records
+from sparkfleet.node.seedprep import prepare, prepared, seed_cache
+from sparkfleet.ops.doctor import cache_seed_check
 from support.engines import engines_skip_reason, podman_loaded
 from support.lanefleet import repo_fleet
 from support.seedkit import (
@@ -180,8 +180,8 @@ def test_a_kill_9_mid_extract_converges_on_the_rerun(tmp_path):
     seed = placed(tmp_path, files)
     store = Path(seed.store) / next(p.name for p in Path(seed.store).iterdir())
     code = (
-        "import json, sys; from sparkfleet.cacheseed import seed_from_dict; "
-        "from sparkfleet.seedprep import prepare; prepare(seed_from_dict(json.loads(sys.argv[1])))"
+        "import json, sys; from sparkfleet.fleet.cacheseed import seed_from_dict; "
+        "from sparkfleet.node.seedprep import prepare; prepare(seed_from_dict(json.loads(sys.argv[1])))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(to_jsonable(seed))])
     try:
@@ -294,7 +294,7 @@ def test_the_seed_never_writes_through_a_link_the_engine_left_in_the_cache(tmp_p
 def test_doctor_shows_the_kernel_cache_line_and_never_prepares_it(tmp_path):
     """doctor over the agent on this machine: the recipe's own pin (its image digest is the lock's),
     first not prepared (doctor only reads: no tree is made), then prepared with its size."""
-    from sparkfleet.doctor import doctor
+    from sparkfleet.ops.doctor import doctor
 
     pinned = "30557154f0d56b613a95867d41918c50d61f94107fa46861343d08f28c54bce3"  # hosts/fleet.toml
     seed = placed(tmp_path, CACHE_FILES, digest=pinned)

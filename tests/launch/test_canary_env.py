@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.launch import canary_worker as cw
 from sparkfleet.launch.preflight import judge_canary
+from sparkfleet.node import canary_worker as cw
 
 LOG = Path(__file__).parent / "data" / "nccl-2.28.9-h200-world1-info.log"
 NAMES = ["eth0", "enp1s0f0np0", "lo"]

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.display import DisplayDevice
-from sparkfleet.launch.manifest import BindMount
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.runtimes import ContainerRuntime
-from sparkfleet.launch.spec import LaunchSpec
+from sparkfleet.facts.display import DisplayDevice
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.manifest import BindMount
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import LaunchSpec
+from sparkfleet.node.runtimes import ContainerRuntime
 from support.engines import (
     Dockerd,
     docker_archive,

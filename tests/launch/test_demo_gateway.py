@@ -14,10 +14,10 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.engram import pack as engram_pack
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.serving import gateway
 from sparkfleet.stage import execute

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.display import DisplayDevice, card_gid, display_problems, read_display
-from sparkfleet.doctor import display_check
-from sparkfleet.errors import ExitCode, InventoryError, SparkfleetError
-from sparkfleet.launch.agent import probe
+from sparkfleet.base.errors import ExitCode, InventoryError, SparkfleetError
+from sparkfleet.facts.display import DisplayDevice, card_gid, display_problems, read_display
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_display, dry_run, node_facts, planned_argv, probe_request
-from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.node.agent import probe
+from sparkfleet.ops.doctor import display_check
 from support.lanefleet import repo_fleet
 
 LANE = "dsv41-flash-exl3-2x"

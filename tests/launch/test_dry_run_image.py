@@ -11,8 +11,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
-from sparkfleet.errors import ExitCode
 from sparkfleet.images.record import host_span
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_the_fleet_has_fabric_addresses_so_the_dry_run_knows_the_rendezvous(tmp_
     """hosts/fleet.toml gives dgx1..dgx4 their RoCE addresses (issue 19): no "unknown DIST_INIT_ADDR"."""
     import ipaddress
 
-    from sparkfleet import inventory
+    from sparkfleet.fleet import inventory
 
     inv = inventory.load(ROOT)
     subnet = ipaddress.ip_network("10.100.32.0/24")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from launch_fleet import host_fields
 
-from sparkfleet.errors import ExitCode
+from sparkfleet.base.errors import ExitCode
 from support.lanefleet import MODELS, write_fleet
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")

@@ -26,15 +26,16 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.support.fleetnet import netns_pids
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
+from sparkfleet.base.procs import group_members
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
-from sparkfleet.launch import generations, records
+from sparkfleet.fleet import inventory
+from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
-from sparkfleet.procs import group_members
-from sparkfleet.supervisor import watch_lane, watch_settings
+from sparkfleet.node import records
+from sparkfleet.ops.supervisor import watch_lane, watch_settings
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gates_fleet")]

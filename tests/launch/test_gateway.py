@@ -28,13 +28,14 @@ import smg  # noqa: F401 - the gateway binary: the test extra installs it (pypro
 from click.testing import CliRunner
 from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import apikeys, inventory
+from sparkfleet.base.procs import group_members
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.facts import apikeys
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.replicas import replica_inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.replicas import replica_inventory
-from sparkfleet.nodecall import call_agent
-from sparkfleet.procs import group_members
+from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 
@@ -328,8 +329,8 @@ def test_replicas_key_is_checked_by_the_inventory_and_read_by_the_gateway_plan(t
 def test_launch_replica_n_plans_its_own_host_set_and_records(tmp_path):
     """`launch r1 --replica N` plans replica N's hosts ([world] ranks by position); an undeclared N is
     refused naming the copies; its generations have their own folder; status/stop/watch take it too."""
+    from sparkfleet.lane.replicas import generations_home, replica_inventory, replica_of
     from sparkfleet.launch.generations import generations_dir
-    from sparkfleet.launch.replicas import generations_home, replica_inventory, replica_of
 
     inv = make_fleet(tmp_path, 4, None)
     root = Path(inv.root)

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from sparkfleet.cli import main as cli
-from sparkfleet.nodecall import call_agent
+from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
 
 try:

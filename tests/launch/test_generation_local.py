@@ -7,8 +7,8 @@ import json
 import pytest
 from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
 from support.lanefleet import write_fleet

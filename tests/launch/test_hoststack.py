@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sparkfleet.hosts import LocalHost, RunResult
-from sparkfleet.hoststack import HostFingerprint, collect_fingerprint, drift
+from sparkfleet.remote.hosts import LocalHost, RunResult
+from sparkfleet.remote.hoststack import HostFingerprint, collect_fingerprint, drift
 
 NVSMI_BANNER = """Mon Nov 30 14:00:00 2026
 +-----------------------------------------------------------------------------------------+

@@ -16,10 +16,10 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.support.engines import docker_archive, stream_script
 
-from sparkfleet import inventory
-from sparkfleet.errors import InventoryError
+from sparkfleet.base.errors import InventoryError
+from sparkfleet.fleet import inventory
 from sparkfleet.images.archive import ArchiveError, inspect_build
-from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.lane.recipe import launch_recipe
 from support.lanefleet import MODELS, write_fleet
 
 
@@ -89,10 +89,10 @@ def test_recipe_names_a_registry_image_or_a_build_not_both(tmp_path):
 
 
 def test_an_engine_that_dies_mid_stream_is_an_error_not_a_hang(tmp_path):
-    from sparkfleet.errors import SparkfleetError
-    from sparkfleet.hosts import LocalHost
+    from sparkfleet.base.errors import SparkfleetError
     from sparkfleet.images.archive import BuildImage
     from sparkfleet.images.load import stream_into
+    from sparkfleet.remote.hosts import LocalHost
 
     big = tmp_path / "blob"
     big.write_bytes(os.urandom(8 << 20))  # far more than a pipe holds: the writer meets a closed pipe
@@ -107,7 +107,7 @@ def test_an_engine_that_dies_mid_stream_is_an_error_not_a_hang(tmp_path):
 
 
 def test_the_tp4_lane_needs_a_loaded_build_and_every_host_holding_it(tmp_path, monkeypatch):
-    from sparkfleet.errors import ExitCode, SparkfleetError
+    from sparkfleet.base.errors import ExitCode, SparkfleetError
     from sparkfleet.images.record import built_image_id
     from sparkfleet.launch.plan import check_built_image
 
@@ -135,9 +135,9 @@ def test_the_tp4_lane_needs_a_loaded_build_and_every_host_holding_it(tmp_path, m
 def test_launch_names_host_lane_lost_repo_digest_and_the_fix():
     """A host whose engine lost the recorded RepoDigest (kept the ID): launch says which host, which
     lane, which digest, and the command that pulls it again by digest (no layer moves), as doctor does."""
-    from sparkfleet.doctor import built_image_check
-    from sparkfleet.errors import ExitCode, SparkfleetError
+    from sparkfleet.base.errors import ExitCode, SparkfleetError
     from sparkfleet.launch.plan import check_built_image
+    from sparkfleet.ops.doctor import built_image_check
 
     recipe = launch_recipe(inventory.load(Path(__file__).resolve().parents[2]), "dsv41-flash-4x-mia")
     built = "sha256:" + "1" * 64
@@ -239,7 +239,7 @@ def test_a_well_formed_archive_with_dot_slash_names_still_reads(tmp_path):
      ({"hosts": [["dgx1", {}]]}, "hosts"), ({"previous_build": "x"}, "previous_build")],
 )  # fmt: skip
 def test_a_tampered_operator_record_is_an_error_naming_the_key(tmp_path, monkeypatch, doc, key):
-    from sparkfleet.errors import SparkfleetError
+    from sparkfleet.base.errors import SparkfleetError
     from sparkfleet.images.record import built_image_id, operator_record_path
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))

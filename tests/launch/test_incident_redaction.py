@@ -16,11 +16,11 @@ import subprocess
 import pytest
 from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.spec import redact_env, secret_values
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.spec import redact_env, secret_values
-from sparkfleet.supervisor import collect_incident
+from sparkfleet.ops.supervisor import collect_incident
 from support.lanefleet import write_fleet
 
 SECRETS = {

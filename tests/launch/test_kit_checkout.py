@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.base.relnames import inside
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.spec import KEY_GUARD_MOUNT
 from sparkfleet.launch.plan import dry_run
-from sparkfleet.launch.runtimes import container_run_argv
-from sparkfleet.launch.spec import KEY_GUARD_MOUNT
-from sparkfleet.relnames import inside
+from sparkfleet.node.runtimes import container_run_argv
 from support.kitflags import kit_pairs, missing_flags, run_pairs
 from support.lanefleet import repo_fleet
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import InventoryError
-from sparkfleet.fabric import FabricFacts
-from sparkfleet.launch.manifest import BindManifest, BindMount
+from sparkfleet.base.errors import InventoryError
+from sparkfleet.facts.fabric import FabricFacts
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.manifest import BindManifest, BindMount
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import build_spec
 from sparkfleet.launch.plan import dry_run, planned_argv
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import build_spec
 from support.lanefleet import STAND_IN_DIGEST, repo_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,7 +226,7 @@ def test_dry_run_marks_node_env_it_cannot_fill_naming_the_fact(tmp_path, monkeyp
 def test_a_real_launch_refuses_node_env_it_cannot_fill(tmp_path, monkeypatch):
     """Outside a dry run an unfillable node_env key is refused, not silently left out: the kit
     would run with NCCL picking its own rail (here: a lane whose fabric is not probed as RoCE)."""
-    from sparkfleet.launch.spec import ShapeError
+    from sparkfleet.lane.spec import ShapeError
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     root = repo_fleet(tmp_path / "fleet")
@@ -241,7 +241,7 @@ def test_a_real_launch_refuses_node_env_it_cannot_fill(tmp_path, monkeypatch):
 def test_exl3_container_runs_in_the_kits_box_on_docker_and_podman(tmp_path, monkeypatch):
     """[kit.container] (portable_node.py docker_command() `args`, verbatim) is what the rendered
     docker and podman argv carry: --memory 9g, --cpus 6, --read-only, --cap-drop ALL, --user ..."""
-    from sparkfleet.launch.runtimes import container_run_argv
+    from sparkfleet.node.runtimes import container_run_argv
     from support.kitflags import kit_pairs, missing_flags, run_pairs
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
@@ -287,8 +287,8 @@ def test_container_limits_are_checked_when_the_recipe_is_read(tmp_path):
 
 def test_the_box_travels_to_the_node_with_the_spec(tmp_path, monkeypatch):
     """The agent rebuilds the spec from JSON: the limits arrive as the controller planned them."""
-    from sparkfleet.jsonable import to_jsonable
-    from sparkfleet.launch.spec import spec_from_dict
+    from sparkfleet.base.jsonable import to_jsonable
+    from sparkfleet.lane.spec import spec_from_dict
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     spec = dry_run(_fleet(tmp_path), "dsv41-flash-exl3-2x").specs["dgx2"]

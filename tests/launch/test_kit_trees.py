@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.doctor import kit_checks
-from sparkfleet.errors import ExitCode, InventoryError, SparkfleetError
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.launch.agent import probe
-from sparkfleet.launch.manifest import BindManifest
+from sparkfleet.base.errors import ExitCode, InventoryError, SparkfleetError
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.manifest import BindManifest
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import build_spec
 from sparkfleet.launch.plan import check_kits, node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import build_spec
+from sparkfleet.node.agent import probe
+from sparkfleet.ops.doctor import kit_checks
 from support.kitrepo import commit_files, pinned_checkout
 from support.lanefleet import repo_fleet
 

@@ -6,9 +6,9 @@ The real stop over real nodes is tests/launch/test_gates_fleet.py
 
 from __future__ import annotations
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.lanestop import trip
-from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.report import LaneStatus, RankStatus
 from support.lanefleet import repo_fleet
 

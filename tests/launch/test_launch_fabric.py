@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from launch_fleet import fake_roce_sysfs
 
-from sparkfleet.fabric import FabricError, detect, scan_ports
+from sparkfleet.facts.fabric import FabricError, detect, scan_ports
 
 V2, V1 = "RoCE v2", "IB/RoCE v1"
 

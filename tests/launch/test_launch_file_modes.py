@@ -12,9 +12,9 @@ import stat
 import sys
 from pathlib import Path
 
-from sparkfleet import atomic
-from sparkfleet.launch.runtimes import ContainerRuntime
-from sparkfleet.launch.spec import LaunchSpec
+from sparkfleet.base import atomic
+from sparkfleet.lane.spec import LaunchSpec
+from sparkfleet.node.runtimes import ContainerRuntime
 
 FAKE_ENGINE = r'''#!{python}
 """A stand-in container CLI for the env-file lifecycle (the real engines run in test_launch_docker.py)."""

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from launch_fleet import fake_roce_sysfs
 
-from sparkfleet.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
-from sparkfleet.inventory import Host
-from sparkfleet.launch.runtimes import ContainerRuntime, RuntimeError_
-from sparkfleet.nodecall import AgentError, call_agent
+from sparkfleet.fleet.inventory import Host
+from sparkfleet.node.runtimes import ContainerRuntime, RuntimeError_
+from sparkfleet.remote.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
+from sparkfleet.remote.nodecall import AgentError, call_agent
 
 
 def inv_host(**kw) -> Host:

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory, procs
+from sparkfleet.base import procs
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch import records
-from sparkfleet.launch.runtimes import ProcessRuntime
+from sparkfleet.node import records
+from sparkfleet.node.runtimes import ProcessRuntime
 from support.lanefleet import MODELS, write_fleet
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
@@ -216,7 +217,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     assert rank.detail.startswith("supervisor dead, server alive")
     with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
         lanes.launch(inv, "demo", allow_nas_weights=True)
-    from sparkfleet.launch import watchdog
+    from sparkfleet.node import watchdog
 
     assert watchdog.running(tmp / "state", "demo")  # the memory watchdog keeps guarding the server
 
@@ -231,7 +232,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
 def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     """`watch` after kill -9 of a supervisor tried three relaunches, each "serving port … already in
     use", and ended "needs a human" with the server still up. Its restart now ends the group first."""
-    from sparkfleet.supervisor import WatchSettings, watch_lane
+    from sparkfleet.ops.supervisor import WatchSettings, watch_lane
 
     inv, port, _ = local_fleet
     assert lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).ready.ok

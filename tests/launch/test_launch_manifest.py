@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.launch.agent import model_state
-from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
+from sparkfleet.lane.manifest import ModelState, SnapshotFile, build_manifest
+from sparkfleet.node.agent import model_state
 from sparkfleet.stage.execute import stage
 from sparkfleet.stage.plan import StageRequest
 

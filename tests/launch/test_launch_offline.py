@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from test_launch_spec import TP4, make_inv
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
-from sparkfleet.errors import ExitCode
 from sparkfleet.launch import plan
 
 
@@ -117,7 +117,7 @@ def test_dry_run_refuses_a_bad_shape_like_launch(tmp_path, no_ssh):
 
 def test_a_ref_resolves_through_refs_where_the_hub_is_readable(tmp_path):
     from sparkfleet.demo.hubfixture import build_nas_hub
-    from sparkfleet.launch.manifest import snapshot_path
+    from sparkfleet.lane.manifest import snapshot_path
 
     nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
     repo = nas.weights.repo

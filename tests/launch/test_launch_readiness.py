@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkfleet.launch.readiness import BootLog, RankExit, wait_ready
+from sparkfleet.lane.readiness import BootLog, RankExit, wait_ready
 
 SIGS = ("RoCEnante ready: world=4", "[moe_b12x_next] armed", "The server is fired up and ready to roll!")
 WL = r"Load weight end\. .*?elapsed=\s*([0-9.]+)"
@@ -141,7 +141,7 @@ def test_rank_logs_are_capped_and_rotated(tmp_path):
     log, exit_file = tmp_path / "rank0.log", tmp_path / "rank0.exit"
     writer = "import sys\nfor i in range(40000): sys.stdout.write(f'line {i:08d} ' + 'x' * 64 + '\\n')\n"
     cp = subprocess.run(
-        [sys.executable, "-m", "sparkfleet.launch.rank_parent", "--exit-file", str(exit_file),
+        [sys.executable, "-m", "sparkfleet.node.rank_parent", "--exit-file", str(exit_file),
          "--log", str(log), "--max-log-bytes", str(512 * 1024), "--", sys.executable, "-c", writer],
         capture_output=True, timeout=120,
     )  # fmt: skip

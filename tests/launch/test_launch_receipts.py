@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.launch.receipts import ReceiptError, clear_receipt_root, clear_receipts
+from sparkfleet.node.receipts import ReceiptError, clear_receipt_root, clear_receipts
 
 OTHER_UID = 54321
 NOBODY = 65534
@@ -121,7 +121,7 @@ def install_helper(directory: Path) -> Path:
     helper = directory / "sparkfleet-clear-receipts"
     helper.write_text(
         f"#!{sys.executable}\n"
-        "from sparkfleet.launch.receipts import helper_main\nraise SystemExit(helper_main())\n"
+        "from sparkfleet.node.receipts import helper_main\nraise SystemExit(helper_main())\n"
     )
     os.chmod(helper, 0o755)
     return helper

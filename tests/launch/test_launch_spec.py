@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from launch_fleet import host_fields
 
-from sparkfleet import inventory
-from sparkfleet.fabric import FabricFacts
-from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.runtimes import container_run_argv
-from sparkfleet.launch.spec import ShapeError, build_spec, redact_env
+from sparkfleet.facts.fabric import FabricFacts
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.manifest import ModelState, SnapshotFile, build_manifest
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import ShapeError, build_spec, redact_env
+from sparkfleet.node.runtimes import container_run_argv
 from support.lanefleet import MODELS, write_fleet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -249,7 +249,7 @@ def test_env_keys_are_names_and_derived_keys_any_case_refused(tmp_path, key):
     """Issue 10.1: the spec refuses what the schema refuses, for recipes built without the schema."""
     import dataclasses
 
-    from sparkfleet.launch.runtimes import RuntimeError_, _env_file_text
+    from sparkfleet.node.runtimes import RuntimeError_, _env_file_text
 
     inv = make_inv(tmp_path)
     recipe = dataclasses.replace(launch_recipe(inv, "lane"), env={key: "/tmp/evil.so"})
@@ -268,7 +268,7 @@ def test_cache_dir_outside_state_dir_refused_by_the_spec(tmp_path):
     """Issue 10.2: receipt roots live in cache_dir; it may not be /usr or climb out of the state dir."""
     import dataclasses
 
-    from sparkfleet.launch.spec import cache_dir_of
+    from sparkfleet.lane.spec import cache_dir_of
 
     inv = make_inv(tmp_path)
     recipe = launch_recipe(inv, "lane")
@@ -310,7 +310,7 @@ def test_repo_sglang_lane_takes_its_key_from_a_bound_config_file_never_argv(tmp_
 def test_repo_vllm_lane_takes_the_key_guard_from_a_read_only_folder_first_on_its_pythonpath(tmp_path):
     """vLLM's key guards only /v1 paths: `--middleware {vllm_key_guard}` names sparkfleet's guard,
     whose folder (that module alone) is bound read-only and put before the kit's own PYTHONPATH."""
-    from sparkfleet.launch.spec import KEY_GUARD, KEY_GUARD_DIR, KEY_GUARD_MOUNT
+    from sparkfleet.lane.spec import KEY_GUARD, KEY_GUARD_DIR, KEY_GUARD_MOUNT
 
     inv = inventory.load(REPO_ROOT)
     lane = "dsv41-flash-exl3-2x"

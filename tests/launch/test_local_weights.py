@@ -11,12 +11,12 @@ import os
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.demo.fleet import DEMO_LANE, WEIGHTS_REPO, write_demo_fleet
-from sparkfleet.errors import ExitCode, SparkfleetError
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.manifest import snapshot_rel
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.manifest import snapshot_rel
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
@@ -106,7 +106,7 @@ def test_bench_report_says_weights_from_nas(tmp_path):
     """A bench report of a NAS-served generation carries the note in its JSON and Markdown."""
     from sparkfleet.bench.report.markdown import render_markdown
     from sparkfleet.bench.target import for_lane
-    from sparkfleet.launch.weights import weights_note
+    from sparkfleet.lane.weights import weights_note
 
     fleet = write_demo_fleet(tmp_path, shard_bytes=16 * 1024)
     inv = inventory.load(fleet.root)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkfleet.launch.recipe import memory_need
-from sparkfleet.memory import GIB, MIB, MemoryNeed, admit, parse_size, read_memory
+from sparkfleet.facts.memory import GIB, MIB, MemoryNeed, admit, parse_size, read_memory
+from sparkfleet.lane.recipe import memory_need
 
 # A GB10 Spark under load (numbers as /proc/meminfo prints them, kB).
 MEMINFO = """MemTotal:       125419764 kB
@@ -82,7 +82,7 @@ def _repo_copy(tmp_path, recipe_edit=None):
     import shutil
     from pathlib import Path
 
-    from sparkfleet import inventory
+    from sparkfleet.fleet import inventory
 
     repo = Path(__file__).resolve().parents[2]
     shutil.copytree(repo / "hosts", tmp_path / "hosts", ignore=shutil.ignore_patterns("*.nix"))
@@ -94,10 +94,10 @@ def _repo_copy(tmp_path, recipe_edit=None):
 
 
 def _tp4_spec(inv, host="dgx2"):
-    from sparkfleet.fabric import FabricFacts
-    from sparkfleet.launch.manifest import build_manifest
-    from sparkfleet.launch.recipe import launch_recipe
-    from sparkfleet.launch.spec import build_spec
+    from sparkfleet.facts.fabric import FabricFacts
+    from sparkfleet.lane.manifest import build_manifest
+    from sparkfleet.lane.recipe import launch_recipe
+    from sparkfleet.lane.spec import build_spec
 
     recipe = launch_recipe(inv, "dsv41-flash-4x-mia")
     fabrics = {h: FabricFacts(f"10.0.0.{i}", ("rocep1s0f0",), 3, "enp1s0f0np0")
@@ -111,7 +111,7 @@ BUILT = "sha256:" + "ab" * 32  # the image ID `sparkfleet image load` recorded f
 
 
 def test_mem_fraction_declared_once_fills_the_command(tmp_path):
-    from sparkfleet.launch.spec import ShapeError, flag_values
+    from sparkfleet.lane.spec import ShapeError, flag_values
 
     spec = _tp4_spec(_repo_copy(tmp_path / "a"))
     assert flag_values(spec.argv, "--mem-fraction-static") == ["0.8"]
@@ -126,8 +126,8 @@ def test_mem_fraction_declared_once_fills_the_command(tmp_path):
 def test_canary_runs_in_the_lane_image_with_the_lane_flags(tmp_path):
     from pathlib import Path
 
-    from sparkfleet.jsonable import to_jsonable
-    from sparkfleet.launch.node_checks import WORKER_MOUNT, container_canary_argv
+    from sparkfleet.base.jsonable import to_jsonable
+    from sparkfleet.node.node_checks import WORKER_MOUNT, container_canary_argv
 
     spec = _tp4_spec(_repo_copy(tmp_path))
     req = {"spec": to_jsonable(spec), "master": "10.0.0.1", "port": 20000,

@@ -241,11 +241,11 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
     podman on dgx2), records the RepoDigest, a rerun moves nothing; with the registry unreachable
     a new build still arrives over the ssh stream."""
 
-    from sparkfleet import inventory
+    from sparkfleet.fleet import inventory
     from sparkfleet.images.load import load as load_image
     from sparkfleet.images.node import read_record
     from sparkfleet.images.push import push_lane
-    from sparkfleet.launch.recipe import launch_recipe
+    from sparkfleet.lane.recipe import launch_recipe
     from support.lanefleet import netns_fields, use_ssh, write_fleet
 
     try:
@@ -304,7 +304,7 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
             mp.setenv("DOCKER_HOST", dockerd.host)
             st = image_state(req)
         assert st["recorded"] == image_id and st["repo_digest_present"] is False and not st["present"]
-        from sparkfleet.doctor import built_image_check
+        from sparkfleet.ops.doctor import built_image_check
 
         check = built_image_check("dgx1", launch_recipe(inv, "ld"), image_id, None, st)
         assert check.ok is False and f"no longer its RepoDigest {ref}" in check.detail, check
@@ -346,8 +346,8 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
 def test_bootstrap_trusts_the_fleet_ca_where_docker_and_podman_look(tmp_path):
     """bootstrap's fleet-CA changes: written under each engine's certs.d for the registry only;
     once there, nothing more to change."""
-    from sparkfleet.bootstrap import apply_change, trust_changes
-    from sparkfleet.hosts import LocalHost
+    from sparkfleet.ops.bootstrap import apply_change, trust_changes
+    from sparkfleet.remote.hosts import LocalHost
 
     ca = reg_mod.make_ca(tmp_path / "ca").read_text()
     runner, prefix = LocalHost("spark"), str(tmp_path / "host")
@@ -370,15 +370,15 @@ def test_rollback_to_a_release_pulls_its_digest_and_runs_its_generation(
 
     from click.testing import CliRunner
 
-    from sparkfleet import inventory
     from sparkfleet.cli import main as cli
     from sparkfleet.demo.hubfixture import build_nas_hub
+    from sparkfleet.fleet import inventory
     from sparkfleet.images.load import load as load_image
     from sparkfleet.images.node import read_record
     from sparkfleet.images.push import push_lane
+    from sparkfleet.lane.recipe import launch_recipe
     from sparkfleet.launch import generations
     from sparkfleet.launch import lane as lanes
-    from sparkfleet.launch.recipe import launch_recipe
     from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
     if reason := engines_skip_reason("docker"):

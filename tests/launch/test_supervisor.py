@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.launch.preflight import judge_canary
-from sparkfleet.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
+from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
 
 
 class Clock:

@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import supervisor as watchmod
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode
-from sparkfleet.supervisor import ProbeResult, Supervisor, WatchSettings, probe_generation
+from sparkfleet.ops import supervisor as watchmod
+from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings, probe_generation
 from support.hostile_http import body, chatter, completion, hostile_server, huge, trickle
 from support.lanefleet import write_fleet
 
@@ -72,7 +72,7 @@ def test_a_trickled_body_ends_at_the_latency_bound():
 # large pytest would start at pytest's peak and a growth below it would read as 0.
 PROBE_RSS = """
 import sys
-from sparkfleet.supervisor import WatchSettings, probe_generation
+from sparkfleet.ops.supervisor import WatchSettings, probe_generation
 def peak():
     return [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
 before = peak()

@@ -16,10 +16,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE
-from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
+from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
 from support.demolane import read_until, served_demo
 
 pytestmark = pytest.mark.xdist_group("local_lanes")  # the demo lane's ports: one module at a time

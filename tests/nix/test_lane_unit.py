@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 
 from .conftest import FLEET_LIB, REPO, nix_eval, nix_str, requires_nix, store_writable

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import hostfacts, inventory
+from sparkfleet.fleet import hostfacts, inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.serving import gateway
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import InventoryError
+from sparkfleet.base.errors import InventoryError
+from sparkfleet.fleet import inventory
 from sparkfleet.roofline.machine import (
     load_measurements,
     machine_figures,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files
-from sparkfleet.errors import SourceError
 from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
 from sparkfleet.roofline.modelconfig import check_config
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
 from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
+from sparkfleet.fleet import inventory
 from sparkfleet.roofline.bound import decode_terms
 from sparkfleet.roofline.lane import cost_from_doc, lane_inputs
 from sparkfleet.roofline.service import figures_for, lane_shape

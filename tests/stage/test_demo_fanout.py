@@ -14,10 +14,10 @@ import sys
 
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.stage.remote import fold_traceback, run_host_stage
 
 

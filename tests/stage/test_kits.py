@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.atomic import temp_name
+from sparkfleet.base.atomic import temp_name
+from sparkfleet.base.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
+from sparkfleet.base.lock import hub_lock
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.doctor import doctor
-from sparkfleet.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
-from sparkfleet.kittrees import kit_checkouts
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.kittrees import kit_checkouts
+from sparkfleet.ops.doctor import doctor
 from sparkfleet.stage.kits import plan_kits, stage_kits, verify_kits
-from sparkfleet.stage.lock import hub_lock
 from sparkfleet.stage.targets import kits_for_host
 from support.kitrepo import FILES, SERVING, KitRepo, git, make_kit_repo, trees_toml
 from support.lanefleet import lane_recipe, repo_fleet, write_fleet
@@ -213,9 +213,9 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _launch_refusal(inv) -> str | None:
     """launch's [[launch.trees]] check on dgx1 (the agent's own probe, on this filesystem)."""
-    from sparkfleet.launch.agent import probe
+    from sparkfleet.lane.recipe import launch_recipe
     from sparkfleet.launch.plan import check_kits, node_facts, probe_request
-    from sparkfleet.launch.recipe import launch_recipe
+    from sparkfleet.node.agent import probe
 
     recipe = launch_recipe(inv, "lane")
     req = probe_request(inv, recipe, inv.host("dgx1"))

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 
 
 @pytest.fixture

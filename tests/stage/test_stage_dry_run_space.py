@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import write_demo_fleet
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import ExitCode
 
 
 def run(*args: str):

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from stage_helpers import drafter_request, weights_request
 
-from sparkfleet import atomic
+from sparkfleet.base import atomic
+from sparkfleet.base.errors import LockBusyError, SourceError, SpaceError
+from sparkfleet.base.lock import hub_lock
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import LockBusyError, SourceError, SpaceError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
-from sparkfleet.stage.lock import hub_lock
 from sparkfleet.stage.plan import StageRequest
 
 

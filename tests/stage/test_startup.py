@@ -33,7 +33,7 @@ try:
 except SystemExit as exc:
     code = exc.code
 heavy = sorted({name.split(".")[0] for name in sys.modules} & set(HEAVY))
-unneeded = ("sparkfleet.inventory", "sparkfleet.launch", "sparkfleet.roofline.machine", "secrets")
+unneeded = ("sparkfleet.fleet.inventory", "sparkfleet.launch", "sparkfleet.roofline.machine", "secrets")
 fleet = sorted(m for m in sys.modules if m.startswith(unneeded))
 with open(report, "w") as f:
     json.dump({"code": code, "heavy": heavy, "fleet_modules": fleet}, f)

@@ -235,7 +235,7 @@ def repo_fleet(root: Path, digest: str = STAND_IN_DIGEST) -> Path:
 def serve_demo_lane(inv) -> list[int]:
     """The demo lane staged on its hosts and launched (process runtime, no canary), as a previous
     `sparkfleet demo` leaves it serving: its ranks' PIDs, each checked alive. The caller stops it."""
-    from sparkfleet import procs
+    from sparkfleet.base import procs
     from sparkfleet.demo.fleet import DEMO_LANE
     from sparkfleet.launch import lane as lanes
     from sparkfleet.stage import execute

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from sparkfleet import inventory
-from sparkfleet.nodecall import call_agent
+from sparkfleet.fleet import inventory
+from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
 
 try:

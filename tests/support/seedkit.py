@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.cacheseed import CacheSeed
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import agent
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.cacheseed import CacheSeed
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import LaunchSpec, cache_seed_of
 from sparkfleet.launch.plan import node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import LaunchSpec, cache_seed_of
+from sparkfleet.node import agent
 from support.engines import Dockerd, docker_archive, engines_skip_reason, layer_tar
 from support.kitrepo import git, make_kit_repo
 from support.lanefleet import repo_fleet

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
 from support.fleetnet import NetnsHost
 from support.lanefleet import MODELS, SSH_ANY_HOST, lane_recipe, netns_fields, use_ssh, write_fleet
 

@@ -27,11 +27,11 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch import records
+from sparkfleet.node import records
 from sparkfleet.view.targets import JOBS
 from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 

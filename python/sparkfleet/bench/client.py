@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ExitCode, SparkfleetError
-from ..sanitize import Secrets, clean, split_credentials
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.sanitize import Secrets, clean, split_credentials
 
 MAX_LINE_BYTES = 1 << 20  # one SSE line; a real event is a few hundred bytes
 MAX_STREAM_BYTES = 64 << 20  # one streamed answer (a 32k-token answer is ~10 MB of events)

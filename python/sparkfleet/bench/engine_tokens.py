@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 from .client import Endpoint, post_json
 
 SIZED_LOCAL = "tokens (local tokenizer.json)"

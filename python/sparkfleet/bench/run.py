@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from .. import __version__
-from ..errors import SparkfleetError
-from ..units import wire_bytes
+from ..base.errors import SparkfleetError
+from ..base.units import wire_bytes
 from .client import Endpoint, chat_request, discover_model, stream_chat
 from .engine_tokens import SIZED_ENGINE, SIZED_LOCAL, SIZED_WORDS, engine_tokenizer
 from .estimate import BenchEstimate, duration, estimate, quality_left
@@ -124,7 +124,7 @@ class BenchRun:
     weights: str = ""  # "weights from NAS on dgx2 (10 files)": the run measured a NAS-served rank
     model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    # per host: HostFingerprint.to_dict() (sparkfleet.hoststack) before and after the run
+    # per host: HostFingerprint.to_dict() (sparkfleet.remote.hoststack) before and after the run
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprints_after: dict[str, dict[str, Any]] = field(default_factory=dict)
     warmup_error: str | None = None

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SparkfleetError
-from ..hubcache import repo_folder
-from ..inventory import Inventory, Lane
-from ..sanitize import clean, split_credentials
+from ..base.errors import SparkfleetError
+from ..base.sanitize import clean, split_credentials
+from ..facts.hubcache import repo_folder
+from ..fleet.inventory import Inventory, Lane
 from .client import Endpoint
 from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
 
@@ -149,9 +149,9 @@ def staged_tokenizer(inv: Inventory, lane: Lane) -> Path | None:
 
 def head_key(inv: Inventory, name: str) -> str | None:
     """The lane's API key from its head host's key file (apikeys), read through the launch agent."""
-    from ..hosts import HostUnreachable
     from ..launch.lanekeys import lane_key
-    from ..nodecall import call_agent
+    from ..remote.hosts import HostUnreachable
+    from ..remote.nodecall import call_agent
 
     try:
         return lane_key(inv, name, call_agent)
@@ -211,8 +211,8 @@ def for_gateway(
 
 def serving_weights(inv: Inventory, lane: str) -> str:
     """What the lane's serving generation recorded about NAS-bound weights ("" when all local)."""
+    from ..lane.weights import weights_note
     from ..launch.generations import current
-    from ..launch.weights import weights_note
 
     gen = current(inv.root, lane)
     return weights_note((gen or {}).get("nas_weights"))

@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..base.errors import ExitCode, SparkfleetError
 from ..bench import report as reports
 from ..bench import session
 from ..bench.estimate import duration
@@ -27,7 +28,6 @@ from ..bench.run import BenchSettings
 from ..bench.sweep import SweepSettings
 from ..bench.target import BenchTarget, Thresholds, for_lane, for_url
 from ..bench.tokens import LocalTokenizer
-from ..errors import ExitCode, SparkfleetError
 from .progress import quiet, wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS

@@ -14,12 +14,12 @@ from typing import Any
 
 import click
 
-from .. import inventory
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.selfexec import module_argv
 from ..demo.fleet import DEMO_LANE, claim_workdir, clear_workdir, write_demo_fleet
 from ..engram import pack as engram_pack
-from ..errors import ExitCode, SparkfleetError
-from ..inventory import state_dir_of
-from ..selfexec import module_argv
+from ..fleet import inventory
+from ..fleet.inventory import state_dir_of
 from ..stage import execute
 from ..stage.targets import requests_for_host
 from ..stage.verify import verify_note
@@ -106,7 +106,7 @@ def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
     """Take `workdir` for the demo (refused, changing nothing, unless it is new, empty or carries the
     demo's marker), stop the lanes a previous demo there still runs (by its records), and with
     `fresh` empty it."""
-    from ..launch.demo import stop_previous_demo
+    from ..demo.lane import stop_previous_demo
 
     claim_workdir(workdir)
     for r in stop_previous_demo(workdir):
@@ -187,8 +187,8 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> No
                 f"{len(packed.written)} files ({human_bytes(packed.written_bytes)}) → {packed.out_dir}"
             )
             log.step(f"engram pack {host}", True, result=packed.as_dict())
-        if ok:  # serve the staged lane with the process runtime and show readiness (launch/demo.py)
-            from ..launch.demo import run_demo_launch
+        if ok:  # serve the staged lane with the process runtime and show readiness (demo/lane.py)
+            from ..demo.lane import run_demo_launch
 
             log.say(f"launch {DEMO_LANE} (process runtime):")
             up = run_demo_launch(inv, DEMO_LANE, log.say, while_up=lambda: _smoke_and_bench(fleet.root, log))

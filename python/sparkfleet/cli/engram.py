@@ -7,10 +7,10 @@ import sys
 
 import click
 
+from ..base.errors import ExitCode
 from ..engram import layouts as core
 from ..engram.verify import verify as verify_packs
-from ..errors import ExitCode
-from ..inventory import GIB
+from ..fleet.inventory import GIB
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
 from .values import SIZE_GIB

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
 from ..serving.gateway import STATE_ENV, default_state_dir
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS, WRITABLE_DIR
@@ -62,7 +62,7 @@ def up(
       sparkfleet gateway down
       sparkfleet gateway up --port 8080 --json
     """
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
     from ..serving.gateway import up as do_up
 
     def event(msg: str) -> None:
@@ -98,7 +98,7 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None, as_jso
       sparkfleet gateway run --port 18081 --json   # until Ctrl-C
       SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run   # real fleet: its unit
     """
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
     from ..serving.gateway import run as do_run
 
     events: list[str] = []

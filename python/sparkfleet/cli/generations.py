@@ -8,7 +8,7 @@ import traceback
 
 import click
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode, SparkfleetError
 from .launch import REPLICA
 from .progress import Heartbeat, wants_bar
 from .render import echo_json, load_inventory
@@ -89,8 +89,8 @@ def watch(
       sparkfleet watch demo-exl3-2x        # until Ctrl-C
       sparkfleet watch demo-exl3-2x --interval 10 --probes 3 --json
     """
-    from ..launch.replicas import replica_inventory
-    from ..supervisor import watch_lane, watch_settings
+    from ..lane.replicas import replica_inventory
+    from ..ops.supervisor import watch_lane, watch_settings
 
     inv = replica_inventory(load_inventory(ctx), lane, replica)  # one copy per watch (its own unit)
     settings = watch_settings(

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
 from .launch import REPLICA
 from .progress import wants_bar
 from .render import echo_json, load_inventory
@@ -52,8 +52,8 @@ def load(
       sparkfleet image load dsv41-flash-4x-aiden --dry-run --json   # real fleet
     """
     from ..images.load import load as do_load
-    from ..launch.recipe import launch_recipe
-    from ..launch.replicas import replica_inventory
+    from ..lane.recipe import launch_recipe
+    from ..lane.replicas import replica_inventory
 
     def event(msg: str) -> None:
         if not as_json:

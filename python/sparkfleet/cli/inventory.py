@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import ExitCode
-from ..sanitize import clean
+from ..base.errors import ExitCode
+from ..base.sanitize import clean
 from .render import echo_json, human_bytes, load_inventory
 
 
@@ -29,7 +29,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
       sparkfleet inventory check
       sparkfleet --root .demo/fleet inventory check --json
     """
-    from ..fleetcheck import check_fleet
+    from ..ops.fleetcheck import check_fleet
 
     result = check_fleet(ctx.obj.get("root") if ctx.obj else None)
     if as_json:

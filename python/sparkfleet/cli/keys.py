@@ -32,9 +32,9 @@ def rotate(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
       sparkfleet keys rotate demo-exl3-2x
       sparkfleet keys rotate demo-exl3-2x --json
     """
+    from ..lane.replicas import instance_name, replica_inventory
     from ..launch.lanekeys import rotate as do_rotate
-    from ..launch.replicas import instance_name, replica_inventory
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
 
     done = do_rotate(replica_inventory(load_inventory(ctx), lane, replica), lane, call_agent)
     if as_json:

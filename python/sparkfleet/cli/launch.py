@@ -7,7 +7,7 @@ import time
 
 import click
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode, SparkfleetError
 from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 from .values import POSITIVE_SECONDS
 
@@ -75,7 +75,7 @@ def env(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) 
       sparkfleet env demo-exl3-2x dgx2 --json
       sparkfleet env dsv41-flash-4x-mia dgx3 --offline   # real fleet: a lane of the checkout
     """
-    from ..launch.spec import redact_env
+    from ..lane.spec import redact_env
 
     plan = _plan_one(ctx, lane, host, offline)
     spec, unknown = plan.specs[host], plan.unknown.get(host, {})
@@ -114,7 +114,7 @@ def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: b
       sparkfleet manifest demo-exl3-2x dgx1 --offline
       sparkfleet manifest demo-exl3-2x dgx1 --json
     """
-    from ..launch.manifest import candidate_sources
+    from ..lane.manifest import candidate_sources
 
     plan = _plan_one(ctx, lane, host, offline)
     m, unknown = plan.manifests[host], plan.unknown.get(host, {})
@@ -234,8 +234,8 @@ def launch(
     import tempfile
     from pathlib import Path
 
+    from ..lane.replicas import generations_root, instance_name, replica_inventory
     from ..launch.lane import launch as do_launch
-    from ..launch.replicas import generations_root, instance_name, replica_inventory
     from ..launch.revert import release_inventory
     from .progress import BootView
 
@@ -307,11 +307,11 @@ def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool, r
     import tempfile
     from pathlib import Path
 
+    from ..lane.replicas import replica_inventory
+    from ..lane.spec import redact_env
     from ..launch.generations import rollback_inventory
     from ..launch.plan import dry_run, planned_argv
-    from ..launch.replicas import replica_inventory
     from ..launch.revert import release_as_generation
-    from ..launch.spec import redact_env
 
     inv = load_inventory(ctx)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
@@ -379,8 +379,8 @@ def stop(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
       sparkfleet stop demo-exl3-2x
       sparkfleet stop demo-exl3-2x --json
     """
+    from ..lane.replicas import instance_name, replica_inventory
     from ..launch.lane import stop as do_stop
-    from ..launch.replicas import instance_name, replica_inventory
 
     res = do_stop(replica_inventory(load_inventory(ctx), lane, replica), lane, by="sparkfleet stop")
     lane = instance_name(lane, replica)  # what the output names: LANE#N for replica N
@@ -415,8 +415,8 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
       sparkfleet status demo-exl3-2x
       sparkfleet status demo-exl3-2x --json
     """
+    from ..lane.replicas import instance_name, replica_inventory
     from ..launch.lanestop import status_enforced  # [watchdog] scope = "lane" acts here too
-    from ..launch.replicas import instance_name, replica_inventory
 
     st, _ = status_enforced(replica_inventory(load_inventory(ctx), lane, replica), lane)
     if as_json:
@@ -498,9 +498,9 @@ def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bo
       sparkfleet logs demo-exl3-2x dgx2 -n 200
       sparkfleet logs demo-exl3-2x -f      # until Ctrl-C
     """
+    from ..lane.recipe import launch_recipe
     from ..launch.lane import follow as do_follow
     from ..launch.lane import logs as do_logs
-    from ..launch.recipe import launch_recipe
 
     inv = load_inventory(ctx)
     if follow:
@@ -551,7 +551,7 @@ def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json:
 
     A host of a lane's copy is checked as that copy (its rank, world and hints).
     """
-    from ..doctor import doctor as do_doctor
+    from ..ops.doctor import doctor as do_doctor
 
     report = do_doctor(load_inventory(ctx), target, deploy=deploy, replica=replica)
     if as_json:
@@ -570,6 +570,6 @@ def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json:
 @click.argument("action")
 def agent(action: str) -> None:
     """Node side of launch: a JSON request on stdin, a JSON answer on stdout."""
-    from ..launch.agent import main as agent_main
+    from ..node.agent import main as agent_main
 
     sys.exit(agent_main([action]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import pins as core
-from ..errors import ExitCode
+from ..base.errors import ExitCode
 from .render import echo_json, load_inventory
 
 _MARK = {

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
 from .render import complete, echo_json, load_inventory, to_jsonable
 from .values import POSITIVE_SECONDS
 
@@ -28,7 +28,7 @@ def status(ctx: click.Context, hosts: tuple[str, ...], as_json: bool) -> None:
       sparkfleet power status               # real fleet: ssh to each host
       sparkfleet power status dgx3 dgx4 --json   # real fleet
     """
-    from ..power import power_status
+    from ..ops.power import power_status
 
     inv = load_inventory(ctx)
     states = [power_status(inv, h) for h in (hosts or tuple(inv.hosts))]
@@ -57,7 +57,7 @@ def on(ctx: click.Context, hosts: tuple[str, ...], timeout: float, poll: float, 
       sparkfleet power on dgx3 dgx4         # real fleet: Wake-on-LAN
       sparkfleet power on dgx4 --timeout 300 --json   # real fleet
     """
-    from ..power import power_on
+    from ..ops.power import power_on
 
     inv = load_inventory(ctx)
     say = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))

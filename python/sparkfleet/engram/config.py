@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InventoryError
-from ..inventory import Inventory, Lane, Pin, replica_lane, replica_of_host
+from ..base.errors import InventoryError
+from ..fleet.inventory import Inventory, Lane, Pin, replica_lane, replica_of_host
 from .ranges import rank_range
 
 DEFAULT_MOUNT = "/engram"  # the container path DSV41_PACKED_DIR points at (the TP4 packer's --out default)
@@ -205,8 +205,8 @@ def launch_wiring(
 ) -> tuple[dict[str, str], list[PackMount]]:
     """(env, mounts) a rank needs to read its packs: DSV41_PACKED_DIR, and in a container a read-only mount.
 
-    Called by launch.spec.build_spec, which turns the mounts into its own binds: the wiring runs
-    one way, launch → engram, so engram never imports launch. Empty when the lane has no
+    Called by lane.spec.build_spec, which turns the mounts into its own binds: the wiring runs
+    one way, lane → engram, so engram never imports lane/ or launch/. Empty when the lane has no
     [engram]. The env key is refused in [launch.env] for such a lane, so the directory is named
     in one place only.
     """

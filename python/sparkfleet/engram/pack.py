@@ -26,12 +26,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, atomic, space
-from ..digests import sample_digest
-from ..errors import SourceError, SpaceError, SparkfleetError
-from ..inventory import Inventory
+from .. import __version__
+from ..base import atomic, space
+from ..base.digests import sample_digest
+from ..base.errors import SourceError, SpaceError, SparkfleetError
+from ..base.lock import exclusive
+from ..fleet.inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress
-from ..stage.lock import exclusive
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
 from .ranges import PackHeader, is_pack_name, pack_name, rank_range

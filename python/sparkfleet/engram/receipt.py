@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import atomic
-from ..errors import SparkfleetError
+from ..base import atomic
+from ..base.errors import SparkfleetError
 from .ranges import is_pack_name
 
 RECEIPT_NAME = "engram-receipt.json"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..inventory import Inventory
+from ..fleet.inventory import Inventory
 from . import receipt, sparse
 from .config import SPARSE_SHARDS
 from .pack import PackPlan, file_problem, plan, source_info

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import write_bytes
-from ..errors import SparkfleetError
-from ..hosts import RunResult, SshHost, check_reachable, connect, fan_out
-from ..inventory import Inventory, state_dir_of
-from ..nodecall import call_agent
+from ..base.atomic import write_bytes
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory, state_dir_of
+from ..remote.hosts import RunResult, SshHost, check_reachable, connect, fan_out
+from ..remote.nodecall import call_agent
 from .archive import BuildImage, inspect_build, open_stream
 from .record import CONTAINER_ENGINES, LaneImage, operator_record_path, read_operator_record, read_push_record
 

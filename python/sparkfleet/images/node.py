@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_bytes
-from ..errors import ExitCode, SparkfleetError
+from ..base.atomic import write_bytes
+from ..base.errors import ExitCode, SparkfleetError
 from .archive import normalize_id
 
 ENGINES = ("docker", "podman")

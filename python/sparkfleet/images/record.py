@@ -1,8 +1,7 @@
 """The operator's image records: where they live, and which build a lane last loaded.
 
-Why a module of its own: launch's plan (built image ID, a dry run's image note), doctor and
-`image load`/`push`/`release` all read these records; keeping them apart from the loading
-machinery means the plan reads a record without importing the code that talks to hosts.
+Launch's plan (built image ID, a dry run's image note), doctor and `image load`/`push`/`release`
+all read these records, without the loading machinery that talks to hosts.
 Records live in the operator's state directory (never the fleet root: under `nix run` that is a
 read-only store path) and are written atomically by their writers.
 """
@@ -15,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode, SparkfleetError
 
 STATE_ENV = "SPARKFLEET_STATE_DIR"
 CONTAINER_ENGINES = ("docker", "podman")

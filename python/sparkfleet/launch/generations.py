@@ -8,7 +8,7 @@ gates' results and the boot (warm/cold cache, time to ready). `promote` marks th
 once smoke and the bench gate pass; `rollback` relaunches the last good one from its own recipe and
 pins; `history` lists them with the reports measured while each was current.
 
-Written temp + fsync + os.replace (sparkfleet.atomic): a generation is whole or absent.
+Written temp + fsync + os.replace (sparkfleet.base.atomic): a generation is whole or absent.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..atomic import ensure_dir, sweep_temps, write_bytes
-from ..errors import ExitCode, SparkfleetError
-from ..inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
-from ..jsonable import to_jsonable
-from ..stage.lock import open_lock_file
+from ..base.atomic import ensure_dir, sweep_temps, write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..base.lock import open_lock_file
+from ..fleet.inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
 from .generation_check import GENERATION_ID, problem
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
     from .plan import LanePlan
     from .report import LaunchReport
 
@@ -317,7 +317,7 @@ def promote(
 
 def rollback_inventory(gen: dict, workdir: Path) -> Inventory:
     """An inventory that is the generation's own fleet file and recipe (validated like any other)."""
-    from ..inventory import load
+    from ..fleet.inventory import load
 
     if not LANE_NAME.fullmatch(gen["lane"]):  # it names a folder: never one outside workdir
         raise GenerationError(f"generation {gen['id']}: not a lane name: {gen['lane'][:80]!r}")

@@ -17,22 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import HostUnreachable, connect, fan_out
-from ..inventory import Inventory, state_dir_of
-from ..jsonable import to_jsonable
-from ..nodecall import call_agent, state_request
-from ..stage.lock import exclusive
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..base.lock import exclusive
+from ..fleet.inventory import Inventory, state_dir_of
+from ..lane.readiness import BootWatch, RankExit, RankProgress, wait_ready
+from ..lane.recipe import launch_recipe
+from ..lane.replicas import generations_home, replica_flag
+from ..lane.spec import LaunchSpec
+from ..lane.weights import check_local_weights, host_weights, weights_note
+from ..remote.hosts import HostUnreachable, connect, fan_out
+from ..remote.nodecall import call_agent, state_request
 from .generations import current, generations_dir, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
 from .plan import LanePlan, kits_request, prepare
 from .preflight import preflight
-from .readiness import BootWatch, RankExit, RankProgress, wait_ready
-from .recipe import launch_recipe
-from .replicas import generations_home, replica_flag
 from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
-from .spec import LaunchSpec
-from .weights import check_local_weights, host_weights, weights_note
 
 LAUNCH_LOCK = ".launch.lock"  # in the lane's generations folder, beside the generations' own .lock
 BUSY_HINT = "wait for it to finish (`sparkfleet status LANE` shows its ranks as they start)"

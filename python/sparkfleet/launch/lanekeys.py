@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..apikeys import new_key
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import HostUnreachable, connect, fan_out
-from ..inventory import Inventory
-from ..nodecall import state_request
+from ..base.errors import ExitCode, SparkfleetError
+from ..facts.apikeys import new_key
+from ..fleet.inventory import Inventory
+from ..remote.hosts import HostUnreachable, connect, fan_out
+from ..remote.nodecall import state_request
 
 Call = Callable[..., dict]
 

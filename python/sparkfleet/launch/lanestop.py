@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SparkfleetError
-from ..inventory import Inventory
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory
+from ..lane.recipe import launch_recipe
+from ..lane.replicas import generations_home
 from .generations import load_all, locked, save
 from .lane import status, stop
-from .recipe import launch_recipe
-from .replicas import generations_home
 from .report import LaneStatus
 
 MEMORY_TRIP = "memory watchdog:"  # how lane.status names a node's recorded watchdog stop

@@ -12,21 +12,21 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ExitCode, SparkfleetError
-from ..fabric import NODE_ENV_KEYS, FabricFacts
-from ..hosts import HostUnreachable, connect, fan_out
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..facts.fabric import NODE_ENV_KEYS, FabricFacts
+from ..fleet.inventory import Host, Inventory, state_dir_of
+from ..fleet.kittrees import KitVerdict, kit_checkouts
 from ..images.record import built_image_id, planned_image
-from ..inventory import Host, Inventory, state_dir_of
-from ..jsonable import to_jsonable
-from ..kittrees import KitVerdict, kit_checkouts
-from ..nodecall import call_agent
-from . import records
-from .kitwire import node_env_missing
-from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
-from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
-from .replicas import replica_flag
-from .runtimes import container_run_argv
-from .spec import LaunchSpec, ShapeError, build_spec, cache_seed_of, display_of, recipe_problems
+from ..lane.kitwire import node_env_missing
+from ..lane.manifest import BindManifest, ModelState, SnapshotFile, build_manifest
+from ..lane.recipe import LaunchRecipe, launch_recipe, ports_for_probe
+from ..lane.replicas import replica_flag
+from ..lane.spec import LaunchSpec, ShapeError, build_spec, cache_seed_of, display_of, recipe_problems
+from ..node import records
+from ..node.runtimes import container_run_argv
+from ..remote.hosts import HostUnreachable, connect, fan_out
+from ..remote.nodecall import call_agent
 
 
 @dataclass
@@ -39,7 +39,7 @@ class NodeFacts:
     models: list[ModelState]
     model_errors: list[str] = field(default_factory=list)
     not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
-    memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
+    memory: dict | None = None  # MemoryFacts fields (sparkfleet.facts.memory)
     memory_error: str | None = None
     ports_in_use: list[int] = field(default_factory=list)
     kits: list[dict] = field(default_factory=list)  # [[launch.trees]] checkouts: KitVerdict fields

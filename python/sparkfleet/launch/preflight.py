@@ -13,16 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import connect, fan_out
-from ..hoststack import HostFingerprint, drift, fingerprint_hosts
-from ..jsonable import to_jsonable
-from ..memory import MemoryFacts, admit, summary
-from ..nodecall import call_agent
-from .recipe import rank_port
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..facts.memory import MemoryFacts, admit, summary
+from ..lane.recipe import rank_port
+from ..remote.hosts import connect, fan_out
+from ..remote.hoststack import HostFingerprint, drift, fingerprint_hosts
+from ..remote.nodecall import call_agent
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
     from .plan import LanePlan
 
 

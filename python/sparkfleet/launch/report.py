@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..lane.readiness import ReadyReport
+from ..lane.weights import weights_note
 from .preflight import PreflightReport
-from .readiness import ReadyReport
-from .weights import weights_note
 
 
 @dataclass

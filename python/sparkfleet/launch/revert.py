@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..images.load import load_pushed
+from ..lane.recipe import launch_recipe
 from .generations import find_generation, last_good, rollback, rollback_inventory
 from .lane import launch, stop
 from .plan import dry_run
-from .recipe import launch_recipe
 from .release import load_release, verified_release
 from .report import LaunchReport
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 
 def release_as_generation(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 from .machine import MachineFigures
 from .model import ModelCost
 

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SourceError
-from ..hubcache import HubRoot
-from ..inventory import Host, Inventory, Lane, Pin
+from ..base.errors import SourceError
+from ..facts.hubcache import HubRoot
+from ..fleet.inventory import Host, Inventory, Lane, Pin
 from .model import CostOptions, ModelCost, model_cost, snapshot_files
 
 

@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import atomic, units
+from ..base import atomic, units
 
 if TYPE_CHECKING:  # annotations only: staging's bound reads measurements, not the inventory
-    from ..inventory import Host, HostKind, Inventory
+    from ..fleet.inventory import Host, HostKind, Inventory
 
 MEASUREMENTS_FILE = "measurements.json"
 
@@ -68,7 +68,7 @@ LINKS = ("fabric_link", "nas_link")  # rated in bits: printed as Gb/s
 
 
 def figure_text(name: str, value: float | None) -> str:
-    """A figure as a person reads it, through the one unit formatter (sparkfleet/units.py): links in
+    """A figure as a person reads it, through the one unit formatter (sparkfleet/base/units.py): links in
     Gb/s, other byte rates in GB/s, compute in TFLOP/s, the fabric latency in µs."""
     if value is None:
         return "unknown"

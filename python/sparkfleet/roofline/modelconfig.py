@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SourceError
+from ..base.errors import SourceError
 
 # Far above any published model (DeepSeek-V3: 61 layers, 7168 hidden, 256 experts, vocab 129280;
 # Llama 4: vocab 202048), far below where a product overflows into nonsense.

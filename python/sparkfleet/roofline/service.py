@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import SparkfleetError
-from ..hosts import LocalHost, check_reachable, connect
-from ..inventory import Host, Inventory, Lane, state_dir_of
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Host, Inventory, Lane, state_dir_of
+from ..remote.hosts import LocalHost, check_reachable, connect
 from ..stage.remote import is_this_host, sparkfleet_argv
 from .bound import LaneShape, StepTerms, decode_terms
 from .lane import RooflineConfig, cost_from_doc, lane_inputs

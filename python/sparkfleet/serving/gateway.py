@@ -45,13 +45,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import apikeys, procs
-from ..atomic import ensure_dir, write_bytes
-from ..errors import ExitCode, SparkfleetError
-from ..inventory import Inventory, replica_sets
+from ..base import procs
+from ..base.atomic import ensure_dir, write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.selfexec import module_argv
+from ..facts import apikeys
+from ..fleet.inventory import Inventory, replica_sets
+from ..lane.recipe import launch_recipe
 from ..launch.lanekeys import Call, host_key, install
-from ..launch.recipe import launch_recipe
-from ..selfexec import module_argv
 from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")

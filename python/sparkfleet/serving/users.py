@@ -34,10 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..apikeys import new_key
-from ..atomic import create_new, ensure_dir, fsync_dir, sweep_temps, write_bytes
-from ..errors import ExitCode, SparkfleetError
-from ..stage.lock import open_lock_file
+from ..base.atomic import create_new, ensure_dir, fsync_dir, sweep_temps, write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.lock import open_lock_file
+from ..facts.apikeys import new_key
 
 USERS_DIR = "users"
 KEY_SUFFIX = ".key"

@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import atomic, space
-from ..digests import Verdict, compare
-from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
-from ..hosts import fan_out
-from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
-from ..space import free_bytes
+from ..base import atomic, space
+from ..base.digests import Verdict, compare
+from ..base.errors import SourceError, SpaceError, SparkfleetError, from_os_error
+from ..base.lock import hub_lock
+from ..base.space import free_bytes
+from ..facts.hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
+from ..remote.hosts import fan_out
 from . import staged
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key, tree_position, tree_sources
-from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
 from .transport import PeerMiss, PeerSource
 from .verify import VerifyReport, arrival_mode, verify_plan

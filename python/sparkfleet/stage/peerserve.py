@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import procs
-from ..atomic import write_bytes
-from ..errors import SparkfleetError
-from ..hosts import stop_process
+from ..base import procs
+from ..base.atomic import write_bytes
+from ..base.errors import SparkfleetError
+from ..remote.hosts import stop_process
 from .transport import RSYNCD_MODULE, RSYNCD_USER
 
 PRIVATE_PREFIX = "sparkfleet-rsyncd-"

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..digests import Verdict, compare, sample_note
-from ..errors import SourceError
-from ..hubcache import HubRoot
+from ..base.digests import Verdict, compare, sample_note
+from ..base.errors import SourceError
+from ..facts.hubcache import HubRoot
 from . import staged
 from .plan import SourceScan, StagePlan
 

@@ -3,7 +3,7 @@
 A lane: its ranks as `sparkfleet status` sees them (the node agents' records and the head's
 /health and /v1/models), its generations (the serving one, and whether the newest was stopped),
 its newest bench report, its incident bundles and its supervisor's state file. A host: the node
-agent's `host-facts` answer (launch/hostread.py) under a time bound, and what fleet.toml and the
+agent's `host-facts` answer (node/hostread.py) under a time bound, and what fleet.toml and the
 recipes say it must keep (the NVMe reserve, the lanes' memory floors).
 
 Each function answers for one lane or one host and never raises for what a node or a file says:
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import time
 
-from ..errors import SparkfleetError
-from ..hosts import connect
-from ..inventory import Inventory, state_dir_of
-from ..launch import watchstate
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory, state_dir_of
+from ..lane.recipe import launch_recipe
+from ..lane.replicas import generations_home
 from ..launch.generations import current, load_all
-from ..launch.hostread import StagedPin
 from ..launch.lane import status
-from ..launch.recipe import launch_recipe
-from ..launch.replicas import generations_home
-from ..nodecall import call_agent
+from ..node.hostread import StagedPin
+from ..ops import watchstate
+from ..remote.hosts import connect
+from ..remote.nodecall import call_agent
 from . import lanefiles
 from .snapshot import HostView, LaneView
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.report.compare import number
-from ..inventory import Lane
+from ..fleet.inventory import Lane
 from .snapshot import BenchFigures, IncidentView
 
 MAX_INCIDENTS = 500  # the newest this many bundles are counted (a lane with more has a bigger problem)

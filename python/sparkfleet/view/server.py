@@ -33,7 +33,7 @@ from urllib.parse import unquote
 
 from ..bench.report.history import lane_history
 from ..bench.report.html import render_page
-from ..inventory import LANE_NAME, Inventory
+from ..fleet.inventory import LANE_NAME, Inventory
 from . import lanefiles, page
 from .metrics import CONTENT_TYPE, registry_for, render
 from .refresh import Refresher

@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import ensure_dir, write_bytes
-from ..errors import SparkfleetError
-from ..inventory import Inventory
-from ..launch.recipe import launch_recipe
+from ..base.atomic import ensure_dir, write_bytes
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory
+from ..lane.recipe import launch_recipe
 from .collect import launched_lanes
 
 # file_sd file -> the scrape job that reads it

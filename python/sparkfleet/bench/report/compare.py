@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ExitCode
+from ...base.errors import ExitCode
 from .comparability import Mismatch, affects, metric_family, mismatches
 
 

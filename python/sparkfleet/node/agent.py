@@ -1,0 +1,544 @@
+"""The node side of launch: one JSON request on stdin, one JSON answer on stdout.
+
+The controller runs this on each node through `SshHost` (or `LocalHost`) instead of shipping
+shell strings: `sparkfleet agent ACTION` (or `python -m sparkfleet.node.agent ACTION`).
+Everything that must read the node itself happens here: its sysfs (fabric), its hubs (staged
+and verified state), its receipt roots, its processes and containers, its logs and its ports.
+
+Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident, host-facts
+(the fleet view's read), and the key and image actions. A user
+error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
+stays meaningful; so is any other exception one action raises (exit_code 70, its traceback on
+stderr): the controller gets an answer it can report, never a dead agent's silence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..base.atomic import write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..facts import apikeys
+from ..facts.display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
+from ..facts.fabric import detect, scan_ports
+from ..fleet.inventory import LANE_NAME
+from ..lane.bootcache import cache_state
+from ..lane.manifest import ModelState, SnapshotFile, snapshot_rel
+from ..lane.spec import spec_from_dict
+from . import records, watchdog
+from .node_checks import canary, incident, ports_in_use
+from .receipts import clear_receipts
+from .records import tail_bytes
+from .runtimes import runtime_for
+
+LOG_CHUNK = 256 * 1024
+VERSION_HINT = "deploy the same sparkfleet to the controller and the nodes (deploy .#<host>.sparkfleet)"
+
+
+def _bad_paths(snapshot: str, entries, problems: list[str]) -> set[str]:
+    """Entry paths a verify report names, by the entry's own path or the file it resolves to."""
+    named = set()
+    for p in problems:
+        parts = p.split(": ", 2)
+        if len(parts) >= 2:
+            named.add(parts[1].split(" ", 1)[0])
+    return {e.path for e in entries if f"{snapshot}/{e.path}" in named or e.final in named}
+
+
+def model_state(
+    repo: str,
+    revision: str,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    local_hub: Path,
+    nas_hub: Path,
+    verify_mode: str = "sample",
+) -> ModelState:
+    """Read the NAS snapshot and verify the local tree on this node (reads only)."""
+    from ..stage.plan import StageRequest, plan_stage, scan_source  # lazy: only `probe` reads a hub
+    from ..stage.verify import verify_plan
+
+    request = StageRequest(
+        source_hub=nas_hub, dest_hub=local_hub, repo=repo, revision=revision, include=include, exclude=exclude
+    )
+    scan = scan_source(request)
+    plan = plan_stage(scan, {})
+    report = verify_plan(scan, plan, verify_mode)
+    snapshot = snapshot_rel(repo, plan.commit)
+    bad = _bad_paths(snapshot, plan.included, report.problems)
+    return ModelState(
+        repo=repo,
+        commit=plan.commit,
+        files=tuple(SnapshotFile(e.path, e.excluded) for e in plan.entries),
+        local_verified=report.ok,
+        bad_paths=tuple(sorted(bad)),
+        problems=tuple(report.problems[:20]),
+    )
+
+
+def _lane_key(req: dict) -> str | None:
+    """The lane's API key on this node (None without one, or without lane/state_dir in the request)."""
+    if not (req.get("state_dir") and req.get("lane")):
+        return None
+    return apikeys.read_key(Path(req["state_dir"]), req["lane"])
+
+
+def _http_status(
+    port: int, path: str, timeout: float = 2.0, key: str | None = None, data: bytes | None = None
+) -> tuple[int | None, Any]:
+    """GET `path` (POST `data` as JSON when given) on the lane's port: the status and a JSON body."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            body = resp.read(65536)
+            try:
+                return resp.status, json.loads(body)
+            except ValueError:
+                return resp.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None, None
+
+
+# ---- actions ----------------------------------------------------------------------------------
+
+
+def probe(req: dict) -> dict:
+    """Fabric facts and the staged/verified state of every model the lane needs."""
+    out: dict[str, Any] = {"hostname": socket.gethostname()}
+    fab = req.get("fabric") or {}
+    if fab.get("needed"):
+        try:
+            out["fabric"] = to_jsonable(
+                detect(scan_ports(Path(fab.get("sysfs") or "/sys")), fab.get("fabric_ip"))
+            )
+            out["fabric"].pop("ports", None)
+        except SparkfleetError as exc:
+            out["fabric_error"] = {"error": exc.message, "hint": exc.hint}
+    states = []
+    for m in req.get("models", []):
+        try:
+            st = model_state(
+                m["repo"], m["revision"], tuple(m.get("include", ())), tuple(m.get("exclude", ())),
+                Path(req["local_hub"]), Path(req["nas_hub"]), req.get("verify_mode", "sample"),
+            )  # fmt: skip
+            states.append(to_jsonable(st))
+        except SparkfleetError as exc:
+            states.append({"repo": m["repo"], "error": exc.message, "hint": exc.hint})
+    out["models"] = states
+    if req.get("built_image"):  # a lane launched from a Nix-built image: which ID this host holds
+        from ..images.node import image_state
+
+        out["image_state"] = image_state(req["built_image"])
+    if req.get("memory"):
+        from ..facts.memory import read_memory
+
+        try:
+            out["memory"] = to_jsonable(read_memory(watchdog.meminfo_source(), watchdog.shm_source()))
+        except (OSError, ValueError) as exc:
+            out["memory_error"] = str(exc)
+    if req.get("ports"):
+        out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
+    verdicts = _kit_verdicts(req)
+    if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
+        out["kits"] = [v.as_dict() for v in verdicts]
+    if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
+        dev = device_from_dict(req["display"])
+        facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
+        out["display"] = {**to_jsonable(facts), "problems": display_problems(dev, facts)}
+    if req.get("cache_seed"):  # [launch.cache_seed]: the verified tree, made once when launch asks
+        from ..fleet.cacheseed import seed_from_dict
+        from .seedprep import seed_facts
+
+        seed = req["cache_seed"]
+        unpinned = [v for v in verdicts if v.pin == seed.get("pin") and not v.ok]
+        if unpinned:  # the lock and CACHE_ROOTS are read only from the checkout as pinned
+            v = unpinned[0]
+            out["cache_seed"] = {"ok": False, "problem": f"its lock is not read: {v.summary()}",
+                                 "hint": v.fix}  # fmt: skip
+        else:
+            out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
+    return out
+
+
+def _kit_verdicts(req: dict) -> list:
+    """verify's verdict on each kit checkout the request names (its "kits"): [] when it names none."""
+    kits = req.get("kits") or {}
+    if not kits.get("checkouts"):
+        return []
+    from ..fleet.kittrees import KitCheckout
+    from ..stage.kits import verify_kits
+
+    checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
+    return verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+
+
+def start(req: dict) -> dict:
+    """Refuse if this lane's rank already runs or its kit checkouts (the request's "kits") are not
+    as pinned; before_serve (receipt roots, then the cache seed); start, record."""
+    spec = spec_from_dict(req["spec"])
+    state_dir = Path(spec.state_dir)
+    key = apikeys.read_key(state_dir, spec.lane)
+    if key:  # into the 0600 env file / the process env only: never the spec, argv or a record
+        spec = dataclasses.replace(spec, env={**spec.env, **dict.fromkeys(apikeys.ENGINE_ENV, key)})
+    runtime = runtime_for(spec.runtime)
+    for rec in records.load_all(state_dir, spec.lane):
+        st = runtime_for(rec.runtime).state(rec) if rec.rank == spec.rank else None
+        if st is not None and st.alive:
+            raise SparkfleetError(
+                f"{spec.lane} rank {spec.rank} is already running on {spec.host} ({rec.name})"
+                + ("" if st.running else f": {st.detail}"),
+                hint=f"sparkfleet stop {spec.lane}",
+                exit_code=ExitCode.REFUSED,  # an occupied host (docs/cli.md "Exit codes")
+            )
+    # The kit's files the rank will run ([[launch.trees]]) are judged again here, just before they
+    # run: the probe's verdict is from before the preflight, and the checkout may change since.
+    changed = [v for v in _kit_verdicts(req) if not v.ok]
+    if changed:
+        raise SparkfleetError(
+            f"{spec.host}: the kit is not there as pinned; {changed[0].summary()}; nothing was started",
+            hint=changed[0].fix,
+            exit_code=ExitCode.REFUSED,
+        )
+    cleared = clear_receipts(spec.receipt_roots, base=spec.cache_dir, state_dir=spec.state_dir)
+    boot_cache = cache_state(spec) if spec.boot_cache_dir else None
+    seeded = None
+    if spec.cache_seed is not None:  # the kit's kernel cache, as each of its runs starts with it
+        from .seedprep import seed_cache
+
+        seeded = to_jsonable(seed_cache(spec.cache_seed, spec.cache_dir))
+    rec = runtime.start(spec)
+    rec = dataclasses.replace(rec, receipts_cleared=tuple(c.path for c in cleared if c.existed))
+    records.save(state_dir, rec)
+    records.last_run_path(state_dir, spec.lane, spec.rank).unlink(missing_ok=True)  # a new run began
+    out = {"record": to_jsonable(rec), "receipts": to_jsonable(cleared), "boot_cache": boot_cache}
+    if seeded is not None:
+        out["cache_seed"] = seeded
+    wd = req.get("watchdog")
+    if wd:
+        out["watchdog"] = watchdog.spawn(
+            state_dir, spec.lane, int(wd["floor"]), float(wd["interval"]), spec.stop_timeout_s
+        )
+    return out
+
+
+def _state_json(rec: records.LaunchRecord) -> dict:
+    st = runtime_for(rec.runtime).state(rec)
+    return {
+        "record": to_jsonable(rec),
+        "running": st.running,
+        "returncode": st.returncode,
+        "detail": st.detail,
+        "orphan_pid": st.orphan_pid,
+    }
+
+
+def status(req: dict) -> dict:
+    """The lane's recorded ranks now; when none is recorded, how its last run ended (`last`)."""
+    recs = records.load_all(Path(req["state_dir"]), req["lane"])
+    out: dict[str, Any] = {"ranks": [_state_json(r) for r in recs]}
+    if not recs:
+        out["last"] = [
+            {"record": to_jsonable(rec), "stopped": to_jsonable(note)}
+            for rec, note in records.load_last_stops(Path(req["state_dir"]), req["lane"])
+        ]
+    memstop = watchdog.read_memstop(Path(req["state_dir"]), req["lane"])
+    if memstop:
+        out["memstop"] = memstop
+    return out
+
+
+def stop(req: dict) -> dict:
+    """Stop every rank of the lane this node's records name; retire the records of stopped ranks.
+
+    A retired record keeps the last run's log findable for `sparkfleet logs`: a container's log
+    is copied to the rank's log file first, since stopping removes the container.
+    """
+    state_dir = Path(req["state_dir"])
+    watchdog.stop_watchdog(state_dir, req["lane"])
+    out = []
+    for rec in records.load_all(state_dir, req["lane"]):
+        runtime = runtime_for(rec.runtime)
+        if rec.runtime != "process":
+            try:
+                data, _ = runtime.read_log(rec, 0, 1 << 30)
+                write_bytes(Path(rec.log_path), data, mode=0o600)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the log is a courtesy; stopping must not depend on it
+        res = runtime.stop(rec, float(req.get("timeout", 30)))
+        if res.stopped:
+            note = records.StopNote(time.time(), str(req.get("by") or "sparkfleet"), res.detail)
+            records.retire(state_dir, rec, note)
+        out.append(to_jsonable(res))
+    return {"stopped": out}
+
+
+def watch(req: dict) -> dict:
+    """One readiness poll of a rank: new log bytes since `offset`, liveness, and (head) HTTP probes."""
+    recs = [r for r in records.load_all(Path(req["state_dir"]), req["lane"]) if r.rank == int(req["rank"])]
+    if not recs:
+        return {"found": False}
+    rec = recs[0]
+    runtime = runtime_for(rec.runtime)
+    data, offset = runtime.read_log(rec, int(req.get("offset", 0)), int(req.get("max_bytes", LOG_CHUNK)))
+    st = runtime.state(rec)
+    out: dict[str, Any] = {
+        "found": True,
+        "data": apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req)),
+        "offset": offset,
+        "running": st.running,
+        "returncode": st.returncode,
+    }
+    if req.get("port") and st.running:
+        out["health"], _ = _http_status(int(req["port"]), "/health")
+        out["models_status"], models = _http_status(int(req["port"]), "/v1/models", key=_lane_key(req))
+        if isinstance(models, dict):
+            out["models"] = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        if out["health"] == 200 and out["models_status"] == 200:  # up: does it refuse the keyless?
+            out["keyless_status"], _ = _http_status(int(req["port"]), apikeys.KEYLESS_PROBE, data=b"{}")
+    return out
+
+
+def logs(req: dict) -> dict:
+    """The last `lines` lines of every recorded rank's log on this node: the running run's, else the
+    last stopped run's (`stopped` names those ranks, `log_paths` where each log is)."""
+    state_dir = Path(req["state_dir"])
+    out, stopped, paths = {}, [], {}
+    live = records.load_all(state_dir, req["lane"])
+    for rec in live or records.load_last(state_dir, req["lane"]):
+        if not live:
+            stopped.append(str(rec.rank))
+        if live and rec.runtime != "process":
+            data, _ = runtime_for(rec.runtime).read_log(rec, 0, 1 << 30)
+        else:
+            data = tail_bytes(rec.log_path)
+        text = apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req))
+        out[str(rec.rank)] = "\n".join(text.splitlines()[-int(req.get("lines", 50)) :])
+        paths[str(rec.rank)] = rec.log_path
+    return {"logs": out, "stopped": stopped, "log_paths": paths}
+
+
+def doctor(req: dict) -> dict:
+    """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state, kit checkouts
+    (the probe's)."""
+    out = probe(req)
+    hub = Path(req["local_hub"])
+    probe_dir = next((p for p in (hub, *hub.parents) if p.exists()), Path("/"))
+    usage = shutil.disk_usage(probe_dir)
+    out["disk"] = {"path": str(probe_dir), "free": usage.free, "total": usage.total}
+    receipts = []
+    for root in req.get("receipt_roots", []):
+        p = Path(root)
+        if os.path.lexists(p):
+            st = p.lstat()
+            parent_writable = os.access(p.parent, os.W_OK)
+            receipts.append(
+                {"path": root, "exists": True, "uid": st.st_uid, "removable_as_me": parent_writable}
+            )
+        else:
+            receipts.append({"path": root, "exists": False})
+    out["receipts"] = receipts
+    out["euid"] = os.geteuid()
+    # root needs no sudo; asking anyway costs sudo's hostname lookup (seconds on a host without DNS)
+    out["sudo_n"] = out["euid"] != 0 and (
+        shutil.which("sudo") is not None
+        and subprocess.run(["sudo", "-n", "true"], capture_output=True, stdin=subprocess.DEVNULL).returncode
+        == 0
+    )
+    image, engine = req.get("image"), req.get("runtime")
+    if image and engine in ("docker", "podman"):
+        if shutil.which(engine) is None:
+            out["image"] = {"present": False, "detail": f"{engine} not installed"}
+        else:
+            present = subprocess.run([engine, "image", "inspect", image], capture_output=True).returncode == 0
+            out["image"] = {"present": present, "detail": image}
+    if shutil.which("nvidia-smi"):
+        cp = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        out["gpu"] = {
+            "available": cp.returncode == 0,
+            "apps": [ln for ln in cp.stdout.splitlines() if ln.strip()],
+        }
+    else:
+        out["gpu"] = {"available": False, "apps": []}
+    if req.get("state_dir") and req.get("lane"):
+        out["ranks"] = status(req)["ranks"]
+        out["api_key"] = _auth_facts(req, any(r["running"] for r in out["ranks"]))
+    out["fingerprint"] = fingerprint(req)["fingerprint"]
+    return out
+
+
+def _auth_facts(req: dict, serving: bool) -> dict:
+    """Does this node hold the lane's key, and does its port answer /v1/models without one?"""
+    try:
+        key = _lane_key(req)
+    except SparkfleetError as exc:
+        return {"present": False, "error": exc.message}
+    out: dict[str, Any] = {"present": key is not None}
+    if serving and req.get("port"):
+        out["open_status"], _ = _http_status(int(req["port"]), "/v1/models")
+        out["keyless_status"], _ = _http_status(int(req["port"]), apikeys.KEYLESS_PROBE, data=b"{}")
+        if key:
+            out["keyed_status"], _ = _http_status(int(req["port"]), "/v1/models", key=key)
+    return out
+
+
+def occupancy(req: dict) -> dict:
+    """Every lane with a rank running on this node (from the records under state_dir/lanes/)."""
+    lanes_dir = Path(req["state_dir"]) / "lanes"
+    out = []
+    for d in sorted(lanes_dir.iterdir()) if lanes_dir.is_dir() else []:
+        for rec in records.load_all(lanes_dir.parent, d.name):
+            if runtime_for(rec.runtime).state(rec).alive:
+                out.append({"lane": rec.lane, "rank": rec.rank, "name": rec.name})
+    return {"running": out}
+
+
+def image_state(req: dict) -> dict:
+    from ..images.node import image_state as state
+
+    return state(req)
+
+
+def image_pull(req: dict) -> dict:
+    from ..images.node import image_pull as pull
+
+    return pull(req)
+
+
+def image_commit(req: dict) -> dict:
+    from ..images.node import image_commit as commit
+
+    return commit(req)
+
+
+def fingerprint(req: dict) -> dict:
+    """This node's host stack, read here in one call (`sparkfleet.remote.hoststack.collect_fingerprint`)."""
+    from ..remote.hosts import LocalHost
+    from ..remote.hoststack import collect_fingerprint
+
+    fp = collect_fingerprint(LocalHost(req.get("host") or socket.gethostname()), req.get("image"))
+    return {"fingerprint": fp.to_dict()}
+
+
+def host_facts(req: dict) -> dict:
+    """Memory, NVMe, staged bytes per pin and the last measured rates (the fleet view's one read)."""
+    from .hostread import host_facts as facts
+
+    return facts(req)
+
+
+def api_key(req: dict) -> dict:
+    """The lane's key on this node, for the controller's clients (answered on stdout, never argv)."""
+    return {"key": apikeys.read_key(Path(req["state_dir"]), req["lane"])}
+
+
+def api_key_write(req: dict) -> dict:
+    """Install the lane's key (sent on stdin) on this node: bootstrap and `keys rotate`."""
+    return {"changed": apikeys.write_key(Path(req["state_dir"]), req["lane"], req["key"])}
+
+
+ACTIONS = {
+    "api-key": api_key,
+    "api-key-write": api_key_write,
+    "occupancy": occupancy,
+    "image-state": image_state,
+    "image-commit": image_commit,
+    "image-pull": image_pull,
+    "probe": probe,
+    "start": start,
+    "stop": stop,
+    "status": status,
+    "watch": watch,
+    "logs": logs,
+    "doctor": doctor,
+    "canary": canary,
+    "fingerprint": fingerprint,
+    "incident": incident,
+    "host-facts": host_facts,
+}
+
+
+def read_request(raw: str) -> dict:
+    """The request, with the fields every action builds names from checked before any is used.
+
+    The controller builds requests from a checked inventory, but a node may run another sparkfleet
+    than the controller, and `lane` and `state_dir` become paths here (keys/<lane>.key, lanes/<lane>/):
+    a lane that is a path, or a state dir that is not absolute, would read or write elsewhere.
+    """
+    try:
+        req = json.loads(raw or "{}")
+    except ValueError as exc:
+        raise SparkfleetError(f"the request is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise SparkfleetError(f"the request is a JSON {type(req).__name__}, not an object")
+    lane = req.get("lane")
+    if lane is not None and not (isinstance(lane, str) and LANE_NAME.fullmatch(lane)):
+        raise SparkfleetError(f"the request's lane {str(lane)[:80]!r} is not a lane name")
+    state_dir = req.get("state_dir")
+    if state_dir is not None and not (
+        isinstance(state_dir, str) and state_dir.startswith("/") and "\0" not in state_dir
+        and ".." not in state_dir.split("/")
+    ):  # fmt: skip
+        raise SparkfleetError(f"the request's state_dir {str(state_dir)[:120]!r} is not an absolute path")
+    rank = req.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise SparkfleetError(f"the request's rank {str(rank)[:40]!r} is not a rank number")
+    return req
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] not in ACTIONS:
+        unknown = f"unknown action {args[0]!r}; " if len(args) == 1 else ""
+        print(f"{unknown}usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
+        return 2
+    try:
+        answer = {"ok": True, **ACTIONS[args[0]](read_request(sys.stdin.read()))}
+    except SparkfleetError as exc:
+        answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+    except KeyError as exc:  # a request without a field the action needs (another sparkfleet's)
+        answer = {
+            "ok": False,
+            "error": f"the {args[0]} request lacks {exc}",
+            "hint": VERSION_HINT,
+            "exit_code": int(ExitCode.USAGE),
+        }
+    except Exception as exc:  # noqa: BLE001 - one action's failure is its answer, never a dead agent
+        # Whatever one action raised (a bug, a file on the node no check foresaw) is answered as that
+        # action's error, so the controller (launch, the supervisor) reports it and goes on; the
+        # traceback goes to the agent's stderr, for whoever debugs it.
+        traceback.print_exc(file=sys.stderr)
+        answer = {
+            "ok": False,
+            "error": f"agent {args[0]} failed on this node: {type(exc).__name__}: {exc}"[:2000],
+            "hint": "a sparkfleet bug or a state on the node no check foresaw; the agent's stderr has "
+            "the traceback (run the action by hand: `sparkfleet agent ACTION < request.json`)",
+            "exit_code": int(ExitCode.CRASHED),
+        }
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
