@@ -348,6 +348,12 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.engram.pack:file_problem", "sparkfleet.engram.pack:_sha256",
     )),
     FileSurface("stage lock", "the local hub's other users", ("sparkfleet.base.lock:open_lock_file",)),
+    FileSurface("launch lock", "anyone with write access to the fleet checkout", (
+        "sparkfleet.base.lock:open_lock_file",
+    )),
+    FileSurface("staged record", "the local hub's other users (its .locks/ directory)", (
+        "sparkfleet.stage.staged:read", "sparkfleet.stage.staged:write",
+    )),
     FileSurface("lane cache dir", "the serving containers (root inside, /cache read-write)", (
         "sparkfleet.node.receipts:_open_parent", "sparkfleet.node.receipts:helper_main",
     )),
@@ -448,6 +454,7 @@ NOT_OUTSIDE: dict[str, str] = {
     "sparkfleet.lane.bootcache:fs_type": "the kernel (/proc/mounts)",
     "sparkfleet.node.node_checks:_read": "the kernel (/proc, the incident bundle's dmesg and meminfo)",
     "sparkfleet.view.metricsdoc:main": "the repository's own docs page (a maintainer tool writing its table)",
+    "sparkfleet.cli.clidoc:main": "the repository's own docs page (a maintainer tool writing it)",
     "sparkfleet.view.targets:write_prometheus_dir": "the package's own alert rules (view/rules)",
     "sparkfleet.pins.hf:_hf_json": "an HTTP answer, not a file (SECURITY.md: answers sparkfleet reads)",
     "sparkfleet.pins.oci:_bearer_token": "an HTTP answer, not a file (SECURITY.md: answers sparkfleet reads)",

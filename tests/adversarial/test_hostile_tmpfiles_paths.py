@@ -102,7 +102,7 @@ def replace_line(path: Path, key: str, value: str) -> None:
 
 
 @requires_nix
-@pytest.mark.surface("file:hosts/fleet.toml", "file:recipes/LANE/recipe.toml")
+@pytest.mark.surface("file:hosts/fleet.toml", "file:recipe.toml")
 @given(where=st.sampled_from(["local_hub", "receipt_roots"]), path=PATHS)
 def test_paths_tmpfiles_would_split_are_refused_by_both_readers(base, tmp_path_factory, figures, where, path):
     root = tmp_path_factory.mktemp("case")

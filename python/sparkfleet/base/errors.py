@@ -61,8 +61,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
         "of the same lane (`EX_TEMPFAIL`; `stage --wait SECONDS` queues behind it)"
     ),
     ExitCode.INTERRUPTED: (
-        "stopped by Ctrl-C / SIGINT (what was done so far is kept, and said); not `watch` and `logs -f`, "
-        "which Ctrl-C ends with 0"
+        "stopped by Ctrl-C / SIGINT (what was done so far is kept, and said); not `watch`, `logs -f`, "
+        "`view serve` and `gateway run`, whose normal end is Ctrl-C (0)"
     ),
 }
 

@@ -76,12 +76,14 @@ def serve(
         "targets_dir": targets_dir,
         "interval_s": interval,
     }
-    if as_json:
-        click.echo(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in where.items()}))
-    else:
-        key = f"key: {svc.key_file} (Bearer, or a Basic password)" if svc.key_file else "no key (loopback)"
-        click.echo(f"sparkfleet view on {where['url']} (metrics: {where['metrics']}); {key}; Ctrl-C stops it")
-    try:
+    key = f"key: {svc.key_file} (Bearer, or a Basic password)" if svc.key_file else "no key (loopback)"
+    line = (
+        json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in where.items()})
+        if as_json
+        else f"sparkfleet view on {where['url']} (metrics: {where['metrics']}); {key}; Ctrl-C stops it"
+    )
+    try:  # from the line that says Ctrl-C stops it: a Ctrl-C at once is the same clean stop
+        click.echo(line)
         svc.run()
     except KeyboardInterrupt:
         click.echo("view stopped", err=True)
