@@ -54,6 +54,8 @@ class WorldShape:
 
 @dataclass(frozen=True)
 class Timeouts:
+    """[launch.timeouts]: how long a lane may take to come up and to stop, and how often it is polled."""
+
     ready_s: float = 1800.0
     stop_s: float = 30.0
     poll_s: float = 1.0
