@@ -139,7 +139,7 @@ def test_unsafe_values_are_always_refused_with_their_key_path(
     problems = [str(p) for p in checked.problems]
     if checked.inventory is not None:
         for name in checked.inventory.lanes:
-            if "launch" in checked.inventory.lanes[name].raw:
+            if checked.inventory.lanes[name].sections.launch is not None:
                 try:
                     found = recipe_problems(checked.inventory, launch_recipe(checked.inventory, name))
                 except InventoryError as exc:

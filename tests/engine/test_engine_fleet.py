@@ -100,7 +100,7 @@ def test_launch_real_vllm_on_a_namespace_host(vllm_lane):
 def _known_answer(inv, host) -> tuple[str, str]:
     """The random model's own greedy answer to a prompt: nothing else is right for it."""
     key = (host.root / "state" / "keys" / f"{LANE}.key").read_text().strip()
-    model = inventory.load(inv.root).lane(LANE).raw["launch"]["served_model_name"]
+    model = inventory.load(inv.root).lane(LANE).sections.launch.served_model_name
     ep = Endpoint(f"http://{host.addr}:{PORT}/v1", model, key, timeout=300.0)
     prompt = "Name one colour."
     result = stream_chat(ep, chat_request(ep, prompt, 16))

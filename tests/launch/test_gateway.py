@@ -380,7 +380,7 @@ def test_launch_replica_n_plans_its_own_host_set_and_records(tmp_path):
     two = "[['dgx1', 'dgx2'], ['dgx3', 'dgx4']]"
     recipe.write_text(text.replace("[['dgx1'], ['dgx2'], ['dgx3'], ['dgx4']]", two))
     view = replica_inventory(inventory.load(root), "r1", 1)
-    assert view.lane("r1").raw["world"]["ranks"] == {"dgx4": 0, "dgx3": 1}
+    assert view.lane("r1").sections.world.ranks == {"dgx4": 0, "dgx3": 1}
 
 
 def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.fleet.sections import recipe_sections
 from sparkfleet.launch.preflight import judge_canary
 from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
 
@@ -70,10 +71,10 @@ def test_window_forgets_old_restarts():
 def test_settings_from_recipe_and_bound():
     raw = {"smoke": {"max_tokens": 64, "cases": [{"prompt": "What is 2+2?", "expect": "4"}]},
            "watch": {"interval_s": 5, "latency_s": 4}}  # fmt: skip
-    s = watch_settings(raw, max_restarts=7, window_s=None)
+    s = watch_settings(recipe_sections(raw), max_restarts=7, window_s=None)
     assert (s.prompt, s.expect, s.max_tokens, s.interval_s, s.max_restarts) == ("What is 2+2?", "4", 64, 5, 7)
     with pytest.raises(SparkfleetError, match="longer than the interval"):
-        watch_settings(raw, latency_s=9)
+        watch_settings(recipe_sections(raw), latency_s=9)
 
 
 def _pair(src, dst, ok=True, gbps=10.0, error=None):

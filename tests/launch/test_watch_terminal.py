@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE
+from sparkfleet.fleet.sections import RecipeSections, recipe_sections
 from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings, watch_settings
 from support.demolane import read_until, served_demo
 
@@ -26,12 +27,12 @@ pytestmark = pytest.mark.xdist_group("local_lanes")  # the demo lane's ports: on
 
 
 def test_only_an_interval_shrinks_the_default_latency_bound_never_a_chosen_one():
-    assert watch_settings({}, interval_s=10).latency_s == 10
-    assert watch_settings({}, interval_s=60).latency_s == WatchSettings.latency_s
+    assert watch_settings(RecipeSections(), interval_s=10).latency_s == 10
+    assert watch_settings(RecipeSections(), interval_s=60).latency_s == WatchSettings.latency_s
     with pytest.raises(SparkfleetError, match="longer than the interval"):
-        watch_settings({}, interval_s=10, latency_s=20)  # both chosen: refused, as before
+        watch_settings(RecipeSections(), interval_s=10, latency_s=20)  # both chosen: refused, as before
     with pytest.raises(SparkfleetError, match="longer than the interval"):
-        watch_settings({"watch": {"latency_s": 30}}, interval_s=10)  # the recipe's bound stands
+        watch_settings(recipe_sections({"watch": {"latency_s": 30}}), interval_s=10)  # its bound stands
 
 
 def test_ctrl_c_inside_the_loop_returns_what_was_seen():

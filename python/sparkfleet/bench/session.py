@@ -51,7 +51,7 @@ def lane_fingerprinter(inv: Inventory, lane: str) -> Callable[[], dict[str, dict
     from ..launch.preflight import lane_fingerprints
 
     image = None
-    if "launch" in inv.lane(lane).raw:
+    if inv.lane(lane).sections.launch is not None:
         pin = launch_recipe(inv, lane).image
         image = pin.ref if pin is not None else None
     return lambda: lane_fingerprints(inv, lane, image)

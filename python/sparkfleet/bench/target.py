@@ -77,18 +77,11 @@ class BenchTarget:
         return Endpoint(self.url, model, self.api_key(), timeout, basic_auth=self.url_auth)
 
 
-def _section(lane: Lane, name: str) -> dict[str, Any]:
-    value = lane.raw.get(name)
-    return value if isinstance(value, dict) else {}
-
-
 def lane_url(inv: Inventory, lane: Lane) -> str:
-    bench = _section(lane, "bench")
-    if isinstance(bench.get("url"), str):
-        return bench["url"]
-    port = _section(lane, "launch").get("port", DEFAULT_PORT)
-    if not isinstance(port, int):
-        port = DEFAULT_PORT
+    url, launch = lane.sections.bench.url, lane.sections.launch
+    if url is not None:
+        return url
+    port = launch.port if launch is not None and launch.port is not None else DEFAULT_PORT
     head = inv.host(lane.hosts[0])
     return f"http://{head.address}:{port}/v1"
 
@@ -96,9 +89,9 @@ def lane_url(inv: Inventory, lane: Lane) -> str:
 def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
     """Every pin the lane runs on: its models and its launch image (value exactly as recorded)."""
     names = [m.pin for m in lane.models]
-    image = _section(lane, "launch").get("image")
-    if isinstance(image, str):
-        names.append(image)
+    launch = lane.sections.launch
+    if launch is not None and launch.image is not None:
+        names.append(launch.image)
     out = {}
     for name in names:
         pin = inv.pins.get(name)
@@ -114,11 +107,11 @@ def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
 
 
 def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
-    smoke = _section(lane, "smoke")
-    default_max = int(smoke.get("max_tokens", DEFAULT_SMOKE_MAX_TOKENS))
+    smoke = lane.sections.smoke
+    default_max = int(smoke.max_tokens if smoke.max_tokens is not None else DEFAULT_SMOKE_MAX_TOKENS)
     cases = tuple(
-        SmokeCase(c["prompt"], str(c["expect"]), int(c.get("max_tokens", default_max)))
-        for c in smoke.get("cases") or []
+        SmokeCase(c.prompt, str(c.expect), int(c.max_tokens if c.max_tokens is not None else default_max))
+        for c in smoke.cases
     )
     return cases or tuple(SmokeCase(p, e, default_max) for p, e in DEFAULT_SMOKE)
 
@@ -161,10 +154,9 @@ def head_key(inv: Inventory, name: str) -> str | None:
 
 def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
-    bench = _section(lane, "bench")
-    thresholds = Thresholds(**{k: float(v) for k, v in (bench.get("thresholds") or {}).items()})
-    quality = bench.get("quality") if isinstance(bench.get("quality"), dict) else {}
-    request_s = quality.get("request_timeout_s")
+    bench = lane.sections.bench
+    thresholds = Thresholds(**{k: float(v) for k, v in bench.thresholds.items()})
+    request_s = bench.quality.request_timeout_s
     creds = split_credentials(lane_url(inv, lane))  # a [bench] url may carry user:pass@
     return BenchTarget(
         url=creds.url,
@@ -175,13 +167,13 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         recipe_sha256=hashlib.sha256(lane.recipe_path.read_bytes()).hexdigest(),
         reports_dir=lane.recipe_path.parent / "reports",
         smoke=smoke_cases(lane),
-        baseline=bench.get("baseline"),
+        baseline=bench.baseline,
         thresholds=thresholds,
-        api_key_env=bench.get("api_key_env", API_KEY_ENV),
+        api_key_env=bench.api_key_env if bench.api_key_env is not None else API_KEY_ENV,
         tokenizer=staged_tokenizer(inv, lane),
         weights=serving_weights(inv, lane.name),
-        key_loader=None if isinstance(bench.get("url"), str) else functools.partial(head_key, inv, name),
-        quality_skip=clean(str(quality["skip"])) if quality.get("skip") else None,
+        key_loader=None if bench.url is not None else functools.partial(head_key, inv, name),
+        quality_skip=clean(str(bench.quality.skip)) if bench.quality.skip else None,
         quality_request_timeout_s=float(request_s) if _positive(request_s) else None,
     )
 

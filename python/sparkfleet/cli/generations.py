@@ -94,7 +94,7 @@ def watch(
 
     inv = replica_inventory(load_inventory(ctx), lane, replica)  # one copy per watch (its own unit)
     settings = watch_settings(
-        inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
+        inv.lane(lane).sections, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
         window_s=window, backoff_s=backoff,
     )  # fmt: skip
     heart = Heartbeat(wants_bar(as_json))

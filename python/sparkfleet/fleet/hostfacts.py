@@ -151,12 +151,12 @@ def parent_of(path: str) -> str:
 
 def receipt_roots(lane: Lane) -> tuple[str, ...]:
     """The receipt roots the recipe declares ([launch].receipt_roots), cleared before every serve."""
-    return tuple(lane.raw.get("launch", {}).get("receipt_roots", ()))
+    return lane.sections.launch.receipt_roots if lane.sections.launch is not None else ()
 
 
 def lane_ranks(lane: Lane) -> dict[str, int]:
     """Node rank per host: [world].ranks when set, else the order of lane.hosts."""
-    explicit = lane.raw.get("world", {}).get("ranks", {})
+    explicit = lane.sections.world.ranks
     return {host: int(explicit.get(host, i)) for i, host in enumerate(lane.hosts)}
 
 
@@ -197,8 +197,7 @@ def lane_unit(inv: Inventory, host: Host, lane: Lane) -> LaneUnit:
 
 def lane_scoped_watchdog(lane: Lane) -> bool:
     """The recipe's `[watchdog] scope = "lane"`: one rank's stop stops the lane (default "rank")."""
-    section = lane.raw.get("watchdog")
-    return isinstance(section, dict) and section.get("scope") == "lane"
+    return lane.sections.watchdog.scope == "lane"
 
 
 SERVICE_STATE = "/var/lib/sparkfleet"
@@ -206,7 +205,7 @@ SERVICE_STATE = "/var/lib/sparkfleet"
 
 def gateway_lanes(inv: Inventory) -> tuple[str, ...]:
     """The lanes that serve through the gateway (a [gateway] table in the recipe), sorted."""
-    return tuple(n for n in sorted(inv.lanes) if isinstance(inv.lanes[n].raw.get("gateway"), dict))
+    return tuple(n for n in sorted(inv.lanes) if inv.lanes[n].sections.gateway is not None)
 
 
 def service_unit(inv: Inventory, host: Host, service: str) -> ServiceUnit:

@@ -8,7 +8,6 @@ names the file, the key path inside it and what was expected, and nothing is hal
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import InventoryError
+from .sections import RecipeSections, recipe_sections
 from .wakeaddr import EXAMPLE, broadcast_problem
 
 if TYPE_CHECKING:
@@ -175,7 +175,8 @@ class Lane:
     models: tuple[ModelNeed, ...]
     recipe_path: Path
     description: str = ""
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Every other section of the recipe, typed once here (fleet.sections); readers never see the TOML.
+    sections: RecipeSections = field(default_factory=RecipeSections, compare=False, repr=False)
 
     @property
     def replica_hosts(self) -> tuple[str, ...]:
@@ -190,9 +191,9 @@ def replica_sets(lane: Lane) -> list[tuple[str, ...]]:
     The inventory checked the sets (`_replica_problems`): known hosts, equal sizes, none shared,
     the first one `lane.hosts`. Replica 0 is `lane.hosts` itself, so a launch view of replica N
     (lane.replicas.replica_inventory, which moves `hosts` only) still reads every set."""
-    section = lane.raw.get("gateway")
-    sets = section.get("replicas") if isinstance(section, dict) else None
-    return [tuple(s) for s in sets] if sets else [tuple(lane.hosts)]
+    gateway = lane.sections.gateway
+    sets = gateway.replicas if gateway is not None else None
+    return list(sets) if sets else [tuple(lane.hosts)]
 
 
 def replica_of_host(lane: Lane, host: str) -> int | None:
@@ -208,11 +209,10 @@ def replica_lane(lane: Lane, replica: int) -> Lane:
     if hosts == tuple(lane.hosts):
         return lane
     by_position = dict(zip(lane.hosts, hosts, strict=True))
-    raw = copy.deepcopy(lane.raw)
-    ranks = (raw.get("world") or {}).get("ranks")
-    if ranks:
-        raw["world"]["ranks"] = {by_position[h]: r for h, r in ranks.items()}
-    return replace(lane, hosts=hosts, raw=raw)
+    world = lane.sections.world
+    if world.ranks:
+        world = replace(world, ranks={by_position[h]: r for h, r in world.ranks.items()})
+    return replace(lane, hosts=hosts, sections=replace(lane.sections, world=world))
 
 
 @dataclass(frozen=True)
@@ -587,7 +587,7 @@ def _lane(name: str, doc: dict[str, Any], path: Path, hosts: dict[str, Host], pi
         models=tuple(models),
         recipe_path=path,
         description=doc["lane"].get("description", ""),
-        raw=doc,
+        sections=recipe_sections(doc),
     )
 
 

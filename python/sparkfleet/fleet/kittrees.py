@@ -115,8 +115,8 @@ def kit_checkouts(lanes: Iterable[Lane], inv: Inventory) -> list[KitCheckout]:
     by_pin: dict[str, list[HostTree]] = {}
     lanes_of: dict[str, dict[str, None]] = {}
     for lane in lanes:
-        launch = lane.raw.get("launch") or {}
-        for tree in host_trees(launch.get("trees", []), inv, str(lane.recipe_path)):
+        launch = lane.sections.launch
+        for tree in host_trees(list(launch.trees) if launch else [], inv, str(lane.recipe_path)):
             trees = by_pin.setdefault(tree.pin, [])
             lanes_of.setdefault(tree.pin, {})[lane.name] = None
             if tree not in trees:

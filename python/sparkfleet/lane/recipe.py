@@ -1,8 +1,9 @@
-"""A lane recipe's `[world]` and `[launch]` tables as frozen dataclasses.
+"""A lane recipe's `[world]` and `[launch]` tables resolved for launch, as frozen dataclasses.
 
-The TOML was already parsed and schema-checked by `sparkfleet.fleet.inventory`; this module only
-gives the launch-related part of `Lane.raw` names and defaults, so the rest of `launch/` never
-touches raw dictionaries.
+The TOML was already parsed and schema-checked by `sparkfleet.fleet.inventory`, and its sections
+typed (`fleet.sections`); this module fills launch's defaults and resolves the names the recipe
+gives (its image and model pins, its kit trees) against the inventory, so the rest of `launch/`
+reads one `LaunchRecipe`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TypeVar
 
 from ..base.errors import InventoryError
 from ..facts.display import DisplayNeed
@@ -19,6 +21,8 @@ from ..fleet.inventory import GIB, Inventory, Lane, ModelNeed, Pin
 from ..fleet.kittrees import HostTree, host_trees
 from .kitwire import NODE_FIELDS
 from .limits import ContainerLimits, container_limits
+
+T = TypeVar("T")
 
 SGLANG_READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's loader line; the weight-load time is the number after "elapsed=".
@@ -50,6 +54,8 @@ class WorldShape:
 
 @dataclass(frozen=True)
 class Timeouts:
+    """[launch.timeouts]: how long a lane may take to come up and to stop, and how often it is polled."""
+
     ready_s: float = 1800.0
     stop_s: float = 30.0
     poll_s: float = 1.0
@@ -133,46 +139,51 @@ class LaunchRecipe:
 
 def world_of(lane: Lane) -> WorldShape:
     """The `[world]` table; a lane without one is a single-rank world."""
-    doc = lane.raw.get("world", {})
-    ranks = doc.get("ranks") or {h: i for i, h in enumerate(lane.hosts)}
+    world = lane.sections.world
+    ranks = world.ranks or {h: i for i, h in enumerate(lane.hosts)}
     return WorldShape(
-        tp=int(doc.get("tp", len(lane.hosts))),
-        ep=int(doc.get("ep", 1)),
-        pad=int(doc.get("pad", 0)),
-        launcher=doc.get("launcher"),
+        tp=int(world.tp if world.tp is not None else len(lane.hosts)),
+        ep=int(world.ep if world.ep is not None else 1),
+        pad=int(world.pad if world.pad is not None else 0),
+        launcher=world.launcher,
         ranks=dict(ranks),
     )
+
+
+def _or(value: T | None, default: T) -> T:
+    """The recipe's value, or the default where the recipe leaves the key out."""
+    return default if value is None else value
 
 
 def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
     """The lane's launch recipe, with pins resolved against the inventory."""
     lane = inv.lane(lane_name)
-    doc = lane.raw.get("launch")
+    doc = lane.sections.launch
     if doc is None:
         raise InventoryError(
             f"{lane.recipe_path}: lane {lane.name!r} has no [launch] table",
             hint="add [launch] with at least command = [...] (see recipes/dsv41-flash-4x-mia)",
         )
     image = None
-    if "image" in doc:
-        image = inv.pins.get(doc["image"])
+    if doc.image is not None:
+        image = inv.pins.get(doc.image)
         if image is None or image.kind != "oci":
             known = ", ".join(sorted(n for n, p in inv.pins.items() if p.kind == "oci")) or "none"
             raise InventoryError(
-                f"{lane.recipe_path}: launch.image: {doc['image']!r} is not an oci pin",
+                f"{lane.recipe_path}: launch.image: {doc.image!r} is not an oci pin",
                 hint=f"expected one of: {known}",
             )
     model = lane.models[0]
-    if "model" in doc:
-        found = [m for m in lane.models if m.pin == doc["model"]]
+    if doc.model is not None:
+        found = [m for m in lane.models if m.pin == doc.model]
         if not found:
             raise InventoryError(
-                f"{lane.recipe_path}: launch.model: {doc['model']!r} is not one of the lane's [[models]]",
+                f"{lane.recipe_path}: launch.model: {doc.model!r} is not one of the lane's [[models]]",
                 hint=f"expected one of: {', '.join(m.pin for m in lane.models)}",
             )
         model = found[0]
-    runtime = doc.get("runtime", "docker")
-    image_build = doc.get("image_build")
+    runtime = _or(doc.runtime, "docker")
+    image_build = doc.image_build
     if image is not None and image_build is not None:
         raise InventoryError(
             f"{lane.recipe_path}: launch.image and launch.image_build are both set",
@@ -183,14 +194,14 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
             f"{lane.recipe_path}: launch.image or launch.image_build is required for the {runtime} runtime",
             hint="name an oci pin of hosts/fleet.toml, or the flake package the image is built from",
         )
-    model_mounts = dict(doc.get("model_mounts", {}))
+    model_mounts = dict(doc.model_mounts)
     strangers = sorted(set(model_mounts) - {m.pin for m in lane.models})
     if strangers:
         raise InventoryError(
             f"{lane.recipe_path}: launch.model_mounts: {strangers[0]!r} is not one of the lane's [[models]]",
             hint=f"expected one of: {', '.join(m.pin for m in lane.models)}",
         )
-    node_env = dict(doc.get("node_env", {}))
+    node_env = dict(doc.node_env)
     for key, template in node_env.items():
         unknown = sorted(set(re.findall(r"\{([^}]*)\}", template)) - set(NODE_FIELDS))
         if unknown:
@@ -198,52 +209,52 @@ def launch_recipe(inv: Inventory, lane_name: str) -> LaunchRecipe:
                 f"{lane.recipe_path}: launch.node_env.{key} uses unknown placeholder {{{unknown[0]}}}",
                 hint="node_env may use " + ", ".join("{" + n + "}" for n in NODE_FIELDS),
             )
-    t = doc.get("timeouts", {})
-    shm_size = doc.get("shm_size", "32g")
-    trees = host_trees(doc.get("trees", []), inv, str(lane.recipe_path))
+    t = doc.timeouts
+    shm_size = _or(doc.shm_size, "32g")
+    trees = host_trees(list(doc.trees), inv, str(lane.recipe_path))
     return LaunchRecipe(
         lane=lane.name,
         world=world_of(lane),
-        command=tuple(doc["command"]),
+        command=doc.command,
         runtime=runtime,
         image=image,
         image_build=image_build,
-        port=int(doc.get("port", 30000)),
-        dist_port=int(doc.get("dist_port", 20000)),
-        served_model_name=doc.get("served_model_name"),
+        port=int(_or(doc.port, 30000)),
+        dist_port=int(_or(doc.dist_port, 20000)),
+        served_model_name=doc.served_model_name,
         model=model,
-        hub_mount=doc.get("hub_mount", LaunchRecipe.hub_mount),
-        cache_dir=doc.get("cache_dir"),
-        cache_mount=doc.get("cache_mount", LaunchRecipe.cache_mount),
-        receipt_roots=tuple(doc.get("receipt_roots", ())),
-        ready_signatures=tuple(doc.get("ready_signatures", (SGLANG_READY_LINE,))),
-        weight_load_regex=doc.get("weight_load_regex", DEFAULT_WEIGHT_LOAD_RE),
-        fabric=doc.get("fabric", "roce"),
-        gpus=doc.get("gpus", "all"),
+        hub_mount=_or(doc.hub_mount, LaunchRecipe.hub_mount),
+        cache_dir=doc.cache_dir,
+        cache_mount=_or(doc.cache_mount, LaunchRecipe.cache_mount),
+        receipt_roots=doc.receipt_roots,
+        ready_signatures=_or(doc.ready_signatures, (SGLANG_READY_LINE,)),
+        weight_load_regex=_or(doc.weight_load_regex, DEFAULT_WEIGHT_LOAD_RE),
+        fabric=_or(doc.fabric, "roce"),
+        gpus=_or(doc.gpus, "all"),
         shm_size=shm_size,
-        needs_gib=float(doc.get("needs_gib", 0)),
-        env=dict(doc.get("env", {})),
+        needs_gib=float(_or(doc.needs_gib, 0)),
+        env=dict(doc.env),
         timeouts=Timeouts(
             ready_s=float(t.get("ready_s", Timeouts.ready_s)),
             stop_s=float(t.get("stop_s", Timeouts.stop_s)),
             poll_s=float(t.get("poll_s", Timeouts.poll_s)),
         ),
-        memory=memory_need(doc.get("memory", {}), shm_size, runtime),
-        canary=canary_settings(doc.get("canary", {})),
+        memory=memory_need(doc.memory, shm_size, runtime),
+        canary=canary_settings(doc.canary),
         boot_cache=BootCacheSettings(
-            env=tuple(doc.get("boot_cache", {}).get("env", DEFAULT_BOOT_CACHE_ENV)),
-            mount=doc.get("boot_cache", {}).get("mount", BootCacheSettings.mount),
-            regression_pct=float(doc.get("boot_cache", {}).get("regression_pct", 25.0)),
+            env=tuple(doc.boot_cache.get("env", DEFAULT_BOOT_CACHE_ENV)),
+            mount=doc.boot_cache.get("mount", BootCacheSettings.mount),
+            regression_pct=float(doc.boot_cache.get("regression_pct", 25.0)),
         ),
-        entrypoint=doc.get("entrypoint"),
-        worker_args=tuple(doc.get("worker_args", ())),
+        entrypoint=doc.entrypoint,
+        worker_args=doc.worker_args,
         model_mounts=model_mounts,
         node_env=node_env,
-        container=container_limits(doc.get("container", {}), str(lane.recipe_path)),
-        watchdog_scope=lane.raw.get("watchdog", {}).get("scope", "rank"),
+        container=container_limits(doc.container, str(lane.recipe_path)),
+        watchdog_scope=lane.sections.watchdog.scope,
         trees=trees,
-        display=display_need(doc.get("display")),
-        cache_seed=seed_need(doc.get("cache_seed"), trees, image, str(lane.recipe_path)),
+        display=display_need(doc.display),
+        cache_seed=seed_need(doc.cache_seed, trees, image, str(lane.recipe_path)),
     )
 
 

@@ -33,7 +33,7 @@ from ..fleet.inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
 from .generation_check import GENERATION_ID, problem
 
 if TYPE_CHECKING:
-    from ..fleet.inventory import Inventory
+    from ..fleet.inventory import Inventory, Lane
     from .plan import LanePlan
     from .report import LaunchReport
 
@@ -204,7 +204,7 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
     pins = {
         name: {"kind": p.kind, "source": p.source, "value": p.value, "resolved": p.resolved}
         for name, p in sorted(inv.pins.items())
-        if name in _pins_of(lane.raw)
+        if name in _pins_of(lane)
     }
     image = plan.recipe.image
     pre = report.preflight
@@ -243,12 +243,14 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
     return gen
 
 
-def _pins_of(raw: dict) -> set[str]:
-    names = {m.get("pin") for m in raw.get("models", []) if isinstance(m, dict)}
-    launch = raw.get("launch", {})
-    names |= {launch.get("image"), launch.get("model")}
-    if isinstance(raw.get("engram"), dict):
-        names.add(raw["engram"].get("pin"))
+def _pins_of(lane: Lane) -> set[str]:
+    """The pins the lane's recipe names: its models, its launch image and model, its engram tables."""
+    names: set[str | None] = {m.pin for m in lane.models}
+    sections = lane.sections
+    if sections.launch is not None:
+        names |= {sections.launch.image, sections.launch.model}
+    if sections.engram is not None:
+        names.add(sections.engram.pin)
     return {n for n in names if n}
 
 

@@ -48,7 +48,8 @@ def release_generation(
     gen, rel = release_as_generation(inv, lane, name)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
         frozen = rollback_inventory(gen, Path(tmp))
-        if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):
+        launch = frozen.lane(lane).sections.launch
+        if launch is not None and launch.image_build is not None:
             load_pushed(frozen, launch_recipe(frozen, lane), rel["image"], on_event=on_event)
     return gen
 

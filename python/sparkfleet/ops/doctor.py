@@ -80,10 +80,10 @@ class DoctorReport:
 def _recipes_for(inv: Inventory, target: str) -> tuple[list[str], list[LaunchRecipe]]:
     if target in inv.lanes:
         lane = inv.lane(target)
-        recipe = launch_recipe(inv, target) if "launch" in lane.raw else None
+        recipe = launch_recipe(inv, target) if lane.sections.launch is not None else None
         return list(lane.hosts), [recipe] if recipe else []
     inv.host(target)  # raises a clear error for an unknown name
-    recipes = [launch_recipe(inv, ln.name) for ln in inv.lanes_of(target) if "launch" in ln.raw]
+    recipes = [launch_recipe(inv, ln.name) for ln in inv.lanes_of(target) if ln.sections.launch is not None]
     return [target], recipes
 
 

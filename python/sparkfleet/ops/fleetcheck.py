@@ -36,7 +36,7 @@ def _engram_problems(inv: Inventory, lane_name: str) -> list[tuple[str, Sparkfle
 def _launch_warnings(inv: Inventory, lane_name: str) -> list[str]:
     """Not inventory errors, but what `launch` would still refuse today: an image pin not resolved."""
     lane = inv.lane(lane_name)
-    if "launch" not in lane.raw:
+    if lane.sections.launch is None:
         return []
     try:
         recipe = launch_recipe(inv, lane_name)
@@ -58,7 +58,7 @@ def inventory_report(checked: InventoryCheck) -> dict[str, Any]:
     if inv is not None:
         for name, lane in sorted(inv.lanes.items()):
             found = []
-            if "launch" in lane.raw:
+            if lane.sections.launch is not None:
                 try:
                     found = recipe_problems(inv, launch_recipe(inv, name))
                 except SparkfleetError as exc:

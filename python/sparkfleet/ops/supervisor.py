@@ -23,7 +23,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ..base.errors import ExitCode, SparkfleetError
 from ..base.sanitize import Secrets
 from ..bench.target import for_lane
 from ..fleet.inventory import RECIPES_DIR
+from ..fleet.sections import RecipeSections
 from ..lane.recipe import launch_recipe
 from ..lane.replicas import generations_home
 from ..lane.spec import secret_values
@@ -56,15 +57,14 @@ class WatchSettings:
     backoff_s: float = 10.0
 
 
-def watch_settings(raw: dict, **override: Any) -> WatchSettings:
+def watch_settings(sections: RecipeSections, **override: Any) -> WatchSettings:
     """[watch] of the recipe (prompt/expect default to its first smoke case), then CLI overrides."""
-    doc = dict(raw.get("watch", {}))
-    smoke = raw.get("smoke", {})
-    cases = smoke.get("cases") or []
-    if cases and "prompt" not in doc:
-        doc["prompt"], doc["expect"] = cases[0]["prompt"], cases[0]["expect"]
-    if "max_tokens" in smoke:
-        doc.setdefault("max_tokens", smoke["max_tokens"])
+    doc = {k: v for k, v in asdict(sections.watch).items() if v is not None}
+    smoke = sections.smoke
+    if smoke.cases and "prompt" not in doc:
+        doc["prompt"], doc["expect"] = smoke.cases[0].prompt, smoke.cases[0].expect
+    if smoke.max_tokens is not None:
+        doc.setdefault("max_tokens", smoke.max_tokens)
     doc.update({k: v for k, v in override.items() if v is not None})
     if "latency_s" not in doc and "interval_s" in doc:
         # only the interval was chosen: the built-in latency bound shrinks to fit it, so
@@ -352,8 +352,9 @@ def lane_secrets(inv, lane_name: str) -> set[str]:
         for spec in dry_run(inv, lane_name).by_rank():
             found |= secret_values(spec.env)
     except SparkfleetError:  # a lane that no longer plans: its recipe's own env, as written
-        env = (inv.lane(lane_name).raw.get("launch") or {}).get("env") or {}
-        found |= secret_values({str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {})
+        launch = inv.lane(lane_name).sections.launch
+        env = launch.env if launch is not None else {}
+        found |= secret_values({str(k): str(v) for k, v in env.items()})
     key = for_lane(inv, lane_name).api_key()
     if key:
         found.add(key)

@@ -94,8 +94,7 @@ def lane_roofline_inputs(inv: Inventory, lane: Lane, host: Host | None = None) -
 
 
 def lane_shape(lane: Lane) -> LaneShape:
-    world = lane.raw.get("world") or {}
-    tp = int(world.get("tp") or len(lane.hosts) or 1)
+    tp = int(lane.sections.world.tp or len(lane.hosts) or 1)
     return LaneShape(tp=tp, draft_tokens=RooflineConfig.of(lane).draft_tokens)
 
 

@@ -130,10 +130,10 @@ def plan(inv: Inventory) -> GatewayPlan:
     workers, policies = [], {}
     for name in sorted(inv.lanes):
         lane = inv.lane(name)
-        section = lane.raw.get("gateway")
-        if not isinstance(section, dict):
+        section = lane.sections.gateway
+        if section is None:
             continue
-        policy = section.get("policy", DEFAULT_POLICY)
+        policy = section.policy if section.policy is not None else DEFAULT_POLICY
         if policy not in POLICIES:
             raise SparkfleetError(
                 f"{lane.recipe_path}: gateway.policy {policy!r} is not one of {', '.join(POLICIES)}",

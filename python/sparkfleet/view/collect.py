@@ -30,7 +30,7 @@ from .snapshot import HostView, LaneView
 
 def launched_lanes(inv: Inventory) -> list[str]:
     """The lanes with a [launch] table (the others are staged, never served), sorted."""
-    return sorted(n for n in inv.lanes if isinstance(inv.lanes[n].raw.get("launch"), dict))
+    return sorted(n for n in inv.lanes if inv.lanes[n].sections.launch is not None)
 
 
 def lane_view(inv: Inventory, name: str) -> LaneView:
@@ -101,7 +101,7 @@ def host_floor(inv: Inventory, host: str) -> int | None:
     """The highest memory floor of the served lanes placed on `host` (None: no served lane there)."""
     floors = []
     for lane in inv.lanes_of(host):
-        if isinstance(lane.raw.get("launch"), dict):
+        if lane.sections.launch is not None:
             try:
                 floors.append(launch_recipe(inv, lane.name).memory.floor)
             except SparkfleetError:

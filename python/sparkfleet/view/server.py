@@ -156,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _history(self, inv: Inventory, lane: str) -> None:
         folder = lanefiles.reports_dir(inv.lane(lane))
-        baseline = (inv.lane(lane).raw.get("bench") or {}).get("baseline")
+        baseline = inv.lane(lane).sections.bench.baseline
         points = lane_history(folder, baseline)
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         text = render_page(lane, points, lambda p: f"/lanes/{lane}/reports/{p.name}", when, baseline)
