@@ -89,7 +89,7 @@ def _fleet_ca(runner, prefix: str) -> list:
     """With $SPARKFLEET_REGISTRY set and a fleet CA made (docs/images.md), trust it on the host."""
     import os
 
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry import read_ca_cert
     from ..ops.bootstrap import trust_changes
 

@@ -117,7 +117,8 @@ def registry_options(fn):
 
 
 def make_registry(address: str, cert_dir: Path | None, push_auth: Path | None):
-    from ..images.record import operator_state_dir, registry_trust_dir
+    from ..base.paths import operator_state_dir
+    from ..images.record import registry_trust_dir
     from ..images.registry import Registry
     from ..images.registry_auth import auth_path, push_endpoint
     from ..images.registry_host import split_address

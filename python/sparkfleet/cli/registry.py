@@ -42,7 +42,7 @@ def init(address: str, push_address: str | None, storage: Path, as_json: bool) -
       sparkfleet registry init --address 10.0.0.1:5000
       SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet registry init --json
     """
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry_host import init as do_init
 
     out = do_init(operator_state_dir(), address, storage, push_address)
@@ -70,7 +70,7 @@ def serve(as_json: bool) -> None:
       SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve   # real fleet: its unit
       sparkfleet registry serve --json   # real fleet: on the head host, until Ctrl-C
     """
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry_host import serve as run
 
     def ready(listeners: list[dict[str, Any]]) -> None:

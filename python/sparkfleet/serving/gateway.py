@@ -48,6 +48,7 @@ from typing import Any
 from ..base import procs
 from ..base.atomic import ensure_dir, write_bytes
 from ..base.errors import ExitCode, SparkfleetError
+from ..base.paths import operator_state_dir
 from ..base.selfexec import module_argv
 from ..facts import apikeys
 from ..fleet.inventory import Inventory, replica_sets
@@ -66,8 +67,6 @@ STATE_ENV = "SPARKFLEET_GATEWAY_STATE"  # where `gateway up` keeps its key, conf
 
 def default_state_dir() -> Path:
     """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
-    from ..images.record import operator_state_dir
-
     return operator_state_dir() / "gateway"
 
 
