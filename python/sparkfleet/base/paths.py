@@ -22,3 +22,11 @@ def operator_state_dir() -> Path:
         return Path(env)
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(xdg) / "sparkfleet"
+
+
+GATEWAY_STATE_ENV = "SPARKFLEET_GATEWAY_STATE"  # where `gateway up` keeps its key, config, record and log
+
+
+def gateway_state_dir() -> Path:
+    """The gateway's own state dir when $SPARKFLEET_GATEWAY_STATE and --state-dir name none."""
+    return operator_state_dir() / "gateway"

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..base.errors import ExitCode, SparkfleetError
+from .options import JSON
 from .render import echo_json
 from .values import WRITABLE_DIR
 
@@ -28,7 +29,7 @@ def registry() -> None:
 @click.option("--storage", type=WRITABLE_DIR,
               default=Path("/var/lib/docker-registry"), show_default=True,
               help="Where the registry keeps blobs.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def init(address: str, push_address: str | None, storage: Path, as_json: bool) -> None:
     """Make the fleet CA (once), the registry's certificate, its two configs and the push login.
 

@@ -23,13 +23,12 @@ import subprocess
 import sys
 import time
 import traceback
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from ..base.atomic import write_bytes
 from ..base.errors import ExitCode, SparkfleetError
+from ..base.http import get_json
 from ..base.jsonable import to_jsonable
 from ..facts import apikeys
 from ..facts.display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
@@ -97,24 +96,10 @@ def _lane_key(req: dict) -> str | None:
 
 
 def _http_status(
-    port: int, path: str, timeout: float = 2.0, key: str | None = None, data: bytes | None = None
+    port: int, path: str, key: str | None = None, data: bytes | None = None
 ) -> tuple[int | None, Any]:
-    """GET `path` (POST `data` as JSON when given) on the lane's port: the status and a JSON body."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            body = resp.read(65536)
-            try:
-                return resp.status, json.loads(body)
-            except ValueError:
-                return resp.status, None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return None, None
+    """GET `path` (POST `data` as JSON when given) on the lane's loopback port: the status and a JSON body."""
+    return get_json(f"http://127.0.0.1:{port}{path}", key=key, data=data, timeout=2.0)
 
 
 # ---- actions ----------------------------------------------------------------------------------
@@ -158,7 +143,7 @@ def probe(req: dict) -> dict:
         out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
     verdicts = _kit_verdicts(req)
     if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
-        out["kits"] = [v.as_dict() for v in verdicts]
+        out["kits"] = [v.to_dict() for v in verdicts]
     if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
         dev = device_from_dict(req["display"])
         facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
