@@ -20,6 +20,7 @@ from ..demo.fleet import DEMO_LANE, claim_workdir, clear_workdir, write_demo_fle
 from ..engram import pack as engram_pack
 from ..fleet import inventory
 from ..fleet.inventory import state_dir_of
+from ..roofline.stagebound import staging_bound_of_run
 from ..stage import execute
 from ..stage.local import with_io_bound
 from ..stage.targets import requests_for_host
@@ -51,7 +52,7 @@ def _stage_host(inv, host: str, jobs: int, log: DemoLog, name: str) -> bool:
     bar = RichStageProgress() if wants_bar(log.as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
-    summary = with_io_bound(run.to_dict(), requests, state_dir_of(inv.host(host)))
+    summary = with_io_bound(run.to_dict(), requests, state_dir_of(inv.host(host)), staging_bound_of_run)
     if not log.as_json:
         print_stage_run(summary, prefix="  ")
     return log.step(name, run.ok, host=host, run=summary)

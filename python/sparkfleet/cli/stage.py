@@ -11,6 +11,7 @@ import click
 
 from .. import __version__
 from ..base.errors import ExitCode, SparkfleetError
+from ..roofline.stagebound import staging_bound_of_run
 from ..stage import local, remote
 from ..stage.events import EventsProgress
 from ..stage.local import Selection, known_names, parse_ports, parse_share
@@ -201,12 +202,12 @@ def stage(
         except SparkfleetError as exc:
             sink.error(exc)
             sys.exit(exc.exit_code)
-        sink.result(local.record(here_run, wave, run, kit_results))
+        sink.result(local.record(here_run, wave, run, kit_results, staging_bound_of_run))
         sys.exit(ExitCode.OK if run.ok else ExitCode.SHORTFALL)
     bar = RichStageProgress() if wants_bar(as_json) else None
     with bar if bar else contextlib.nullcontext():
         run, kit_results = run_stage(progress=bar)
-    summary = local.record(here_run, wave, run, kit_results)
+    summary = local.record(here_run, wave, run, kit_results, staging_bound_of_run)
     if as_json:
         echo_json(summary)
     else:

@@ -31,12 +31,12 @@ from ..base.errors import ExitCode, SparkfleetError
 from ..base.http import get_json
 from ..base.jsonable import to_jsonable
 from ..facts import apikeys
-from ..facts.display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
+from ..facts.display import NVIDIA_DRM_PARAMETERS, DisplayDevice, display_problems, read_display
 from ..facts.fabric import detect, scan_ports
 from ..fleet.inventory import LANE_NAME
 from ..lane.bootcache import cache_state
 from ..lane.manifest import ModelState, SnapshotFile, snapshot_rel
-from ..lane.spec import spec_from_dict
+from ..lane.spec import LaunchSpec
 from . import records, watchdog
 from .node_checks import canary, incident, ports_in_use
 from .receipts import clear_receipts
@@ -145,11 +145,11 @@ def probe(req: dict) -> dict:
     if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
         out["kits"] = [v.to_dict() for v in verdicts]
     if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
-        dev = device_from_dict(req["display"])
+        dev = DisplayDevice.from_dict(req["display"])
         facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
         out["display"] = {**to_jsonable(facts), "problems": display_problems(dev, facts)}
     if req.get("cache_seed"):  # [launch.cache_seed]: the verified tree, made once when launch asks
-        from ..fleet.cacheseed import seed_from_dict
+        from ..fleet.cacheseed import CacheSeed
         from .seedprep import seed_facts
 
         seed = req["cache_seed"]
@@ -159,7 +159,7 @@ def probe(req: dict) -> dict:
             out["cache_seed"] = {"ok": False, "problem": f"its lock is not read: {v.summary()}",
                                  "hint": v.fix}  # fmt: skip
         else:
-            out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
+            out["cache_seed"] = seed_facts(CacheSeed.from_dict(seed), bool(seed.get("prepare")))
     return out
 
 
@@ -178,7 +178,7 @@ def _kit_verdicts(req: dict) -> list:
 def start(req: dict) -> dict:
     """Refuse if this lane's rank already runs or its kit checkouts (the request's "kits") are not
     as pinned; before_serve (receipt roots, then the cache seed); start, record."""
-    spec = spec_from_dict(req["spec"])
+    spec = LaunchSpec.from_dict(req["spec"])
     state_dir = Path(spec.state_dir)
     key = apikeys.read_key(state_dir, spec.lane)
     if key:  # into the 0600 env file / the process env only: never the spec, argv or a record

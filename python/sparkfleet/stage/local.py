@@ -112,13 +112,16 @@ def build_requests(sel: Selection, load: Load) -> tuple[list[StageRequest], int]
     return requests, inv.host(sel.host).reserve_bytes
 
 
-def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | None) -> dict:
-    """The run summary plus its throughput as a % of this host's source-read / dest-write bound."""
-    from ..roofline.stagebound import staging_bound_of_run
+# (run record, source hubs, repo folders, state dir) -> the bound: roofline.stagebound's, handed
+# down by the verb (roofline reads stage/, so stage/ does not import it back)
+Bound = Callable[[dict, list[Path], list[str], "Path | None"], "dict | None"]
 
+
+def with_io_bound(run: dict, requests: list[StageRequest], state_dir: Path | None, bound: Bound) -> dict:
+    """The run summary plus its throughput as a % of this host's source-read / dest-write bound."""
     hubs = sorted({Path(r.source_hub) for r in requests})
     folders = sorted({repo_folder(r.repo) for r in requests})
-    run["io_bound"] = staging_bound_of_run(run, hubs, folders, state_dir)
+    run["io_bound"] = bound(run, hubs, folders, state_dir)
     return run
 
 
@@ -199,11 +202,13 @@ def stage_here(
     return run, done
 
 
-def record(here: HereRun, wave: Wave, run: execute.StageRun, kit_results: list[dict]) -> dict[str, Any]:
+def record(
+    here: HereRun, wave: Wave, run: execute.StageRun, kit_results: list[dict], bound: Bound
+) -> dict[str, Any]:
     """The run's record. A fan-out wave's throughput is not the NAS-to-NVMe path's, and a probe
     would read the NAS once more on every host: the bound is for a plain stage only."""
     plain = wave.share is None and not wave.peers
-    doc = with_io_bound(run.to_dict(), here.requests, here.state_dir) if plain else run.to_dict()
+    doc = with_io_bound(run.to_dict(), here.requests, here.state_dir, bound) if plain else run.to_dict()
     return doc | {"kits": kit_results}
 
 
