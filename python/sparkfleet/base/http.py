@@ -30,8 +30,8 @@ def get_json(
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     if data is not None:
         headers["Content-Type"] = "application/json"
-    request = urllib.request.Request(url, data=data, headers=headers)
     try:
+        request = urllib.request.Request(url, data=data, headers=headers)
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             status, raw = resp.status, resp.read(MAX_ANSWER_BYTES)
     except urllib.error.HTTPError as exc:
