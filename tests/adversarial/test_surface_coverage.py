@@ -12,7 +12,6 @@ import contextlib
 import importlib.util
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,6 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from sparkfleet.base.http import free_port
 
 from . import surfaces as S
 from .figures import CHECKED, HEADER, SECURITY, collect_marks, group_of, parse, rows
@@ -107,12 +108,6 @@ def test_the_lane_routes_are_read_from_the_demo_server():
 # ---- smg: the routes listed are the installed smg's ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _status(base: str, method: str, path: str) -> int:
     req = urllib.request.Request(base + path, method=method, data=b"{}" if method != "GET" else None,
                                  headers={"Content-Type": "application/json"})  # fmt: skip
@@ -132,7 +127,7 @@ def smg(tmp_path_factory):
     binary = shutil.which("smg") or str(Path(__import__("sys").executable).parent / "smg")
     if not Path(binary).exists():
         pytest.skip("smg is not installed (the test extras install it)")
-    port, metrics = _free_port(), _free_port()
+    port, metrics = free_port(), free_port()
     log = tmp_path_factory.mktemp("smg") / "smg.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

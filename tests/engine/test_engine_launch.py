@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe  # noqa: E402
 
 from sparkfleet.base import procs  # noqa: E402
+from sparkfleet.base.http import free_port  # noqa: E402
 from sparkfleet.bench.client import chat_request, stream_chat  # noqa: E402
 from sparkfleet.bench.metrics import measure  # noqa: E402
 from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
-from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
 from sparkfleet.fleet import inventory  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
 from sparkfleet.ops.supervisor import WatchSettings, watch_lane  # noqa: E402

@@ -180,8 +180,8 @@ def test_a_kill_9_mid_extract_converges_on_the_rerun(tmp_path):
     seed = placed(tmp_path, files)
     store = Path(seed.store) / next(p.name for p in Path(seed.store).iterdir())
     code = (
-        "import json, sys; from sparkfleet.fleet.cacheseed import seed_from_dict; "
-        "from sparkfleet.node.seedprep import prepare; prepare(seed_from_dict(json.loads(sys.argv[1])))"
+        "import json, sys; from sparkfleet.fleet.cacheseed import CacheSeed; "
+        "from sparkfleet.node.seedprep import prepare; prepare(CacheSeed.from_dict(json.loads(sys.argv[1])))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(to_jsonable(seed))])
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.http import free_port
 from sparkfleet.launch.preflight import judge_canary
 from sparkfleet.node import canary_worker as cw
 
@@ -68,15 +68,9 @@ def test_nccls_warnings_are_kept_verbatim():
     assert cw.summarize_nccl_log(text)["warnings"] == ["Bootstrap : no socket interface found"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_rank_with_a_wrong_socket_ifname_fails_the_canary_in_time_and_is_named_first():
-    port = _free_port()
+    port = free_port()
     timeout = 6.0
     procs = []
     started = time.monotonic()

@@ -59,7 +59,7 @@ def test_front_config_is_valid_nginx_and_carries_no_key_outside_users_conf(tmp_p
     state = tmp_path / "gw"
     key, admin = gateway.gateway_key(state), gateway.admin_key(state)
     users.add(state, "alice")
-    p = front.write(state, key, admin, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    p = front.write(state, key, admin, "127.0.0.1", free_port(), free_port())
     for secret in (key, admin):
         assert secret not in p.conf.read_text() and secret in p.users_conf.read_text()
     assert re.search(r"proxy_set_header Authorization \$sparkfleet_upstream_auth;", p.conf.read_text())
@@ -81,7 +81,7 @@ def test_front_config_holds_no_state_dir_path_so_any_dir_name_passes_nginx_t(tmp
         pytest.fail("nginx is a test dependency (Makefile DEB_PACKAGES: nginx-light)")
     state = tmp_path / name / "gw"
     key, admin = gateway.gateway_key(state), gateway.admin_key(state)
-    p = front.write(state, key, admin, "127.0.0.1", gateway.free_port(), gateway.free_port())
+    p = front.write(state, key, admin, "127.0.0.1", free_port(), free_port())
     assert str(tmp_path) not in p.conf.read_text()
     check = subprocess.run([*front.argv(p, nginx), "-t"], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stderr

@@ -288,11 +288,11 @@ def test_container_limits_are_checked_when_the_recipe_is_read(tmp_path):
 def test_the_box_travels_to_the_node_with_the_spec(tmp_path, monkeypatch):
     """The agent rebuilds the spec from JSON: the limits arrive as the controller planned them."""
     from sparkfleet.base.jsonable import to_jsonable
-    from sparkfleet.lane.spec import spec_from_dict
+    from sparkfleet.lane.spec import LaunchSpec
 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     spec = dry_run(_fleet(tmp_path), "dsv41-flash-exl3-2x").specs["dgx2"]
-    back = spec_from_dict(json.loads(json.dumps(to_jsonable(spec))))
+    back = LaunchSpec.from_dict(json.loads(json.dumps(to_jsonable(spec))))
     assert back.container == spec.container and back.container.cap_drop == ("ALL",)
     assert back == spec
 

@@ -19,6 +19,7 @@ import pytest
 
 from sparkfleet.base import procs
 from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.base.http import free_port
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
@@ -30,12 +31,6 @@ from support.lanefleet import MODELS, write_fleet
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
 # one worker ("local_lanes"), one at a time
 pytestmark = pytest.mark.xdist_group("local_lanes")
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def demo_recipe(
     hosts: list[str], port: int, extra_args: str = "", ready_s: float = 30, bind="127.0.0.1"

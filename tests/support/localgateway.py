@@ -11,7 +11,6 @@ would only add minutes.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from sparkfleet.base.http import free_port
 from sparkfleet.fleet import inventory
 from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
@@ -35,12 +35,6 @@ except ImportError:  # tests/ imported as a package
 MODEL = "deepseek-v4.1-flash"
 LANE = "gw-lane"
 HOST = "gw1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -1,9 +1,12 @@
-"""One stage run per local hub at a time.
+"""Locks: one stage run per local hub at a time, and the one way every other writer serialises.
 
-A `flock` on `<local hub>/.locks/sparkfleet-stage.lock`: on local NVMe, where flock works (unlike
-the NAS), and inside `.locks/`, which huggingface_hub's own cache scan skips. The holder writes its
-PID into the file so the loser can say who holds it. The kernel drops the lock when the holder
-dies, `kill -9` included, so a stale lock never blocks a rerun.
+Every lock in the package is a `flock` on a file opened by `open_lock_file` (no planted link
+followed): `exclusive` refuses after a wait and names the holder, `held` queues behind the holder.
+
+The stage lock is a `flock` on `<local hub>/.locks/sparkfleet-stage.lock`: on local NVMe, where
+flock works (unlike the NAS), and inside `.locks/`, which huggingface_hub's own cache scan skips.
+The holder writes its PID into the file so the loser can say who holds it. The kernel drops the
+lock when the holder dies, `kill -9` included, so a stale lock never blocks a rerun.
 """
 
 from __future__ import annotations
@@ -85,6 +88,18 @@ def exclusive(path: Path, what: str, hint: str, wait_seconds: float = 0.0) -> It
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield path
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def held(path: Path) -> Iterator[None]:
+    """Hold the flock at `path`, waiting as long as the holder takes (writers that queue rather
+    than refuse: a second preparer, a second key edit, a second generation writer)."""
+    fd = open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(fd)
 

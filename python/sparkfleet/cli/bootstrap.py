@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..base.errors import ExitCode
+from .options import JSON
 from .render import echo_json, load_inventory
 
 
@@ -29,7 +30,7 @@ def _absolute_or_empty(value: str) -> str:
     callback=lambda ctx, param, value: _absolute_or_empty(value),
     help="Treat this directory on the host as / (tests against emulated hosts).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as_json: bool) -> None:
     """Make HOST deployable: Nix on the ssh PATH, the deploy user trusted, flakes on, sudo finding nix-env.
@@ -89,7 +90,7 @@ def _fleet_ca(runner, prefix: str) -> list:
     """With $SPARKFLEET_REGISTRY set and a fleet CA made (docs/images.md), trust it on the host."""
     import os
 
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry import read_ca_cert
     from ..ops.bootstrap import trust_changes
 

@@ -9,12 +9,10 @@ import traceback
 import click
 
 from ..base.errors import ExitCode, SparkfleetError
-from .launch import REPLICA
+from .options import JSON, REPLICA
 from .progress import Heartbeat, wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS, SECONDS
-
-JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 def _event(msg: str) -> None:

@@ -6,6 +6,7 @@ import click
 
 from ..base.errors import ExitCode
 from ..base.sanitize import clean
+from .options import JSON
 from .render import echo_json, human_bytes, load_inventory
 
 
@@ -15,7 +16,7 @@ def inventory() -> None:
 
 
 @inventory.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def check(ctx: click.Context, as_json: bool) -> None:
     """Validate everything and list every problem (file, key path, expectation); exit 2 (usage) if any.

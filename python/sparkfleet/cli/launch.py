@@ -8,18 +8,9 @@ import time
 import click
 
 from ..base.errors import ExitCode, SparkfleetError
+from .options import JSON, REPLICA
 from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 from .values import POSITIVE_SECONDS
-
-JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-REPLICA = click.option(
-    "--replica",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Which copy of a lane with [gateway] replicas (0: the lane's own hosts; N: replicas[N]).",
-)
-
 
 OFFLINE = click.option(
     "--offline",

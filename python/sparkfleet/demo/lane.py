@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..base.errors import SparkfleetError
+from ..base.http import free_port
 from ..base.selfexec import module_argv
 from ..fleet import inventory
 from ..fleet.inventory import Inventory
@@ -34,9 +35,7 @@ READY_LINE = "The server is fired up and ready to roll!"
 def free_port_pair() -> int:
     """A port p with p+1 also free right now (head and worker of the two-rank demo lane)."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         if port < 65535:
             with socket.socket() as t:
                 try:

@@ -37,7 +37,7 @@ class PackVerify:
     def ok(self) -> bool:
         return not self.problems
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
         return {"ok": self.ok, **out}
 

@@ -40,6 +40,11 @@ class DisplayDevice:
     def device_arg(self) -> str:
         return f"{self.card}:{self.target}"
 
+    @classmethod
+    def from_dict(cls, d: dict) -> DisplayDevice:
+        """A DisplayDevice from its JSON form (a spec or probe request sent to the node)."""
+        return cls(d["card"], d["target"], tuple((str(k), str(v)) for k, v in d.get("nvidia_drm", ())))
+
 
 @dataclass(frozen=True)
 class DisplayNeed:
@@ -75,11 +80,6 @@ class DisplayFacts:
     char_device: bool
     gid: int | None
     parameters: dict[str, str | None]
-
-
-def device_from_dict(d: dict) -> DisplayDevice:
-    """A DisplayDevice from its JSON form (a spec or probe request sent to the node)."""
-    return DisplayDevice(d["card"], d["target"], tuple((str(k), str(v)) for k, v in d.get("nvidia_drm", ())))
 
 
 def read_display(dev: DisplayDevice, parameters_dir: str = NVIDIA_DRM_PARAMETERS) -> DisplayFacts:

@@ -77,6 +77,11 @@ class CacheSeed:
             f"(sparkfleet stage {host} --lane {lane}); then launch again"
         )
 
+    @classmethod
+    def from_dict(cls, d: dict) -> CacheSeed:
+        """A CacheSeed from its JSON form (a spec or probe request sent to the node)."""
+        return cls(**{k: str(d[k]) for k in CacheSeed.__dataclass_fields__})
+
 
 @dataclass(frozen=True)
 class SeedNeed:
@@ -96,11 +101,6 @@ class SeedNeed:
             self.pin, self.rev, str(checkout / self.lock), self.asset, self.image_path,
             str(checkout / self.roots_from), str(state_dir / STORE_DIR), engine, image,
         )  # fmt: skip
-
-
-def seed_from_dict(d: dict) -> CacheSeed:
-    """A CacheSeed from its JSON form (a spec or probe request sent to the node)."""
-    return CacheSeed(**{k: str(d[k]) for k in CacheSeed.__dataclass_fields__})
 
 
 def refuse(seed: CacheSeed, why: str) -> SparkfleetError:

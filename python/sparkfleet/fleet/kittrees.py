@@ -100,7 +100,7 @@ class KitVerdict:
     why: str = ""  # checkout_problem's words: absent, at another commit, changed in place, lacks …
     fix: str = ""  # the command that brings it (KitCheckout.fix)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     def summary(self) -> str:

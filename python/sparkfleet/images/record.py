@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..base.errors import ExitCode, SparkfleetError
+from ..base.paths import operator_state_dir
 
-STATE_ENV = "SPARKFLEET_STATE_DIR"
 CONTAINER_ENGINES = ("docker", "podman")
 
 
@@ -34,18 +34,6 @@ class LaneImage(Protocol):
 
     @property
     def image_build(self) -> str | None: ...
-
-
-def operator_state_dir() -> Path:
-    """Operator-side state: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet (~/.local/state).
-
-    Never the fleet root: under `nix run` that is a read-only store path.
-    """
-    env = os.environ.get(STATE_ENV)
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "sparkfleet"
 
 
 TRUST_ENV = "SPARKFLEET_REGISTRY_CERTS"

@@ -40,6 +40,12 @@ class ContainerLimits:
     workdir: str | None = None
     user: str | None = None
 
+    @classmethod
+    def from_dict(cls, d: dict) -> ContainerLimits:
+        """ContainerLimits from its JSON form (the spec the controller sends the node's agent)."""
+        lists = ("cap_drop", "cap_add", "security_opt", "tmpfs")
+        return cls(**{k: tuple(v) if k in lists else v for k, v in d.items()})
+
 
 def container_limits(doc: dict, where: str) -> ContainerLimits:
     """[launch.container] read (the schema checked each value's shape): a swap limit below the
@@ -70,12 +76,6 @@ def container_limits(doc: dict, where: str) -> ContainerLimits:
             hint="memory_swap is RAM + swap: equal to memory means no swap",
         )
     return lim
-
-
-def limits_from_dict(d: dict) -> ContainerLimits:
-    """ContainerLimits from its JSON form (the spec the controller sends the node's agent)."""
-    lists = ("cap_drop", "cap_add", "security_opt", "tmpfs")
-    return ContainerLimits(**{k: tuple(v) if k in lists else v for k, v in d.items()})
 
 
 def node_user() -> str:

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.errors import SparkfleetError
 from ..facts import apikeys
-from ..facts.display import DisplayDevice, device_from_dict
-from ..fleet.cacheseed import CacheSeed, seed_from_dict
+from ..facts.display import DisplayDevice
+from ..fleet.cacheseed import CacheSeed
 from ..fleet.inventory import state_dir_of
 from .bootcache import cache_key, env_subdir
 from .kitwire import model_binds, node_env, node_env_missing
-from .limits import ContainerLimits, limits_from_dict
+from .limits import ContainerLimits
 from .manifest import BindManifest, BindMount
 
 if TYPE_CHECKING:  # the node-side agent imports this module; keep it free of jsonschema/TOML
@@ -101,6 +101,21 @@ class LaunchSpec:
     @property
     def is_head(self) -> bool:
         return self.rank == 0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LaunchSpec:
+        """A LaunchSpec from its JSON form (`to_jsonable(spec)`), as the agent receives it."""
+        d = dict(d)
+        d["binds"] = tuple(
+            BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
+            for b in d["binds"]
+        )
+        for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
+            d[key] = tuple(d.get(key) or ())
+        d["container"] = ContainerLimits.from_dict(d.get("container") or {})
+        d["display"] = DisplayDevice.from_dict(d["display"]) if d.get("display") else None
+        d["cache_seed"] = CacheSeed.from_dict(d["cache_seed"]) if d.get("cache_seed") else None
+        return cls(**d)
 
 
 def is_secret(key: str) -> bool:
@@ -618,17 +633,3 @@ def ulimit_args(ulimits: tuple[tuple[str, int | str], ...]) -> tuple[str, ...]:
     """The host's container ulimits as `--ulimit` values: soft = hard, "unlimited" = -1."""
     return tuple(f"{k}={-1 if v == 'unlimited' else v}:{-1 if v == 'unlimited' else v}" for k, v in ulimits)
 
-
-def spec_from_dict(d: dict[str, Any]) -> LaunchSpec:
-    """A LaunchSpec from its JSON form (`to_jsonable(spec)`), as the agent receives it from the controller."""
-    d = dict(d)
-    d["binds"] = tuple(
-        BindMount(Path(b["source"]), b["target"], b["read_only"], b["origin"], b.get("repo"))
-        for b in d["binds"]
-    )
-    for key in ("argv", "devices", "receipt_roots", "ready_signatures", "ulimits"):
-        d[key] = tuple(d.get(key) or ())
-    d["container"] = limits_from_dict(d.get("container") or {})
-    d["display"] = device_from_dict(d["display"]) if d.get("display") else None
-    d["cache_seed"] = seed_from_dict(d["cache_seed"]) if d.get("cache_seed") else None
-    return LaunchSpec(**d)

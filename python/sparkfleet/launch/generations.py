@@ -14,10 +14,8 @@ Written temp + fsync + os.replace (sparkfleet.base.atomic): a generation is whol
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..base.atomic import ensure_dir, sweep_temps, write_bytes
 from ..base.errors import ExitCode, SparkfleetError
 from ..base.jsonable import to_jsonable
-from ..base.lock import open_lock_file
+from ..base.lock import held
 from ..fleet.inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
 from .generation_check import GENERATION_ID, problem
 
@@ -125,13 +123,9 @@ def locked(root: Path, lane: str) -> Iterator[None]:
     touching another writer's temp in flight.
     """
     d = _lane_dir(root, lane)
-    fd = open_lock_file(d / LOCK_NAME)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(d / LOCK_NAME):
         sweep_temps(d)
         yield
-    finally:
-        os.close(fd)
 
 
 def save(root: Path, gen: dict) -> Path:

@@ -8,7 +8,6 @@ the operator sees the reason before a single container exists.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -257,6 +256,3 @@ def stack_verdict(hosts: list, drifts: list[str]) -> str:
     said = f"{', '.join(declared)} match the declared stack"
     return said + (f"; no stack declared for {', '.join(undeclared)}" if undeclared else "")
 
-
-def as_dict(report: PreflightReport) -> dict:
-    return dataclasses.asdict(report)

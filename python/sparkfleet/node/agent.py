@@ -23,21 +23,20 @@ import subprocess
 import sys
 import time
 import traceback
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from ..base.atomic import write_bytes
 from ..base.errors import ExitCode, SparkfleetError
+from ..base.http import get_json
 from ..base.jsonable import to_jsonable
 from ..facts import apikeys
-from ..facts.display import NVIDIA_DRM_PARAMETERS, device_from_dict, display_problems, read_display
+from ..facts.display import NVIDIA_DRM_PARAMETERS, DisplayDevice, display_problems, read_display
 from ..facts.fabric import detect, scan_ports
 from ..fleet.inventory import LANE_NAME
 from ..lane.bootcache import cache_state
 from ..lane.manifest import ModelState, SnapshotFile, snapshot_rel
-from ..lane.spec import spec_from_dict
+from ..lane.spec import LaunchSpec
 from . import records, watchdog
 from .node_checks import canary, incident, ports_in_use
 from .receipts import clear_receipts
@@ -97,24 +96,10 @@ def _lane_key(req: dict) -> str | None:
 
 
 def _http_status(
-    port: int, path: str, timeout: float = 2.0, key: str | None = None, data: bytes | None = None
+    port: int, path: str, key: str | None = None, data: bytes | None = None
 ) -> tuple[int | None, Any]:
-    """GET `path` (POST `data` as JSON when given) on the lane's port: the status and a JSON body."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            body = resp.read(65536)
-            try:
-                return resp.status, json.loads(body)
-            except ValueError:
-                return resp.status, None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return None, None
+    """GET `path` (POST `data` as JSON when given) on the lane's loopback port: the status and a JSON body."""
+    return get_json(f"http://127.0.0.1:{port}{path}", key=key, data=data, timeout=2.0)
 
 
 # ---- actions ----------------------------------------------------------------------------------
@@ -158,13 +143,13 @@ def probe(req: dict) -> dict:
         out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
     verdicts = _kit_verdicts(req)
     if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
-        out["kits"] = [v.as_dict() for v in verdicts]
+        out["kits"] = [v.to_dict() for v in verdicts]
     if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
-        dev = device_from_dict(req["display"])
+        dev = DisplayDevice.from_dict(req["display"])
         facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
         out["display"] = {**to_jsonable(facts), "problems": display_problems(dev, facts)}
     if req.get("cache_seed"):  # [launch.cache_seed]: the verified tree, made once when launch asks
-        from ..fleet.cacheseed import seed_from_dict
+        from ..fleet.cacheseed import CacheSeed
         from .seedprep import seed_facts
 
         seed = req["cache_seed"]
@@ -174,7 +159,7 @@ def probe(req: dict) -> dict:
             out["cache_seed"] = {"ok": False, "problem": f"its lock is not read: {v.summary()}",
                                  "hint": v.fix}  # fmt: skip
         else:
-            out["cache_seed"] = seed_facts(seed_from_dict(seed), bool(seed.get("prepare")))
+            out["cache_seed"] = seed_facts(CacheSeed.from_dict(seed), bool(seed.get("prepare")))
     return out
 
 
@@ -193,7 +178,7 @@ def _kit_verdicts(req: dict) -> list:
 def start(req: dict) -> dict:
     """Refuse if this lane's rank already runs or its kit checkouts (the request's "kits") are not
     as pinned; before_serve (receipt roots, then the cache seed); start, record."""
-    spec = spec_from_dict(req["spec"])
+    spec = LaunchSpec.from_dict(req["spec"])
     state_dir = Path(spec.state_dir)
     key = apikeys.read_key(state_dir, spec.lane)
     if key:  # into the 0600 env file / the process env only: never the spec, argv or a record

@@ -23,7 +23,7 @@ from ..base.sanitize import Secrets
 from ..base.selfexec import script_argv
 from ..facts import apikeys
 from ..lane.manifest import BindMount
-from ..lane.spec import LaunchSpec, redact_env, secret_values, spec_from_dict
+from ..lane.spec import LaunchSpec, redact_env, secret_values
 from . import canary_worker, records, watchdog
 from .records import tail_bytes
 from .runtimes import container_run_argv, runtime_for
@@ -79,7 +79,7 @@ def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Pa
 
 def canary(req: dict) -> dict:
     """Run this rank's canary in the lane's runtime (its image for docker/podman) and return its JSON."""
-    spec = spec_from_dict(req["spec"])
+    spec = LaunchSpec.from_dict(req["spec"])
     timeout = float(req["canary"]["timeout"]) + 60
     worker = str(Path(canary_worker.__file__).resolve())
     started = time.monotonic()

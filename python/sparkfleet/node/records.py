@@ -42,6 +42,33 @@ class LaunchRecord:
     binds: int = 0
     receipts_cleared: tuple[str, ...] = field(default=())
 
+    @classmethod
+    def from_dict(cls, d: dict) -> LaunchRecord:
+        """A record as `save` wrote it; any other shape is a TypeError (the state dir is editable, and a
+        record's pid, pgid and paths are what `stop` signals and `logs` reads)."""
+        if not isinstance(d, dict):  # a record file edited into a list, a string, null
+            raise TypeError(f"a launch record is a JSON object, not {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(LaunchRecord)}
+        d = {k: v for k, v in d.items() if k in names}
+        for key in _LISTS:
+            value = d.get(key) or ()
+            if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
+                raise TypeError(f"launch record: {key} is not a list of strings")
+            d[key] = tuple(value)
+        for key in (*_STRS, *_OPTIONAL_STRS, *_INTS, *_OPTIONAL_INTS):
+            if key not in d:  # absent: the field's default, or LaunchRecord's own TypeError below
+                continue
+            value = d[key]
+            if value is None and key in (*_OPTIONAL_STRS, *_OPTIONAL_INTS):
+                continue
+            want = str if key in (*_STRS, *_OPTIONAL_STRS) else int
+            if isinstance(value, bool) or not isinstance(value, want):
+                raise TypeError(f"launch record: {key} is not {'a string' if want is str else 'an integer'}")
+        started = d.get("started_at")
+        if isinstance(started, bool) or not isinstance(started, int | float) or not math.isfinite(started):
+            raise TypeError("launch record: started_at is not a time")
+        return cls(**d)
+
 
 def lane_dir(state_dir: Path, lane: str) -> Path:
     return Path(state_dir) / "lanes" / lane
@@ -68,33 +95,6 @@ _INTS, _OPTIONAL_INTS = ("rank", "binds"), ("pid", "start_ticks", "pgid")
 _LISTS = ("argv", "env_keys", "receipts_cleared")
 
 
-def from_dict(d: dict) -> LaunchRecord:
-    """A record as `save` wrote it; any other shape is a TypeError (the state dir is editable, and a
-    record's pid, pgid and paths are what `stop` signals and `logs` reads)."""
-    if not isinstance(d, dict):  # a record file edited into a list, a string, null
-        raise TypeError(f"a launch record is a JSON object, not {type(d).__name__}")
-    names = {f.name for f in dataclasses.fields(LaunchRecord)}
-    d = {k: v for k, v in d.items() if k in names}
-    for key in _LISTS:
-        value = d.get(key) or ()
-        if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
-            raise TypeError(f"launch record: {key} is not a list of strings")
-        d[key] = tuple(value)
-    for key in (*_STRS, *_OPTIONAL_STRS, *_INTS, *_OPTIONAL_INTS):
-        if key not in d:  # absent: the field's default, or LaunchRecord's own TypeError below
-            continue
-        value = d[key]
-        if value is None and key in (*_OPTIONAL_STRS, *_OPTIONAL_INTS):
-            continue
-        want = str if key in (*_STRS, *_OPTIONAL_STRS) else int
-        if isinstance(value, bool) or not isinstance(value, want):
-            raise TypeError(f"launch record: {key} is not {'a string' if want is str else 'an integer'}")
-    started = d.get("started_at")
-    if isinstance(started, bool) or not isinstance(started, int | float) or not math.isfinite(started):
-        raise TypeError("launch record: started_at is not a time")
-    return LaunchRecord(**d)
-
-
 def load_all(state_dir: Path, lane: str) -> list[LaunchRecord]:
     """Every record of `lane` on this node, by rank."""
     return _load_dir(lane_dir(state_dir, lane))
@@ -111,7 +111,7 @@ def _load_docs(d: Path) -> list[tuple[LaunchRecord, dict]]:
     for p in sorted(d.glob("rank*.json")) if d.is_dir() else []:
         try:
             doc = json.loads(p.read_text())
-            out.append((from_dict(doc), doc))
+            out.append((LaunchRecord.from_dict(doc), doc))
         except (OSError, ValueError, TypeError, AttributeError):
             continue
     return sorted(out, key=lambda pair: pair[0].rank)

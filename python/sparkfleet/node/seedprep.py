@@ -22,7 +22,6 @@ dead run's (kill -9, a power cut), and is removed and redone. Node-side and ligh
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import re
@@ -39,7 +38,7 @@ from ..base.atomic import ensure_dir, fsync_dir, fsync_tree
 from ..base.atomic import write_bytes as atomic_write
 from ..base.digests import full_digest
 from ..base.errors import SpaceError, SparkfleetError
-from ..base.lock import open_lock_file
+from ..base.lock import held
 from ..base.relnames import plain_relative
 from ..fleet.cacheseed import (
     MANIFEST_NAME,
@@ -92,12 +91,8 @@ def store_of(seed: CacheSeed, pins: LockPins) -> Path:
 def store_lock(root: Path) -> Iterator[None]:
     """One preparer per asset on a host (a second waits); the kernel drops it when its holder dies."""
     ensure_dir(root)
-    fd = open_lock_file(root / ".lock")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(root / ".lock"):
         yield
-    finally:
-        os.close(fd)
 
 
 def tree_files(seed: CacheSeed, pins: LockPins, roots: frozenset[str], tree: Path) -> dict[str, dict]:

@@ -25,7 +25,6 @@ Every change of the files and the reload after it happen under `users/.lock` (fl
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import stat
@@ -36,7 +35,7 @@ from pathlib import Path
 
 from ..base.atomic import create_new, ensure_dir, fsync_dir, sweep_temps, write_bytes
 from ..base.errors import ExitCode, SparkfleetError
-from ..base.lock import open_lock_file
+from ..base.lock import held
 from ..facts.apikeys import new_key
 
 USERS_DIR = "users"
@@ -120,13 +119,9 @@ def locked(state_dir: Path) -> Iterator[None]:
     ensure_dir(Path(state_dir), 0o700)
     ensure_dir(d, 0o700)
     os.chmod(d, 0o700)
-    fd = open_lock_file(d / LOCK_NAME)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(d / LOCK_NAME):
         sweep_temps(d)  # a writer killed mid-write left its temp; no other writer is in flight
         yield
-    finally:
-        os.close(fd)
 
 
 def add(state_dir: Path, name: str, out: Path | None = None) -> str:

@@ -86,9 +86,9 @@ class StageResult:
     peer_bytes_from: dict[str, int] = field(default_factory=dict)  # fan-out: bytes each peer served
     verify: VerifyReport | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         out = {k: v for k, v in vars(self).items() if k != "verify"}
-        out["verify"] = self.verify.as_dict() if self.verify else None
+        out["verify"] = self.verify.to_dict() if self.verify else None
         return out
 
 
@@ -119,7 +119,7 @@ class StageRun:
     def mb_per_s(self) -> float:
         return self.copied_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "ok": self.ok,
             "dest_hub": str(self.dest_hub),
@@ -136,7 +136,7 @@ class StageRun:
             "share": list(self.share) if self.share else None,
             "nas_bytes": sum(r.copied_bytes - r.peer_bytes for r in self.results),
             "peer_bytes": sum(r.peer_bytes for r in self.results),
-            "repos": [r.as_dict() for r in self.results],
+            "repos": [r.to_dict() for r in self.results],
         }
 
 

@@ -57,7 +57,7 @@ class KitResult:
     head: str = ""  # the checkout's full commit
     seconds: float = 0.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import ExitCode, SparkfleetError
+from ..base.paths import operator_state_dir
 from ..facts import apikeys
 from ..fleet.inventory import Inventory
-from ..images.record import operator_state_dir
 from .refresh import Refresher
 from .server import ViewServer, is_loopback, serve
 from .targets import write_targets
