@@ -9,7 +9,7 @@ import traceback
 import click
 
 from ..base.errors import ExitCode, SparkfleetError
-from .launch import REPLICA
+from .options import REPLICA
 from .progress import Heartbeat, wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS, SECONDS

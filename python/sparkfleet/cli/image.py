@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
 from ..base.errors import ExitCode
-from .launch import REPLICA
+from .options import REPLICA
 from .progress import wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .gateway import READS_STATE, WRITES_STATE, default_state_dir
-from .launch import REPLICA
+from .options import REPLICA
 from .render import echo_json, load_inventory
 
 
