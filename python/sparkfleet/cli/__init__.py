@@ -34,7 +34,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("demo", "demo"),
     ("launch", "env"), ("launch", "manifest"), ("launch", "launch"), ("lanestate", "stop"),
     ("lanestate", "status"), ("lanestate", "logs"), ("launch", "doctor"), ("launch", "agent"),
-    ("bench", "smoke"), ("bench", "bench"), ("bench", "report"),
+    ("bench", "smoke"), ("bench", "bench"), ("report", "report"),
     ("engram", "engram"),
     ("roofline", "roofline"), ("roofline", "measure"),
     ("image", "image"),
