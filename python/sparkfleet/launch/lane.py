@@ -243,7 +243,7 @@ def _launch(
     gates: Gates,
     on_progress: Callable[[list[RankProgress]], None],
 ) -> LaunchReport:
-    inv, lane_name, home = run.inv, run.name, run.home  # a replica records in its own home
+    inv, lane_name = run.inv, run.name
     plan = prepare(inv, lane_name, recipe=run.recipe)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
@@ -317,7 +317,7 @@ def _launch(
             lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights,
             notes=notes, cache_seed=seeded_caches,
         )
-        report.generation = record_launch(inv, plan, report, home)
+        report.generation = record_launch(run, plan, report)
         return report
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
@@ -359,7 +359,7 @@ def _launch(
         lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes,
         cache_seed=seeded_caches,
     )
-    report.generation = record_launch(inv, plan, report, home)
+    report.generation = record_launch(run, plan, report)
     return report
 
 
