@@ -62,14 +62,15 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
       sparkfleet status demo-exl3-2x
       sparkfleet status demo-exl3-2x --json
     """
-    from ..lane.replicas import instance_name, replica_inventory
+    from ..launch.lanerun import replica_run
     from ..launch.lanestop import status_enforced  # [watchdog] scope = "lane" acts here too
 
-    st, _ = status_enforced(replica_inventory(load_inventory(ctx), lane, replica), lane)
+    run = replica_run(load_inventory(ctx), lane, replica)
+    st, _ = status_enforced(run)
     if as_json:
         echo_json({**st.to_dict(), "replica": replica})
     else:
-        click.echo(f"{instance_name(lane, replica)}: {st.running}/{st.expected} ranks running")
+        click.echo(f"{run.instance}: {st.running}/{st.expected} ranks running")
         if st.weights:
             click.secho(f"  {st.weights}", fg="yellow")
         for r in st.ranks:
@@ -88,7 +89,7 @@ def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
             )
         for e in st.errors:
             click.echo(f"  {e['host']}: {e['error']}")
-        for line in _ended_lines(st, instance_name(lane, replica)):
+        for line in _ended_lines(st, run.instance):
             click.echo(line)
     if any(e.get("code") == ExitCode.UNREACHABLE for e in st.errors):
         sys.exit(ExitCode.UNREACHABLE)

@@ -425,7 +425,7 @@ def watch_lane(
         to every host stands before it. A lane-scoped watchdog (the kit's pair watchdog) is the one
         exception: a trip anywhere stops the lane before anything else is asked."""
         if lane_scope:
-            st, lane_stop = status_enforced(inv, lane_name)
+            st, lane_stop = status_enforced(run)
             if lane_stop is not None:
                 tripped.append(lane_stop.message)
                 return ProbeResult(False, 0.0, None, lane_stop.message)
