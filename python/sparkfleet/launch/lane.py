@@ -5,6 +5,10 @@ Plan → gates → action → record: `launch` takes the plan (`plan.prepare`), 
 every worker dialling in), then waits for readiness and stops the whole lane if it does not come
 up; the generation is recorded either way. Nodes are reached only through hosts.connect() and
 the agent client (`nodecall`).
+
+Each step works on the lane resolved once (`LaneRun`: `launch_lane`, `stop_lane`, `lane_status`,
+`lane_logs`, `follow_lane`); `launch`, `stop`, `status`, `logs` and `follow` resolve it for a caller
+that holds the inventory and a lane's name, and hand it down.
 """
 
 from __future__ import annotations
