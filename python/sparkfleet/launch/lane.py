@@ -58,7 +58,8 @@ def stop(
     by: str = "sparkfleet",
 ) -> list[dict]:
     """`stop_lane` of the lane as `inv` has it (its generations under `generations_root`)."""
-    return stop_lane(lane_run(inv, lane_name, generations_root), timeout, by)
+    run = lane_run(inv, lane_name, generations_root)
+    return stop_lane(run, timeout, by)
 
 
 def stop_lane(run: LaneRun, timeout: float | None = None, by: str = "sparkfleet") -> list[dict]:
@@ -383,7 +384,8 @@ def supervisor_notes(run: LaneRun) -> list[str]:
 
 def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> LaneStatus:
     """`lane_status` of the lane as `inv` has it (its generations under `generations_root`)."""
-    return lane_status(lane_run(inv, lane_name, generations_root))
+    run = lane_run(inv, lane_name, generations_root)
+    return lane_status(run)
 
 
 def lane_status(run: LaneRun) -> LaneStatus:
@@ -451,7 +453,8 @@ def logs(
     inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50, answers: bool = False
 ) -> dict[str, dict]:
     """`lane_logs` of the lane as `inv` has it."""
-    return lane_logs(lane_run(inv, lane_name), host, lines, answers)
+    run = lane_run(inv, lane_name)
+    return lane_logs(run, host, lines, answers)
 
 
 def lane_logs(
@@ -474,7 +477,8 @@ def lane_logs(
 
 def follow(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 20):
     """`follow_lane` of the lane as `inv` has it."""
-    return follow_lane(lane_run(inv, lane_name), host, lines)
+    run = lane_run(inv, lane_name)
+    return follow_lane(run, host, lines)
 
 
 def follow_lane(run: LaneRun, host: str | None = None, lines: int = 20):

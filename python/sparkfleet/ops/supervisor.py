@@ -364,7 +364,8 @@ def lane_secrets(inv, lane_name: str) -> set[str]:
 
 def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None) -> Path:
     """`incident_of` the lane as `inv` has it; its bundles under `root`, else beside its generations."""
-    return incident_of(lane_run(inv, lane_name, root), reason)
+    run = lane_run(inv, lane_name, root)
+    return incident_of(run, reason)
 
 
 def incident_of(run: LaneRun, reason: str) -> Path:
