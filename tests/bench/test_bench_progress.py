@@ -119,7 +119,7 @@ def test_quality_shows_live_progress_of_the_running_scenario(fake_lane, tmp_path
 
 
 def test_line_progress_repeats_a_long_scenario_now_and_then(capsys):
-    from sparkfleet.cli.bench import LineBenchProgress
+    from sparkfleet.cli.benchview import LineBenchProgress
 
     p = LineBenchProgress(every_s=0.0)
     p.step("quality 0/15 TC-01", 0)

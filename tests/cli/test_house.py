@@ -30,7 +30,7 @@ NODE = {
 }
 CONTROLLER = {
     "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo", "lanestop",
-    "watchstate",
+    "watchstate", "lanerun", "verbrun",
 }
 
 

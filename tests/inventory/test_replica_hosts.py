@@ -9,22 +9,12 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from tests.support.replicafleet import two_copies
 
 from sparkfleet.cli import main
-from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.demo.fleet import DEMO_LANE
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 from sparkfleet.fleet import inventory
-
-
-def two_copies(workdir):
-    """The demo fleet with its lane as two copies of one host each: dgx1 (replica 0), dgx2 (replica 1)."""
-    demo = write_demo_fleet(workdir, shard_bytes=64 * 1024)
-    recipe = demo.root / "recipes" / DEMO_LANE / "recipe.toml"
-    text = recipe.read_text().replace('hosts = ["dgx1", "dgx2"]', 'hosts = ["dgx1"]', 1)
-    text = text.replace("\ntp = 2\n", "\ntp = 1\n", 1)  # one host a copy
-    assert text.count("\n[gateway]\n") == 1  # the demo's lane serves through the gateway already
-    recipe.write_text(text.replace("\n[gateway]\n", '\n[gateway]\nreplicas = [["dgx1"], ["dgx2"]]\n', 1))
-    return demo
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ in force (the lane's models and its launch image), the recipe's sha256 and the h
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -25,6 +26,7 @@ from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
 
 DEFAULT_PORT = 30000
 API_KEY_ENV = "SPARKFLEET_API_KEY"
+DEFAULT_URL_OUT = Path("sparkfleet-reports")  # a --url or --gateway run's reports, relative to the cwd
 
 
 @dataclass(frozen=True)
@@ -221,3 +223,30 @@ def for_url(url: str, out: Path | None) -> BenchTarget:
     if not url.endswith("/v1"):
         url += "/v1"
     return BenchTarget(url=url, reports_dir=out, url_auth=creds.basic_auth)
+
+
+def pick_target(
+    inventory: Callable[[], Inventory],
+    lane: str | None,
+    url: str | None,
+    out: Path | None,
+    gateway: bool = False,
+    on_event: Callable[[str], None] = lambda _m: None,
+) -> BenchTarget:
+    """What `smoke` or `bench` points at: the running gateway, a URL, or a lane (exactly one;
+    `inventory` is read only for a lane). `out`: the report folder instead of the target's own."""
+    if gateway:
+        if lane or url:
+            raise SparkfleetError("--gateway takes no LANE or --url", hint="sparkfleet bench --gateway")
+        from ..serving.gateway import state_dir_in_force
+
+        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT, on_event)
+    if bool(lane) == bool(url):
+        raise SparkfleetError(
+            "name a LANE or give --url (exactly one)",
+            hint="e.g. `sparkfleet bench dsv41-flash-exl3-2x` or `--url http://127.0.0.1:30000/v1`",
+        )
+    if url:
+        return for_url(url, out or DEFAULT_URL_OUT)
+    target = for_lane(inventory(), lane or "")
+    return dataclasses.replace(target, reports_dir=out) if out is not None else target

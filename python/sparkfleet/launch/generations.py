@@ -32,6 +32,7 @@ from .generation_check import GENERATION_ID, problem
 
 if TYPE_CHECKING:
     from ..fleet.inventory import Inventory, Lane
+    from .lanerun import LaneRun
     from .plan import LanePlan
     from .report import LaunchReport
 
@@ -189,9 +190,9 @@ def _boot(plan: LanePlan, report: LaunchReport, history: list[dict]) -> dict[str
     )
 
 
-def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Path) -> dict:
-    """Write this launch's generation and return it."""
-    lane = inv.lane(plan.lane)
+def record_launch(run: LaneRun, plan: LanePlan, report: LaunchReport) -> dict:
+    """Write this launch's generation in the lane's home (a replica's own) and return it."""
+    inv, lane, root = run.inv, run.lane, run.home
     recipe_text = lane.recipe_path.read_text()
     fleet_text = (inv.root / FLEET_FILE).read_text()
     history = load_all(root, plan.lane)

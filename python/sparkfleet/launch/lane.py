@@ -5,6 +5,10 @@ Plan → gates → action → record: `launch` takes the plan (`plan.prepare`), 
 every worker dialling in), then waits for readiness and stops the whole lane if it does not come
 up; the generation is recorded either way. Nodes are reached only through hosts.connect() and
 the agent client (`nodecall`).
+
+Each step works on the lane resolved once (`LaneRun`: `launch_lane`, `stop_lane`, `lane_status`,
+`lane_logs`, `follow_lane`); `launch`, `stop`, `status`, `logs` and `follow` resolve it for a caller
+that holds the inventory and a lane's name, and hand it down.
 """
 
 from __future__ import annotations
@@ -22,14 +26,13 @@ from ..base.jsonable import to_jsonable
 from ..base.lock import exclusive
 from ..fleet.inventory import Inventory, state_dir_of
 from ..lane.readiness import BootWatch, RankExit, RankProgress, wait_ready
-from ..lane.recipe import launch_recipe
-from ..lane.replicas import generations_home, replica_flag
 from ..lane.spec import LaunchSpec
 from ..lane.weights import check_local_weights, host_weights, weights_note
 from ..remote.hosts import HostUnreachable, connect, fan_out
 from ..remote.nodecall import call_agent, state_request
 from .generations import current, generations_dir, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
+from .lanerun import LaneRun, lane_run
 from .plan import LanePlan, kits_request, prepare
 from .preflight import preflight
 from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
@@ -54,10 +57,16 @@ def stop(
     generations_root: Path | None = None,
     by: str = "sparkfleet",
 ) -> list[dict]:
+    """`stop_lane` of the lane as `inv` has it (its generations under `generations_root`)."""
+    run = lane_run(inv, lane_name, generations_root)
+    return stop_lane(run, timeout, by)
+
+
+def stop_lane(run: LaneRun, timeout: float | None = None, by: str = "sparkfleet") -> list[dict]:
     """Stop what sparkfleet started for the lane on every host (all hosts at once); its newest
-    generation (under `generations_root`, a replica's own) is marked stopped. `by` names the verb
-    that stopped it, for `status` to say (with the user and machine)."""
-    lane = inv.lane(lane_name)
+    generation (in `run.home`, a replica's own) is marked stopped. `by` names the verb that stopped
+    it, for `status` to say (with the user and machine)."""
+    inv, lane_name = run.inv, run.name
     wait = timeout or 30.0
     who = stopped_by(by)
 
@@ -69,17 +78,18 @@ def stop(
         except HostUnreachable as exc:
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
-    results = [r for rs in fan_out(stop_one, list(lane.hosts)) for r in rs]
+    results = [r for rs in fan_out(stop_one, list(run.hosts)) for r in rs]
     if results and all(r["stopped"] for r in results):
         # history: this generation was stopped, not still "ready" (a replica's in its own folder);
         # a lane whose ranks had crashed is stopped too: the operator no longer wants it running,
         # and the fleet view's lane-down alert (wanted and not up) must hear that
-        mark_stopped(generations_root or generations_home(inv, lane_name), lane_name)
+        mark_stopped(run.home, lane_name)
     return results
 
 
-def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
+def _exited_workers(run: LaneRun, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
     """Workers that stopped running; each worker's new log lines go to `boot` on the way."""
+    inv = run.inv
 
     def check(spec: LaunchSpec) -> list[RankExit]:
         req = state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
@@ -98,9 +108,10 @@ class LaunchInterrupted(SparkfleetError):
     exit_code = ExitCode.INTERRUPTED
 
 
-def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s: float) -> LaunchInterrupted:
+def _interrupted(run: LaneRun, stop_on_interrupt: bool) -> LaunchInterrupted:
+    lane_name = run.name
     if stop_on_interrupt:
-        results = stop(inv, lane_name, stop_s, by="sparkfleet launch (Ctrl-C)")
+        results = stop_lane(run, run.recipe.timeouts.stop_s, by="sparkfleet launch (Ctrl-C)")
         left = [r for r in results if not r["stopped"]]
         if not left:
             return LaunchInterrupted(f"interrupted: {lane_name} stopped (--stop-on-interrupt)")
@@ -108,7 +119,7 @@ def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s
         return LaunchInterrupted(
             f"interrupted: {lane_name} did not stop everywhere: {where}", hint=f"sparkfleet stop {lane_name}"
         )
-    running = [r for r in status(inv, lane_name).ranks if r.running]
+    running = [r for r in lane_status(run).ranks if r.running]
     if not running:
         return LaunchInterrupted(f"interrupted: no rank of {lane_name} is running")
     where = ", ".join(
@@ -120,27 +131,28 @@ def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s
     )
 
 
-def occupants(inv: Inventory, lane_name: str) -> dict[str, list[dict]]:
+def occupants(run: LaneRun) -> dict[str, list[dict]]:
     """Other lanes with ranks running on this lane's hosts: other lane -> [{host, rank, name}]."""
-    lane = inv.lane(lane_name)
+    inv, lane_name = run.inv, run.name
 
     def ask(name: str) -> list[dict]:
         req = {"state_dir": str(state_dir_of(inv.host(name)))}
         return [{"host": name, **r} for r in call_agent(connect(inv.host(name)), "occupancy", req)["running"]]
 
     out: dict[str, list[dict]] = {}
-    for r in (r for rs in fan_out(ask, list(lane.hosts)) for r in rs):
+    for r in (r for rs in fan_out(ask, list(run.hosts)) for r in rs):
         if r["lane"] != lane_name:
             out.setdefault(r["lane"], []).append(r)
     return out
 
 
 def check_occupancy(
-    inv: Inventory, lane_name: str, replace: bool, on_event: Callable[[str], None] = lambda _m: None
+    run: LaneRun, replace: bool, on_event: Callable[[str], None] = lambda _m: None
 ) -> list[str]:
     """Refuse (REFUSED) when another lane's ranks run on this lane's hosts, naming that lane; with
     `replace`, stop those lanes first. Returns the lanes stopped."""
-    taken = occupants(inv, lane_name)
+    inv, lane_name = run.inv, run.name
+    taken = occupants(run)
     if taken and not replace:
         lines = "; ".join(
             f"lane {other} (" + ", ".join(f"rank {r['rank']} on {r['host']}" for r in rs) + ")"
@@ -154,7 +166,7 @@ def check_occupancy(
         )
     for other in sorted(taken):
         if other in inv.lanes:
-            results = stop(inv, other, by=f"sparkfleet launch {lane_name} --replace")
+            results = stop_lane(lane_run(inv, other), by=f"sparkfleet launch {lane_name} --replace")
         else:  # a lane no longer in the inventory: stop it where its records are
             results = []
             for host in sorted({r["host"] for r in taken[other]}):
@@ -190,33 +202,45 @@ def launch(
     Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`.
     `on_progress` gets every rank's boot stage, elapsed time, weight-load progress and last log
     line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
-    them first with `stop_on_interrupt`)."""
-    gates = Gates(replace, canary, allow_drift, generations_root, allow_nas_weights)
-    home = generations_root or generations_home(inv, lane_name)
+    them first with `stop_on_interrupt`). The lane is the one `inv` has (a replica's view runs
+    that copy); its generation is recorded under `generations_root`, else where its copy records."""
+    gates = Gates(replace, canary, allow_drift, allow_nas_weights, stop_on_interrupt)
+    run = lane_run(inv, lane_name, generations_root)
+    return launch_lane(run, gates, wait, keep_on_failure, timeout_s, on_event, on_progress)
+
+
+def launch_lane(
+    run: LaneRun,
+    gates: Gates,
+    wait: bool = True,
+    keep_on_failure: bool = False,
+    timeout_s: float | None = None,
+    on_event: Callable[[str], None] = lambda _msg: None,
+    on_progress: Callable[[list[RankProgress]], None] = lambda _p: None,
+) -> LaunchReport:
+    """`launch` of a resolved lane: one at a time per generations folder; Ctrl-C as `launch` says."""
     try:
         # One launch of a lane at a time from this fleet root: a second one, started while the first
         # still passes its gates or boots, would otherwise race it (and fail on whatever it met first).
-        with exclusive(generations_dir(home, lane_name) / LAUNCH_LOCK, f"launch of {lane_name}", BUSY_HINT):
-            return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
+        with exclusive(generations_dir(run.home, run.name) / LAUNCH_LOCK, f"launch of {run.name}", BUSY_HINT):
+            return _launch(run, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
     except KeyboardInterrupt:
-        recipe = launch_recipe(inv, lane_name)
-        raise _interrupted(inv, lane_name, stop_on_interrupt, recipe.timeouts.stop_s) from None
+        raise _interrupted(run, gates.stop_on_interrupt) from None
 
 
 @dataclass(frozen=True)
 class Gates:
-    """What a launch checks before it starts a rank, and where it records the generation."""
+    """What a launch checks before it starts a rank, and what it does on Ctrl-C."""
 
     replace: bool = False  # stop another lane occupying these hosts instead of refusing
     canary: bool = True  # run the fabric canary
     allow_drift: bool = False  # launch on a host whose stack drifted from fleet.toml
-    generations_root: Path | None = None
     allow_nas_weights: bool = False  # serve a rank whose non-optional weights bind from the NAS
+    stop_on_interrupt: bool = False  # on Ctrl-C, stop the ranks already started
 
 
 def _launch(
-    inv: Inventory,
-    lane_name: str,
+    run: LaneRun,
     wait: bool,
     keep_on_failure: bool,
     timeout_s: float | None,
@@ -224,18 +248,18 @@ def _launch(
     gates: Gates,
     on_progress: Callable[[list[RankProgress]], None],
 ) -> LaunchReport:
-    plan = prepare(inv, lane_name)
-    home = gates.generations_root or generations_home(inv, lane_name)  # a replica records its own
+    inv, lane_name = run.inv, run.name
+    plan = prepare(inv, lane_name, recipe=run.recipe)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
     nas_weights = check_local_weights(lane_name, weights, gates.allow_nas_weights, on_event)
-    running = [r for r in status(inv, lane_name).ranks if r.running or r.orphan_pid]
+    running = [r for r in lane_status(run).ranks if r.running or r.orphan_pid]
     if running:  # refuse before starting anything: a half-started relaunch would stop the live ranks
         where = ", ".join(
             f"rank {r.rank} on {r.host}" + (f": {r.detail}" if r.orphan_pid else "") for r in running
         )
         if not gates.replace:
-            again = replica_flag(inv.lane(lane_name))
+            again = run.again
             raise SparkfleetError(
                 f"lane {lane_name} is already running ({where})",
                 hint=f"sparkfleet stop {lane_name}{again}, "
@@ -243,19 +267,19 @@ def _launch(
                 exit_code=ExitCode.REFUSED,  # an occupied host, as when another lane holds it
             )
         # --replace relaunches the lane itself too (after a recipe edit: one command)
-        replaced = stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch --replace")
+        replaced = stop_lane(run, plan.recipe.timeouts.stop_s, by="sparkfleet launch --replace")
         if not all(r["stopped"] for r in replaced):
             raise SparkfleetError(
                 f"--replace: lane {lane_name} did not stop", hint=f"sparkfleet status {lane_name}"
             )
         on_event(f"replaced the running {lane_name} ({where}): stopped it to relaunch")
-        plan = prepare(inv, lane_name)  # its ports and memory are free now: probe again
-    check_occupancy(inv, lane_name, gates.replace, on_event)
+        plan = prepare(inv, lane_name, recipe=run.recipe)  # its ports and memory are free now: probe again
+    check_occupancy(run, gates.replace, on_event)
     checks = preflight(
         inv, plan, call_agent, canary=gates.canary, allow_drift=gates.allow_drift, on_event=on_event
     )
     if ensure_lane_key(inv, lane_name, call_agent).created:  # no lane serves without a key
-        on_event(f"API key created for {lane_name} on {', '.join(inv.lane(lane_name).hosts)}")
+        on_event(f"API key created for {lane_name} on {', '.join(run.hosts)}")
     started: list[StartedRank] = []
     boot_cache: dict[str, dict] = {}
     seeded_caches: dict[str, dict] = {}
@@ -290,15 +314,15 @@ def _launch(
             on_event(f"started rank {spec.rank} on {spec.host} ({spec.name})")
     except SparkfleetError:
         if started:
-            stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch (a rank failed)")
+            stop_lane(run, plan.recipe.timeouts.stop_s, by="sparkfleet launch (a rank failed)")
         raise
-    notes = supervisor_notes(inv, lane_name, plan)
+    notes = supervisor_notes(run)
     if not wait:
         report = LaunchReport(
             lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights,
             notes=notes, cache_seed=seeded_caches,
         )
-        report.generation = record_launch(inv, plan, report, home)
+        report.generation = record_launch(run, plan, report)
         return report
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
@@ -314,7 +338,7 @@ def _launch(
         return ans
 
     def exited() -> list[RankExit]:
-        gone = _exited_workers(inv, plan, boot)
+        gone = _exited_workers(run, plan, boot)
         on_progress(boot.snapshot(time.monotonic()))
         return gone
 
@@ -330,28 +354,28 @@ def _launch(
         head_host=head.host,
     )
     if not ready.ok and ready.failed is not None and ready.failed.rank != 0:
-        tail = logs(inv, lane_name, ready.failed.host, lines=40).get(ready.failed.host, {})
+        tail = lane_logs(run, ready.failed.host, lines=40).get(ready.failed.host, {})
         ready.tail = str(tail.get(str(ready.failed.rank), "")).splitlines()
     stopped = False
     if not ready.ok and not keep_on_failure:
-        stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch (not ready)")
+        stop_lane(run, plan.recipe.timeouts.stop_s, by="sparkfleet launch (not ready)")
         stopped = True
     report = LaunchReport(
         lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes,
         cache_seed=seeded_caches,
     )
-    report.generation = record_launch(inv, plan, report, home)
+    report.generation = record_launch(run, plan, report)
     return report
 
 
-def supervisor_notes(inv: Inventory, lane_name: str, plan: LanePlan) -> list[str]:
+def supervisor_notes(run: LaneRun) -> list[str]:
     """A lane whose recipe says `[watchdog] scope = "lane"` is stopped whole by its supervisor
     (`watch`, or `status`), never by a node, which sees only itself (launch/lanestop.py). The
     kit's own launcher always runs its controller beside the pair; a launch by hand does not, so
     it says what to run (a deployed lane's sparkfleet-watch-LANE unit runs it)."""
-    if plan.recipe.watchdog_scope != "lane":
+    if run.recipe.watchdog_scope != "lane":
         return []
-    cmd = f"sparkfleet watch {lane_name}{replica_flag(inv.lane(lane_name))}"
+    cmd = f"sparkfleet watch {run.name}{run.again}"
     return [
         f"watchdog scope = lane: run `{cmd}` beside this lane (a deployed lane's watch unit does); "
         "it is what stops every rank when one stops"
@@ -359,10 +383,15 @@ def supervisor_notes(inv: Inventory, lane_name: str, plan: LanePlan) -> list[str
 
 
 def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> LaneStatus:
+    """`lane_status` of the lane as `inv` has it (its generations under `generations_root`)."""
+    run = lane_run(inv, lane_name, generations_root)
+    return lane_status(run)
+
+
+def lane_status(run: LaneRun) -> LaneStatus:
     """Per rank: running or not (and how it ended), plus the head's /health and /v1/models, and
     "weights from NAS on HOST (N files)" when the serving generation was let through that way."""
-    lane = inv.lane(lane_name)
-    recipe = launch_recipe(inv, lane_name)
+    inv, lane_name, lane, recipe = run.inv, run.name, run.lane, run.recipe
     ranks: list[RankStatus] = []
     errors: list[dict] = []
 
@@ -404,7 +433,7 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
         except SparkfleetError as exc:
             errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
     running = sum(1 for r in ranks if r.running)
-    gen = current(generations_root or generations_home(inv, lane_name), lane_name) if running else None
+    gen = current(run.home, lane_name) if running else None
     return LaneStatus(
         weights=weights_note((gen or {}).get("nas_weights")),
         lane=lane_name,
@@ -423,9 +452,17 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
 def logs(
     inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50, answers: bool = False
 ) -> dict[str, dict]:
+    """`lane_logs` of the lane as `inv` has it."""
+    run = lane_run(inv, lane_name)
+    return lane_logs(run, host, lines, answers)
+
+
+def lane_logs(
+    run: LaneRun, host: str | None = None, lines: int = 50, answers: bool = False
+) -> dict[str, dict]:
     """host -> {rank: last lines} for the lane's ranks (on one host, or all): the running run's, else
     the last stopped run's. `answers`: host -> the agent's whole answer (`logs`, `stopped`, `log_paths`)."""
-    lane = inv.lane(lane_name)
+    inv, lane_name, lane = run.inv, run.name, run.lane
     names = [host] if host else list(lane.hosts)
     if host and host not in lane.hosts:
         raise SparkfleetError(
@@ -438,9 +475,17 @@ def logs(
     return out
 
 
-def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
-    """Context manager yielding the live log lines of `host`'s rank (tail -F / docker logs -f)."""
-    lane = inv.lane(lane_name)
+def follow(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 20):
+    """`follow_lane` of the lane as `inv` has it."""
+    run = lane_run(inv, lane_name)
+    return follow_lane(run, host, lines)
+
+
+def follow_lane(run: LaneRun, host: str | None = None, lines: int = 20):
+    """Context manager yielding the live log lines of `host`'s rank, the head's by default
+    (tail -F / docker logs -f)."""
+    inv, lane_name, lane = run.inv, run.name, run.lane
+    host = host or run.recipe.world.head
     if host not in lane.hosts:
         raise SparkfleetError(
             f"{host} is not in lane {lane_name}", hint=f"lane hosts: {', '.join(lane.hosts)}"

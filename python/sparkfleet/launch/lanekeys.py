@@ -75,10 +75,11 @@ def ensure(inv: Inventory, lane: str, call: Call, hosts: list[str] | None = None
     Launch runs this before any rank starts, so no lane ever serves without a key; bootstrap runs it
     for the lanes of the host it prepares.
     """
-    head = inv.lane(lane).hosts[0]
-    targets = list(hosts or inv.lane(lane).hosts)
+    lane_hosts = list(inv.lane(lane).hosts)
+    head = lane_hosts[0]
+    targets = list(hosts or lane_hosts)
     try:
-        key = lane_key(inv, lane, call)
+        key = host_key(inv, lane, head, call)
     except HostUnreachable:
         key = None
         if head in targets:
@@ -90,7 +91,7 @@ def ensure(inv: Inventory, lane: str, call: Call, hosts: list[str] | None = None
                 f"lane {lane}: its head {head} holds no API key yet",
                 hint=f"sparkfleet keys rotate {lane}",
             )
-        targets = list(inv.lane(lane).hosts)  # a new key goes to every host at once
+        targets = lane_hosts  # a new key goes to every host at once
         key = new_key()
     done = install(inv, lane, key, targets, call)
     return KeyInstall(

@@ -288,16 +288,18 @@ def prepare(
     hosts: list[str] | None = None,
     offline: str | None = None,
     tolerate_unreachable: bool = False,
+    recipe: LaunchRecipe | None = None,
 ) -> LanePlan:
     """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything.
 
     `offline`: contact no node; the reason is what `unknown` says. `tolerate_unreachable`: a node
     that ssh cannot reach is planned as if offline and named in `unreachable` (the caller exits
-    with ExitCode.UNREACHABLE after showing what could be derived).
+    with ExitCode.UNREACHABLE after showing what could be derived). `recipe`: the lane's, when the
+    caller read it already (launch reads it once for every step).
     """
-    recipe = launch_recipe(inv, lane_name)
-    check_shape(inv, recipe, preview=offline is not None)
     lane = inv.lane(lane_name)
+    recipe = recipe or launch_recipe(inv, lane_name)
+    check_shape(inv, recipe, preview=offline is not None)
     names = hosts or list(lane.hosts)
     for name in names:
         inv.host(name)
@@ -329,7 +331,7 @@ def prepare(
     facts = {f.host: f for f in fan_out(probe_one, names)}
     if built:
         states = {n: answers[n].get("image_state") or {} for n in answers}
-        check_built_image(recipe, built, states, replica_flag(inv.lane(lane_name)))
+        check_built_image(recipe, built, states, replica_flag(lane))
     if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
         head = recipe.world.head
         facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))

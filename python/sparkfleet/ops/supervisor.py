@@ -33,11 +33,10 @@ from ..base.sanitize import Secrets
 from ..bench.target import for_lane
 from ..fleet.inventory import RECIPES_DIR
 from ..fleet.sections import RecipeSections
-from ..lane.recipe import launch_recipe
-from ..lane.replicas import generations_home
 from ..lane.spec import secret_values
 from ..launch.generations import current, scan
-from ..launch.lane import launch, status, stop
+from ..launch.lane import Gates, lane_status, launch_lane, status, stop_lane
+from ..launch.lanerun import LaneRun, lane_run
 from ..launch.lanestop import status_enforced
 from ..launch.plan import dry_run
 from ..remote.hosts import connect, fan_out
@@ -365,9 +364,15 @@ def lane_secrets(inv, lane_name: str) -> set[str]:
 
 
 def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None) -> Path:
-    """Ask every host of the lane for its bundle (in parallel) and write them under incidents/."""
-    lane = inv.lane(lane_name)
-    recipe = launch_recipe(inv, lane_name)
+    """`incident_of` the lane as `inv` has it; its bundles under `root`, else beside its generations."""
+    run = lane_run(inv, lane_name, root)
+    return incident_of(run, reason)
+
+
+def incident_of(run: LaneRun, reason: str) -> Path:
+    """Ask every host of the lane for its bundle (in parallel) and write them under incidents/, beside
+    the lane's generations (a replica's beside its own)."""
+    inv, lane_name, lane, recipe, root = run.inv, run.name, run.lane, run.recipe, run.home
     secrets = lane_secrets(inv, lane_name)
 
     def one(host: str) -> dict:
@@ -379,7 +384,6 @@ def collect_incident(inv, lane_name: str, reason: str, root: Path | None = None)
             return {"error": exc.message}
 
     per_host = dict(zip(lane.hosts, fan_out(one, list(lane.hosts)), strict=True))
-    root = root or generations_home(inv, lane_name)  # a replica's bundles beside its own generations
     gen = current(root, lane_name)
     skipped = [str(s) for s in scan(root, lane_name)[1]]
     extra = {"generation": gen["id"] if gen else None, "skipped_generations": skipped}
@@ -396,16 +400,17 @@ def watch_lane(
     on_state: Callable[[str, WatchOutcome, ProbeResult | None], None] = lambda *_a: None,
 ) -> WatchOutcome:
     """Supervise a running lane: the real probe, bundle collection and relaunch."""
+    run = lane_run(inv, lane_name)
     target = for_lane(inv, lane_name)
-    recipe = launch_recipe(inv, lane_name)
+    recipe, home = run.recipe, run.home
     model = recipe.served_model_name or lane_name
 
     def restart() -> bool:
         try:
-            stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch (restart)")
+            stop_lane(run, recipe.timeouts.stop_s, by="sparkfleet watch (restart)")
             # A generation the operator let through with --allow-nas-weights is restarted the same way.
-            nas = bool((current(generations_home(inv, lane_name), lane_name) or {}).get("nas_weights"))
-            rep = launch(inv, lane_name, allow_drift=allow_drift, on_event=on_event, allow_nas_weights=nas)
+            nas = bool((current(home, lane_name) or {}).get("nas_weights"))
+            rep = launch_lane(run, Gates(allow_drift=allow_drift, allow_nas_weights=nas), on_event=on_event)
             return bool(rep.ready and rep.ready.ok)
         except SparkfleetError as exc:
             on_event(f"{lane_name}: relaunch refused: {exc.message}")
@@ -422,7 +427,7 @@ def watch_lane(
         to every host stands before it. A lane-scoped watchdog (the kit's pair watchdog) is the one
         exception: a trip anywhere stops the lane before anything else is asked."""
         if lane_scope:
-            st, lane_stop = status_enforced(inv, lane_name)
+            st, lane_stop = status_enforced(run)
             if lane_stop is not None:
                 tripped.append(lane_stop.message)
                 return ProbeResult(False, 0.0, None, lane_stop.message)
@@ -430,7 +435,7 @@ def watch_lane(
         if not res.ok:
             return res
         if not lane_scope:
-            st = status(inv, lane_name)
+            st = lane_status(run)
         if st.running < st.expected:
             down = [f"rank {r.rank} on {r.host}" for r in st.ranks if not r.running]
             why = "; ".join([*down, *(e["error"] for e in st.errors)])
@@ -442,8 +447,6 @@ def watch_lane(
         """A node's memory watchdog stopped ranks: relaunching into memory pressure locks hosts up."""
         errs = [e for e in status(inv, lane_name).errors if e["error"].startswith("memory watchdog:")]
         return "; ".join([*tripped, *(f"{e['host']}: {e['error']}" for e in errs)]) or None
-
-    home = generations_home(inv, lane_name)
 
     def tell(state: str, out: WatchOutcome, res: ProbeResult | None) -> None:
         counts = (out.probes, out.failures, out.restarts)
@@ -457,9 +460,9 @@ def watch_lane(
         hold=hold,
         on_state=tell,
         probe=probe,
-        collect=lambda reason: str(collect_incident(inv, lane_name, reason)),
+        collect=lambda reason: str(incident_of(run, reason)),
         restart=restart,
-        stop=lambda: stop(inv, lane_name, recipe.timeouts.stop_s, by="sparkfleet watch"),
+        stop=lambda: stop_lane(run, recipe.timeouts.stop_s, by="sparkfleet watch"),
         on_event=on_event,
     )
     return sup.run(max_probes)
