@@ -19,11 +19,10 @@ from ..base.errors import SparkfleetError
 from ..fleet.inventory import Inventory
 from ..lane.recipe import launch_recipe
 from ..lane.replicas import generations_home
+from ..node.protocol import ErrorKind
 from .generations import load_all, locked, save
 from .lane import status, stop
 from .report import LaneStatus
-
-MEMORY_TRIP = "memory watchdog:"  # how lane.status names a node's recorded watchdog stop
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def trip(st: LaneStatus) -> str | None:
     host that did not answer is no trip: what cannot be seen is not stopped on a guess."""
     if st.running == 0:
         return None
-    why = [f"{e['host']}'s {e['error']}" for e in st.errors if e["error"].startswith(MEMORY_TRIP)]
+    why = [f"{e['host']}'s {e['error']}" for e in st.errors_of(ErrorKind.MEMSTOP)]
     why += [
         f"rank {r.rank} on {r.host} is down ({r.detail or 'exited'}"
         + (f", code {r.returncode})" if r.returncode is not None else ")")
