@@ -10,7 +10,7 @@ from sparkfleet.fleet import inventory
 from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.lanestop import trip
 from sparkfleet.launch.report import LaneStatus, RankStatus
-from sparkfleet.node.protocol import ErrorKind
+from sparkfleet.remote.wire import ErrorKind
 from support.lanefleet import repo_fleet
 
 

@@ -21,17 +21,15 @@ from sparkfleet.launch.plan import probe_request
 from sparkfleet.node import agent
 from sparkfleet.node.protocol import (
     REQUESTS,
-    BadRequest,
     CanaryRequest,
-    ErrorKind,
     ProbeAnswer,
     ProbeRequest,
     StopRequest,
     WatchRequest,
-    error_kind,
 )
 from sparkfleet.remote.hosts import LocalHost
 from sparkfleet.remote.nodecall import AgentError, call_agent
+from sparkfleet.remote.wire import BadRequest, ErrorKind, error_kind
 from support.lanefleet import repo_fleet
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from ..base.atomic import write_bytes
 from ..base.errors import SparkfleetError
 from ..fleet.inventory import Inventory, state_dir_of
-from ..node.protocol import ImageCommitRequest, ImagePullRequest, ImageStateRequest
 from ..remote.hosts import RunResult, SshHost, check_reachable, connect, fan_out
 from ..remote.nodecall import ask
 from .archive import BuildImage, inspect_build, open_stream
 from .record import CONTAINER_ENGINES, LaneImage, operator_record_path, read_operator_record, read_push_record
+from .requests import ImageCommitRequest, ImagePullRequest, ImageStateRequest
 
 
 @dataclass

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..base.atomic import write_bytes
 from ..base.errors import ExitCode, SparkfleetError
-from ..node.protocol import ImageCommitRequest, ImagePullRequest, ImageStateRequest
 from .archive import normalize_id
+from .requests import ImageCommitRequest, ImagePullRequest, ImageStateRequest
 
 ENGINES = ("docker", "podman")
 

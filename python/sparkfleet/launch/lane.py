@@ -27,7 +27,6 @@ from ..lane.replicas import generations_home, replica_flag
 from ..lane.spec import LaunchSpec
 from ..lane.weights import check_local_weights, host_weights, weights_note
 from ..node.protocol import (
-    ErrorKind,
     LogsRequest,
     OccupancyRequest,
     StartRequest,
@@ -38,6 +37,7 @@ from ..node.protocol import (
 )
 from ..remote.hosts import HostUnreachable, connect, fan_out
 from ..remote.nodecall import ask, ask_host, call_agent, lane_request
+from ..remote.wire import ErrorKind
 from .generations import current, generations_dir, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
 from .plan import LanePlan, kits_request, prepare

@@ -19,7 +19,7 @@ from ..base.errors import SparkfleetError
 from ..fleet.inventory import Inventory
 from ..lane.recipe import launch_recipe
 from ..lane.replicas import generations_home
-from ..node.protocol import ErrorKind
+from ..remote.wire import ErrorKind
 from .generations import load_all, locked, save
 from .lane import status, stop
 from .report import LaneStatus

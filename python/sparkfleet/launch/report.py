@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..lane.readiness import ReadyReport
 from ..lane.weights import weights_note
-from ..node.protocol import ErrorKind
+from ..remote.wire import ErrorKind
 from .preflight import PreflightReport
 
 

@@ -6,7 +6,8 @@ Everything that must read the node itself happens here: its sysfs (fabric), its 
 and verified state), its receipt roots, its processes and containers, its logs and its ports.
 
 Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident, host-facts
-(the fleet view's read), and the key and image actions. A user
+(the fleet view's read), and the key and image actions; each reads its request as the record
+`protocol` defines for it, the same record the controller encoded, so no key is spelled here. A user
 error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
 stays meaningful; so is any other exception one action raises (exit_code 70, its traceback on
 stderr): the controller gets an answer it can report, never a dead agent's silence.
@@ -38,10 +39,10 @@ from ..facts.fabric import detect, scan_ports
 from ..lane.bootcache import cache_state
 from ..lane.manifest import ModelState, SnapshotFile, snapshot_rel
 from ..lane.spec import spec_from_dict
+from ..remote.wire import VERSION_HINT, error_answer
 from . import records, watchdog
 from .node_checks import canary, incident, ports_in_use
 from .protocol import (
-    VERSION_HINT,
     ApiKeyRequest,
     ApiKeyWriteRequest,
     CanaryRequest,
@@ -60,7 +61,6 @@ from .protocol import (
     StatusRequest,
     StopRequest,
     WatchRequest,
-    error_answer,
     read_request,
 )
 from .receipts import clear_receipts

@@ -39,9 +39,10 @@ from ..launch.generations import current, scan
 from ..launch.lane import launch, status, stop
 from ..launch.lanestop import status_enforced
 from ..launch.plan import dry_run
-from ..node.protocol import ErrorKind, IncidentRequest
+from ..node.protocol import IncidentRequest
 from ..remote.hosts import fan_out
 from ..remote.nodecall import ask_host, lane_request
+from ..remote.wire import ErrorKind
 from . import watchstate
 
 

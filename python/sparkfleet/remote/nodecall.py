@@ -1,10 +1,10 @@
 """The controller's one client to the node agent: run an agent action on a host, get its JSON answer.
 
 Launch, images, doctor, bench's target, the supervisor, keys and the gateway all talk to nodes
-through the same agent protocol (`sparkfleet.node.protocol`: each action's request a record):
-one JSON request on stdin, one JSON answer on stdout, `{"ok": false, "error", "hint"}` for a
-refusal. The client knows hosts and the inventory, nothing of a lane's lifecycle or an image's
-loading.
+through the same agent protocol: each action's request a record (`sparkfleet.node.protocol`,
+encoded by `wire`), one JSON request on stdin, one JSON answer on stdout, `{"ok": false, "error",
+"hint"}` for a refusal. The client knows hosts and the inventory, nothing of a lane's lifecycle or
+an image's loading.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..base.errors import SparkfleetError
 from ..base.selfexec import module_argv
 from ..fleet.inventory import state_dir_of
-from ..node.protocol import ErrorKind, LaneRequest, Request, error_kind
 from .hosts import LocalHost, check_reachable, connect, remote_sparkfleet
+from .wire import ErrorKind, LaneRequest, Request, error_kind
 
 if TYPE_CHECKING:
     from ..fleet.inventory import Inventory
