@@ -255,8 +255,10 @@ def test_what_a_rank_left_at_cache_tmp_is_answered_as_a_refusal(tmp_path, figure
 def test_an_action_that_fails_unforeseen_is_answered_not_a_dead_agent(tmp_path, figures):
     """The agent caught only SparkfleetError: anything else one action raised left the controller
     with no answer and a traceback. A request whose kit checkout is a number (a TypeError in the
-    agent) is answered as that action's error, exit_code 70, the traceback on stderr only."""
-    request = {"models": [], "kits": {"checkouts": [5], "state_dir": "/nonexistent"}}
+    agent) is answered as that action's error, exit_code 70, the traceback on stderr only. (Each
+    field's JSON type is checked before the action runs: the number hides one level down.)"""
+    kits = {"host": "dgx1", "checkouts": [{"trees": 5}], "state_dir": "/nonexistent"}
+    request = {"models": [], "kits": kits}
     proc, answer = _agent("probe", request)
     answered = proc.returncode == 0 and answer is not None and answer["ok"] is False
     bad_input(figures, SURFACE, answered)

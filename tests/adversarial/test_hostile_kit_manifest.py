@@ -12,6 +12,7 @@ where it planted them. A refusal must name the checkout and print nothing of the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -106,8 +107,9 @@ def test_a_manifest_or_link_leading_out_of_the_checkout_is_refused(tmp_path, fig
     checkout = pinned_checkout(root, "exl3-kit", repo, rev, state_dir_of(inv.host("dgx1")))
     inv = inventory.load(root)
     recipe = launch_recipe(inv, LANE)
-    req = probe_request(inv, recipe, inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False, cache_seed=None)  # only the kit: the agent's check
+    req = dataclasses.replace(  # only the kit: the agent's check
+        probe_request(inv, recipe, inv.host("dgx1")), models=[], ports=[], memory=False, cache_seed=None
+    )
     answer = probe(req)
     facts = node_facts("dgx1", answer)
     said = json.dumps(answer)

@@ -36,6 +36,7 @@ from sparkfleet.fleet.inventory import state_dir_of
 from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_cache_seed, dry_run
 from sparkfleet.node import agent, records
+from sparkfleet.node.protocol import StartRequest, StopRequest
 from sparkfleet.node.seedprep import prepare, prepared, seed_cache
 from sparkfleet.ops.doctor import cache_seed_check
 from support.engines import engines_skip_reason, podman_loaded
@@ -102,7 +103,7 @@ def test_docker_image_seeds_the_cache_before_every_serve(tmp_path, images, docke
     assert cache_seed_check(inv, "dgx1", recipe, again).ok is True
     # before the serve: agent start seeds the cache; the rank sees every file at the manifest's mtime
     cache = tmp_path / "lane-cache"
-    out = agent.start({"spec": to_jsonable(rank_spec(tmp_path, seed, cache))})
+    out = agent.start(StartRequest(to_jsonable(rank_spec(tmp_path, seed, cache))))
     assert out["cache_seed"]["copied"] == len(CACHE_FILES) and out["cache_seed"]["kept"] == 0
     assert out["cache_seed"]["asset_sha256"] == hashlib.sha256(ASSET).hexdigest()  # what launch records
     wait_for(cache / "seen.json")
@@ -110,18 +111,18 @@ def test_docker_image_seeds_the_cache_before_every_serve(tmp_path, images, docke
     assert_seeded(cache)
     for root in ("flashinfer", "tilelang", "torch-extensions", "numba", "torch", "tmp", "hf"):
         assert (cache / root).is_dir()  # as create() makes them
-    agent.stop({"state_dir": str(tmp_path / "rank-state"), "lane": "seedtest", "timeout": 5})
+    agent.stop(StopRequest("seedtest", str(tmp_path / "rank-state"), timeout=5))
     # the engine's own writes stay; a seeded file it changed is the seed's again next serve
     (cache / "triton" / "new_kernel.cubin").write_bytes(b"compiled by the engine")
     changed = cache / "cuda" / "ComputeCache" / "index"
     changed.write_bytes(b"rewritten")
     (cache / "seen.json").unlink()
-    out = agent.start({"spec": to_jsonable(rank_spec(tmp_path, seed, cache))})
+    out = agent.start(StartRequest(to_jsonable(rank_spec(tmp_path, seed, cache))))
     assert (out["cache_seed"]["copied"], out["cache_seed"]["kept"]) == (1, len(CACHE_FILES) - 1)
     wait_for(cache / "seen.json")
     assert_seeded(cache)
     assert (cache / "triton" / "new_kernel.cubin").read_bytes() == b"compiled by the engine"
-    agent.stop({"state_dir": str(tmp_path / "rank-state"), "lane": "seedtest", "timeout": 5})
+    agent.stop(StopRequest("seedtest", str(tmp_path / "rank-state"), timeout=5))
 
 
 @pytest.mark.netns
@@ -150,7 +151,7 @@ def test_a_tampered_asset_in_the_image_is_refused_naming_it(tmp_path, images, do
     assert not (store / "tree").exists() and (store / "kernel-cache.tar.copying").is_file()  # kept to inspect
     assert dockerd.docker("ps", "-aq").stdout.split() == []
     with pytest.raises(SparkfleetError, match="is not the asset"):  # start refuses too: no unseeded serve
-        agent.start({"spec": to_jsonable(rank_spec(tmp_path, seed, tmp_path / "c"))})
+        agent.start(StartRequest(to_jsonable(rank_spec(tmp_path, seed, tmp_path / "c"))))
     assert records.load_all(tmp_path / "rank-state", "seedtest") == []  # nothing started
 
 
@@ -168,11 +169,11 @@ def test_podman_image_seeds_the_cache(tmp_path, images, monkeypatch):
         left = subprocess.run(["podman", "ps", "-aq"], capture_output=True, text=True, check=True)
         assert left.stdout.split() == []  # created, never started, removed by ID
         cache = tmp_path / "lane-cache"
-        out = agent.start({"spec": to_jsonable(rank_spec(tmp_path, seed, cache))})
+        out = agent.start(StartRequest(to_jsonable(rank_spec(tmp_path, seed, cache))))
         assert out["cache_seed"]["copied"] == len(CACHE_FILES)
         wait_for(cache / "seen.json")
         assert_seeded(cache)
-        agent.stop({"state_dir": str(tmp_path / "rank-state"), "lane": "seedtest", "timeout": 5})
+        agent.stop(StopRequest("seedtest", str(tmp_path / "rank-state"), timeout=5))
 
 
 def test_a_kill_9_mid_extract_converges_on_the_rerun(tmp_path):

@@ -11,6 +11,7 @@ and a character device made with mknod stands for a card where the test needs on
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -23,6 +24,7 @@ from sparkfleet.fleet import inventory
 from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_display, dry_run, node_facts, planned_argv, probe_request
 from sparkfleet.node.agent import probe
+from sparkfleet.node.protocol import ProbeRequest
 from sparkfleet.ops.doctor import display_check
 from support.lanefleet import repo_fleet
 
@@ -83,8 +85,8 @@ def test_this_machine_has_no_card_and_the_lane_is_refused_naming_both(tmp_path, 
     monkeypatch.setenv("SPARKFLEET_STATE_DIR", str(tmp_path / "state"))
     inv = inventory.load(repo_fleet(tmp_path / "fleet"))
     recipe = launch_recipe(inv, LANE)
-    req = probe_request(inv, recipe, inv.host("dgx2"))
-    req.update(models=[], ports=[], memory=False, kits={})  # only the display: the agent's own check
+    req = probe_request(inv, recipe, inv.host("dgx2"))  # only the display: the agent's own check
+    req = dataclasses.replace(req, models=[], ports=[], memory=False, kits=None)
     facts = node_facts("dgx2", probe(req))
     with pytest.raises(SparkfleetError) as exc:
         check_display(recipe, facts)
@@ -112,7 +114,7 @@ def test_a_card_that_is_there_with_the_wrong_module_parameter_is_named(tmp_path)
     req = {"models": [], "local_hub": str(tmp_path), "nas_hub": str(tmp_path),
            "display": {"card": str(card), "target": "/dev/dri/card0", "nvidia_drm": [list(p) for p in NEEDS],
                        "parameters_dir": str(good)}}  # fmt: skip
-    answer = probe(req)["display"]
+    answer = probe(ProbeRequest.decode(req))["display"]
     assert answer["gid"] == 4242 and answer["problems"] == ["nvidia_drm fbdev = Y, needs N"]
     assert card_gid(str(card)) == 4242
     plain = tmp_path / "not-a-card"

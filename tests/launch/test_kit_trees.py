@@ -11,6 +11,7 @@ side is the agent's own probe, run here on this machine's filesystem, over real 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -47,7 +48,7 @@ def _fleet(tmp_path: Path) -> inventory.Inventory:
 def _probe(inv: inventory.Inventory, host: str):
     recipe = launch_recipe(inv, LANE)
     req = probe_request(inv, recipe, inv.host(host))
-    req.update(models=[], ports=[], memory=False)  # only the kit: the agent's own check, here
+    req = dataclasses.replace(req, models=[], ports=[], memory=False)  # only the kit: the agent's own check
     return recipe, node_facts(host, probe(req))
 
 

@@ -15,7 +15,7 @@ from test_launch_spec import TP4, make_inv
 
 from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
-from sparkfleet.launch import plan
+from sparkfleet.remote import nodecall
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def no_ssh(monkeypatch):
     def tripwire(*a, **k):
         raise AssertionError("a host was contacted")
 
-    monkeypatch.setattr(plan, "connect", tripwire)
+    monkeypatch.setattr(nodecall, "connect", tripwire)  # the one way a controller module reaches a node
 
 
 def cli(root, *args):

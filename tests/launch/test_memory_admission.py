@@ -128,12 +128,14 @@ def test_canary_runs_in_the_lane_image_with_the_lane_flags(tmp_path):
 
     from sparkfleet.base.jsonable import to_jsonable
     from sparkfleet.node.node_checks import WORKER_MOUNT, container_canary_argv
+    from sparkfleet.node.protocol import CanaryRequest
 
     spec = _tp4_spec(_repo_copy(tmp_path))
     req = {"spec": to_jsonable(spec), "master": "10.0.0.1", "port": 20000,
            "canary": {"backend": "nccl", "bytes": 16 << 20, "iters": 5, "timeout": 120}}  # fmt: skip
     worker = "/opt/sf/canary_worker.py"
-    argv = container_canary_argv(spec, req, "/usr/bin/docker", Path("/st/canary1.env"), worker)
+    canary = CanaryRequest.decode(req)  # as the agent reads the controller's JSON
+    argv = container_canary_argv(spec, canary, "/usr/bin/docker", Path("/st/canary1.env"), worker)
     image = argv.index(spec.image)
     flags, command = argv[:image], argv[image + 1 :]
     assert flags[:5] == ["/usr/bin/docker", "run", "--rm", "--name", f"{spec.name}-canary"]

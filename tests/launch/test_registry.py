@@ -298,8 +298,9 @@ def test_image_load_pulls_by_digest_on_docker_and_podman_hosts_and_falls_back_to
         rmi = subprocess.run(["docker", "-H", dockerd.host, "rmi", ref], capture_output=True, text=True)
         assert rmi.returncode == 0 and "Untagged" in rmi.stdout, rmi.stdout + rmi.stderr
         from sparkfleet.images.node import image_state
+        from sparkfleet.node.protocol import ImageStateRequest
 
-        req = {"state_dir": str(hosts["dgx1"].root / "state"), "lane": "ld", "engine": "docker"}
+        req = ImageStateRequest(lane="ld", state_dir=str(hosts["dgx1"].root / "state"), engine="docker")
         with monkeypatch.context() as mp:
             mp.setenv("DOCKER_HOST", dockerd.host)
             st = image_state(req)

@@ -9,6 +9,7 @@ a killed run's temp clone swept, and a second run on the same host refused by th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -218,8 +219,7 @@ def _launch_refusal(inv) -> str | None:
     from sparkfleet.node.agent import probe
 
     recipe = launch_recipe(inv, "lane")
-    req = probe_request(inv, recipe, inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False)
+    req = dataclasses.replace(probe_request(inv, recipe, inv.host("dgx1")), models=[], ports=[], memory=False)
     try:
         check_kits(recipe, node_facts("dgx1", probe(req)))
     except SparkfleetError as exc:

@@ -171,9 +171,9 @@ def lane_seed(inv: inventory.Inventory, engine: str, image: str) -> CacheSeed:
 def probe_seed(inv: inventory.Inventory, seed: CacheSeed, make: bool):
     """The agent's own probe for dgx1, asking only about the cache seed (as launch or doctor)."""
     req = probe_request(inv, launch_recipe(inv, LANE), inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False, kits={}, display=None)
-    req["cache_seed"] = {**to_jsonable(seed), "prepare": make}
-    return node_facts("dgx1", agent.probe(req))
+    req = dataclasses.replace(req, models=[], ports=[], memory=False, kits=None, display=None,
+                              cache_seed=to_jsonable(seed))  # fmt: skip
+    return node_facts("dgx1", agent.probe(req.preparing_seed() if make else req))
 
 
 def image_archive(tmp: Path, asset: bytes, tag: str) -> tuple[Path, str]:

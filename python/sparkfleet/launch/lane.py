@@ -28,8 +28,18 @@ from ..fleet.inventory import Inventory, state_dir_of
 from ..lane.readiness import BootWatch, RankExit, RankProgress, wait_ready
 from ..lane.spec import LaunchSpec
 from ..lane.weights import check_local_weights, host_weights, weights_note
+from ..node.protocol import (
+    LogsRequest,
+    OccupancyRequest,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    WatchdogSettings,
+    WatchRequest,
+)
 from ..remote.hosts import HostUnreachable, connect, fan_out
-from ..remote.nodecall import call_agent, state_request
+from ..remote.nodecall import ask, ask_host, call_agent, lane_request
+from ..remote.wire import ErrorKind
 from .generations import current, generations_dir, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
 from .lanerun import LaneRun, lane_run
@@ -72,8 +82,8 @@ def stop_lane(run: LaneRun, timeout: float | None = None, by: str = "sparkfleet"
 
     def stop_one(name: str) -> list[dict]:
         try:
-            req = state_request(inv, lane_name, name, timeout=wait, by=who)
-            ans = call_agent(connect(inv.host(name)), "stop", req, timeout=wait + 60)
+            req = lane_request(StopRequest, inv, lane_name, name, timeout=wait, by=who)
+            ans = ask_host(inv, name, req, timeout=wait + 60)
             return [{"host": name, **s} for s in ans["stopped"]]
         except HostUnreachable as exc:
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
@@ -92,8 +102,9 @@ def _exited_workers(run: LaneRun, plan: LanePlan, boot: BootWatch, clock=time.mo
     inv = run.inv
 
     def check(spec: LaunchSpec) -> list[RankExit]:
-        req = state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
-        ans = call_agent(connect(inv.host(spec.host)), "watch", req)
+        offset = boot.offsets[spec.rank]
+        req = lane_request(WatchRequest, inv, plan.lane, spec.host, rank=spec.rank, offset=offset)
+        ans = ask_host(inv, spec.host, req)
         if not ans.get("found", True):
             return [RankExit(spec.host, spec.rank, None)]
         boot.feed(spec.rank, ans, clock())
@@ -136,8 +147,8 @@ def occupants(run: LaneRun) -> dict[str, list[dict]]:
     inv, lane_name = run.inv, run.name
 
     def ask(name: str) -> list[dict]:
-        req = {"state_dir": str(state_dir_of(inv.host(name)))}
-        return [{"host": name, **r} for r in call_agent(connect(inv.host(name)), "occupancy", req)["running"]]
+        req = OccupancyRequest(state_dir=str(state_dir_of(inv.host(name))))
+        return [{"host": name, **r} for r in ask_host(inv, name, req)["running"]]
 
     out: dict[str, list[dict]] = {}
     for r in (r for rs in fan_out(ask, list(run.hosts)) for r in rs):
@@ -170,8 +181,8 @@ def check_occupancy(
         else:  # a lane no longer in the inventory: stop it where its records are
             results = []
             for host in sorted({r["host"] for r in taken[other]}):
-                req = state_request(inv, other, host)
-                results += call_agent(connect(inv.host(host)), "stop", req, timeout=120)["stopped"]
+                req = lane_request(StopRequest, inv, other, host)
+                results += ask_host(inv, host, req, timeout=120)["stopped"]
         if not all(r["stopped"] for r in results):
             raise SparkfleetError(
                 f"--replace: lane {other} did not stop", hint=f"sparkfleet status {other}",
@@ -283,12 +294,11 @@ def _launch(
     started: list[StartedRank] = []
     boot_cache: dict[str, dict] = {}
     seeded_caches: dict[str, dict] = {}
-    watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}
+    watchdog = WatchdogSettings(plan.recipe.memory.floor, plan.recipe.memory.interval_s)
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
             kits = kits_request(inv, plan.recipe, inv.host(spec.host))
-            req = {"spec": to_jsonable(spec), "watchdog": watchdog, "kits": kits}
-            ans = call_agent(connect(inv.host(spec.host)), "start", req)
+            ans = ask_host(inv, spec.host, StartRequest(to_jsonable(spec), watchdog, kits))
             if ans.get("boot_cache"):
                 boot_cache[spec.host] = ans["boot_cache"]
             rec = ans["record"]
@@ -331,8 +341,8 @@ def _launch(
     )
 
     def poll_head(offset: int) -> dict:
-        req = state_request(inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
-        ans = call_agent(head_runner, "watch", req)
+        req = lane_request(WatchRequest, inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
+        ans = ask(head_runner, req)
         boot.feed(0, ans, time.monotonic())
         on_progress(boot.snapshot(time.monotonic()))
         return ans
@@ -382,6 +392,15 @@ def supervisor_notes(run: LaneRun) -> list[str]:
     ]
 
 
+def host_error(host: str, exc: SparkfleetError) -> dict:
+    """A LaneStatus error for a host whose agent could not answer: {host, error, code, kind}."""
+    if isinstance(exc, HostUnreachable):  # a Spark that is off looks like this too
+        error, kind = f"powered off or unreachable: {exc.message}", ErrorKind.UNREACHABLE
+    else:
+        error, kind = exc.message, getattr(exc, "kind", ErrorKind.REFUSED)
+    return {"host": host, "error": error, "code": int(exc.exit_code), "kind": kind}
+
+
 def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> LaneStatus:
     """`lane_status` of the lane as `inv` has it (its generations under `generations_root`)."""
     run = lane_run(inv, lane_name, generations_root)
@@ -395,26 +414,25 @@ def lane_status(run: LaneRun) -> LaneStatus:
     ranks: list[RankStatus] = []
     errors: list[dict] = []
 
-    def ask(name: str) -> dict:
+    def ask_one(name: str) -> dict | SparkfleetError:
         try:
-            return call_agent(connect(inv.host(name)), "status", state_request(inv, lane_name, name))
-        except HostUnreachable as exc:  # a Spark that is off looks like this too
-            return {"error": f"powered off or unreachable: {exc.message}", "code": int(exc.exit_code)}
+            return ask_host(inv, name, lane_request(StatusRequest, inv, lane_name, name))
         except SparkfleetError as exc:
-            return {"error": exc.message, "code": int(exc.exit_code)}
+            return exc
 
     ended: list[dict] = []
-    for name, ans in zip(lane.hosts, fan_out(ask, list(lane.hosts)), strict=True):
-        if "error" in ans:
-            errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
+    for name, ans in zip(lane.hosts, fan_out(ask_one, list(lane.hosts)), strict=True):
+        if isinstance(ans, SparkfleetError):
+            errors.append(host_error(name, ans))
             continue
         for last in ans.get("last", []):  # nothing recorded now: how the last run ended there
             rec, note = last["record"], last.get("stopped") or {}
             ended.append({"host": name, "rank": rec["rank"], "name": rec["name"],
                           "started_at": rec["started_at"], "stopped_at": note.get("at"),
                           "stopped_by": note.get("by"), "detail": note.get("detail")})  # fmt: skip
-        if ans.get("memstop"):
-            errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"]})
+        if ans.get("memstop"):  # the kind is what readers test (to_dict leaves it out of the JSON)
+            errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"],
+                           "kind": ErrorKind.MEMSTOP})  # fmt: skip
         for r in ans["ranks"]:
             rec = r["record"]
             ranks.append(RankStatus(name, rec["rank"], rec["name"], r["running"], r["returncode"],
@@ -424,14 +442,13 @@ def lane_status(run: LaneRun) -> LaneStatus:
     health = None
     if any(r.rank == 0 and r.running for r in ranks):
         try:
-            ans = call_agent(
-                connect(inv.host(head)), "watch", state_request(inv, lane_name, head, rank=0, offset=0,
-                                                                max_bytes=0, port=recipe.port)
-            )  # fmt: skip
+            req = lane_request(WatchRequest, inv, lane_name, head, rank=0, offset=0, max_bytes=0,
+                               port=recipe.port)  # fmt: skip
+            ans = ask_host(inv, head, req)
             health = {"health": ans.get("health"), "models_status": ans.get("models_status"),
                       "models": ans.get("models", [])}  # fmt: skip
         except SparkfleetError as exc:
-            errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
+            errors.append(host_error(head, exc))
     running = sum(1 for r in ranks if r.running)
     gen = current(run.home, lane_name) if running else None
     return LaneStatus(
@@ -470,7 +487,7 @@ def lane_logs(
         )
     out = {}
     for name in names:
-        ans = call_agent(connect(inv.host(name)), "logs", state_request(inv, lane_name, name, lines=lines))
+        ans = ask_host(inv, name, lane_request(LogsRequest, inv, lane_name, name, lines=lines))
         out[name] = ans if answers else ans["logs"]
     return out
 
@@ -491,9 +508,9 @@ def follow_lane(run: LaneRun, host: str | None = None, lines: int = 20):
             f"{host} is not in lane {lane_name}", hint=f"lane hosts: {', '.join(lane.hosts)}"
         )
     runner = connect(inv.host(host))
-    ans = call_agent(runner, "status", state_request(inv, lane_name, host))
+    ans = ask(runner, lane_request(StatusRequest, inv, lane_name, host))
     if not ans["ranks"]:
-        last = call_agent(runner, "logs", state_request(inv, lane_name, host, lines=0))
+        last = ask(runner, lane_request(LogsRequest, inv, lane_name, host, lines=0))
         if last.get("stopped"):
             raise SparkfleetError(
                 f"{lane_name} is not running on {host}: nothing to follow",

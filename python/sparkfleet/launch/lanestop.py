@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..base.errors import SparkfleetError
+from ..remote.wire import ErrorKind
 from .generations import load_all, locked, save
 from .lane import lane_status, stop_lane
 from .lanerun import LaneRun
 from .report import LaneStatus
-
-MEMORY_TRIP = "memory watchdog:"  # how lane.status names a node's recorded watchdog stop
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def trip(st: LaneStatus) -> str | None:
     host that did not answer is no trip: what cannot be seen is not stopped on a guess."""
     if st.running == 0:
         return None
-    why = [f"{e['host']}'s {e['error']}" for e in st.errors if e["error"].startswith(MEMORY_TRIP)]
+    why = [f"{e['host']}'s {e['error']}" for e in st.errors_of(ErrorKind.MEMSTOP)]
     why += [
         f"rank {r.rank} on {r.host} is down ({r.detail or 'exited'}"
         + (f", code {r.returncode})" if r.returncode is not None else ")")

@@ -6,7 +6,8 @@ Everything that must read the node itself happens here: its sysfs (fabric), its 
 and verified state), its receipt roots, its processes and containers, its logs and its ports.
 
 Actions: probe, start, stop, status, watch, logs, doctor, fingerprint, canary, incident, host-facts
-(the fleet view's read), and the key and image actions. A user
+(the fleet view's read), and the key and image actions; each reads its request as the record
+`protocol` defines for it, the same record the controller encoded, so no key is spelled here. A user
 error is answered as {"ok": false, "error": ..., "hint": ...} with exit code 0, so ssh's own 255
 stays meaningful; so is any other exception one action raises (exit_code 70, its traceback on
 stderr): the controller gets an answer it can report, never a dead agent's silence.
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +35,36 @@ from ..base.jsonable import to_jsonable
 from ..facts import apikeys
 from ..facts.display import NVIDIA_DRM_PARAMETERS, DisplayDevice, display_problems, read_display
 from ..facts.fabric import detect, scan_ports
-from ..fleet.inventory import LANE_NAME
 from ..lane.bootcache import cache_state
 from ..lane.manifest import ModelState, SnapshotFile, snapshot_rel
 from ..lane.spec import LaunchSpec
+from ..remote.wire import VERSION_HINT, error_answer
 from . import records, watchdog
 from .node_checks import canary, incident, ports_in_use
+from .protocol import (
+    ApiKeyRequest,
+    ApiKeyWriteRequest,
+    CanaryRequest,
+    DoctorRequest,
+    FingerprintRequest,
+    HostFactsRequest,
+    ImageCommitRequest,
+    ImagePullRequest,
+    ImageStateRequest,
+    IncidentRequest,
+    KitsRequest,
+    LogsRequest,
+    OccupancyRequest,
+    ProbeRequest,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    WatchRequest,
+    read_request,
+)
 from .receipts import clear_receipts
 from .records import tail_bytes
 from .runtimes import runtime_for
-
-LOG_CHUNK = 256 * 1024
-VERSION_HINT = "deploy the same sparkfleet to the controller and the nodes (deploy .#<host>.sparkfleet)"
 
 
 def _bad_paths(snapshot: str, entries, problems: list[str]) -> set[str]:
@@ -88,11 +108,11 @@ def model_state(
     )
 
 
-def _lane_key(req: dict) -> str | None:
+def _lane_key(state_dir: str | None, lane: str | None) -> str | None:
     """The lane's API key on this node (None without one, or without lane/state_dir in the request)."""
-    if not (req.get("state_dir") and req.get("lane")):
+    if not (state_dir and lane):
         return None
-    return apikeys.read_key(Path(req["state_dir"]), req["lane"])
+    return apikeys.read_key(Path(state_dir), lane)
 
 
 def _http_status(
@@ -105,80 +125,75 @@ def _http_status(
 # ---- actions ----------------------------------------------------------------------------------
 
 
-def probe(req: dict) -> dict:
+def probe(req: ProbeRequest) -> dict:
     """Fabric facts and the staged/verified state of every model the lane needs."""
     out: dict[str, Any] = {"hostname": socket.gethostname()}
-    fab = req.get("fabric") or {}
-    if fab.get("needed"):
+    fab = req.fabric
+    if fab is not None and fab.needed:
         try:
-            out["fabric"] = to_jsonable(
-                detect(scan_ports(Path(fab.get("sysfs") or "/sys")), fab.get("fabric_ip"))
-            )
+            out["fabric"] = to_jsonable(detect(scan_ports(Path(fab.sysfs or "/sys")), fab.fabric_ip))
             out["fabric"].pop("ports", None)
         except SparkfleetError as exc:
             out["fabric_error"] = {"error": exc.message, "hint": exc.hint}
     states = []
-    for m in req.get("models", []):
+    if req.models:  # a probe of models without its hubs is a bad request, refused as a whole
+        hubs = (req.local_hub_path(), req.nas_hub_path())
+    for m in req.models:
         try:
-            st = model_state(
-                m["repo"], m["revision"], tuple(m.get("include", ())), tuple(m.get("exclude", ())),
-                Path(req["local_hub"]), Path(req["nas_hub"]), req.get("verify_mode", "sample"),
-            )  # fmt: skip
+            st = model_state(m.repo, m.revision, tuple(m.include), tuple(m.exclude), *hubs, req.verify_mode)
             states.append(to_jsonable(st))
         except SparkfleetError as exc:
-            states.append({"repo": m["repo"], "error": exc.message, "hint": exc.hint})
+            states.append({"repo": m.repo, "error": exc.message, "hint": exc.hint})
     out["models"] = states
-    if req.get("built_image"):  # a lane launched from a Nix-built image: which ID this host holds
+    if req.built_image is not None:  # a lane launched from a Nix-built image: which ID this host holds
         from ..images.node import image_state
 
-        out["image_state"] = image_state(req["built_image"])
-    if req.get("memory"):
+        out["image_state"] = image_state(req.built_image)
+    if req.memory:
         from ..facts.memory import read_memory
 
         try:
             out["memory"] = to_jsonable(read_memory(watchdog.meminfo_source(), watchdog.shm_source()))
         except (OSError, ValueError) as exc:
             out["memory_error"] = str(exc)
-    if req.get("ports"):
-        out["ports_in_use"] = ports_in_use([int(p) for p in req["ports"]])
-    verdicts = _kit_verdicts(req)
+    if req.ports:
+        out["ports_in_use"] = ports_in_use(req.ports)
+    verdicts = _kit_verdicts(req.kits)
     if verdicts:  # [[launch.trees]]: the pinned kit checkouts, judged as verify does
         out["kits"] = [v.to_dict() for v in verdicts]
-    if req.get("display"):  # [launch.display]: the DRM card and nvidia_drm, read, never changed
-        dev = DisplayDevice.from_dict(req["display"])
-        facts = read_display(dev, req["display"].get("parameters_dir") or NVIDIA_DRM_PARAMETERS)
+    if req.display:  # [launch.display]: the DRM card and nvidia_drm, read, never changed
+        dev = DisplayDevice.from_dict(req.display)
+        facts = read_display(dev, req.display_parameters_dir or NVIDIA_DRM_PARAMETERS)
         out["display"] = {**to_jsonable(facts), "problems": display_problems(dev, facts)}
-    if req.get("cache_seed"):  # [launch.cache_seed]: the verified tree, made once when launch asks
+    if req.cache_seed:  # [launch.cache_seed]: the verified tree, made once when launch asks
         from ..fleet.cacheseed import CacheSeed
         from .seedprep import seed_facts
 
-        seed = req["cache_seed"]
-        unpinned = [v for v in verdicts if v.pin == seed.get("pin") and not v.ok]
+        unpinned = [v for v in verdicts if v.pin == req.seed_pin and not v.ok]
         if unpinned:  # the lock and CACHE_ROOTS are read only from the checkout as pinned
             v = unpinned[0]
             out["cache_seed"] = {"ok": False, "problem": f"its lock is not read: {v.summary()}",
                                  "hint": v.fix}  # fmt: skip
         else:
-            out["cache_seed"] = seed_facts(CacheSeed.from_dict(seed), bool(seed.get("prepare")))
+            out["cache_seed"] = seed_facts(CacheSeed.from_dict(req.cache_seed), req.seed_prepare)
     return out
 
 
-def _kit_verdicts(req: dict) -> list:
-    """verify's verdict on each kit checkout the request names (its "kits"): [] when it names none."""
-    kits = req.get("kits") or {}
-    if not kits.get("checkouts"):
+def _kit_verdicts(kits: KitsRequest | None) -> list:
+    """verify's verdict on each kit checkout the request names (its kits): [] when it names none."""
+    if kits is None or not kits.checkouts:
         return []
     from ..fleet.kittrees import KitCheckout
     from ..stage.kits import verify_kits
 
-    checkouts = [KitCheckout.from_dict(k) for k in kits["checkouts"]]
-    return verify_kits(checkouts, Path(kits["state_dir"]), kits["host"], kits.get("lane"))
+    checkouts = [KitCheckout.from_dict(k) for k in kits.checkouts]
+    return verify_kits(checkouts, Path(kits.state_dir), kits.host, kits.lane)
 
 
-def start(req: dict) -> dict:
-    """Refuse if this lane's rank already runs or its kit checkouts (the request's "kits") are not
+def start(req: StartRequest) -> dict:
+    """Refuse if this lane's rank already runs or its kit checkouts (the request's kits) are not
     as pinned; before_serve (receipt roots, then the cache seed); start, record."""
-    spec = LaunchSpec.from_dict(req["spec"])
+    spec = LaunchSpec.from_dict(req.spec)
     state_dir = Path(spec.state_dir)
     key = apikeys.read_key(state_dir, spec.lane)
     if key:  # into the 0600 env file / the process env only: never the spec, argv or a record
@@ -195,7 +210,7 @@ def start(req: dict) -> dict:
             )
     # The kit's files the rank will run ([[launch.trees]]) are judged again here, just before they
     # run: the probe's verdict is from before the preflight, and the checkout may change since.
-    changed = [v for v in _kit_verdicts(req) if not v.ok]
+    changed = [v for v in _kit_verdicts(req.kits) if not v.ok]
     if changed:
         raise SparkfleetError(
             f"{spec.host}: the kit is not there as pinned; {changed[0].summary()}; nothing was started",
@@ -216,11 +231,9 @@ def start(req: dict) -> dict:
     out = {"record": to_jsonable(rec), "receipts": to_jsonable(cleared), "boot_cache": boot_cache}
     if seeded is not None:
         out["cache_seed"] = seeded
-    wd = req.get("watchdog")
-    if wd:
-        out["watchdog"] = watchdog.spawn(
-            state_dir, spec.lane, int(wd["floor"]), float(wd["interval"]), spec.stop_timeout_s
-        )
+    wd = req.watchdog
+    if wd is not None:
+        out["watchdog"] = watchdog.spawn(state_dir, spec.lane, wd.floor, wd.interval, spec.stop_timeout_s)
     return out
 
 
@@ -235,31 +248,31 @@ def _state_json(rec: records.LaunchRecord) -> dict:
     }
 
 
-def status(req: dict) -> dict:
+def status(req: StatusRequest) -> dict:
     """The lane's recorded ranks now; when none is recorded, how its last run ended (`last`)."""
-    recs = records.load_all(Path(req["state_dir"]), req["lane"])
+    recs = records.load_all(Path(req.state_dir), req.lane)
     out: dict[str, Any] = {"ranks": [_state_json(r) for r in recs]}
     if not recs:
         out["last"] = [
             {"record": to_jsonable(rec), "stopped": to_jsonable(note)}
-            for rec, note in records.load_last_stops(Path(req["state_dir"]), req["lane"])
+            for rec, note in records.load_last_stops(Path(req.state_dir), req.lane)
         ]
-    memstop = watchdog.read_memstop(Path(req["state_dir"]), req["lane"])
+    memstop = watchdog.read_memstop(Path(req.state_dir), req.lane)
     if memstop:
         out["memstop"] = memstop
     return out
 
 
-def stop(req: dict) -> dict:
+def stop(req: StopRequest) -> dict:
     """Stop every rank of the lane this node's records name; retire the records of stopped ranks.
 
     A retired record keeps the last run's log findable for `sparkfleet logs`: a container's log
     is copied to the rank's log file first, since stopping removes the container.
     """
-    state_dir = Path(req["state_dir"])
-    watchdog.stop_watchdog(state_dir, req["lane"])
+    state_dir = Path(req.state_dir)
+    watchdog.stop_watchdog(state_dir, req.lane)
     out = []
-    for rec in records.load_all(state_dir, req["lane"]):
+    for rec in records.load_all(state_dir, req.lane):
         runtime = runtime_for(rec.runtime)
         if rec.runtime != "process":
             try:
@@ -267,69 +280,70 @@ def stop(req: dict) -> dict:
                 write_bytes(Path(rec.log_path), data, mode=0o600)
             except (OSError, subprocess.SubprocessError):
                 pass  # the log is a courtesy; stopping must not depend on it
-        res = runtime.stop(rec, float(req.get("timeout", 30)))
+        res = runtime.stop(rec, req.timeout)
         if res.stopped:
-            note = records.StopNote(time.time(), str(req.get("by") or "sparkfleet"), res.detail)
+            note = records.StopNote(time.time(), req.by or "sparkfleet", res.detail)
             records.retire(state_dir, rec, note)
         out.append(to_jsonable(res))
     return {"stopped": out}
 
 
-def watch(req: dict) -> dict:
+def watch(req: WatchRequest) -> dict:
     """One readiness poll of a rank: new log bytes since `offset`, liveness, and (head) HTTP probes."""
-    recs = [r for r in records.load_all(Path(req["state_dir"]), req["lane"]) if r.rank == int(req["rank"])]
+    recs = [r for r in records.load_all(Path(req.state_dir), req.lane) if r.rank == req.rank]
     if not recs:
         return {"found": False}
     rec = recs[0]
     runtime = runtime_for(rec.runtime)
-    data, offset = runtime.read_log(rec, int(req.get("offset", 0)), int(req.get("max_bytes", LOG_CHUNK)))
+    data, offset = runtime.read_log(rec, req.offset, req.max_bytes)
     st = runtime.state(rec)
+    key = _lane_key(req.state_dir, req.lane)
     out: dict[str, Any] = {
         "found": True,
-        "data": apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req)),
+        "data": apikeys.scrub(data.decode("utf-8", errors="replace"), key),
         "offset": offset,
         "running": st.running,
         "returncode": st.returncode,
     }
-    if req.get("port") and st.running:
-        out["health"], _ = _http_status(int(req["port"]), "/health")
-        out["models_status"], models = _http_status(int(req["port"]), "/v1/models", key=_lane_key(req))
+    if req.port and st.running:
+        out["health"], _ = _http_status(req.port, "/health")
+        out["models_status"], models = _http_status(req.port, "/v1/models", key=key)
         if isinstance(models, dict):
             out["models"] = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
         if out["health"] == 200 and out["models_status"] == 200:  # up: does it refuse the keyless?
-            out["keyless_status"], _ = _http_status(int(req["port"]), apikeys.KEYLESS_PROBE, data=b"{}")
+            out["keyless_status"], _ = _http_status(req.port, apikeys.KEYLESS_PROBE, data=b"{}")
     return out
 
 
-def logs(req: dict) -> dict:
+def logs(req: LogsRequest) -> dict:
     """The last `lines` lines of every recorded rank's log on this node: the running run's, else the
     last stopped run's (`stopped` names those ranks, `log_paths` where each log is)."""
-    state_dir = Path(req["state_dir"])
+    state_dir = Path(req.state_dir)
     out, stopped, paths = {}, [], {}
-    live = records.load_all(state_dir, req["lane"])
-    for rec in live or records.load_last(state_dir, req["lane"]):
+    live = records.load_all(state_dir, req.lane)
+    for rec in live or records.load_last(state_dir, req.lane):
         if not live:
             stopped.append(str(rec.rank))
         if live and rec.runtime != "process":
             data, _ = runtime_for(rec.runtime).read_log(rec, 0, 1 << 30)
         else:
             data = tail_bytes(rec.log_path)
-        text = apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req))
-        out[str(rec.rank)] = "\n".join(text.splitlines()[-int(req.get("lines", 50)) :])
+        text = apikeys.scrub(data.decode("utf-8", errors="replace"), _lane_key(req.state_dir, req.lane))
+        out[str(rec.rank)] = "\n".join(text.splitlines()[-req.lines :])
         paths[str(rec.rank)] = rec.log_path
     return {"logs": out, "stopped": stopped, "log_paths": paths}
 
 
-def doctor(req: dict) -> dict:
+def doctor(req: DoctorRequest) -> dict:
     """Facts for `sparkfleet doctor`: disk, receipts, image, GPU, fabric, staged state, kit checkouts
     (the probe's)."""
     out = probe(req)
-    hub = Path(req["local_hub"])
+    hub = req.local_hub_path()
     probe_dir = next((p for p in (hub, *hub.parents) if p.exists()), Path("/"))
     usage = shutil.disk_usage(probe_dir)
     out["disk"] = {"path": str(probe_dir), "free": usage.free, "total": usage.total}
     receipts = []
-    for root in req.get("receipt_roots", []):
+    for root in req.receipt_roots:
         p = Path(root)
         if os.path.lexists(p):
             st = p.lstat()
@@ -347,7 +361,7 @@ def doctor(req: dict) -> dict:
         and subprocess.run(["sudo", "-n", "true"], capture_output=True, stdin=subprocess.DEVNULL).returncode
         == 0
     )
-    image, engine = req.get("image"), req.get("runtime")
+    image, engine = req.image, req.runtime
     if image and engine in ("docker", "podman"):
         if shutil.which(engine) is None:
             out["image"] = {"present": False, "detail": f"{engine} not installed"}
@@ -365,31 +379,31 @@ def doctor(req: dict) -> dict:
         }
     else:
         out["gpu"] = {"available": False, "apps": []}
-    if req.get("state_dir") and req.get("lane"):
-        out["ranks"] = status(req)["ranks"]
+    if req.state_dir and req.lane:
+        out["ranks"] = status(StatusRequest(req.lane, req.state_dir))["ranks"]
         out["api_key"] = _auth_facts(req, any(r["running"] for r in out["ranks"]))
-    out["fingerprint"] = fingerprint(req)["fingerprint"]
+    out["fingerprint"] = fingerprint(FingerprintRequest(req.host, req.image))["fingerprint"]
     return out
 
 
-def _auth_facts(req: dict, serving: bool) -> dict:
+def _auth_facts(req: DoctorRequest, serving: bool) -> dict:
     """Does this node hold the lane's key, and does its port answer /v1/models without one?"""
     try:
-        key = _lane_key(req)
+        key = _lane_key(req.state_dir, req.lane)
     except SparkfleetError as exc:
         return {"present": False, "error": exc.message}
     out: dict[str, Any] = {"present": key is not None}
-    if serving and req.get("port"):
-        out["open_status"], _ = _http_status(int(req["port"]), "/v1/models")
-        out["keyless_status"], _ = _http_status(int(req["port"]), apikeys.KEYLESS_PROBE, data=b"{}")
+    if serving and req.port:
+        out["open_status"], _ = _http_status(req.port, "/v1/models")
+        out["keyless_status"], _ = _http_status(req.port, apikeys.KEYLESS_PROBE, data=b"{}")
         if key:
-            out["keyed_status"], _ = _http_status(int(req["port"]), "/v1/models", key=key)
+            out["keyed_status"], _ = _http_status(req.port, "/v1/models", key=key)
     return out
 
 
-def occupancy(req: dict) -> dict:
+def occupancy(req: OccupancyRequest) -> dict:
     """Every lane with a rank running on this node (from the records under state_dir/lanes/)."""
-    lanes_dir = Path(req["state_dir"]) / "lanes"
+    lanes_dir = Path(req.state_dir) / "lanes"
     out = []
     for d in sorted(lanes_dir.iterdir()) if lanes_dir.is_dir() else []:
         for rec in records.load_all(lanes_dir.parent, d.name):
@@ -398,97 +412,69 @@ def occupancy(req: dict) -> dict:
     return {"running": out}
 
 
-def image_state(req: dict) -> dict:
+def image_state(req: ImageStateRequest) -> dict:
     from ..images.node import image_state as state
 
     return state(req)
 
 
-def image_pull(req: dict) -> dict:
+def image_pull(req: ImagePullRequest) -> dict:
     from ..images.node import image_pull as pull
 
     return pull(req)
 
 
-def image_commit(req: dict) -> dict:
+def image_commit(req: ImageCommitRequest) -> dict:
     from ..images.node import image_commit as commit
 
     return commit(req)
 
 
-def fingerprint(req: dict) -> dict:
+def fingerprint(req: FingerprintRequest) -> dict:
     """This node's host stack, read here in one call (`sparkfleet.remote.hoststack.collect_fingerprint`)."""
     from ..remote.hosts import LocalHost
     from ..remote.hoststack import collect_fingerprint
 
-    fp = collect_fingerprint(LocalHost(req.get("host") or socket.gethostname()), req.get("image"))
+    fp = collect_fingerprint(LocalHost(req.host or socket.gethostname()), req.image)
     return {"fingerprint": fp.to_dict()}
 
 
-def host_facts(req: dict) -> dict:
+def host_facts(req: HostFactsRequest) -> dict:
     """Memory, NVMe, staged bytes per pin and the last measured rates (the fleet view's one read)."""
     from .hostread import host_facts as facts
 
     return facts(req)
 
 
-def api_key(req: dict) -> dict:
+def api_key(req: ApiKeyRequest) -> dict:
     """The lane's key on this node, for the controller's clients (answered on stdout, never argv)."""
-    return {"key": apikeys.read_key(Path(req["state_dir"]), req["lane"])}
+    return {"key": apikeys.read_key(Path(req.state_dir), req.lane)}
 
 
-def api_key_write(req: dict) -> dict:
+def api_key_write(req: ApiKeyWriteRequest) -> dict:
     """Install the lane's key (sent on stdin) on this node: bootstrap and `keys rotate`."""
-    return {"changed": apikeys.write_key(Path(req["state_dir"]), req["lane"], req["key"])}
+    return {"changed": apikeys.write_key(Path(req.state_dir), req.lane, req.key)}
 
 
-ACTIONS = {
-    "api-key": api_key,
-    "api-key-write": api_key_write,
-    "occupancy": occupancy,
-    "image-state": image_state,
-    "image-commit": image_commit,
-    "image-pull": image_pull,
-    "probe": probe,
-    "start": start,
-    "stop": stop,
-    "status": status,
-    "watch": watch,
-    "logs": logs,
-    "doctor": doctor,
-    "canary": canary,
-    "fingerprint": fingerprint,
-    "incident": incident,
-    "host-facts": host_facts,
+ACTIONS: dict[str, Callable[[Any], dict]] = {
+    ApiKeyRequest.ACTION: api_key,
+    ApiKeyWriteRequest.ACTION: api_key_write,
+    OccupancyRequest.ACTION: occupancy,
+    ImageStateRequest.ACTION: image_state,
+    ImageCommitRequest.ACTION: image_commit,
+    ImagePullRequest.ACTION: image_pull,
+    ProbeRequest.ACTION: probe,
+    StartRequest.ACTION: start,
+    StopRequest.ACTION: stop,
+    StatusRequest.ACTION: status,
+    WatchRequest.ACTION: watch,
+    LogsRequest.ACTION: logs,
+    DoctorRequest.ACTION: doctor,
+    CanaryRequest.ACTION: canary,
+    FingerprintRequest.ACTION: fingerprint,
+    IncidentRequest.ACTION: incident,
+    HostFactsRequest.ACTION: host_facts,
 }
-
-
-def read_request(raw: str) -> dict:
-    """The request, with the fields every action builds names from checked before any is used.
-
-    The controller builds requests from a checked inventory, but a node may run another sparkfleet
-    than the controller, and `lane` and `state_dir` become paths here (keys/<lane>.key, lanes/<lane>/):
-    a lane that is a path, or a state dir that is not absolute, would read or write elsewhere.
-    """
-    try:
-        req = json.loads(raw or "{}")
-    except ValueError as exc:
-        raise SparkfleetError(f"the request is not JSON: {exc}") from None
-    if not isinstance(req, dict):
-        raise SparkfleetError(f"the request is a JSON {type(req).__name__}, not an object")
-    lane = req.get("lane")
-    if lane is not None and not (isinstance(lane, str) and LANE_NAME.fullmatch(lane)):
-        raise SparkfleetError(f"the request's lane {str(lane)[:80]!r} is not a lane name")
-    state_dir = req.get("state_dir")
-    if state_dir is not None and not (
-        isinstance(state_dir, str) and state_dir.startswith("/") and "\0" not in state_dir
-        and ".." not in state_dir.split("/")
-    ):  # fmt: skip
-        raise SparkfleetError(f"the request's state_dir {str(state_dir)[:120]!r} is not an absolute path")
-    rank = req.get("rank")
-    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
-        raise SparkfleetError(f"the request's rank {str(rank)[:40]!r} is not a rank number")
-    return req
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,10 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{unknown}usage: sparkfleet agent {{{','.join(ACTIONS)}}} < request.json", file=sys.stderr)
         return 2
     try:
-        answer = {"ok": True, **ACTIONS[args[0]](read_request(sys.stdin.read()))}
+        answer = {"ok": True, **ACTIONS[args[0]](read_request(args[0], sys.stdin.read()))}
     except SparkfleetError as exc:
-        answer = {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
-    except KeyError as exc:  # a request without a field the action needs (another sparkfleet's)
+        answer = error_answer(exc)
+    except KeyError as exc:  # a record in the request (a spec) without a field it needs
         answer = {
             "ok": False,
             "error": f"the {args[0]} request lacks {exc}",

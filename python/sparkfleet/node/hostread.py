@@ -27,6 +27,7 @@ from ..facts.hubcache import HubRoot, repo_folder
 from ..facts.memory import read_memory
 from ..roofline.machine import read_measurements_doc
 from ..stage.plan import StageRequest
+from .protocol import HostFactsRequest
 from .watchdog import meminfo_source, shm_source
 
 # The measurements a host's state dir may hold that the view shows (roofline/machine.py names them).
@@ -127,7 +128,7 @@ def _disk(local_hub: Path) -> dict[str, Any]:
     return {"path": str(probe), "free": st.f_bavail * st.f_frsize, "total": st.f_blocks * st.f_frsize}
 
 
-def host_facts(req: dict) -> dict:
+def host_facts(req: HostFactsRequest) -> dict:
     """The agent action: memory, NVMe, staged bytes per pin, the last measured rates."""
     out: dict[str, Any] = {"hostname": socket.gethostname()}
     try:
@@ -135,11 +136,11 @@ def host_facts(req: dict) -> dict:
         out["memory"] = {"available": mem.available, "total": mem.total}
     except (OSError, ValueError) as exc:
         out["memory_error"] = str(exc)[:200]
-    local_hub, nas_hub = Path(req["local_hub"]), Path(req["nas_hub"])
+    local_hub, nas_hub = Path(req.local_hub), Path(req.nas_hub)
     try:
         out["disk"] = _disk(local_hub)
     except OSError as exc:
         out["disk_error"] = str(exc)[:200]
-    out["staged"] = [to_jsonable(staged_pin(p, local_hub, nas_hub)) for p in req.get("pins", [])]
-    out["rates"] = _rates(Path(req["state_dir"])) if req.get("state_dir") else {}
+    out["staged"] = [to_jsonable(staged_pin(p, local_hub, nas_hub)) for p in req.pins]
+    out["rates"] = _rates(Path(req.state_dir)) if req.state_dir else {}
     return out

@@ -25,6 +25,7 @@ from ..facts import apikeys
 from ..lane.manifest import BindMount
 from ..lane.spec import LaunchSpec, redact_env, secret_values
 from . import canary_worker, records, watchdog
+from .protocol import CanaryRequest, IncidentRequest
 from .records import tail_bytes
 from .runtimes import container_run_argv, runtime_for
 
@@ -53,23 +54,25 @@ def _last_json(text: str) -> dict | None:
     return None
 
 
-def canary_args(spec: LaunchSpec, req: dict) -> list[str]:
+def canary_args(spec: LaunchSpec, req: CanaryRequest) -> list[str]:
     """The canary worker's arguments (after `python WORKER`)."""
-    c = req["canary"]
-    return ["--rank", str(spec.rank), "--world", str(spec.nnodes), "--master", req["master"],
-            "--port", str(req["port"]), "--backend", c["backend"], "--bytes", str(c["bytes"]),
-            "--pair-bytes", str(c.get("pair_bytes", 4 << 20)), "--iters", str(c["iters"]),
-            "--timeout", str(c["timeout"])]  # fmt: skip
+    c = req.canary
+    return ["--rank", str(spec.rank), "--world", str(spec.nnodes), "--master", req.master,
+            "--port", str(req.port), "--backend", c.backend, "--bytes", str(c.bytes),
+            "--pair-bytes", str(c.pair_bytes), "--iters", str(c.iters),
+            "--timeout", str(c.timeout)]  # fmt: skip
 
 
-def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Path, worker: str) -> list[str]:
+def container_canary_argv(
+    spec: LaunchSpec, req: CanaryRequest, engine: str, env_file: Path, worker: str
+) -> list[str]:
     """`docker|podman run --rm` of the canary in the lane's image: the lane's own flags (network, ipc,
     GPUs, RDMA devices, memlock, env file), the worker bind-mounted read-only, no model binds."""
     cspec = dataclasses.replace(
         spec,
         name=f"{spec.name}-canary",
         binds=(BindMount(Path(worker), WORKER_MOUNT, True, "canary"),),
-        argv=(req["canary"].get("python", "python3"), WORKER_MOUNT, *canary_args(spec, req)),
+        argv=(req.canary.python, WORKER_MOUNT, *canary_args(spec, req)),
     )
     argv = container_run_argv(cspec, spec.runtime, env_file)
     if argv[2] != "-d":
@@ -77,10 +80,10 @@ def container_canary_argv(spec: LaunchSpec, req: dict, engine: str, env_file: Pa
     return [engine, "run", "--rm", *argv[3:]]
 
 
-def canary(req: dict) -> dict:
+def canary(req: CanaryRequest) -> dict:
     """Run this rank's canary in the lane's runtime (its image for docker/podman) and return its JSON."""
-    spec = LaunchSpec.from_dict(req["spec"])
-    timeout = float(req["canary"]["timeout"]) + 60
+    spec = LaunchSpec.from_dict(req.spec)
+    timeout = req.canary.timeout + 60
     worker = str(Path(canary_worker.__file__).resolve())
     started = time.monotonic()
     cleanup: list[str] | None = None
@@ -112,7 +115,7 @@ def canary(req: dict) -> dict:
     }
     result["seconds"] = time.monotonic() - started
     if result.get("ok"):
-        _record_fabric(Path(spec.state_dir), req["canary"].get("backend"), result)
+        _record_fabric(Path(spec.state_dir), req.canary.backend, result)
     return {"result": result}
 
 
@@ -171,14 +174,14 @@ def boot_stage(log_text: str, signatures: list[str]) -> str | None:
     return reached
 
 
-def incident(req: dict) -> dict:
+def incident(req: IncidentRequest) -> dict:
     """Everything a human needs about this node's ranks of the lane, at the moment of failure."""
-    state_dir = Path(req["state_dir"])
-    lines = int(req.get("lines", 200))
+    state_dir = Path(req.state_dir)
+    lines = req.lines
     ranks: list[dict[str, Any]] = []
-    secrets: set[str] = set(req.get("secrets") or ())  # what the operator knows (the recipe's env)
-    key = apikeys.read_key(state_dir, req["lane"])
-    for rec in records.load_all(state_dir, req["lane"]):
+    secrets: set[str] = set(req.secrets)  # what the operator knows (the recipe's env)
+    key = apikeys.read_key(state_dir, req.lane)
+    for rec in records.load_all(state_dir, req.lane):
         runtime = runtime_for(rec.runtime)
         if rec.runtime == "process":
             data = tail_bytes(rec.log_path)
@@ -196,7 +199,7 @@ def incident(req: dict) -> dict:
             "running": st.running,
             "returncode": st.returncode,
             "log_tail": "\n".join(text.splitlines()[-lines:]),
-            "boot_stage": boot_stage(text, list(req.get("signatures", []))),
+            "boot_stage": boot_stage(text, req.signatures),
             "env": env,
         })  # fmt: skip
     bundle = {
@@ -206,7 +209,7 @@ def incident(req: dict) -> dict:
         "dmesg": _cmd(["dmesg", "--ctime"])[-100_000:],
         "nvidia_smi_q": _cmd(["nvidia-smi", "-q"]),
         "meminfo": _read(watchdog.meminfo_source()),
-        "memstop": watchdog.read_memstop(state_dir, req["lane"]),
+        "memstop": watchdog.read_memstop(state_dir, req.lane),
     }
     # Every secret value of every rank's env, whatever its key, cut out of every text before it
     # leaves the node (a server logging its own token, a DSN in a traceback, dmesg, ...).

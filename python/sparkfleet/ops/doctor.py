@@ -8,6 +8,7 @@ apply here, e.g. no nvidia-smi on a test host).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +25,10 @@ from ..lane.recipe import LaunchRecipe, launch_recipe
 from ..lane.replicas import host_inventory, instance_name, replica_inventory
 from ..lane.spec import build_spec, cache_dir_of, cache_seed_of, check_env_extras, check_world, receipt_paths
 from ..launch.plan import image_fix, image_mismatch, image_request, lost_digest, node_facts, probe_request
+from ..node.protocol import DoctorRequest
 from ..remote.hosts import HostUnreachable, LocalHost, connect
 from ..remote.hoststack import STACK_KEYS, HostFingerprint, drift
-from ..remote.nodecall import call_agent
+from ..remote.nodecall import ask_host
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,10 @@ def _host_checks(
     host = inv.host(host_name)
     out: list[Check] = []
     recipe = recipes[0] if recipes else None
-    req = (
-        probe_request(inv, recipe, host)
-        if recipe
-        else {"models": [], "local_hub": str(host.local_hub), "nas_hub": str(host.nas_hub)}
-    )
+    req = DoctorRequest(local_hub=str(host.local_hub), nas_hub=str(host.nas_hub))
     if recipe:
-        req.update(
+        req = DoctorRequest.asking(
+            probe_request(inv, recipe, host),
             receipt_roots=_receipt_host_paths(inv, recipe, host_name),
             image=recipe.image.ref if recipe.image else None,
             runtime=recipe.runtime,
@@ -121,11 +120,11 @@ def _host_checks(
     if recipe and recipe.runtime in ("docker", "podman") and recipe.image_build:
         try:
             built = built_image_id(recipe)
-            req["built_image"] = image_request(recipe, host, built)
+            req = dataclasses.replace(req, built_image=image_request(recipe, host, built))
         except SparkfleetError as exc:
             built_error = exc
     try:
-        ans = call_agent(connect(host), "doctor", req, timeout=600)
+        ans = ask_host(inv, host_name, req, timeout=600)
     except HostUnreachable as exc:
         wake = f"sparkfleet power on {host_name}" if host.mac else f"power {host_name} on (no mac to wake it)"
         return [
@@ -185,7 +184,7 @@ def _host_checks(
     if recipe:
         out += kit_checks(host_name, facts.kits)
     if recipe and recipe.receipt_roots:
-        spec_roots = req["receipt_roots"]
+        spec_roots = req.receipt_roots
         stale = [x for x in ans["receipts"] if x.get("exists")]
         removable = ans["euid"] == 0 or ans["sudo_n"] or all(x.get("removable_as_me") for x in stale)
         detail = f"{len(stale)} of {len(spec_roots)} receipt roots present" + (

@@ -39,8 +39,10 @@ from ..launch.lane import Gates, lane_status, launch_lane, status, stop_lane
 from ..launch.lanerun import LaneRun, lane_run
 from ..launch.lanestop import status_enforced
 from ..launch.plan import dry_run
-from ..remote.hosts import connect, fan_out
-from ..remote.nodecall import call_agent, state_request
+from ..node.protocol import IncidentRequest
+from ..remote.hosts import fan_out
+from ..remote.nodecall import ask_host, lane_request
+from ..remote.wire import ErrorKind
 from . import watchstate
 
 
@@ -376,10 +378,12 @@ def incident_of(run: LaneRun, reason: str) -> Path:
     secrets = lane_secrets(inv, lane_name)
 
     def one(host: str) -> dict:
-        req = state_request(inv, lane_name, host, lines=200, signatures=list(recipe.ready_signatures))
-        req["secrets"] = sorted(secrets)  # over ssh stdin, like the launch request's env
+        req = lane_request(  # the secrets go over ssh stdin, like the launch request's env
+            IncidentRequest, inv, lane_name, host, lines=200, signatures=list(recipe.ready_signatures),
+            secrets=sorted(secrets),
+        )  # fmt: skip
         try:
-            return call_agent(connect(inv.host(host)), "incident", req, timeout=180)
+            return ask_host(inv, host, req, timeout=180)
         except SparkfleetError as exc:
             return {"error": exc.message}
 
@@ -445,7 +449,7 @@ def watch_lane(
 
     def hold() -> str | None:
         """A node's memory watchdog stopped ranks: relaunching into memory pressure locks hosts up."""
-        errs = [e for e in status(inv, lane_name).errors if e["error"].startswith("memory watchdog:")]
+        errs = status(inv, lane_name).errors_of(ErrorKind.MEMSTOP)
         return "; ".join([*tripped, *(f"{e['host']}: {e['error']}" for e in errs)]) or None
 
     def tell(state: str, out: WatchOutcome, res: ProbeResult | None) -> None:

@@ -21,9 +21,9 @@ from ..lane.replicas import generations_home
 from ..launch.generations import current, load_all
 from ..launch.lane import status
 from ..node.hostread import StagedPin
+from ..node.protocol import HostFactsRequest
 from ..ops import watchstate
-from ..remote.hosts import connect
-from ..remote.nodecall import call_agent
+from ..remote.nodecall import ask_host
 from . import lanefiles
 from .snapshot import HostView, LaneView
 
@@ -118,11 +118,12 @@ def host_view(inv: Inventory, name: str, timeout_s: float) -> HostView:
         "nvme_reserve_bytes": host.reserve_bytes,
         "memory_floor_bytes": host_floor(inv, name),
     }
-    req = {"local_hub": str(host.local_hub), "nas_hub": str(host.nas_hub),
-           "state_dir": str(state_dir_of(host)), "pins": host_pins(inv, name)}  # fmt: skip
+    req = HostFactsRequest(
+        str(host.local_hub), str(host.nas_hub), str(state_dir_of(host)), host_pins(inv, name)
+    )
     t0 = time.monotonic()
     try:
-        ans = call_agent(connect(host), "host-facts", req, timeout=timeout_s)
+        ans = ask_host(inv, name, req, timeout=timeout_s)
     except SparkfleetError as exc:
         return HostView(reachable=False, error=exc.message[:300], **base)
     took = time.monotonic() - t0
