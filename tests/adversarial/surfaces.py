@@ -245,7 +245,7 @@ REGISTRY_ROUTES: tuple[tuple[str, str], ...] = (
 def key_guard():
     """sparkfleet_keyguard, the middleware a vLLM lane runs (imported by path: it is the engine's
     module, on the rank's PYTHONPATH, not a module of the package)."""
-    source = PACKAGE / "launch" / "keyguard" / "sparkfleet_keyguard.py"
+    source = PACKAGE / "lane" / "keyguard" / "sparkfleet_keyguard.py"
     spec = importlib.util.spec_from_file_location("sparkfleet_keyguard", source)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
