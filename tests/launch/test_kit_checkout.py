@@ -45,7 +45,7 @@ EXL3_RUNTIME = "release/runtime"
 pytestmark = pytest.mark.skipif(
     not KIT_DIR,
     reason="SPARKFLEET_KIT_DIR is not set (a directory of <owner>/<repo> kit checkouts at the recipes' "
-    "[kit] commits); CI has no network, so tests/launch/test_kit_entry.py checks the recorded facts",
+    "[kit] commits); CI has no network, so tests/lane/test_kit_entry.py checks the recorded facts",
 )
 
 

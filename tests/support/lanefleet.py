@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -247,3 +248,40 @@ def serve_demo_lane(inv) -> list[int]:
     pids = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
     assert len(pids) == 2 and all(procs.group_members(p) for p in pids)
     return pids
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def demo_recipe(
+    hosts: list[str], port: int, extra_args: str = "", ready_s: float = 30, bind="127.0.0.1"
+) -> str:
+    """A local lane's recipe whose engine is sparkfleet's demo OpenAI server, run as a process."""
+    return f"""
+[lane]
+hosts = {hosts!r}
+
+[world]
+tp = {len(hosts)}
+
+[launch]
+runtime = "process"
+port = {port}
+served_model_name = "deepseek-v4.1-flash"
+fabric = "none"
+command = ["{sys.executable}", "-m", "sparkfleet.demo.openai_server",
+           "--host", "{bind}", "--port", "{{port}}",
+           "--served-model-name", "{{served_model_name}}", "--boot-delay", "0.6",
+           "--signature", "Load weight end. type=demo, elapsed=0.42 s",
+           "--signature", "RoCEnante ready: world={len(hosts)}" {extra_args}]
+ready_signatures = ["RoCEnante ready: world={len(hosts)}", "The server is fired up and ready to roll!"]
+receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready"]
+[launch.timeouts]
+ready_s = {ready_s}
+poll_s = 0.2
+stop_s = 5
+""" + MODELS.replace('exclude = ["page15/*"]', 'exclude = ["page15/*"]')

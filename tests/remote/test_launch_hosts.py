@@ -7,12 +7,12 @@ import shlex
 from pathlib import Path
 
 import pytest
-from launch_fleet import fake_roce_sysfs
 
 from sparkfleet.fleet.inventory import Host
 from sparkfleet.node.runtimes import ContainerRuntime, RuntimeError_
 from sparkfleet.remote.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
 from sparkfleet.remote.nodecall import AgentError, call_agent
+from support.launch_fleet import fake_roce_sysfs
 
 
 def inv_host(**kw) -> Host:

@@ -470,7 +470,7 @@ def test_cli_resolve_and_verify_json(fleet, monkeypatch: pytest.MonkeyPatch) -> 
     assert unknown.exit_code == 2 and "unknown pin(s): nope" in unknown.output
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(not HAVE_NIX, reason="nix (nix-bin) not installed: converts the prefetch hash to SRI")

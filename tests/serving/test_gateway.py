@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 import smg  # noqa: F401 - the gateway binary: the test extra installs it (pyproject)
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.base.procs import group_members
 from sparkfleet.cli import main as cli
@@ -37,7 +36,7 @@ from sparkfleet.lane.replicas import replica_inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
-from support.lanefleet import netns_fields, use_ssh, write_fleet
+from support.lanefleet import demo_recipe, free_port, netns_fields, use_ssh, write_fleet
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gateway")]
