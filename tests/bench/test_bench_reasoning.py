@@ -16,6 +16,8 @@ import pytest
 from sparkfleet.bench.client import Endpoint, chat_request, stream_chat
 from sparkfleet.bench.probes import DEFAULT_SMOKE_MAX_TOKENS, SmokeCase, run_smoke_case
 
+pytestmark = pytest.mark.slow
+
 ASK = "What is 127*89? Answer with the number only."
 SHAPES = {
     "parser": ("--reasoning-tokens", "30", "--tokens-per-chunk", "3"),

@@ -15,6 +15,8 @@ from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 from sparkfleet.fleet import inventory
 
+pytestmark = pytest.mark.slow
+
 
 def two_copies(workdir):
     """The demo fleet with its lane as two copies of one host each: dgx1 (replica 0), dgx2 (replica 1)."""

@@ -14,6 +14,8 @@ from sparkfleet.remote.hosts import HostUnreachable, LocalHost, RunResult, SshHo
 from sparkfleet.remote.nodecall import AgentError, call_agent
 from support.launch_fleet import fake_roce_sysfs
 
+pytestmark = pytest.mark.slow
+
 
 def inv_host(**kw) -> Host:
     base = dict(name="dgx3", address="10.1.2.3", ssh_user="kilork", ssh_port=2222, local_hub=Path("/l"),

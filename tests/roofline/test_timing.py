@@ -60,6 +60,7 @@ def test_a_clock_that_cannot_resolve_the_step_is_an_error_not_an_infinite_rate()
         time_trials(clock.step, clock, warmups=0)
 
 
+@pytest.mark.slow
 def test_a_cold_first_call_does_not_land_in_the_figure_with_torch_on_cpu() -> None:
     torch = pytest.importorskip("torch")
     x = torch.randn(64, 64)

@@ -4,8 +4,9 @@ container, engine, Nix or sshd, chosen by what they use, and held to it while th
 Why a selection by use and not a hand-kept list: a list goes stale the day a test starts a
 container. A test is *heavy* (left to `make test`) when any of these says so:
 - its folder: tests/nix, tests/engine and tests/integration exist for Nix, vLLM and netns hosts;
-- its marks: `netns`, `fuse`, `nix` (what it needs), `slow` (more than a few seconds), `serial`
-  (a time bound other load breaks);
+- its marks: `netns`, `fuse`, `nix`, `system` (what it needs), `slow` (more than a few seconds), `serial`
+  (a time bound other load breaks), `xdist_group` (its module shares a fleet, an engine or this
+  machine's serving ports with others: what it shares is what makes it heavy);
 - its fixtures, transitively: the netns fleet, tmpfs and sshfs mounts, the Nix chroot, the engine;
 - its module's names: a function or module of a support module that builds netns hosts, a
   registry, a gateway, a browser or an engine (`HEAVY_SUPPORT`).
@@ -18,14 +19,16 @@ engine's venv) and any namespace or mount it makes. A test that trips it is not 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import types
 from pathlib import Path
 
 import pytest
 
 HEAVY_FOLDERS = frozenset({"nix", "engine", "integration"})
-HEAVY_MARKS = frozenset({"netns", "fuse", "nix", "slow", "serial"})
+HEAVY_MARKS = frozenset({"netns", "fuse", "nix", "system", "slow", "serial", "xdist_group"})
 HEAVY_FIXTURES = frozenset({
     "fleetnet", "fleet_hosts", "nas_host", "ssh_config", "tmpfs", "sshfs",  # support/fleetnet.py
     "real_nix",  # tests/nix: the Nix chroot
@@ -37,15 +40,17 @@ HEAVY_SUPPORT = frozenset({
     "demolane",
 })  # fmt: skip
 # Programs a pure test never starts: they need root, a namespace, a mount, a container runtime,
-# sshd, Nix, a browser, a registry or an engine.
+# sshd, Nix, a browser, a registry or an engine. The ssh client is not one: asking an address that
+# does not answer is how a test sees an unreachable host, and a host that answers needs sshd.
 HEAVY_PROGRAMS = frozenset({
     "ip", "nsenter", "unshare", "mount", "umount", "chroot", "sudo",
-    "sshd", "ssh", "sshfs", "fusermount", "fusermount3", "rsync",
+    "sshd", "sshfs", "fusermount", "fusermount3",
     "podman", "docker", "runc", "skopeo", "docker-registry", "nginx",
     "nix", "nix-build", "nix-instantiate", "nix-store", "nix-env",
     "chromium", "prometheus", "promtool", "vllm", "smg",
 })  # fmt: skip
 ENGINE_VENV = ".venv-vllm"
+TESTS = Path(__file__).resolve().parents[1]
 
 _running: list[str] = []  # the node id of the pure test now running (one per process)
 
@@ -108,8 +113,27 @@ def program_of(args: object) -> str:
     return ""
 
 
-def refused(program: str) -> bool:
-    return Path(program).name in HEAVY_PROGRAMS or f"/{ENGINE_VENV}/" in program
+def resolve(program: str, env: object) -> str | None:
+    """Where `program` is on the PATH the process gets (its env's, else ours); None when nowhere."""
+    if "/" in program:
+        return program
+    path = env.get("PATH") if isinstance(env, dict) else None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    return shutil.which(program, path=path if isinstance(path, str) else None)
+
+
+def refused(program: str, env: object = None) -> bool:
+    """A real heavy program: a stand-in a test wrote under the temp folder (a fake `docker`
+    recording its argv) is not one."""
+    if f"/{ENGINE_VENV}/" in program:
+        return True
+    if Path(program).name not in HEAVY_PROGRAMS:
+        return False
+    where = resolve(program, env)
+    if where is None:  # nothing to start: Popen fails on its own
+        return False
+    return not os.path.realpath(where).startswith(os.path.realpath(tempfile.gettempdir()) + os.sep)
 
 
 def audit(event: str, args: tuple) -> None:
@@ -119,7 +143,7 @@ def audit(event: str, args: tuple) -> None:
     what = None
     if event == "subprocess.Popen":
         program = os.fsdecode(args[0]) if args[0] else program_of(args[1])
-        if refused(program):
+        if refused(program, args[3]):
             what = f"starts {program}"
     elif event in ("os.exec", "os.posix_spawn", "os.spawn"):
         program = os.fsdecode(args[0]) if args and args[0] else ""
@@ -152,3 +176,36 @@ def enter(nodeid: str) -> None:
 def leave() -> None:
     if _running:
         _running.pop()
+
+
+# ---- the plugin: tests/conftest.py takes these hooks in; `-p support.purity` loads them alone ----
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--pure", action="store_true",
+        help="only the tests that need no root, netns, mount, container, engine, Nix or sshd (make check); "
+        "tests/support/purity.py says how they are chosen and guards them while they run",
+    )  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("pure"):
+        install_guard()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("pure"):
+        select_pure(config, items, TESTS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under --pure, the guard knows which test runs (setup, call and teardown)."""
+    if not item.config.getoption("pure"):
+        return (yield)
+    enter(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        leave()
