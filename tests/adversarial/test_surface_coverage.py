@@ -160,6 +160,7 @@ def smg(tmp_path_factory):
             proc.wait()
 
 
+@pytest.mark.slow  # starts smg, the real gateway
 def test_every_smg_route_listed_is_routed_and_no_other_method_is(smg):
     """smg answers 404 from its fallback for a path it has no route for, 405 for a method the path
     lacks; anything else (401 here: the probe sends no key) means the route is there."""
