@@ -40,6 +40,7 @@ def _listed(ids) -> str:
     )
 
 
+@pytest.mark.slow  # collects the whole suite in a second pytest
 def test_every_surface_has_a_hostile_case(marks):
     covered = {sid for ids in marks.values() for sid in ids}
     missing = [sid for sid in S.ids() if sid not in covered]

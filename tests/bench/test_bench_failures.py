@@ -10,6 +10,8 @@ from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.sweep import SweepSettings, run_level
 from sparkfleet.bench.target import for_url
 
+pytestmark = pytest.mark.slow
+
 QUICK = BenchSettings.quick()
 
 

@@ -49,8 +49,14 @@ def _folder(module: str) -> str:
 
 
 @functools.cache
+def _graph() -> dict[str, set[str]]:
+    """The package's module graph, read once per run (every rule below reads it)."""
+    return graph(PKG.parent, "sparkfleet")
+
+
+@functools.cache
 def _rooms() -> dict[str, set[str]]:
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     return {_folder(k): {_folder(t) for t in ts} for k, ts in rooms(g, "sparkfleet").items()}
 
 
@@ -153,7 +159,7 @@ def test_the_circle_checker_finds_a_planted_circle_even_behind_a_lazy_import(tmp
 
 
 def test_the_package_has_no_import_circle():
-    assert circles(graph(PKG.parent, "sparkfleet")) == []
+    assert circles(_graph()) == []
 
 
 def test_the_folder_checker_finds_two_folders_that_import_each_other(tmp_path):
@@ -173,7 +179,7 @@ def test_the_folder_checker_finds_two_folders_that_import_each_other(tmp_path):
 def test_every_folder_arrow_runs_down():
     """Each folder of the package and each top-level module is a room; no two rooms import each
     other, even through others, so the rooms stand on floors and every arrow runs down."""
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     tied = [set(c) for c in circles(rooms(g, "sparkfleet"))]
     room = {m: ".".join(m.split(".")[:2]) for m in g}
     arrows = sorted(f"{m} -> {t}" for m, ts in g.items() for t in ts
@@ -196,7 +202,7 @@ def test_every_folder_has_a_kind():
 
 def test_pure_folders_reach_no_node_side_or_controller_folder():
     """Counted transitively: a pure folder that imports engram reaches what engram imports."""
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     bad = []
     for start in sorted(m for m in g if _folder(m) in PURE):
         via = reachable(g, start)
@@ -205,7 +211,7 @@ def test_pure_folders_reach_no_node_side_or_controller_folder():
 
 
 def test_the_node_side_reaches_no_controller_folder():
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     bad = []
     for start in sorted(m for m in g if _folder(m) in NODE):
         via = reachable(g, start)
@@ -223,7 +229,7 @@ def test_floors_follow_where_code_runs():
 
 
 def test_no_verb_imports_another_verbs_cli_module():
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     cli = "sparkfleet.cli."
     crossed = {
         f"{m.removeprefix(cli)} -> {t.removeprefix(cli)}"
@@ -246,7 +252,7 @@ def test_the_floor_deriver_puts_an_importer_above_what_it_imports(tmp_path):
 def test_images_and_hoststack_do_not_reach_the_lane_lifecycle():
     """images/ reads its records and calls the agent client (`nodecall`, below both), never launch/:
     launch hands it a lane's image facts; hoststack reads a host's stack through `hosts` alone."""
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     images = {m: sorted(t for t in ts if t.startswith(LAUNCH))
               for m, ts in g.items() if m.startswith("sparkfleet.images")}  # fmt: skip
     assert {m: ts for m, ts in images.items() if ts} == {}
@@ -257,5 +263,5 @@ def test_process_identity_and_scrubbing_stand_on_the_ground():
     """launch/, stage/, serving/ and the supervisor all check that a PID is still the process they
     started, and bench/, launch/ and the supervisor scrub secrets: both are facts that import
     nothing of sparkfleet, so no folder reaches into another's for them."""
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     assert g["sparkfleet.base.procs"] == set() and g["sparkfleet.base.sanitize"] == set()
