@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sparkfleet.bench.client import Endpoint
 from sparkfleet.bench.report import key_metrics, write_report
 from sparkfleet.bench.run import BenchSettings, run_bench
