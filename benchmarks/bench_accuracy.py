@@ -18,7 +18,7 @@ says why (field "llama_benchy.reason") and still carries our numbers.
     .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3] [--skip-benchy]
     .venv/bin/python benchmarks/bench_accuracy.py --smoke   # seconds: the script itself cannot rot
 
-A real engine too (issue 18): `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
+A real engine too: `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
 vLLM's CPU build (or `--engine-url` names a running server and `--engine-tokenizer` its model
 folder); sparkfleet (request by request), `vllm bench serve` and llama-benchy 0.4.0 then each run
 on it, held to the engine's own counters over their own windows (`engine` in the JSON line;

@@ -1,4 +1,4 @@
-"""Where a single request's decode rate parts from vLLM's own `request_decode_time` (issue 18).
+"""Where a single request's decode rate parts from vLLM's own `request_decode_time`.
 
 tests/engine holds sparkfleet's decode to the engine's counter as the median of five requests
 within 1 %, because single requests on a loaded 2-core box read several % off. This finds out

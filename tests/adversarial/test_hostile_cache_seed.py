@@ -49,7 +49,7 @@ from support.seedkit import (
 
 from .tally import bad_input, count
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 SURFACE = "cache-seed"
 KIT_ROOTS = frozenset(

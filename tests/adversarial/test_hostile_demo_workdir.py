@@ -26,7 +26,7 @@ from support.lanefleet import serve_demo_lane
 
 from .tally import bad_input, lost_bytes
 
-# the lane this module launches serves on this machine's ports, as tests/test_demo_rerun.py's do
+# the lane this module launches serves on this machine's ports, as tests/demo/test_demo_rerun.py's do
 pytestmark = [pytest.mark.xdist_group("local_lanes"), pytest.mark.timeout(600)]
 
 SURFACE = "demo-workdir"

@@ -369,7 +369,7 @@ def test_what_a_container_leaves_in_its_cache_never_makes_a_clear_delete_outside
 
 @pytest.mark.surface("file:launch record")
 def test_a_record_that_lacks_the_optional_fields_still_loads(tmp_path):
-    """Strict types, not strict presence: a record an older sparkfleet wrote keeps its rank stoppable."""
+    """Strict types, not strict presence: a record without the newer keys keeps its rank stoppable."""
     doc = {"lane": "lane-a", "host": "h", "rank": 0, "runtime": "process", "name": "lane-a-0",
            "log_path": "/nonexistent/rank0.log", "started_at": 1.0, "pid": 12345}  # fmt: skip
     path = records.record_path(tmp_path, "lane-a", 0)

@@ -28,7 +28,7 @@ from sparkfleet.stage.plan import StageRequest
 
 from .tally import bad_input, count
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 OUTSIDE = b"OUTSIDE-THE-HUB-" * 64
 # Mutations that make the tree unsafe to stage: any of them must be refused.

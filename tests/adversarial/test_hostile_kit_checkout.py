@@ -32,6 +32,8 @@ from support.seedkit import ASSET, LANE, MANIFEST, kit_lock, lane_seed, rank_spe
 
 from .tally import bad_input
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SURFACE = "kit-checkout"
 AIDEN = "aidendle94/sparkrun-recipes/recipes/deepseek-v4.1-flash/sglang/launch"

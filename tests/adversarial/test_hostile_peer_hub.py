@@ -25,7 +25,7 @@ from sparkfleet.facts.hubcache import repo_folder
 from .tally import bad_input, lost_bytes
 
 SURFACE = "stage-local-peer"
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -33,6 +33,8 @@ from sparkfleet.stage.targets import requests_for_host
 
 from .tally import bad_input, count
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -28,6 +28,8 @@ from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
 
 from .tally import bad_input, count
 
+pytestmark = pytest.mark.slow
+
 FLEET = """schema_version = 1
 [defaults]
 ssh_user = "u"

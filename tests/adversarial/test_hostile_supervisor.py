@@ -27,6 +27,8 @@ from support.hostile_http import body, completion, hostile_server, huge, trickle
 
 from .tally import bad_input, count
 
+pytestmark = pytest.mark.slow
+
 S = WatchSettings(interval_s=2.0, latency_s=1.5, expect="42")
 
 HOSTILE_ANSWERS = {

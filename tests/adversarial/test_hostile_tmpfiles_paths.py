@@ -26,6 +26,8 @@ from sparkfleet.fleet import inventory
 
 from .tally import bad_input, count
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 FLEET_LIB = REPO / "modules" / "lib" / "fleet.nix"
 LANE = "dsv41-flash-exl3-2x"  # heads on dgx1 and declares receipt roots

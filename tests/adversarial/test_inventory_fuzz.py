@@ -27,6 +27,8 @@ from sparkfleet.lane.spec import DERIVED_KEYS, recipe_problems
 
 from .tally import bad_input, count
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 MIA = "recipes/dsv41-flash-4x-mia/recipe.toml"
 EXL3 = "recipes/dsv41-flash-exl3-2x/recipe.toml"

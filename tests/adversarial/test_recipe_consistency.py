@@ -33,6 +33,8 @@ from sparkfleet.launch.plan import check_shape
 from .tally import bad_input, count
 from .test_inventory_fuzz import REPO, write
 
+pytestmark = pytest.mark.slow
+
 MIA = "recipes/dsv41-flash-4x-mia/recipe.toml"
 LANE = "dsv41-flash-4x-mia"
 

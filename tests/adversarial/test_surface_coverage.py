@@ -41,6 +41,7 @@ def _listed(ids) -> str:
     )
 
 
+@pytest.mark.slow  # collects the whole suite in a second pytest
 def test_every_surface_has_a_hostile_case(marks):
     covered = {sid for ids in marks.values() for sid in ids}
     missing = [sid for sid in S.ids() if sid not in covered]
@@ -155,6 +156,7 @@ def smg(tmp_path_factory):
             proc.wait()
 
 
+@pytest.mark.slow  # starts smg, the real gateway
 def test_every_smg_route_listed_is_routed_and_no_other_method_is(smg):
     """smg answers 404 from its fallback for a path it has no route for, 405 for a method the path
     lacks; anything else (401 here: the probe sends no key) means the route is there."""

@@ -22,6 +22,8 @@ from sparkfleet.bench.report import write_report
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.target import for_url
 
+pytestmark = pytest.mark.slow
+
 QUICK = BenchSettings.quick()
 FAST = ("--decode-tps", "5000", "--prefill-tps", "100000")
 

@@ -18,6 +18,8 @@ from sparkfleet.bench.quality import QualitySettings, run_quality
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.target import for_url
 
+pytestmark = pytest.mark.slow
+
 
 class Recorder:
     def __init__(self) -> None:

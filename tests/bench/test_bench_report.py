@@ -11,6 +11,8 @@ from sparkfleet.bench.report import compare, list_reports, report_stem, resolve,
 from sparkfleet.bench.run import BenchRun
 from sparkfleet.bench.target import Thresholds
 
+pytestmark = pytest.mark.slow
+
 
 def _doc(decode: float, ttft: float = 0.1, quality: float | None = 92.0, status: str = "ok") -> dict:
     return {

@@ -7,9 +7,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from sparkfleet.base.errors import ExitCode
 from sparkfleet.bench.report import compare, render_markdown, write_report
 from sparkfleet.bench.target import Thresholds
+
+pytestmark = pytest.mark.slow
 
 FP = {
     "host": "dgx1",

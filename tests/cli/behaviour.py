@@ -44,6 +44,7 @@ VOLATILE_TEXT = (
     re.compile(r"(?<=swap used )[\d.]+(?= GiB)"),
     re.compile(r"(?<=/dev/shm )[\d.]+(?= GiB)"),
     re.compile(r"[\d.]+(?= GiB free)"),
+    re.compile(r"(?<=, free )[\d.]+ [KMGT]i?B(?=, reserve)"),  # stage's space line: this disk's free bytes
 )
 # Modules run as `python -m`, named by their last part so that a move does not lose them.
 MODULE_ENTRIES = {

@@ -1,4 +1,4 @@
-"""Engram from the checkpoint (issue 19): config.json states the tables, the recipe only confirms.
+"""Engram from the checkpoint: config.json states the tables, the recipe only confirms.
 
 The stand-in checkpoint's config.json uses DeepSeek-V4.1-Flash's own key names under
 `text_config` (engram_layer_ids, engram_num_embeddings, engram_n_heads, engram_head_dim,

@@ -1,4 +1,4 @@
-"""`engram pack LANE HOST` runs on HOST (issue 19): `--here --json` there, like `stage HOST`."""
+"""`engram pack LANE HOST` runs on HOST: `--here --json` there, like `stage HOST`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Aiden lane's engram layout: the kit's own (tools/engram_local.py), not DSV41EN1 packs (issue 19).
+"""The Aiden lane's engram layout: the kit's own (tools/engram_local.py), not DSV41EN1 packs.
 
 A small stand-in checkpoint with DeepSeek-V4.1-Flash's key names and real bytes (two tables, 256 FP8
 weight bytes + 8 scale bytes a row, one table per shard plus a shard without engram tensors); the

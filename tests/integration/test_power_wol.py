@@ -1,4 +1,4 @@
-"""`sparkfleet power on|status HOST` (issue 19): a real Wake-on-LAN packet wakes a netns "Spark".
+"""`sparkfleet power on|status HOST`: a real Wake-on-LAN packet wakes a netns "Spark".
 
 The host is a network namespace with a real sshd (tests/support/fleetnet.py). "Powered off" = its
 sshd stopped; inside the namespace a listener (standing in for the NIC's WoL filter) waits on UDP

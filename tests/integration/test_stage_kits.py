@@ -1,4 +1,4 @@
-"""`stage` over real ssh brings each lane's pinned kit checkout to its hosts (issue 19).
+"""`stage` over real ssh brings each lane's pinned kit checkout to its hosts.
 
 Two netns hosts, each with its own sshd, NVMe dir and state_dir; the lane binds a kit tree
 ([[launch.trees]]) from a git pin whose url is a real git repository made here (CI has no

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.base.procs import group_members
@@ -34,7 +33,7 @@ from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.ops.doctor import doctor
 from sparkfleet.ops.supervisor import collect_incident
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 # The serve command prints the key it got (like an engine logging its arguments), then execs the
 # demo server, which takes the key from the env file's SPARKFLEET_API_KEY (never from argv).

@@ -1,4 +1,4 @@
-"""A kit's runtime tree on each host ([[launch.trees]], issue 19): bound when there, refused when not.
+"""A kit's runtime tree on each host ([[launch.trees]]): bound when there, refused when not.
 
 The EXL3 kit's container runs serve.py, conservative.yaml and combined_worker.py from the kit's
 release/runtime/serving, and the MXFP8 AOT library from release/runtime/aot (portable_node.py

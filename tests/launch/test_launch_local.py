@@ -25,41 +25,12 @@ from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.node import records
 from sparkfleet.node.runtimes import ProcessRuntime
-from support.lanefleet import MODELS, write_fleet
+from support.lanefleet import demo_recipe, write_fleet
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
 # one worker ("local_lanes"), one at a time
 pytestmark = pytest.mark.xdist_group("local_lanes")
-
-def demo_recipe(
-    hosts: list[str], port: int, extra_args: str = "", ready_s: float = 30, bind="127.0.0.1"
-) -> str:
-    return f"""
-[lane]
-hosts = {hosts!r}
-
-[world]
-tp = {len(hosts)}
-
-[launch]
-runtime = "process"
-port = {port}
-served_model_name = "deepseek-v4.1-flash"
-fabric = "none"
-command = ["{sys.executable}", "-m", "sparkfleet.demo.openai_server",
-           "--host", "{bind}", "--port", "{{port}}",
-           "--served-model-name", "{{served_model_name}}", "--boot-delay", "0.6",
-           "--signature", "Load weight end. type=demo, elapsed=0.42 s",
-           "--signature", "RoCEnante ready: world={len(hosts)}" {extra_args}]
-ready_signatures = ["RoCEnante ready: world={len(hosts)}", "The server is fired up and ready to roll!"]
-receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready"]
-[launch.timeouts]
-ready_s = {ready_s}
-poll_s = 0.2
-stop_s = 5
-""" + MODELS.replace('exclude = ["page15/*"]', 'exclude = ["page15/*"]')
-
 
 @pytest.fixture
 def local_fleet(tmp_path):

@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.base.errors import ExitCode
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 # Boot stages seen by polling, and Ctrl-C while a rank boots: time-bound, so make test runs these alone,
 # after the parallel part (under parallel load a poll missed a stage and SIGINT raced the boot).

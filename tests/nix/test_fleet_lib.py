@@ -211,7 +211,7 @@ def test_lanes_headed_on_one_host_conflict() -> None:
 
 
 def test_image_env_agrees_with_the_launch_code() -> None:
-    launch = pytest.importorskip("sparkfleet.lane.recipe", reason="launch code (issue 3) not present")
+    launch = pytest.importorskip("sparkfleet.lane.recipe", reason="launch code not present")
     inv = inventory.load(REPO)
     for name, lane in inv.lanes.items():
         world = launch.world_of(lane)

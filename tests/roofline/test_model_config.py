@@ -1,4 +1,4 @@
-"""A staged config.json with impossible dimensions is refused naming the key (issue 20 item 9)."""
+"""A staged config.json with impossible dimensions is refused naming the key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`stage` brings a lane's pinned kit checkout to <state_dir>/kits/<pin>/<rev>/ (issue 19).
+"""`stage` brings a lane's pinned kit checkout to <state_dir>/kits/<pin>/<rev>/.
 
 The pure parts (which checkouts a host's lanes bind, where a pin is cloned from, the hint) and the
 host side (stage/kits.py) on this machine, with a real git repository as the pin's url: a fresh
@@ -272,8 +272,8 @@ def test_verify_names_a_wrong_commit_and_a_wrong_sha256_and_changes_nothing(tmp_
 
 
 def test_verify_after_stage_reports_the_kit_and_exits_1_when_it_is_changed_or_gone(tmp_path, kit):
-    """The user's order: `stage`, then `verify` before `launch`. Before issue 19's verify part, a
-    checkout edited on the host or removed still verified with exit 0 (only the models were read)."""
+    """The user's order: `stage`, then `verify` before `launch`. A verify that reads only the
+    models passes a checkout edited on the host or removed with exit 0."""
     inv = _fleet(tmp_path, kit, sha=kit.serve_sha256)
     build_nas_hub(tmp_path / "nas", shard_bytes=64 * 1024)
     final = tmp_path / "state" / "kits" / "kit" / kit.rev

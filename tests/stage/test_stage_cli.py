@@ -92,6 +92,7 @@ def test_usage_errors_are_clear(demo, args, message):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_demo_command_runs_end_to_end(tmp_path):
     env = {**os.environ, "TERM": "dumb"}
     proc = subprocess.run(

@@ -88,6 +88,7 @@ def test_dry_run_counts_the_repairs_it_can_know_and_says_what_only_reading_tells
     assert repaired == 2  # the one known wrong, and the one only reading found
 
 
+@pytest.mark.slow
 def test_fanout_dry_run_on_a_complete_tree_reads_nothing_from_the_nas(tmp_path):
     """"to copy 0 (0 B)" beside "dgx1: from NAS 8 files (11.3 MiB)" on a complete tree."""
     demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)

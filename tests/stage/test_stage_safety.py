@@ -146,6 +146,7 @@ class _Crash(BaseException):
     """Stands in for kill -9 at a chosen write: nothing after it runs."""
 
 
+@pytest.mark.slow
 def test_crash_after_every_write_converges(nas, local, monkeypatch):
     """Interrupt the run after its n-th durable write for every n; each rerun must converge."""
     requests = [weights_request(nas, local), drafter_request(nas, local)]

@@ -4,7 +4,7 @@ The lane's server (`sparkfleet.demo.openai_server`) is started directly with the
 loopback port; the inventory names one host at 127.0.0.1 (a LocalHost: `gateway up` installs the
 key through the real agent, locally) whose lane has that port and a `[gateway]` table. The gateway
 and the lane are stopped in the fixture's teardown even when the test fails. For tests that attack
-the gateway itself (its paths, its keys), where the netns fleet of tests/launch/test_gateway.py
+the gateway itself (its paths, its keys), where the netns fleet of tests/serving/test_gateway.py
 would only add minutes.
 """
 

@@ -1,6 +1,6 @@
 """The EXL3 kit's kernel-cache seed, stood in for (CI has no network): a kit checkout, its lock, a tar.
 
-Shared by tests/launch/test_cache_seed.py and tests/adversarial/test_hostile_cache_seed.py: a real
+Shared by tests/fleet/test_cache_seed.py and tests/adversarial/test_hostile_cache_seed.py: a real
 git checkout of a stand-in kit holding recipe-lock.json (pinning a small kernel-cache.tar in the
 kit's format) and a portable_node.py whose CACHE_ROOTS is the kit's own line; images holding the
 tar, loaded into a dockerd in a network namespace; and a store whose tar was already copied out

@@ -1,4 +1,4 @@
-"""A kit's own files on each host, bound into its container ([[launch.trees]], issue 19).
+"""A kit's own files on each host, bound into its container ([[launch.trees]]).
 
 Why: the EXL3 kit's container runs code that is not in its image: serve.py, conservative.yaml and
 combined_worker.py come from the kit's release/runtime/serving (portable_node.py binds a copy at

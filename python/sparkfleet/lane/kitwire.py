@@ -1,4 +1,4 @@
-"""What a kit's own launcher does per node that one command template cannot say (issue 19).
+"""What a kit's own launcher does per node that one command template cannot say.
 
 Two pieces, both pure, used by spec.build_spec: the env a kit derives from the node's fabric facts
 in its own spelling ([launch.node_env]: the Aiden kit's HOST_IP / B12X_ROCE_HCA /

@@ -1,4 +1,4 @@
-"""A container's limits and privileges, as a recipe declares them ([launch.container], issue 19).
+"""A container's limits and privileges, as a recipe declares them ([launch.container]).
 
 Why a table of its own: a kit may run its server boxed in (the EXL3 kit's portable_node.py runs
 each node with --memory=9g, --cpus=6, --read-only, --cap-drop=ALL, --user, --ipc=private ...),

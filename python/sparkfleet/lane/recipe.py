@@ -124,7 +124,7 @@ class LaunchRecipe:
     memory: MemoryNeed = MemoryNeed()
     canary: CanarySettings = CanarySettings()
     boot_cache: BootCacheSettings = BootCacheSettings()
-    # What a kit's own launcher runs that one command list cannot say (issue 19): the image's
+    # What a kit's own launcher runs that one command list cannot say: the image's
     # entrypoint it replaces, flags only the non-head ranks get, fixed paths its models are read at.
     entrypoint: str | None = None
     worker_args: tuple[str, ...] = ()

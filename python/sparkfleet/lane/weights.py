@@ -1,8 +1,8 @@
 """Local weights or a loud refusal: which of a rank's model files the manifest binds from the NAS.
 
-Why: on the night of 2026-09-27 one staged shard on dgx2 had changed bytes; the manifest fell back
-to the NAS for that directory ("15 binds: 5 local + 10 NAS"), `launch` said ready and the lane
-decoded at 13.3 t/s instead of 35 for the whole night. A file the lane's patterns leave out of
+Why: when one staged shard on a host has changed bytes, a manifest that falls back to the NAS for
+that directory ("15 binds: 5 local + 10 NAS") lets `launch` say ready while the lane decodes at
+13.3 t/s instead of 35, with nothing to say why. A file the lane's patterns leave out of
 staging (the optional page15 pack) is meant to come from the NAS; any other file bound from the NAS
 means the staged tree is missing or does not verify, and the launch is refused unless the operator
 says `--allow-nas-weights`, in which case every record says so.

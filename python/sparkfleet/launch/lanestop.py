@@ -1,4 +1,4 @@
-"""A lane-wide watchdog ([watchdog] scope = "lane", issue 19): one rank's stop stops the lane.
+"""A lane-wide watchdog ([watchdog] scope = "lane"): one rank's stop stops the lane.
 
 Why: the EXL3 kit's controller (release/runtime/tools/portable_pair.py watch(), at 878e0ee) stops
 BOTH nodes' containers when either host's MemAvailable is under 512 MiB, or either container is

@@ -81,7 +81,7 @@ def container_run_argv(
     for limit in spec.ulimits:  # the host's (fleet.toml `ulimits`): memlock=-1 is refused where hard < ∞
         argv += ["--ulimit", limit]
     argv += limit_args(spec.container, engine, spec.shm_size, spec.host, user)  # shm + [launch.container]
-    argv += ["--log-opt", f"max-size={MAX_LOG_BYTES // (1024 * 1024)}m"]  # rank logs capped (issue 10.8)
+    argv += ["--log-opt", f"max-size={MAX_LOG_BYTES // (1024 * 1024)}m"]  # rank logs capped
     if engine == "docker":
         argv += ["--log-opt", "max-file=2"]
     if spec.gpus == "all" and engine == "docker":

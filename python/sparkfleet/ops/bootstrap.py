@@ -456,7 +456,8 @@ def plan(f: HostFacts) -> list[Change]:
     if not is_trusted(f.user, f.nix_conf):
         changes.append(restart)
     elif not daemon_trusts(f)[0]:
-        # nix.conf already says so (an earlier run wrote it) but the live daemon does not
+        # nix.conf already says so (a bootstrap that stopped before the restart wrote it) but the live
+        # daemon does not
         why = daemon_trusts(f)[1]
         changes.append(dataclasses.replace(restart, summary=f"restart nix-daemon: {why}"))
     want = sudoers_text(f.prefix)

@@ -310,7 +310,7 @@ def write_bundle(
     reason = scrub.safe(reason)
     top = incident_dir(root, lane).parent
     ensure_dir(top, BUNDLE_DIR_MODE)
-    os.chmod(top, BUNDLE_DIR_MODE)  # one written by an older sparkfleet was 0755
+    os.chmod(top, BUNDLE_DIR_MODE)  # ensure_dir keeps an existing folder's mode, which may be 0755
     write_bytes(top / ".gitignore", b"# incident bundles hold logs and envs: never commit them\n*\n")
     d = incident_dir(root, lane)
     n = 1

@@ -10,8 +10,8 @@ A measurement is vetted on one path (`vet`) wherever it is read: it must be a fi
 (never a bool) inside the physically possible range for its figure, and within 25-150 % of the
 kind's declared figure. Outside that it is either a wrong measurement or a broken host: it is kept
 on record with a warning naming both figures, and the declared one is used unless the operator
-passes `--trust-measured` (issue 18). An impossible value (NaN, Infinity, 1e308, 1e-300, a string)
-is dropped, and the report says so (issue 20 item 10).
+passes `--trust-measured`. An impossible value (NaN, Infinity, 1e308, 1e-300, a string)
+is dropped, and the report says so.
 """
 
 from __future__ import annotations

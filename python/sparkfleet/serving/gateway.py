@@ -2,7 +2,7 @@
 
 The gateway is `smg` (Shepherd Model Gateway, PyPI `smg`), the maintained successor of
 `sglang-router`: the same authors and Rust router, 0.3.2 being sglang-router's last release while smg
-is at 1.13.0 (both checked with `pip index versions` on 2026-12-01); the sglang-router 0.3.2 wheel
+is at 1.13.0 (both as `pip index versions` lists them); the sglang-router 0.3.2 wheel
 itself installs an `smg` console script. What sparkfleet relies on, each seen in the tests:
 - every worker's served model is a model id on the one endpoint (`/v1/models` lists them, a request
   goes only to workers serving its `model`);
@@ -698,7 +698,7 @@ def routed_workers(router: str, admin: str) -> set[str]:
     Why not its /v1/models alone: smg registers each worker on its own, after its own health
     check, and lists a model as soon as ONE worker of it is in. Two copies of one lane serve one
     model, so "listed" came while the second copy was still being registered, and every request
-    then went to the first (a clean-clone run: 10 of 10 to one copy)."""
+    then went to the first (10 of 10 to one copy, with nothing else to tell them apart)."""
     code, body = get_json(f"{router}/workers", key=admin)
     if code != 200 or not isinstance(body, dict):
         return set()

@@ -6,7 +6,7 @@ client's Authorization header, as sent ... the worker sees the client's token: t
 tenant key when the client used one", smg docs/concepts/security/authentication.md, lightseekorg/smg
 @ ee4afa9c; `extract_auth_header` in model_gateway/src/routers/common/header_utils.rs: "User's
 Authorization header takes priority"). A lane keyed with the gateway's key therefore refuses a
-tenant key with 401 (measured: tests/launch/test_gateway.py, test_per_user_keys_...). So the user
+tenant key with 401 (measured: tests/serving/test_gateway.py, test_per_user_keys_...). So the user
 keys are checked one step earlier, by nginx in front of smg (`serving.front`), which then calls smg
 with the gateway's key and names the user in smg's tenant header: lanes still take only the
 gateway's key.

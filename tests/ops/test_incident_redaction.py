@@ -14,14 +14,13 @@ import stat
 import subprocess
 
 import pytest
-from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.fleet import inventory
 from sparkfleet.lane.spec import redact_env, secret_values
 from sparkfleet.launch import lane as lanes
 from sparkfleet.ops.supervisor import collect_incident
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 SECRETS = {
     "HF_TOKEN": "hf_incident_token_0123456789",

@@ -161,7 +161,7 @@ def test_launch_names_host_lane_lost_repo_digest_and_the_fix():
     assert check.hint == hint
 
 
-# ---- issue 20 item 14: hostile archives -------------------------------------------------------------
+# ---- hostile archives ---------------------------------------------------------------------------
 
 CONFIG = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers"}}).encode()
 CONFIG_NAME = hashlib.sha256(CONFIG).hexdigest() + ".json"

@@ -152,11 +152,10 @@ def test_release_cut_freezes_only_a_promoted_generation_and_never_overwrites(
     registry, built, tmp_path, monkeypatch
 ):
     from click.testing import CliRunner
-    from test_launch_local import demo_recipe
 
     from sparkfleet.cli import main as cli
     from sparkfleet.launch import generations
-    from support.lanefleet import write_fleet
+    from support.lanefleet import demo_recipe, write_fleet
 
     reg, _, _ = registry
     archive, image_id = built

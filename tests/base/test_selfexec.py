@@ -21,16 +21,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.launch.test_launch_local import demo_recipe, free_port
 
 from sparkfleet.base import procs, selfexec
 from sparkfleet.demo.hubfixture import build_nas_hub
 from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.node import watchdog
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
-PKG = Path(__file__).resolve().parents[1] / "python" / "sparkfleet"
+PKG = Path(__file__).resolve().parents[2] / "python" / "sparkfleet"
 BARE = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from launch_fleet import host_fields
 
 from sparkfleet.facts.fabric import FabricFacts
 from sparkfleet.fleet import inventory
@@ -14,6 +13,7 @@ from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.lane.spec import ShapeError, build_spec, redact_env
 from sparkfleet.node.runtimes import container_run_argv
 from support.lanefleet import MODELS, write_fleet
+from support.launch_fleet import host_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -283,6 +283,7 @@ def states(report: pins.PinReport) -> dict[str, pins.PinState]:
 @pytest.mark.skipif(
     not HAVE_NIX, reason="nix (nix-bin) not installed: the git pin's narHash is computed by Nix"
 )
+@pytest.mark.nix
 def test_resolve_fills_in_full_identifiers_and_keeps_comments(fleet, tmp_path: Path) -> None:
     root = fleet["root"]
     report = pins.resolve(inventory.load(root), endpoints=fleet["endpoints"])
@@ -470,10 +471,11 @@ def test_cli_resolve_and_verify_json(fleet, monkeypatch: pytest.MonkeyPatch) -> 
     assert unknown.exit_code == 2 and "unknown pin(s): nope" in unknown.output
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(not HAVE_NIX, reason="nix (nix-bin) not installed: converts the prefetch hash to SRI")
+@pytest.mark.nix
 def test_oci_nix_hash_comes_from_the_locked_nixpkgs_nix_prefetch_docker(
     fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the case table reads best one case per line)
-"""`inventory check` (issues 10 and 12): every problem listed with its key path, hostile values refused.
+"""`inventory check`: every problem listed with its key path, hostile values refused.
 
 Each case here passed `inventory check` before: an env *key* smuggling a second variable through
 docker's env file, values with a trailing newline, options disguised as addresses or images, a
@@ -53,28 +53,28 @@ def problem_keys(result: dict) -> list[tuple[str, str]]:
 @pytest.mark.parametrize(
     ("file", "old", "new", "key", "fragment"),
     [
-        # issue 10.1: an env key with a newline set LD_PRELOAD and a second TP_SIZE in the container
+        # an env key with a newline set LD_PRELOAD and a second TP_SIZE in the container
         (MIA, 'NCCL_CUMEM_ENABLE = "0"', '"X\\nLD_PRELOAD" = "/tmp/evil.so"', "launch.env", "'X\\nLD_PRELOAD'"),
         (MIA, 'NCCL_CUMEM_ENABLE = "0"', '"A=B" = "1"', "launch.env", "'A=B'"),
         # the derived-key guard is case-insensitive
         (MIA, 'NCCL_CUMEM_ENABLE = "0"', 'tp_size = "3"', "launch.env", "tp_size"),
-        # issue 10.4: trailing newlines, leading dashes
+        # trailing newlines, leading dashes
         (FLEET, 'address = "dgx2"', 'address = "dgx2\\n"', "hosts.dgx2.address", "does not match"),
         (FLEET, 'address = "dgx2"', 'address = "-oProxyCommand=touch /tmp/x"', "hosts.dgx2.address", "match"),
         (FLEET, 'image = "lmsysorg/sglang"', 'image = "--privileged"', "pins.sglang-dsv41-base.image", "match"),
         (FLEET, 'local_hub = "/home/kilork/hf-local/hub"', 'local_hub = "/home/../etc"', "defaults.local_hub", ""),
         (FLEET, 'ssh_user = "kilork"', 'ssh_user = "kilork\\n"', "defaults.ssh_user", "does not match"),
-        # issue 10.3: a revision with .. wrote refs/ outside the destination hub
+        # a revision with .. wrote refs/ outside the destination hub
         (FLEET, 'revision = "fb2764a5"', 'revision = "../../../../tmp/x"', "pins.dsv41-flash.revision", ""),
         (FLEET, 'revision = "fb2764a5"', 'revision = "main\\n"', "pins.dsv41-flash.revision", ""),
-        # issue 12: an enum names its valid values
+        # an enum names its valid values
         (FLEET, '\nkind = "hf"', '\nkind = "hff"', "pins.dsv41-flash.kind", "'hff': expected one of hf, git, oci, url"),
-        # issue 10.4: checked at check time, not after the ranks started
+        # checked at check time, not after the ranks started
         (MIA, "[launch.env]", 'weight_load_regex = "elapsed=("\n\n[launch.env]', "launch.weight_load_regex",
          "not a valid regex"),
-        # issue 12: `tp = 3` on a 2-host lane passed inventory check
+        # `tp = 3` on a 2-host lane passed inventory check
         (EXL3, "tp = 2", "tp = 3", "world", "tp=3 is not divisible by nnodes=2"),
-        # issue 10.2: the receipt cleanup's cache dir must stay under the host's state dir
+        # the receipt cleanup's cache dir must stay under the host's state dir
         (MIA, "[launch.env]", 'cache_dir = "/usr"\n\n[launch.env]', "launch.cache_dir", "does not match"),
         (MIA, "[launch.env]", 'cache_dir = "{state_dir}/../.."\n\n[launch.env]', "launch.cache_dir", ""),
     ],

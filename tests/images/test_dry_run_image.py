@@ -1,4 +1,4 @@
-"""`launch --dry-run` of a Nix-built-image lane before any `image load` (issue 19, item 5).
+"""`launch --dry-run` of a Nix-built-image lane before any `image load`.
 
 The operator wants the preview exactly when no image is loaded yet: it used to exit 2 with "the
 docker runtime needs an image". Run on the checkout's own inventory (the TP4 lane).
@@ -74,7 +74,7 @@ def test_host_span():
 
 
 def test_the_fleet_has_fabric_addresses_so_the_dry_run_knows_the_rendezvous(tmp_path, monkeypatch):
-    """hosts/fleet.toml gives dgx1..dgx4 their RoCE addresses (issue 19): no "unknown DIST_INIT_ADDR"."""
+    """hosts/fleet.toml gives dgx1..dgx4 their RoCE addresses: no "unknown DIST_INIT_ADDR"."""
     import ipaddress
 
     from sparkfleet.fleet import inventory

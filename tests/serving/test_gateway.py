@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 import smg  # noqa: F401 - the gateway binary: the test extra installs it (pyproject)
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.base.procs import group_members
 from sparkfleet.cli import main as cli
@@ -37,7 +36,7 @@ from sparkfleet.lane.replicas import replica_inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
-from support.lanefleet import netns_fields, use_ssh, write_fleet
+from support.lanefleet import demo_recipe, free_port, netns_fields, use_ssh, write_fleet
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gateway")]
@@ -274,7 +273,7 @@ def test_per_user_keys_at_the_front_smg_tenant_keys_reach_the_lane_and_are_refus
     res = CliRunner(env=env).invoke(cli, ["keys", "revoke", "alice"])
     assert res.exit_code == 0 and "refuses it now" in res.output, res.output
     # at once, on every connection: revoke waited until no worker of the old key map accepts one
-    # (a clean-clone run once had the next request land on an old nginx worker: 200)
+    # (otherwise the next request can land on an old nginx worker: 200)
     assert [chat(url, alice) for _ in range(20)] == [(401, None)] * 20
     assert chat(url, key)[0] == 200  # the operator's key (the gateway's) still works
     assert not (state / "users" / "alice.key").exists()
@@ -417,7 +416,7 @@ def test_replicas_of_one_recipe_behind_the_real_gateway(tmp_path, ns_hosts):
         assert st["lanes"] == {"r1": "serving", "r1#1": "serving"}, st["lanes"]
         key = gateway.gateway_key(state)
         # up returned once smg routes to both copies, not once it lists their one model (smg
-        # registers each worker on its own: a clean-clone run sent 10 of 10 requests to one copy)
+        # registers each worker on its own: otherwise 10 of 10 requests can go to one copy)
         router = f"http://127.0.0.1:{gateway.load_record(state).router_port}"
         admin = gateway.admin_key(state)
         assert gateway.routed_workers(router, admin) == {w.url for w in gateway.plan(inv).workers}

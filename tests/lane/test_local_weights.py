@@ -1,4 +1,4 @@
-"""Local weights or a loud refusal (issue 19): a rank whose staged weights do not verify is refused.
+"""Local weights or a loud refusal: a rank whose staged weights do not verify is refused.
 
 The night shift's 13.3 t/s night: one staged shard on dgx2 had 4 bytes changed, the manifest fell
 back to the NAS for that directory, and `launch` still said ready. Reproduced on the demo fleet.

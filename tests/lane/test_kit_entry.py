@@ -1,4 +1,4 @@
-"""Each lane renders what its kit's own launcher runs (issue 19, item 1), as far as it is recorded.
+"""Each lane renders what its kit's own launcher runs, as far as it is recorded.
 
 CI has no network, so the kits' files cannot be read here: each recipe's [kit] table records the
 facts read from the kit at its commit, with the file each comes from (and its sha256), and these

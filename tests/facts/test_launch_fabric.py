@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from launch_fleet import fake_roce_sysfs
 
 from sparkfleet.facts.fabric import FabricError, detect, scan_ports
+from support.launch_fleet import fake_roce_sysfs
 
 V2, V1 = "RoCE v2", "IB/RoCE v1"
 

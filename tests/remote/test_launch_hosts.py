@@ -7,12 +7,14 @@ import shlex
 from pathlib import Path
 
 import pytest
-from launch_fleet import fake_roce_sysfs
 
 from sparkfleet.fleet.inventory import Host
 from sparkfleet.node.runtimes import ContainerRuntime, RuntimeError_
 from sparkfleet.remote.hosts import HostUnreachable, LocalHost, RunResult, SshHost, check_reachable, connect
 from sparkfleet.remote.nodecall import AgentError, call_agent
+from support.launch_fleet import fake_roce_sysfs
+
+pytestmark = pytest.mark.slow
 
 
 def inv_host(**kw) -> Host:

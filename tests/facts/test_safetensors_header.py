@@ -70,7 +70,7 @@ def test_not_safetensors_at_all(tmp_path):
         read_header(path)
 
 
-# ---- hostile headers (issue 20 item 11) ----------------------------------------------------------
+# ---- hostile headers ----------------------------------------------------------
 
 
 def test_tensors_sharing_one_byte_range_are_refused(tmp_path):

@@ -1,4 +1,4 @@
-"""The EXL3 lane's /cache seeded from the kit's pinned kernel cache ([launch.cache_seed], issue 19).
+"""The EXL3 lane's /cache seeded from the kit's pinned kernel cache ([launch.cache_seed]).
 
 The kit starts every run from its "auxiliary runtime cache" (878e0ee): recipe-lock.json pins
 runtime.files["kernel-cache.tar"] and runtime.cache_manifest_sha256; registry.py prepare() copies

@@ -16,6 +16,8 @@ from sparkfleet.demo.fleet import DEMO_LANE
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 from sparkfleet.fleet import inventory
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory):

@@ -15,14 +15,13 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
 from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main as cli
 from sparkfleet.ops import supervisor as watchmod
 from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings, probe_generation
 from support.hostile_http import body, chatter, completion, hostile_server, huge, trickle
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 S = WatchSettings(interval_s=2.0, latency_s=1.5, expect="42")
 

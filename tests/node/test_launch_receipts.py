@@ -131,6 +131,7 @@ def install_helper(directory: Path) -> Path:
     os.geteuid() != 0 or not shutil.which("sudo") or not shutil.which("useradd"),
     reason="needs root, sudo and useradd (a throwaway launcher user with a NOPASSWD rule for the helper)",
 )
+@pytest.mark.system
 def test_sudo_n_helper_removes_what_the_launcher_user_cannot():
     """The night shift's fix, done right: one exact sudoers rule for a fixed root-owned helper, no prompt."""
     user = f"sf-rcpt-{secrets.token_hex(3)}"

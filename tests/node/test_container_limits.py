@@ -1,4 +1,4 @@
-"""A launched container really runs in the box [launch.container] declares (issue 19), on real
+"""A launched container really runs in the box [launch.container] declares, on real
 docker and podman here (runc, cgroupfs, cgroup v1).
 
 The box is the EXL3 lane's own ([launch.container] = the kit's portable_node.py docker_command() at

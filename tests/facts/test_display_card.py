@@ -1,4 +1,4 @@
-"""The EXL3 lane's DRM card ([launch.display], issue 19): given to each rank, checked on each node.
+"""The EXL3 lane's DRM card ([launch.display]): given to each rank, checked on each node.
 
 The kit keeps its KV cache in display memory: portable_node.py docker_command() (878e0ee) gives the
 container the node's DRM card at /dev/dri/card0 with the card's group, and its preflight refuses a
