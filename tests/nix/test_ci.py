@@ -30,6 +30,8 @@ def test_flake_check_and_nixos_eval_are_separate_jobs_without_building() -> None
     nixos = runs(doc, "nixos-eval")
     assert "config.system.build.toplevel.drvPath" in nixos and "grep -qx nixos-spark" in nixos
     assert "nix build --no-link --dry-run" in nixos and "nix build --print" not in nixos
+    # the stand-in for NixOS's services.prometheus against the real module (full nixpkgs is there)
+    assert "python3 -m tests.nix.real_prometheus \"$nixpkgs\"" in nixos
     assert set(doc["jobs"]["build"]["needs"]) == {"flake-check", "nixos-eval"}
 
 

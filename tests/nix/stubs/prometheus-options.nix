@@ -3,7 +3,7 @@
 # options are `nullOr` with default null (its mkOpt / mkDefOpt), `authorization` is any attrs, and
 # prometheus.yml is written from what is not null. Only what view.nix sets is declared, so a
 # misspelt or unknown option fails here as it would on the host. nixos-options.nix imports this
-# file; test_stand_ins.py puts the real module in its place (where full nixpkgs is, CI) and checks
+# file; real_prometheus.py puts the real module in its place (where full nixpkgs is: CI's nixos-eval) and checks
 # that the head host's Prometheus comes out the same.
 { lib, ... }:
 let
