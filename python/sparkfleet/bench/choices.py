@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .probes import DecodeProbe
 from .quality import QualitySettings
-from .run import BenchSettings
+from .settings import BenchSettings
 from .sweep import SweepSettings
 from .target import BenchTarget
 

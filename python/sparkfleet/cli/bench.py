@@ -16,7 +16,7 @@ import click
 from ..base.errors import ExitCode, SparkfleetError
 from ..bench import session
 from ..bench.choices import BenchChoices, bench_settings
-from ..bench.run import BenchSettings
+from ..bench.settings import BenchSettings
 from ..bench.target import BenchTarget, pick_target
 from ..bench.tokens import LocalTokenizer
 from .benchview import LineBenchProgress, RichBenchProgress, print_bench
