@@ -55,7 +55,7 @@ def test_netns_glue_names_every_field_and_points_sparkfleet_at_the_config(tmp_pa
     assert os.environ["SPARKFLEET_REMOTE"] == "env X=1 sparkfleet" and "SPARKFLEET_HOST" not in os.environ
 
 
-FORMER_WRITERS = ("launch/launch_fleet.py", "engram/engram_helpers.py", "bench/bench_fleet.py",
+FORMER_WRITERS = ("support/launch_fleet.py", "engram/engram_helpers.py", "bench/bench_fleet.py",
                   "nix/test_fleet_lib.py", "support/stagefleet.py")  # fmt: skip
 GLUE = {
     "the any-host ssh_config": re.compile(re.escape('"Host *\\n  StrictHostKeyChecking no')),
