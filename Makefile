@@ -22,7 +22,7 @@ DEB_PACKAGES += prometheus
 # A modern Nix for the flake tests, in a chroot of Debian trixie (below); the keyring checks it.
 DEB_PACKAGES += debootstrap debian-archive-keyring
 
-.PHONY: test demo shell lint venv debian-deps clean engine-venv nix-chroot
+.PHONY: test check demo shell lint venv debian-deps clean engine-venv nix-chroot
 
 $(BIN)/sparkfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,15 @@ nix-chroot: $(NIX_CHROOT)/.built-$(NIX_SUITE)
 
 lint: venv
 	$(BIN)/ruff check python tests benchmarks
+
+# The loop for a change: lint, then the tests that need no root, network namespace, mount,
+# container, engine, Nix or sshd (`pytest --pure`: tests/support/purity.py chooses them by what they
+# use, and fails one that starts such a program). The venv is all it needs: no Debian packages, no
+# vLLM venv, no Nix chroot. `make test` stays the whole suite.
+CHECK_WORKERS ?= 2
+check: venv
+	$(BIN)/ruff check python tests benchmarks
+	$(BIN)/python -m pytest -q -n $(CHECK_WORKERS) --pure
 
 # The suite on TEST_WORKERS pytest-xdist workers (`make test TEST_WORKERS=0`: one process, as plain
 # `pytest` runs it). Most tests wait on sshd, rsync, engines and containers rather than the CPU, so

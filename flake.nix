@@ -28,7 +28,7 @@
 
   outputs = { self, nixpkgs, deploy-rs, nixos-dgx-spark, srvos }:
     let
-      # hosts/fleet.toml + recipes/ read with builtins only (the same facts sparkfleet.hostfacts derives)
+      # hosts/fleet.toml + recipes/ read with builtins only (the same facts sparkfleet.fleet.hostfacts derives)
       fleet = (import ./modules/lib/fleet.nix).fromRoot ./.;
       units = import ./modules/lib/units.nix;
       # The Sparks are aarch64-linux; operators' machines and CI are often x86_64-linux.

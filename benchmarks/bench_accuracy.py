@@ -18,7 +18,7 @@ says why (field "llama_benchy.reason") and still carries our numbers.
     .venv/bin/python benchmarks/bench_accuracy.py [--decode-tps 400] [--runs 3] [--skip-benchy]
     .venv/bin/python benchmarks/bench_accuracy.py --smoke   # seconds: the script itself cannot rot
 
-A real engine too (issue 18): `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
+A real engine too: `--engine-venv .venv-vllm` builds the tiny Qwen2 and serves it with
 vLLM's CPU build (or `--engine-url` names a running server and `--engine-tokenizer` its model
 folder); sparkfleet (request by request), `vllm bench serve` and llama-benchy 0.4.0 then each run
 on it, held to the engine's own counters over their own windows (`engine` in the JSON line;
@@ -59,7 +59,7 @@ from sparkfleet.bench.spec_decode import SpecSampler, read_metrics
 from sparkfleet.demo.openai_server import VOCAB
 from sparkfleet.demo.tinyqwen import build_tiny_qwen
 from sparkfleet.demo.vllm_engine import engine_ready, start_engine
-from sparkfleet.hosts import stop_process
+from sparkfleet.remote.hosts import stop_process
 
 PROMPT_TOKENS, TG = 487, 128
 DEMO_DECODE_TIME = "sparkfleet_demo:request_decode_time_seconds_sum"  # the demo's own first-to-last write

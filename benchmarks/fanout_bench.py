@@ -69,7 +69,7 @@ def drop_caches() -> None:
 def transport_mbps(hosts: dict, root: Path, ssh_config: Path, rounds: int = 3) -> dict[str, float]:
     """Peer-pull throughput of each transport alone: dgx1 pulls dgx2's largest blob, rounds
     alternating the transports, median MB/s (the rsync client runs in dgx1's namespace)."""
-    from sparkfleet.inventory import load
+    from sparkfleet.fleet.inventory import load
     from sparkfleet.stage import remote
     from sparkfleet.stage.transport import SECRET_ENV, PeerSource
 

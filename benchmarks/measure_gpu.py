@@ -7,7 +7,7 @@ issue names: 3 warm-ups, then 20 iterations timed with one pair of CUDA events, 
 device-to-device copy of a 4 GiB buffer (bytes read + written) and a bf16 8192^3 matmul on random
 data. The reference is written here from torch alone, not from sparkfleet's code. Prints one JSON
 line: per run the CLI's figures, the reference's, their ratio (and the ratio of sparkfleet's
-method before issue 18, run the same way), whether every ratio of every run is within 5 %, and
+earlier method, without warm-up, run the same way), whether every ratio of every run is within 5 %, and
 the warnings the CLI prints when the same GPU is declared a GB10 (measured far above declared).
 
     PYTHONPATH=python python3 benchmarks/measure_gpu.py [--runs 3]
@@ -76,7 +76,7 @@ def cli_measure(root: Path, quick: bool) -> tuple[dict, str, float]:
     return json.loads(cp.stdout), cp.stderr.strip(), seconds
 
 
-# sparkfleet's gpu_rates() before issue 18 (python/sparkfleet/roofline/measure.py at 6cf4cec), run
+# sparkfleet's gpu_rates() without warm-up (python/sparkfleet/roofline/measure.py at 6cf4cec), run
 # the same way, in a fresh process: the first 5 copies and 10 matmuls, wall clock, no warm-up.
 OLD_METHOD = """
 import json, time, torch

@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "python" / "sparkfleet" / "launch" / "canary_worker.py"
+WORKER = ROOT / "python" / "sparkfleet" / "node" / "canary_worker.py"
 RECIPE = ROOT / "recipes" / "dsv41-flash-4x-mia" / "recipe.toml"
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SMOKE_MODULE = "tests/launch/test_launch_spec.py"  # present before and after, seconds, no root
+SMOKE_MODULE = "tests/lane/test_launch_spec.py"  # present before and after, seconds, no root
 
 
 def unpack(rev: str, dest: Path) -> Path:

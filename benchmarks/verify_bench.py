@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO / "python"))
 
 from stage_bench import drop_caches  # noqa: E402  (the one way the benchmarks drop the page cache)
 
+from sparkfleet.base.digests import WINDOW, sample_offsets  # noqa: E402
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub  # noqa: E402
-from sparkfleet.digests import WINDOW, sample_offsets  # noqa: E402
 from sparkfleet.stage import execute, staged  # noqa: E402
 from sparkfleet.stage.plan import StageRequest  # noqa: E402
 

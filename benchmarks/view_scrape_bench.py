@@ -39,8 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
-from sparkfleet import inventory  # noqa: E402
-from sparkfleet.view import collect  # noqa: E402
+from sparkfleet.fleet import inventory  # noqa: E402
+from sparkfleet.remote import nodecall  # noqa: E402
 from sparkfleet.view.refresh import Refresher  # noqa: E402
 from sparkfleet.view.server import serve  # noqa: E402
 
@@ -81,23 +81,14 @@ def measure(hosts: int, rounds: int, scrapes: int) -> dict:
         root = write_fleet(Path(tmp), hosts)
         inv = inventory.load(root)
         calls = {"n": 0}
-        real = collect.call_agent
+        real = nodecall.call_agent
 
         def counted(*a, **kw):
             calls["n"] += 1
             return real(*a, **kw)
 
-        collect.call_agent = counted
-        # lane status goes through launch.lane's own client: count it there too
-        from sparkfleet.launch import lane as lanes
-
-        real_lane_call = lanes.call_agent
-
-        def counted_lane(*a, **kw):
-            calls["n"] += 1
-            return real_lane_call(*a, **kw)
-
-        lanes.call_agent = counted_lane
+        # the host facts and the lane status both reach their agents through nodecall's one client
+        nodecall.call_agent = counted
         refresher = Refresher(lambda: inv, interval_s=3600, node_timeout_s=120)
         try:
             t0 = time.monotonic()
@@ -125,8 +116,7 @@ def measure(hosts: int, rounds: int, scrapes: int) -> dict:
             server.server_close()
         finally:
             refresher.stop()
-            collect.call_agent = real
-            lanes.call_agent = real_lane_call
+            nodecall.call_agent = real
         series = [ln for ln in body.decode().splitlines() if ln and not ln.startswith("#")]
         return {
             "hosts": hosts,

@@ -41,7 +41,7 @@ in
       internal = true;
       default = fleet.facts cfg.host;
       defaultText = lib.literalExpression "((import ./lib/fleet.nix).fromRoot fleetRoot).facts host";
-      description = "Per-host facts from modules/lib/fleet.nix (the same record sparkfleet.hostfacts derives).";
+      description = "Per-host facts from modules/lib/fleet.nix (the same record sparkfleet.fleet.hostfacts derives).";
     };
 
     headHost = lib.mkOption {

@@ -24,7 +24,7 @@ let
   };
   laneNames = map (l: l.lane) facts.lanes;
   podman = cfg.runtime == "podman";
-  # Rootful podman on NixOS (issue 23): rootless podman cannot run under the lane unit's
+  # Rootful podman on NixOS: rootless podman cannot run under the lane unit's
   # NoNewPrivileges=true and DevicePolicy=closed (newuidmap/newgidmap are setuid; pasta and
   # slirp4netns open /dev/net/tun, fuse-overlayfs /dev/fuse). The podman CLI in the unit (and in
   # the lane user's sessions: `sparkfleet image load`, the workers' ranks over ssh) talks to the

@@ -34,7 +34,7 @@ python3Packages.buildPythonApplication {
 
   # The suite needs network namespaces, sshd and FUSE; CI runs it with `make test`.
   doCheck = false;
-  pythonImportsCheck = [ "sparkfleet" "sparkfleet.cli" "sparkfleet.hostfacts" "sparkfleet.pins" ];
+  pythonImportsCheck = [ "sparkfleet" "sparkfleet.cli" "sparkfleet.fleet.hostfacts" "sparkfleet.pins" ];
 
   # the gateway units put smg's bin/ on their PATH (modules/services.nix, sparkfleet-profile.nix)
   passthru = { inherit smg; };

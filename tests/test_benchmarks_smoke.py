@@ -1,4 +1,4 @@
-"""Every benchmark runs at --smoke and prints the keys the docs quote from it (issue 22, item 5).
+"""Every benchmark runs at --smoke and prints the keys the docs quote from it.
 
 Why: `benchmarks/fanout_bench.py` crashed before its first row for weeks after a change to
 `stage/remote.serving`, because nothing ran it, so the README's fan-out table could not be made

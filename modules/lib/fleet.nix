@@ -1,7 +1,7 @@
 # The fleet as Nix sees it: hosts/fleet.toml + recipes/*/recipe.toml -> per-host facts.
 #
 # Builtins only (no nixpkgs), so it evaluates anywhere, tests run it with a bare
-# `nix-instantiate --eval --strict --json`, and python/sparkfleet/hostfacts.py derives the
+# `nix-instantiate --eval --strict --json`, and python/sparkfleet/fleet/hostfacts.py derives the
 # same record from the same TOML: tests/nix/test_fleet_lib.py compares the two answers.
 # What is computed here is placement (mounts, unit names, argv, deploy fields); the lane's
 # env (TP_SIZE, DSV41_LAUNCHER, ...) is derived by the sparkfleet CLI at launch, never here.
@@ -14,7 +14,7 @@ let
   constants = {
     unitPrefix = "sparkfleet";
     stagingUnit = "sparkfleet-stage";
-    # sparkfleet.stage.lock.LOCK_PATH, under the local hub (flock works on NVMe, not on the NAS)
+    # sparkfleet.base.lock.LOCK_PATH, under the local hub (flock works on NVMe, not on the NAS)
     stageLock = ".locks/sparkfleet-stage.lock";
     nfsOptions = [
       "nfsvers=4.2" "ro" "noatime" "noauto" "_netdev"
@@ -42,7 +42,7 @@ let
   # The pattern is the schemas' tmpfilesPath, read here too, so Nix refuses what `inventory check`
   # refuses even where nobody ran it; it is written in what ECMA-262 (the schema) and POSIX ERE
   # (builtins.match) read alike: a bracket of literal characters.
-  schemaPattern = file: (fromJSON (readFile (../../python/sparkfleet/schema + "/${file}")))."$defs".tmpfilesPath.pattern;
+  schemaPattern = file: (fromJSON (readFile (../../python/sparkfleet/fleet/schema + "/${file}")))."$defs".tmpfilesPath.pattern;
   tmpfilesPath = pattern: key: path:
     if match pattern path != null then path
     else throw "${key}: ${toJSON path} is no path systemd-tmpfiles can read as one (absolute, no whitespace, control character, %, \\ or quote): fix it, then run `sparkfleet inventory check`";
@@ -54,14 +54,14 @@ let
   # Path arithmetic on absolute path strings, the way Python's PurePosixPath.parent does it.
   parentOf = p: let d = builtins.dirOf p; in if d == "" then "/" else d;
 
-  # A pin record with the same fields as sparkfleet.inventory.Pin (plus the Nix hash when known).
+  # A pin record with the same fields as sparkfleet.fleet.inventory.Pin (plus the Nix hash when known).
   mkPin = name: doc:
     let
       kind = doc.kind;
       value =
         if kind == "hf" then doc.revision
         else if kind == "git" then doc.rev
-        else if kind == "oci" then doc.digest or "" # a tag alone: unresolved (sparkfleet.inventory._pin)
+        else if kind == "oci" then doc.digest or "" # a tag alone: unresolved (sparkfleet.fleet.inventory._pin)
         else doc.sha256;
       source =
         if kind == "oci" then doc.image
@@ -74,7 +74,7 @@ let
       nixHash = doc.nix_hash or null;
       component = doc.component or null;
       manifest = doc.manifest or null;
-      # git pins: where hosts clone it from (sparkfleet.inventory.Pin.clone_url): a mirror, else GitHub
+      # git pins: where hosts clone it from (sparkfleet.fleet.inventory.Pin.clone_url): a mirror, else GitHub
       cloneUrl = if kind == "git" then doc.url or "https://github.com/${doc.repo}" else null;
       resolved =
         if kind == "oci" then digest value
@@ -122,7 +122,7 @@ let
           inherit name;
           hosts = r.lane.hosts;
           # [gateway] replicas: copies of the recipe on disjoint host sets, the first lane.hosts
-          # (sparkfleet.inventory.replica_sets); every copy's hosts stage the lane's pins.
+          # (sparkfleet.fleet.inventory.replica_sets); every copy's hosts stage the lane's pins.
           replicaHosts = builtins.concatLists ((r.gateway or { }).replicas or [ r.lane.hosts ]);
           # Node rank per host: [world].ranks when the recipe sets it, else the order of lane.hosts.
           ranks = listToAttrs (genList (i: {
@@ -131,7 +131,7 @@ let
           }) (length r.lane.hosts));
           receiptRoots = receiptRootsOf name r;
           models = map (m: m.pin) r.models;
-          # The world shape with the launch code's defaults (sparkfleet.launch.recipe.world_of).
+          # The world shape with the launch code's defaults (sparkfleet.lane.recipe.world_of).
           world = let w = r.world or { }; in {
             tp = w.tp or (length r.lane.hosts);
             ep = w.ep or 1;
@@ -140,7 +140,7 @@ let
           };
         };
       }) laneNames);
-      # The lanes `host` serves as any copy (sparkfleet.inventory.Inventory.lanes_of).
+      # The lanes `host` serves as any copy (sparkfleet.fleet.inventory.Inventory.lanes_of).
       lanesOf = host: filter (l: builtins.elem host l.replicaHosts) (map (n: lanes.${n}) laneNames);
 
       hostOf = name:
@@ -205,7 +205,7 @@ let
         conflicts = map (o: "${constants.unitPrefix}-lane-${o.name}.service")
           (filter (o: o.name != l.name && headOf o == h.name) (lanesOf h.name));
         # [watchdog] scope = "lane": the kit's controller stops every node when one stops, so the
-        # lane always runs with its supervisor (sparkfleet.hostfacts.lane_scoped_watchdog)
+        # lane always runs with its supervisor (sparkfleet.fleet.hostfacts.lane_scoped_watchdog)
         supervised = ((recipes.${l.name}.watchdog or { }).scope or "rank") == "lane";
       };
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
+from sparkfleet.fleet import inventory
 
 REPO = Path(__file__).resolve().parents[2]
 LANE = "dsv41-flash-exl3-2x"  # two hosts, a kit, a display card, a cache seed: the richest recipe

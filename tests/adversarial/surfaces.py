@@ -8,7 +8,7 @@ table lists them (figures.py --write), and a surface is named by one id (conftes
   root group's are `cli:--root`. Walked from `sparkfleet.cli.main`, lazy verbs included. A flag
   (`--json`, `--fresh`) carries no value of its own, and a verb without arguments takes its input
   through its options and files: a case may name either (`required=False`), none is asked for.
-* `agent:ACTION` for each key of `sparkfleet.launch.agent.ACTIONS`: one JSON request on stdin.
+* `agent:ACTION` for each key of `sparkfleet.node.agent.ACTIONS`: one JSON request on stdin.
 * `http:SERVER METHOD PATH`: `gateway` is what the public port answers: the nginx front passes
   every path to smg (`location /` in `serving.front.conf_text`), so each route smg has is one
   (`SMG_ROUTES`, checked against the installed smg by test_surface_coverage.py), and each path the
@@ -20,7 +20,7 @@ table lists them (figures.py --write), and a surface is named by one id (conftes
   listener behind the login), as the front decides for smg's; so its routes are listed
   (`REGISTRY_ROUTES`, distribution's API, checked against the running registry by
   test_hostile_registry.py). `vllm-lane` is what sparkfleet's key guard decides on a vLLM lane
-  (launch/keyguard/: the paths it leaves open, and `* /*`, every other path); vLLM's and
+  (lane/keyguard/: the paths it leaves open, and `* /*`, every other path); vLLM's and
   SGLang's own routes are not sparkfleet's code (SECURITY.md says what was checked on them).
 * `file:WHAT` for each file sparkfleet reads that someone else wrote (`FILES`). The code has no
   single list of these, so it is kept here, with the functions that read each file; every function
@@ -109,7 +109,7 @@ def cli_surfaces() -> list[Surface]:
 
 
 def agent_surfaces() -> list[Surface]:
-    from sparkfleet.launch.agent import ACTIONS
+    from sparkfleet.node.agent import ACTIONS
 
     def what(action: str) -> str:  # the docstring's first paragraph, on one line
         doc = (ACTIONS[action].__doc__ or action).strip().split("\n\n", 1)[0]
@@ -245,7 +245,7 @@ REGISTRY_ROUTES: tuple[tuple[str, str], ...] = (
 def key_guard():
     """sparkfleet_keyguard, the middleware a vLLM lane runs (imported by path: it is the engine's
     module, on the rank's PYTHONPATH, not a module of the package)."""
-    source = PACKAGE / "launch" / "keyguard" / "sparkfleet_keyguard.py"
+    source = PACKAGE / "lane" / "keyguard" / "sparkfleet_keyguard.py"
     spec = importlib.util.spec_from_file_location("sparkfleet_keyguard", source)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -304,12 +304,12 @@ class FileSurface:
 
 FILES: tuple[FileSurface, ...] = (
     FileSurface("hosts/fleet.toml", "inventory authors (git)", (
-        "sparkfleet.inventory:read_toml", "sparkfleet.launch.generations:record_launch",
+        "sparkfleet.fleet.inventory:read_toml", "sparkfleet.launch.generations:record_launch",
         "sparkfleet.pins.resolve_verify:resolve", "sparkfleet.pins.manifest:import_manifest",
         "sparkfleet.pins.lock:import_lock",
     )),
     FileSurface("recipe.toml", "inventory authors (git)", (
-        "sparkfleet.inventory:read_toml", "sparkfleet.bench.target:for_lane",
+        "sparkfleet.fleet.inventory:read_toml", "sparkfleet.bench.target:for_lane",
         "sparkfleet.launch.generations:record_launch",
     )),
     FileSurface("generation record", "anyone with write access to the fleet checkout", (
@@ -333,13 +333,13 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.engram.source:Snapshot.weight_map",
     )),
     FileSurface("safetensors header", "the NAS (model publishers)", (
-        "sparkfleet.safetensors_header:read_header",
+        "sparkfleet.facts.safetensors_header:read_header",
     )),
     FileSurface("hub tree", "the NAS: downloads, other users, a broken sync", (
-        "sparkfleet.hubcache:read_regular", "sparkfleet.stage.copy:open_source",
+        "sparkfleet.facts.hubcache:read_regular", "sparkfleet.stage.copy:open_source",
         "sparkfleet.stage.copy:place_verified", "sparkfleet.engram.pack:write_pack",
         "sparkfleet.engram.sparse:write_copy",
-        "sparkfleet.digests:sample_digest", "sparkfleet.digests:full_digest",
+        "sparkfleet.base.digests:sample_digest", "sparkfleet.base.digests:full_digest",
         "sparkfleet.stage.verify:verify_plan", "sparkfleet.stage.execute:_write_metadata",
     )),
     FileSurface("engram pack", "the node's pack directory (receipts, journals, packs)", (
@@ -347,24 +347,24 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.engram.sparse:_finish", "sparkfleet.engram.sparse:copy_problem",
         "sparkfleet.engram.pack:file_problem", "sparkfleet.engram.pack:_sha256",
     )),
-    FileSurface("stage lock", "the local hub's other users", ("sparkfleet.stage.lock:open_lock_file",)),
+    FileSurface("stage lock", "the local hub's other users", ("sparkfleet.base.lock:open_lock_file",)),
     FileSurface("launch lock", "anyone with write access to the fleet checkout", (
-        "sparkfleet.stage.lock:open_lock_file",
+        "sparkfleet.base.lock:open_lock_file",
     )),
     FileSurface("staged record", "the local hub's other users (its .locks/ directory)", (
         "sparkfleet.stage.staged:read", "sparkfleet.stage.staged:write",
     )),
     FileSurface("lane cache dir", "the serving containers (root inside, /cache read-write)", (
-        "sparkfleet.launch.receipts:_open_parent", "sparkfleet.launch.receipts:helper_main",
+        "sparkfleet.node.receipts:_open_parent", "sparkfleet.node.receipts:helper_main",
     )),
     FileSurface("launch record", "the node's state dir (the launcher user)", (
-        "sparkfleet.launch.records:_load_docs", "sparkfleet.launch.runtimes:ProcessRuntime.orphan",
-        "sparkfleet.launch.runtimes:ProcessRuntime.state", "sparkfleet.launch.watchdog:_load",
-        "sparkfleet.launch.watchdog:read_memstop",
+        "sparkfleet.node.records:_load_docs", "sparkfleet.node.runtimes:ProcessRuntime.orphan",
+        "sparkfleet.node.runtimes:ProcessRuntime.state", "sparkfleet.node.watchdog:_load",
+        "sparkfleet.node.watchdog:read_memstop",
     )),
     FileSurface("rank log", "the lane's engine (everything it prints)", (
-        "sparkfleet.launch.records:tail_bytes", "sparkfleet.launch.runtimes:ProcessRuntime.read_log",
-        "sparkfleet.launch.node_checks:_rank_env",
+        "sparkfleet.node.records:tail_bytes", "sparkfleet.node.runtimes:ProcessRuntime.read_log",
+        "sparkfleet.node.node_checks:_rank_env",
     )),
     FileSurface("image archive", "a Nix build result or a `docker save` tar", (
         "sparkfleet.images.archive:source_kind", "sparkfleet.images.archive:open_stream",
@@ -385,26 +385,27 @@ FILES: tuple[FileSurface, ...] = (
     )),
     FileSurface("kit recipe-lock.json", "the kit's authors (its lock file)", (
         "sparkfleet.pins.lock:parse_lock", "sparkfleet.pins.lock:import_lock",
-        "sparkfleet.cacheseed:read_lock",
+        "sparkfleet.fleet.cacheseed:read_lock",
     )),
     FileSurface("pins manifest", "a model's publishers (a manifest the operator imports)", (
         "sparkfleet.pins.manifest:import_manifest",
     )),
     FileSurface("flake.lock", "the repository's authors (git)", ("sparkfleet.pins.oci:locked_tool_argv",)),
     FileSurface("kit kernel-cache.tar", "the kit's image (its kernel cache, as the lock pins it)", (
-        "sparkfleet.cacheseed:seed", "sparkfleet.seedprep:extract", "sparkfleet.seedprep:tree_files",
-        "sparkfleet.seedprep:read_manifest", "sparkfleet.seedprep:copy_out",
+        "sparkfleet.fleet.cacheseed:seed", "sparkfleet.node.seedprep:extract",
+        "sparkfleet.node.seedprep:tree_files",
+        "sparkfleet.node.seedprep:read_manifest", "sparkfleet.node.seedprep:copy_out",
     )),
     FileSurface("kit cache_roots source", "the kit's source (the file that names its cache roots)", (
-        "sparkfleet.cacheseed:cache_roots",
+        "sparkfleet.fleet.cacheseed:cache_roots",
     )),
     FileSurface("kit bundle-manifest.json", "the kit checkout on a node", (
-        "sparkfleet.kittrees:manifest_sums",
+        "sparkfleet.fleet.kittrees:manifest_sums",
     )),
     FileSurface("kit sources (SPARKFLEET_KIT_DIR)", "whoever writes the kit checkouts tests run as root", (
         "tests.launch.test_kit_checkout:_verified_kit",
     )),
-    FileSurface("lane API key", "the node's state dir", ("sparkfleet.apikeys:read_key",)),
+    FileSurface("lane API key", "the node's state dir", ("sparkfleet.facts.apikeys:read_key",)),
     FileSurface("gateway users/USER.key", "the gateway's state dir", (
         "sparkfleet.serving.users:_check_file", "sparkfleet.serving.users:_held_key",
     )),
@@ -417,7 +418,7 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.view.gatewaylog:AccessCounts.update",
     )),
     FileSurface("watch state", "`sparkfleet watch` (recipes/<lane>/watch.json), the checkout's writers", (
-        "sparkfleet.launch.watchstate:read",
+        "sparkfleet.ops.watchstate:read",
     )),
     FileSurface("incident summary", "`sparkfleet watch`'s incident bundles (summary.json), copies", (
         "sparkfleet.view.lanefiles:_read_json", "sparkfleet.view.server:Handler._incident",
@@ -429,29 +430,29 @@ FILES: tuple[FileSurface, ...] = (
         "sparkfleet.stage.peerserve:sweep_leftovers", "sparkfleet.stage.peerserve:serve",
     )),
     FileSurface("NCCL logs", "NCCL inside the lane's image (the fabric canary)", (
-        "sparkfleet.launch.canary_worker:_read_nccl_logs",
+        "sparkfleet.node.canary_worker:_read_nccl_logs",
     )),
 )  # fmt: skip
 
 # Functions that read a file nobody else writes, and why.
 NOT_OUTSIDE: dict[str, str] = {
-    "sparkfleet.atomic:write_bytes": "compares the final file with the bytes it is about to write",
-    "sparkfleet.atomic:_fsync_open": "opens a directory to fsync it",
+    "sparkfleet.base.atomic:write_bytes": "compares the final file with the bytes it is about to write",
+    "sparkfleet.base.atomic:_fsync_open": "opens a directory to fsync it",
     "sparkfleet.launch.release:_create_exclusive": "opens a directory to fsync it",
     "sparkfleet.images.registry:make_ca": "reads back what openssl just wrote in make_ca's own temp dir",
-    "sparkfleet.inventory:schema": "the package's own JSON Schema",
-    "sparkfleet.schemadoc:load_schema": "the package's own JSON Schema",
+    "sparkfleet.fleet.inventory:schema": "the package's own JSON Schema",
+    "sparkfleet.fleet.schemadoc:load_schema": "the package's own JSON Schema",
     "sparkfleet.bench.prompts:sentences": "the package's own corpus",
     "sparkfleet.demo.vllm_engine:start_engine": "the demo engine's own log, for its error message",
     "sparkfleet.roofline.measure:_read_files": "reads back the files `measure` just wrote (O_NOFOLLOW)",
-    "sparkfleet.procs:boot_id": "the kernel (/proc)",
-    "sparkfleet.procs:_stat_fields": "the kernel (/proc)",
-    "sparkfleet.procs:command_line": "the kernel (/proc)",
-    "sparkfleet.memory:read_meminfo": "the kernel (/proc/meminfo, cgroup files)",
-    "sparkfleet.fabric:_read": "the kernel (sysfs)",
-    "sparkfleet.display:read_display": "the kernel (nvidia_drm's module parameters)",
-    "sparkfleet.launch.bootcache:fs_type": "the kernel (/proc/mounts)",
-    "sparkfleet.launch.node_checks:_read": "the kernel (/proc, the incident bundle's dmesg and meminfo)",
+    "sparkfleet.base.procs:boot_id": "the kernel (/proc)",
+    "sparkfleet.base.procs:_stat_fields": "the kernel (/proc)",
+    "sparkfleet.base.procs:command_line": "the kernel (/proc)",
+    "sparkfleet.facts.memory:read_meminfo": "the kernel (/proc/meminfo, cgroup files)",
+    "sparkfleet.facts.fabric:_read": "the kernel (sysfs)",
+    "sparkfleet.facts.display:read_display": "the kernel (nvidia_drm's module parameters)",
+    "sparkfleet.lane.bootcache:fs_type": "the kernel (/proc/mounts)",
+    "sparkfleet.node.node_checks:_read": "the kernel (/proc, the incident bundle's dmesg and meminfo)",
     "sparkfleet.view.metricsdoc:main": "the repository's own docs page (a maintainer tool writing its table)",
     "sparkfleet.cli.clidoc:main": "the repository's own docs page (a maintainer tool writing it)",
     "sparkfleet.view.targets:write_prometheus_dir": "the package's own alert rules (view/rules)",

@@ -32,15 +32,15 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench.target import serving_weights
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.fleet import inventory
 from sparkfleet.images.registry import Registry
 from sparkfleet.launch import generations as gens
 from sparkfleet.launch import release
 from sparkfleet.launch.report import LaunchReport
-from sparkfleet.supervisor import collect_incident
+from sparkfleet.ops.supervisor import collect_incident
 from support.lanefleet import MODELS, write_fleet
 
 from .tally import bad_input, count

@@ -11,14 +11,18 @@ action in `ACTIONS` gets every case, so a new action is attacked without anyone 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
 import sys
+import types
+import typing
 
 import pytest
 
-from sparkfleet.launch import agent
+from sparkfleet.node import agent
+from sparkfleet.node.protocol import REQUESTS
 
 from .tally import bad_input
 
@@ -101,3 +105,68 @@ def test_a_good_request_still_gets_its_answer(tmp_path, monkeypatch, capsys):
         "status", json.dumps({"state_dir": str(tmp_path), "lane": "lane-a"}), monkeypatch, capsys
     )
     assert code == 0 and answer == {"ok": True, "ranks": [], "last": []}
+
+
+# ---- a field of the wrong JSON type, in every action's request ---------------------------------------
+
+WRONG = {str: 5, int: "5; id", float: "soon", bool: "yes", list: "all", dict: [1]}  # per wanted type
+
+
+def _wanted(hint) -> type:
+    """The JSON type a record field's annotation wants (Optional[X] wants X; list[X] wants a list)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return _wanted(args[0])
+    return typing.get_origin(hint) or hint
+
+
+def _valid(cls, state: str) -> dict:
+    """A request of `cls` with every required field given a value of its type (lane and state_dir
+    the checked names they must be), nested records built the same way."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        want = _wanted(typing.get_type_hints(cls)[f.name])
+        special = {"lane": "lane-a", "state_dir": state}
+        if f.name in special:
+            out[f.name] = special[f.name]
+        elif dataclasses.is_dataclass(want):
+            out[f.name] = _valid(want, state)
+        else:
+            out[f.name] = {str: "x", int: 0, float: 1.0, bool: False, list: [], dict: {}}[want]
+    return out
+
+
+MISTYPED = [
+    (action, f.name)
+    for action, cls in REQUESTS.items()
+    for f in dataclasses.fields(cls)
+    if f.name not in ("lane", "state_dir", "rank")  # read_request's own checks (BAD_REQUESTS above)
+]
+
+
+@pytest.mark.parametrize(
+    "action,name",
+    [pytest.param(a, n, id=f"{a}:{n}", marks=pytest.mark.surface(f"agent:{a}")) for a, n in MISTYPED],
+)
+def test_a_field_of_the_wrong_type_is_refused_by_name_before_the_action_runs(
+    tmp_path, monkeypatch, capsys, figures, action, name
+):
+    """Every other field well formed, this one of another JSON type (a node and a controller of
+    different sparkfleet versions, or a hand-written request): refused naming the field, as a bad
+    request (exit_code 2), never a crash deep inside the action, and nothing written."""
+    state = tmp_path / "state"
+    state.mkdir()
+    cls = REQUESTS[action]
+    request = _valid(cls, str(state))
+    want = _wanted(typing.get_type_hints(cls)[name])
+    request[name] = 7 if dataclasses.is_dataclass(want) else WRONG[want]
+    before = _tree(tmp_path)
+    code, answer, err = run_agent(action, json.dumps(request), monkeypatch, capsys)
+    refused = (
+        code == 0 and answer is not None and answer["ok"] is False and answer.get("exit_code") == 2
+        and f"request's {name} is" in answer["error"] and _tree(tmp_path) == before
+    )  # fmt: skip
+    bad_input(figures, "agent-requests", refused=refused)
+    assert refused, (answer, err)

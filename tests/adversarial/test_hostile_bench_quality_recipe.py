@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench.target import for_lane
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.fleet import inventory
 
 from .tally import bad_input
 

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
-from sparkfleet.cacheseed import cache_roots
-from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import records
-from sparkfleet.seedprep import prepare
+from sparkfleet.base.errors import ExitCode, SparkfleetError
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.cacheseed import cache_roots
+from sparkfleet.node import records
+from sparkfleet.node.seedprep import prepare
 from support.seedkit import (
     CACHE_FILES,
     CACHE_ROOTS_LINE,
@@ -49,14 +49,14 @@ from support.seedkit import (
 
 from .tally import bad_input, count
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 SURFACE = "cache-seed"
 KIT_ROOTS = frozenset(
     {"flashinfer", "tilelang", "triton", "torch-extensions", "cuda", "vllm", "exllamav3", "numba", "torch"}
 )
 HUGE = 257_000_000  # what the issue's sparse member claimed
-NODE_AGENT = [sys.executable, "-m", "sparkfleet.launch.agent"]
+NODE_AGENT = [sys.executable, "-m", "sparkfleet.node.agent"]
 
 
 def _sparse(name: str, size: int) -> tarfile.TarInfo:
@@ -255,8 +255,10 @@ def test_what_a_rank_left_at_cache_tmp_is_answered_as_a_refusal(tmp_path, figure
 def test_an_action_that_fails_unforeseen_is_answered_not_a_dead_agent(tmp_path, figures):
     """The agent caught only SparkfleetError: anything else one action raised left the controller
     with no answer and a traceback. A request whose kit checkout is a number (a TypeError in the
-    agent) is answered as that action's error, exit_code 70, the traceback on stderr only."""
-    request = {"models": [], "kits": {"checkouts": [5], "state_dir": "/nonexistent"}}
+    agent) is answered as that action's error, exit_code 70, the traceback on stderr only. (Each
+    field's JSON type is checked before the action runs: the number hides one level down.)"""
+    kits = {"host": "dgx1", "checkouts": [{"trees": 5}], "state_dir": "/nonexistent"}
+    request = {"models": [], "kits": kits}
     proc, answer = _agent("probe", request)
     answered = proc.returncode == 0 and answer is not None and answer["ok"] is False
     bad_input(figures, SURFACE, answered)

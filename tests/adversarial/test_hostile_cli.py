@@ -32,8 +32,8 @@ from pathlib import Path
 import click
 import pytest
 
+from sparkfleet.base.http import free_port
 from support.engines import docker_archive
-from support.hostile_http import free_port
 
 from . import clisandbox
 from .clisandbox import ENGRAM_LANE, HOST, LANE, Sandbox, spelled

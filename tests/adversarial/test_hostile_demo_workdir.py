@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory, procs
+from sparkfleet.base import procs
 from sparkfleet.demo.fleet import DEMO_LANE, DEMO_MARKER, write_demo_fleet
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from support.lanefleet import serve_demo_lane
 
 from .tally import bad_input, lost_bytes
 
-# the lane this module launches serves on this machine's ports, as tests/test_demo_rerun.py's do
+# the lane this module launches serves on this machine's ports, as tests/demo/test_demo_rerun.py's do
 pytestmark = [pytest.mark.xdist_group("local_lanes"), pytest.mark.timeout(600)]
 
 SURFACE = "demo-workdir"

@@ -23,14 +23,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import apikeys, procs
+from sparkfleet.base import lock, procs
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench import quality
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.launch import agent, canary_worker, receipts, records
+from sparkfleet.facts import apikeys
+from sparkfleet.node import agent, canary_worker, receipts, records
 from sparkfleet.pins import oci
 from sparkfleet.pins.common import PinError
 from sparkfleet.pins.manifest import parse_manifest
-from sparkfleet.stage import lock, peerserve
+from sparkfleet.stage import peerserve
 
 from .tally import bad_input, count, lost_bytes
 
@@ -368,7 +369,7 @@ def test_what_a_container_leaves_in_its_cache_never_makes_a_clear_delete_outside
 
 @pytest.mark.surface("file:launch record")
 def test_a_record_that_lacks_the_optional_fields_still_loads(tmp_path):
-    """Strict types, not strict presence: a record an older sparkfleet wrote keeps its rank stoppable."""
+    """Strict types, not strict presence: a record without the newer keys keeps its rank stoppable."""
     doc = {"lane": "lane-a", "host": "h", "rank": 0, "runtime": "process", "name": "lane-a-0",
            "log_path": "/nonexistent/rank0.log", "started_at": 1.0, "pid": 12345}  # fmt: skip
     path = records.record_path(tmp_path, "lane-a", 0)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import SparkfleetError
 from sparkfleet.images.registry import make_ca, read_ca_cert
 from support.lanefleet import lane_recipe, write_fleet
 

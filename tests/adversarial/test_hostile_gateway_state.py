@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import procs
+from sparkfleet.base import procs
 from sparkfleet.cli import main as cli
 
 from .tally import bad_input

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import apikeys, inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode
+from sparkfleet.facts import apikeys
+from sparkfleet.fleet import inventory
 from sparkfleet.serving import gateway
 
 from .tally import bad_input

@@ -20,15 +20,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
 
 from .tally import bad_input, count
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 OUTSIDE = b"OUTSIDE-THE-HUB-" * 64
 # Mutations that make the tree unsafe to stage: any of them must be refused.

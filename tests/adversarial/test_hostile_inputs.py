@@ -28,11 +28,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import bootstrap as bs
-from sparkfleet import inventory, pins
+from sparkfleet import pins
 from sparkfleet.bench.report.html import write_page
-from sparkfleet.hosts import LocalHost
+from sparkfleet.fleet import inventory
 from sparkfleet.images.archive import ArchiveError, inspect_build
+from sparkfleet.ops import bootstrap as bs
+from sparkfleet.remote.hosts import LocalHost
 
 from .tally import bad_input, count, lost_bytes
 

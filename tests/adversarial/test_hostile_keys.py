@@ -20,8 +20,8 @@ import threading
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.serving import gateway, users
 
 from .tally import bad_input, count

@@ -12,6 +12,7 @@ never looked at. The oracle is the test's own: it planted each file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,15 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import agent, records
+from sparkfleet.base.errors import ExitCode, SparkfleetError
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_kits, kits_request, node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.node import agent, records
+from sparkfleet.node.protocol import ProbeRequest, StartRequest
 from support.seedkit import ASSET, LANE, MANIFEST, kit_lock, lane_seed, rank_spec, seed_kit
 
 from .tally import bad_input
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SURFACE = "kit-checkout"
@@ -64,12 +68,12 @@ def test_the_kit_checkout_tests_run_nothing_of_a_kit_that_is_not_the_recorded_on
         assert f"is not {lane}'s kit at " in proc.stdout and "nothing of it was run" in proc.stdout
 
 
-def _kit_node(tmp_path: Path, **changed: bytes) -> tuple[inventory.Inventory, Path, dict]:
+def _kit_node(tmp_path: Path, **changed: bytes) -> tuple[inventory.Inventory, Path, ProbeRequest]:
     """The EXL3 lane's kit checkout on dgx1 (a real clone at the pin's rev, holding the stand-in
     kit, `changed` as seed_kit takes it), and the agent's probe request for it."""
     inv, checkout = seed_kit(tmp_path, kit_lock(ASSET, MANIFEST, "a" * 64), **changed)
     req = probe_request(inv, launch_recipe(inv, LANE), inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False, display=None, cache_seed=None)
+    req = dataclasses.replace(req, models=[], ports=[], memory=False, display=None, cache_seed=None)
     return inv, checkout, req
 
 
@@ -81,7 +85,8 @@ def test_a_checkout_changed_after_the_probe_is_refused_at_start(tmp_path, figure
     check_kits(launch_recipe(inv, LANE), node_facts("dgx1", agent.probe(req)))  # as pinned: no refusal
     (checkout / "release/runtime/serving/serve.py").write_text("import os; os.system('id')\n")
     spec = rank_spec(tmp_path, None, tmp_path / "lane-cache")
-    start = {"spec": to_jsonable(spec), "kits": kits_request(inv, launch_recipe(inv, LANE), inv.host("dgx1"))}
+    kits = kits_request(inv, launch_recipe(inv, LANE), inv.host("dgx1"))
+    start = StartRequest(to_jsonable(spec), kits=kits)
     try:
         agent.start(start)
         refused, message = False, ""
@@ -119,7 +124,7 @@ def test_the_lock_of_a_checkout_not_as_pinned_is_not_read(tmp_path, figures):
     lock["runtime"]["files"]["kernel-cache.tar"]["sha256"] = "b" * 64
     (checkout / "recipe-lock.json").write_text(json.dumps(lock))
     seed = lane_seed(inv, "docker", "sha256:" + "a" * 64)
-    req["cache_seed"] = {**to_jsonable(seed), "prepare": True}
+    req = dataclasses.replace(req, cache_seed=to_jsonable(seed)).preparing_seed()
     facts = node_facts("dgx1", agent.probe(req))
     refused = facts.cache_seed["ok"] is False and "its lock is not read" in facts.cache_seed["problem"]
     bad_input(figures, SURFACE, refused)

@@ -12,18 +12,19 @@ where it planted them. A refusal must name the checkout and print nothing of the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.launch.agent import probe
+from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.plan import check_kits, node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
+from sparkfleet.node.agent import probe
 from support.kitrepo import Link, commit_files, pinned_checkout
 from support.lanefleet import repo_fleet
 
@@ -106,8 +107,9 @@ def test_a_manifest_or_link_leading_out_of_the_checkout_is_refused(tmp_path, fig
     checkout = pinned_checkout(root, "exl3-kit", repo, rev, state_dir_of(inv.host("dgx1")))
     inv = inventory.load(root)
     recipe = launch_recipe(inv, LANE)
-    req = probe_request(inv, recipe, inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False, cache_seed=None)  # only the kit: the agent's check
+    req = dataclasses.replace(  # only the kit: the agent's check
+        probe_request(inv, recipe, inv.host("dgx1")), models=[], ports=[], memory=False, cache_seed=None
+    )
     answer = probe(req)
     facts = node_facts("dgx1", answer)
     said = json.dumps(answer)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import apikeys
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.facts import apikeys
 
 from .tally import bad_input
 from .test_hostile_agent import run_agent

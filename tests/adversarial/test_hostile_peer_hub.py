@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import write_demo_fleet
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO
-from sparkfleet.errors import ExitCode
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 
 from .tally import bad_input, lost_bytes
 
 SURFACE = "stage-local-peer"
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 
 from .tally import bad_input, count
 

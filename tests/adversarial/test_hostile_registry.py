@@ -27,8 +27,8 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.images import registry as reg_mod
 from sparkfleet.images.push import push_lane
 from sparkfleet.images.registry_host import init, split_address
@@ -174,7 +174,7 @@ def _cut_release(served, images, tmp_path, monkeypatch, name):
     host = {"address": "127.0.0.1", "ssh_user": "root", "local_hub": str(tmp_path / "hub"),
             "nas_hub": str(tmp_path / "nas"), "state_dir": str(tmp_path / "s")}  # fmt: skip
     root = write_fleet(tmp_path / "fleet", {"spark": host}, {LANE: RECIPE})
-    from sparkfleet import inventory
+    from sparkfleet.fleet import inventory
 
     (a, a_id), _ = images["a"], images["b"]
     pushed = push_lane(inventory.load(root), LANE, a, served.reg)

@@ -26,6 +26,8 @@ from sparkfleet.images.registry_host import PULL_CONFIG, PUSH_CONFIG, READ_ONLY,
 
 from .tally import bad_input
 
+pytestmark = pytest.mark.slow
+
 
 def _addr(line: str):
     """The config with its `  addr: ...` line replaced by `line` ("" removes it)."""

@@ -19,8 +19,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode
 from sparkfleet.launch import generations as gens
 from sparkfleet.launch import release
 from support.engines import docker_archive

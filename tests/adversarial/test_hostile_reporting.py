@@ -22,16 +22,18 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkfleet.base.digests import sample_offsets
+from sparkfleet.base.errors import ExitCode
+from sparkfleet.base.sanitize import clean
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, WEIGHTS_REPO, write_demo_fleet
-from sparkfleet.digests import sample_offsets
-from sparkfleet.errors import ExitCode
-from sparkfleet.hubcache import repo_folder
-from sparkfleet.sanitize import clean
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute, staged
 from sparkfleet.stage.targets import requests_for_host
 
 from .tally import bad_input, count
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +119,7 @@ JSON = st.recursive(
 @pytest.fixture(scope="module")
 def staged_host(tmp_path_factory):
     fleet = write_demo_fleet(tmp_path_factory.mktemp("record"), shard_bytes=2 * 1024 * 1024)
-    from sparkfleet import inventory
+    from sparkfleet.fleet import inventory
 
     requests = requests_for_host(inventory.load(fleet.root), "dgx1", DEMO_LANE)
     assert execute.stage(requests).ok

@@ -19,14 +19,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files
-from sparkfleet.errors import SourceError
+from sparkfleet.facts.safetensors_header import read_header
+from sparkfleet.fleet import inventory
 from sparkfleet.roofline.machine import PLAUSIBLE_HIGH, PLAUSIBLE_LOW, machine_figures
 from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
-from sparkfleet.safetensors_header import read_header
 
 from .tally import bad_input, count
+
+pytestmark = pytest.mark.slow
 
 FLEET = """schema_version = 1
 [defaults]

@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from sparkfleet.launch import agent, records
+from sparkfleet.node import agent, records
+from sparkfleet.node.protocol import StatusRequest
 
 from .tally import bad_input
 
@@ -42,7 +43,7 @@ def _write(state_dir, note) -> None:
 @pytest.mark.parametrize("note", HOSTILE, ids=range(len(HOSTILE)))
 def test_an_unreadable_stop_note_says_nothing_and_never_breaks_status(tmp_path, note, figures):
     _write(tmp_path, note)
-    answer = agent.status({"state_dir": str(tmp_path), "lane": "demo"})
+    answer = agent.status(StatusRequest("demo", str(tmp_path)))
     [last] = answer["last"]
     bad_input(figures, SURFACE, refused=last["stopped"] is None)
     assert last["stopped"] is None and last["record"]["name"] == "sf-demo-r0"
@@ -52,7 +53,7 @@ def test_an_unreadable_stop_note_says_nothing_and_never_breaks_status(tmp_path, 
 @pytest.mark.surface("file:launch record")
 def test_control_characters_in_a_stop_note_never_reach_the_terminal(tmp_path, figures):
     _write(tmp_path, {"at": 1.7e9, "by": f"sparkfleet stop {ESC}(root@x)", "detail": f"stopped{ESC}"})
-    [last] = agent.status({"state_dir": str(tmp_path), "lane": "demo"})["last"]
+    [last] = agent.status(StatusRequest("demo", str(tmp_path)))["last"]
     note = last["stopped"]
     bad_input(figures, SURFACE, refused="\x1b" not in note["by"] + note["detail"])
     assert (note["by"], note["detail"], note["at"]) == ("sparkfleet stop (root@x)", "stopped", 1.7e9)

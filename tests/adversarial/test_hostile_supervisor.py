@@ -20,12 +20,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkfleet.base.procs import process_state, start_ticks
 from sparkfleet.launch import generations as gens
-from sparkfleet.procs import process_state, start_ticks
-from sparkfleet.supervisor import WatchSettings, probe_generation
+from sparkfleet.ops.supervisor import WatchSettings, probe_generation
 from support.hostile_http import body, completion, hostile_server, huge, trickle
 
 from .tally import bad_input, count
+
+pytestmark = pytest.mark.slow
 
 S = WatchSettings(interval_s=2.0, latency_s=1.5, expect="42")
 

@@ -22,9 +22,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
 
 from .tally import bad_input, count
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_LIB = REPO / "modules" / "lib" / "fleet.nix"

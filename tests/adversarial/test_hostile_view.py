@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
-from sparkfleet.launch import watchstate
-from sparkfleet.launch.hostread import staged_pin
+from sparkfleet.fleet import inventory
+from sparkfleet.node.hostread import staged_pin
+from sparkfleet.ops import watchstate
 from sparkfleet.view import lanefiles
 from sparkfleet.view.gatewaylog import MAX_USERS, AccessCounts
 from sparkfleet.view.refresh import Refresher

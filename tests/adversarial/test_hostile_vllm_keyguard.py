@@ -4,7 +4,7 @@ without the lane's key.
 vLLM's own key guards only /v1, /v2, /inference and /cohere; on a lane launched with its key,
 POST /invocations (SageMaker's route) served completions to anyone, and /tokenize, /version,
 /scale_elastic_ep and others answered too (tests/engine/test_engine_launch.py checks the real
-engine both ways). The guard (launch/keyguard/sparkfleet_keyguard.py, vLLM's `--middleware`)
+engine both ways). The guard (lane/keyguard/sparkfleet_keyguard.py, vLLM's `--middleware`)
 stands in front of every route. Here it wraps an app that serves every path, so anything that
 gets past it shows; the cases are bad by the test's own making: vLLM's unguarded routes and
 spellings of the open paths (a trailing slash, a doubled one, `..`, another case, the open path

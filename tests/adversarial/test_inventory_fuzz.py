@@ -20,12 +20,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
-from sparkfleet.errors import InventoryError
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import DERIVED_KEYS, recipe_problems
+from sparkfleet.base.errors import InventoryError
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import DERIVED_KEYS, recipe_problems
 
 from .tally import bad_input, count
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 MIA = "recipes/dsv41-flash-4x-mia/recipe.toml"
@@ -139,7 +141,7 @@ def test_unsafe_values_are_always_refused_with_their_key_path(
     problems = [str(p) for p in checked.problems]
     if checked.inventory is not None:
         for name in checked.inventory.lanes:
-            if "launch" in checked.inventory.lanes[name].raw:
+            if checked.inventory.lanes[name].sections.launch is not None:
                 try:
                     found = recipe_problems(checked.inventory, launch_recipe(checked.inventory, name))
                 except InventoryError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import atomic
+from sparkfleet.base import atomic
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
@@ -114,10 +114,10 @@ def test_kill_9_at_every_publish_point_converges(tmp_path, figures):
 @pytest.mark.surface("file:engram pack")
 def test_kill_9_at_every_publish_point_of_an_engram_pack_converges(tmp_path, figures):
     """The same sweep over `engram pack`: packs, the journal after each, the receipt last."""
-    from sparkfleet import inventory
     from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
     from sparkfleet.engram import pack as engram_pack
     from sparkfleet.engram.verify import verify
+    from sparkfleet.fleet import inventory
 
     fleet = write_demo_fleet(tmp_path / "demo", shard_bytes=16 * 1024)
     inv = inventory.load(fleet.root)

@@ -22,16 +22,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkfleet import inventory
-from sparkfleet.errors import SparkfleetError
-from sparkfleet.fabric import FabricFacts
-from sparkfleet.launch.manifest import ModelState, SnapshotFile, build_manifest
+from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.facts.fabric import FabricFacts
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.manifest import ModelState, SnapshotFile, build_manifest
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import DERIVED_KEYS, build_spec, recipe_problems
 from sparkfleet.launch.plan import check_shape
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import DERIVED_KEYS, build_spec, recipe_problems
 
 from .tally import bad_input, count
 from .test_inventory_fuzz import REPO, write
+
+pytestmark = pytest.mark.slow
 
 MIA = "recipes/dsv41-flash-4x-mia/recipe.toml"
 LANE = "dsv41-flash-4x-mia"

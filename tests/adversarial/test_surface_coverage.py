@@ -12,7 +12,6 @@ import contextlib
 import importlib.util
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,6 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from sparkfleet.base.http import free_port
 
 from . import surfaces as S
 from .figures import CHECKED, HEADER, SECURITY, collect_marks, group_of, parse, rows
@@ -40,6 +41,7 @@ def _listed(ids) -> str:
     )
 
 
+@pytest.mark.slow  # collects the whole suite in a second pytest
 def test_every_surface_has_a_hostile_case(marks):
     covered = {sid for ids in marks.values() for sid in ids}
     missing = [sid for sid in S.ids() if sid not in covered]
@@ -107,12 +109,6 @@ def test_the_lane_routes_are_read_from_the_demo_server():
 # ---- smg: the routes listed are the installed smg's ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _status(base: str, method: str, path: str) -> int:
     req = urllib.request.Request(base + path, method=method, data=b"{}" if method != "GET" else None,
                                  headers={"Content-Type": "application/json"})  # fmt: skip
@@ -132,7 +128,7 @@ def smg(tmp_path_factory):
     binary = shutil.which("smg") or str(Path(__import__("sys").executable).parent / "smg")
     if not Path(binary).exists():
         pytest.skip("smg is not installed (the test extras install it)")
-    port, metrics = _free_port(), _free_port()
+    port, metrics = free_port(), free_port()
     log = tmp_path_factory.mktemp("smg") / "smg.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -160,6 +156,7 @@ def smg(tmp_path_factory):
             proc.wait()
 
 
+@pytest.mark.slow  # starts smg, the real gateway
 def test_every_smg_route_listed_is_routed_and_no_other_method_is(smg):
     """smg answers 404 from its fallback for a path it has no route for, 405 for a method the path
     lacks; anything else (401 here: the probe sends no key) means the route is there."""

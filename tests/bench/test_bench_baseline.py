@@ -12,11 +12,11 @@ from pathlib import Path
 from click.testing import CliRunner
 from test_bench_gate import UP, _report
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.bench.gate import baseline_of, judge
 from sparkfleet.bench.target import BenchTarget, Thresholds
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
-from sparkfleet.errors import ExitCode
 from sparkfleet.launch.generations import save, utc_id
 
 LANE = "gen"

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from bench_fleet import write_fleet_root
 
+pytestmark = pytest.mark.slow
+
 # Fast enough for a quick run, slow enough that each token reaches the client as its own chunk: at
 # 3000 tok/s a loaded CI machine coalesced tg32's 32 chunks and the "good" run failed its decode probe.
 DECODE_TPS = "600"

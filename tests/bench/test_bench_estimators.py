@@ -1,4 +1,4 @@
-"""Estimators on streams of known truth, built chunk by chunk (issue 18, items 3 and 6)."""
+"""Estimators on streams of known truth, built chunk by chunk."""
 
 from __future__ import annotations
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sparkfleet.bench.client import Endpoint
 from sparkfleet.bench.report import key_metrics, write_report
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.sweep import SweepSettings, run_level
 from sparkfleet.bench.target import for_url
+
+pytestmark = pytest.mark.slow
 
 QUICK = BenchSettings.quick()
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench.gate import GateVerdict, all_ranks_up, bench_gate, judge
 from sparkfleet.bench.target import BenchTarget, Thresholds
-from sparkfleet.errors import SparkfleetError
 from sparkfleet.launch.report import LaneStatus
 
 SETTINGS = {

@@ -16,11 +16,13 @@ import time
 
 import pytest
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench.client import Endpoint, chat_request, discover_model, get_json, stream_chat
 from sparkfleet.bench.report import write_report
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.target import for_url
-from sparkfleet.errors import SparkfleetError
+
+pytestmark = pytest.mark.slow
 
 QUICK = BenchSettings.quick()
 FAST = ("--decode-tps", "5000", "--prefill-tps", "100000")
@@ -232,7 +234,7 @@ def test_smoke_max_tokens_and_timeout_are_validated():
 
 
 def test_redaction_covers_common_secret_names():
-    from sparkfleet.launch.spec import redact_env
+    from sparkfleet.lane.spec import redact_env
 
     env = {
         "HF_TOKEN": "a",
@@ -289,8 +291,8 @@ def test_quality_output_is_scrubbed_too(fake_lane, tmp_path, monkeypatch):
 def test_credentials_in_a_recipes_bench_url_are_lifted_too(tmp_path):
     from bench_fleet import write_fleet_root
 
-    from sparkfleet import inventory
     from sparkfleet.bench.target import for_lane
+    from sparkfleet.fleet import inventory
 
     name = write_fleet_root(tmp_path, 30000, bench='[bench]\nurl = "http://ops:pa55word@10.0.0.9:8000/v1"\n')
     target = for_lane(inventory.load(tmp_path), name)

@@ -49,8 +49,8 @@ def test_a_read_only_reports_folder_is_refused_before_the_bench_and_out_is_used(
 
 
 def test_a_store_path_root_is_refused(tmp_path, monkeypatch):
+    from sparkfleet.base.errors import SparkfleetError
     from sparkfleet.bench.session import writable_reports_dir
-    from sparkfleet.errors import SparkfleetError
 
     with pytest.raises(SparkfleetError, match="inside the Nix store"):
         writable_reports_dir(Path("/nix/store/0123456789abcdfghijklmnpqrsvwxyz-source/recipes/x/reports"))

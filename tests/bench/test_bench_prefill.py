@@ -23,6 +23,8 @@ from sparkfleet.bench.probes import (
     within_ceiling,
 )
 
+pytestmark = pytest.mark.slow
+
 PREFILL = 5000.0
 
 

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.bench.quality import QualitySettings, run_quality
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.target import for_url
-from sparkfleet.errors import ExitCode
+
+pytestmark = pytest.mark.slow
 
 
 class Recorder:
@@ -119,7 +121,7 @@ def test_quality_shows_live_progress_of_the_running_scenario(fake_lane, tmp_path
 
 
 def test_line_progress_repeats_a_long_scenario_now_and_then(capsys):
-    from sparkfleet.cli.bench import LineBenchProgress
+    from sparkfleet.cli.benchview import LineBenchProgress
 
     p = LineBenchProgress(every_s=0.0)
     p.step("quality 0/15 TC-01", 0)

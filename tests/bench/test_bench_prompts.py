@@ -56,8 +56,8 @@ def test_sized_by_the_models_own_tokenizer(tmp_path):
 def test_a_lane_uses_the_tokenizer_its_staged_hub_holds(tmp_path):
     from bench_fleet import write_fleet_root
 
-    from sparkfleet import inventory
     from sparkfleet.bench.target import for_lane
+    from sparkfleet.fleet import inventory
 
     hub, nas = tmp_path / "hub", tmp_path / "nas"
     name = write_fleet_root(tmp_path, 30000, local_hub=str(hub), nas_hub=str(nas))

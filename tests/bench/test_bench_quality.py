@@ -15,6 +15,8 @@ import pytest
 from sparkfleet.bench import quality
 from sparkfleet.bench.quality import QualitySettings, build_argv, parse_envelope, run_quality
 
+pytestmark = pytest.mark.slow
+
 ENVELOPE = Path(__file__).parent / "data" / "tool-eval-bench-3.0.0-envelope.json"
 
 

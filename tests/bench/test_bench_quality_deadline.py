@@ -26,6 +26,8 @@ from sparkfleet.bench.sweep import SweepSettings
 from sparkfleet.bench.target import for_url
 from sparkfleet.demo.openai_server import NO_TOOLS, answer_tokens
 
+pytestmark = pytest.mark.slow
+
 PINNED = pytest.mark.skipif(
     quality.installed_version() != quality.PINNED_VERSION, reason="tool-eval-bench 3.0.0 not installed"
 )

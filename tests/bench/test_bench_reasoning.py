@@ -16,6 +16,8 @@ import pytest
 from sparkfleet.bench.client import Endpoint, chat_request, stream_chat
 from sparkfleet.bench.probes import DEFAULT_SMOKE_MAX_TOKENS, SmokeCase, run_smoke_case
 
+pytestmark = pytest.mark.slow
+
 ASK = "What is 127*89? Answer with the number only."
 SHAPES = {
     "parser": ("--reasoning-tokens", "30", "--tokens-per-chunk", "3"),
@@ -50,7 +52,7 @@ def test_cut_off_reasoning_says_so_and_names_the_knob(fake_lane):
     outcome = run_smoke_case(Endpoint(lane.url, "m"), SmokeCase(ASK, "11303", 64))
     assert not outcome.passed and outcome.finish_reason == "length"
     assert outcome.problem.startswith("cut off after 64 tokens") and "still reasoning" in outcome.problem
-    assert "--max-tokens" in outcome.problem  # a bare URL: no recipe to name (issue 18)
+    assert "--max-tokens" in outcome.problem  # a bare URL: no recipe to name
 
 
 def test_the_default_budget_leaves_room_to_think(fake_lane):

@@ -6,10 +6,12 @@ import json
 
 import pytest
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench.report import compare, list_reports, report_stem, resolve, write_report
 from sparkfleet.bench.run import BenchRun
 from sparkfleet.bench.target import Thresholds
-from sparkfleet.errors import SparkfleetError
+
+pytestmark = pytest.mark.slow
 
 
 def _doc(decode: float, ttft: float = 0.1, quality: float | None = 92.0, status: str = "ok") -> dict:

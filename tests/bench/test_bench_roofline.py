@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.synthmodel import SynthSpec
+from sparkfleet.fleet import inventory
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
@@ -31,7 +31,7 @@ def test_the_demo_lane_report_carries_a_roofline_from_its_staged_checkpoint(
     fleet = write_demo_fleet(tmp_path, shard_bytes=SHARD, host_kind=gb10)
     inv = inventory.load(fleet.root)
     assert execute.stage(requests_for_host(inv, "dgx1", DEMO_LANE)).ok
-    port = inv.lane(DEMO_LANE).raw["launch"]["port"]
+    port = inv.lane(DEMO_LANE).sections.launch.port
     fake_lane("--port", str(port), "--decode-tps", "80")
     out = tmp_path / "reports"
     result = CliRunner().invoke(
@@ -58,7 +58,7 @@ def test_a_lane_whose_files_are_not_there_still_gets_its_report(tmp_path: Path, 
     fleet = write_demo_fleet(tmp_path, shard_bytes=SHARD)
     inv = inventory.load(fleet.root)
     (fleet.nas_hub / "models--demo-org--DeepSeek-V4.1-Flash-EXL3-3bpw").rename(tmp_path / "gone")
-    fake_lane("--port", str(inv.lane(DEMO_LANE).raw["launch"]["port"]))
+    fake_lane("--port", str(inv.lane(DEMO_LANE).sections.launch.port))
     out = tmp_path / "reports"
     result = CliRunner().invoke(
         main, ["--root", str(fleet.root), "bench", DEMO_LANE, "--quick", "--out", str(out)]
@@ -72,7 +72,7 @@ def test_a_lane_whose_files_are_not_there_still_gets_its_report(tmp_path: Path, 
 def test_bench_trust_measured_vets_the_reports_figures_as_roofline_does(tmp_path: Path, fake_lane) -> None:
     """Issue 18: a measurement at 11 % of the declared bandwidth is shown, not used, in the report's
     roofline unless `bench --trust-measured`, as in `roofline --trust-measured` (one `vet`)."""
-    from sparkfleet.inventory import state_dir_of
+    from sparkfleet.fleet.inventory import state_dir_of
     from sparkfleet.roofline.machine import record_measurements
 
     gb10 = inventory.load(REPO).host_kinds["gb10"]
@@ -80,7 +80,7 @@ def test_bench_trust_measured_vets_the_reports_figures_as_roofline_does(tmp_path
     inv = inventory.load(fleet.root)
     assert execute.stage(requests_for_host(inv, "dgx1", DEMO_LANE)).ok
     record_measurements(state_dir_of(inv.host("dgx1")), {"memory_bandwidth": (30e9, "cold torch copy")})
-    fake_lane("--port", str(inv.lane(DEMO_LANE).raw["launch"]["port"]), "--decode-tps", "80")
+    fake_lane("--port", str(inv.lane(DEMO_LANE).sections.launch.port), "--decode-tps", "80")
     sections = {}
     for flags in ((), ("--trust-measured",)):
         out = tmp_path / ("reports" + "".join(flags))

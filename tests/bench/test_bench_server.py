@@ -6,8 +6,12 @@ import json
 import signal
 import time
 
+import pytest
+
 from sparkfleet.bench.client import Endpoint, chat_request, get, get_json, stream_chat
 from sparkfleet.demo.openai_server import READY_LINE
+
+pytestmark = pytest.mark.slow
 
 
 def test_boot_health_signatures_and_ready_line(fake_lane):

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.bench.client import Endpoint
 from sparkfleet.bench.probes import SmokeCase, smoke
 from sparkfleet.bench.run import BenchRun
 from sparkfleet.bench.session import record, smoke_target, writable_reports_dir
 from sparkfleet.bench.target import BenchTarget
-from sparkfleet.errors import SparkfleetError
 
 ASK = "What is 127*89? Answer with the number only."
 

@@ -20,6 +20,8 @@ from sparkfleet.bench.probes import DecodeProbe, run_decode_probe
 from sparkfleet.bench.spec_decode import read_metrics
 from sparkfleet.bench.tokens import CONTINUOUS, FINAL
 
+pytestmark = pytest.mark.slow
+
 DECODE, PREFILL = 400.0, 5000.0
 DECODE_TIME = "sparkfleet_demo:request_decode_time_seconds_sum"
 STEPS = {

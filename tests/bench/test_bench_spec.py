@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from sparkfleet.bench.client import Endpoint
 from sparkfleet.bench.run import BenchSettings, run_bench
 from sparkfleet.bench.spec_decode import SOURCE_LIFETIME, SOURCE_SGLANG, SOURCE_VLLM, read_metrics
 from sparkfleet.bench.target import for_url
+
+pytestmark = pytest.mark.slow
 
 SETTINGS = dataclasses.replace(BenchSettings.quick(), spec_sample_s=0.1)
 HISTORY = ("--spec-history-drafts", "100000", "--spec-history-accept", "1.5")

@@ -7,9 +7,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.bench.report import compare, render_markdown, write_report
 from sparkfleet.bench.target import Thresholds
-from sparkfleet.errors import ExitCode
+
+pytestmark = pytest.mark.slow
 
 FP = {
     "host": "dgx1",
@@ -218,10 +222,10 @@ def test_bench_takes_fingerprints_before_and_after_and_records_its_settings(fake
 def test_a_host_that_cannot_be_fingerprinted_is_recorded_and_counts_as_unknown():
     from dataclasses import asdict, dataclass
 
-    from sparkfleet.hoststack import fingerprint_hosts
+    from sparkfleet.remote.hoststack import fingerprint_hosts
 
     @dataclass(frozen=True)
-    class Fingerprint:  # the shape of sparkfleet.hoststack.HostFingerprint
+    class Fingerprint:  # the shape of sparkfleet.remote.hoststack.HostFingerprint
         host: str
         driver: str
 

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from clitree import walk
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
-from sparkfleet.errors import ExitCode
 
 VISIBLE = [(p, c) for p, c in walk() if not getattr(c, "hidden", False)]
 LEAVES = [(p, c) for p, c in VISIBLE if p and not isinstance(c, click.Group)]
@@ -112,7 +112,7 @@ def test_verbose_shows_host_commands_and_quiet_hides_step_lines(tmp_path, monkey
 
 
 def test_verbose_logs_each_host_command(caplog):
-    from sparkfleet.hosts import LocalHost
+    from sparkfleet.remote.hosts import LocalHost
 
     with caplog.at_level("INFO", logger="sparkfleet"):
         LocalHost("spark").run(["true", "a b"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sparkfleet import schemadoc
+from sparkfleet.fleet import schemadoc
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -14,7 +14,7 @@ USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 def test_recipes_reference_is_the_schemas_rendered():
     committed = (ROOT / schemadoc.DOC).read_text()
-    assert committed == schemadoc.render(), "regenerate: python -m sparkfleet.schemadoc --write"
+    assert committed == schemadoc.render(), "regenerate: python -m sparkfleet.fleet.schemadoc --write"
 
 
 def test_every_schema_key_is_in_the_reference():

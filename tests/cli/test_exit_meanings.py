@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 from clitree import walk
 
-from sparkfleet.errors import EXIT_MEANINGS, ExitCode
+from sparkfleet.base.errors import EXIT_MEANINGS, ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "python" / "sparkfleet"

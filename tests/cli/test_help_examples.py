@@ -14,8 +14,8 @@ import pytest
 from clitree import walk
 from helpexamples import all_examples, parse_with_click
 
-from sparkfleet import inventory
 from sparkfleet.demo.fleet import DEMO_HOSTS, DEMO_LANE
+from sparkfleet.fleet import inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = all_examples()

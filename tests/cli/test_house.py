@@ -1,37 +1,73 @@
 """The house's import rules, read from the source with `ast`: data flows down, no reaching in.
 
-- the core never imports the CLI (formatting belongs to cli/, the CLI calls the core);
+python/sparkfleet/README.md says what each folder knows and where it runs; the rules here are
+stated over folders, so a new module obeys them by the folder it goes in:
+- nothing loose at the package top but the entry (`__init__`, `__main__`);
+- the pure folders (what is declared, what is observed, the recipe) reach no node-side and no
+  controller folder, the node side (node/) reaches no controller folder and never the CLI;
+- the core never imports the CLI (formatting belongs to cli/, the CLI calls the core), and a verb's
+  CLI module imports no other verb's (shared options and rendering live in cli/'s helpers);
 - engram's launch wiring runs one way: launch imports engram, engram never imports launch;
 - no module imports another module's `_private` name;
-- no import circle, function-level imports included (TYPE_CHECKING blocks excluded), and launch/
-  in three floors whose arrows run down only: pure <- node side <- controller.
+- no import circle, function-level imports included (TYPE_CHECKING blocks excluded), and the
+  folders stand on floors whose arrows run down only.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tests.support.importgraph import circles, graph, path_to, reachable, rooms
 
 PKG = Path(__file__).resolve().parents[2] / "python" / "sparkfleet"
 LAUNCH = "sparkfleet.launch."
-# launch/'s floors. Pure: computes from its arguments, reads no node and calls no agent. Node side:
-# runs on the node (the agent and what it starts). Controller: runs on the operator's machine and
-# reaches nodes through the agent. A new launch module must be placed on one of them.
-PURE = {
-    "recipe", "spec", "kitwire", "limits", "manifest", "readiness", "bootcache", "weights",
-    "replicas", "generation_check",
-}
-NODE = {
-    "records", "runtimes", "receipts", "watchdog", "rank_parent", "canary_worker", "node_checks", "agent",
-    "hostread",
-    "keyguard.sparkfleet_keyguard",  # runs on the node, inside a vLLM rank (it imports no sparkfleet)
-}
-CONTROLLER = {
-    "plan", "preflight", "report", "generations", "lane", "revert", "release", "lanekeys", "demo", "lanestop",
-    "watchstate",
-}
+# The package top holds the entry alone: every other module stands in the folder that says where it
+# runs and what it knows.
+TOP = {"__init__.py", "__main__.py"}
+# Where code runs, by folder. Pure: computes from what it is given, and reads files the operator
+# declared or a host exposes; it starts nothing and calls no agent. Node side: runs on a node (the
+# agent and what it starts). Controller: runs on the operator's machine and reaches nodes through
+# the agent. Every folder reached from a pure one must itself be below node/ and the controller.
+PURE = {"base", "fleet", "facts", "lane"}
+NODE = {"node"}
+CONTROLLER = {"launch", "ops", "serving", "bench", "demo", "view", "cli"}
+# cli/'s helpers every verb may use; any other cli/ module is a verb's.
+CLI_SHARED = {
+    "__init__", "__main__", "options", "progress", "render", "values", "clidoc", "benchview", "stagelines",
+}  # fmt: skip
+# Verbs that import another verb's module: none (what two verbs share is in cli/options.py, a
+# shared cli/ helper or the core). A new entry fails the test, and so does a stale one.
+CLI_CROSS_VERB: set[str] = set()
+
+
+def _folder(module: str) -> str:
+    """`lane` for sparkfleet.lane.spec; a module at the top is its own room."""
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """The package's module graph, read once per run (every rule below reads it)."""
+    return graph(PKG.parent, "sparkfleet")
+
+
+@functools.cache
+def _rooms() -> dict[str, set[str]]:
+    g = _graph()
+    return {_folder(k): {_folder(t) for t in ts} for k, ts in rooms(g, "sparkfleet").items()}
+
+
+def floors(r: dict[str, set[str]]) -> dict[str, int]:
+    """Each room's floor, derived from its imports: 0 imports nothing, else one above the highest
+    room it imports."""
+
+    @functools.cache
+    def floor(room: str) -> int:
+        return 1 + max((floor(t) for t in r[room] if t != room), default=-1)
+
+    return {room: floor(room) for room in r}
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -93,7 +129,7 @@ def test_the_node_side_agent_verb_does_not_import_rich():
     import subprocess
     import sys
 
-    code = "import sys, sparkfleet.cli.launch, sparkfleet.launch.agent; print('rich' in sys.modules)"
+    code = "import sys, sparkfleet.cli.launch, sparkfleet.node.agent; print('rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -122,7 +158,7 @@ def test_the_circle_checker_finds_a_planted_circle_even_behind_a_lazy_import(tmp
 
 
 def test_the_package_has_no_import_circle():
-    assert circles(graph(PKG.parent, "sparkfleet")) == []
+    assert circles(_graph()) == []
 
 
 def test_the_folder_checker_finds_two_folders_that_import_each_other(tmp_path):
@@ -142,7 +178,7 @@ def test_the_folder_checker_finds_two_folders_that_import_each_other(tmp_path):
 def test_every_folder_arrow_runs_down():
     """Each folder of the package and each top-level module is a room; no two rooms import each
     other, even through others, so the rooms stand on floors and every arrow runs down."""
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     tied = [set(c) for c in circles(rooms(g, "sparkfleet"))]
     room = {m: ".".join(m.split(".")[:2]) for m in g}
     arrows = sorted(f"{m} -> {t}" for m, ts in g.items() for t in ts
@@ -150,38 +186,81 @@ def test_every_folder_arrow_runs_down():
     assert tied == [], "\n".join(arrows)
 
 
-def test_every_launch_module_stands_on_one_floor():
-    launch = {m.removeprefix(LAUNCH) for m in graph(PKG.parent, "sparkfleet") if m.startswith(LAUNCH)}
-    assert launch - (PURE | NODE | CONTROLLER) == set()
+def test_the_package_top_holds_only_the_entry():
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in TOP)
+    assert loose == [], "move these into the folder that says where they run (python/sparkfleet/README.md)"
+
+
+def test_every_folder_has_a_kind():
+    """A new folder must say where its code runs: pure, node side, controller, or (for what stands
+    between) below node/ and reached only from above it."""
+    folders = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
     assert not (PURE & NODE or PURE & CONTROLLER or NODE & CONTROLLER)
+    assert folders >= (PURE | NODE | CONTROLLER)
 
 
-def test_launch_arrows_run_down_only():
-    """Pure modules reach no node-side or controller module, the node side no controller module,
-    not even through a module outside launch/ (each arrow counted transitively)."""
-    g = graph(PKG.parent, "sparkfleet")
+def test_pure_folders_reach_no_node_side_or_controller_folder():
+    """Counted transitively: a pure folder that imports engram reaches what engram imports."""
+    g = _graph()
     bad = []
-    for floor, above in ((PURE, NODE | CONTROLLER), (NODE, CONTROLLER)):
-        for name in sorted(floor):
-            via = reachable(g, LAUNCH + name)
-            ups = [LAUNCH + up for up in sorted(above) if LAUNCH + up in via]
-            bad += [" -> ".join(path_to(via, LAUNCH + name, up)) for up in ups]
+    for start in sorted(m for m in g if _folder(m) in PURE):
+        via = reachable(g, start)
+        bad += [" -> ".join(path_to(via, start, t)) for t in sorted(via) if _folder(t) in NODE | CONTROLLER]
     assert bad == []
+
+
+def test_the_node_side_reaches_no_controller_folder():
+    g = _graph()
+    bad = []
+    for start in sorted(m for m in g if _folder(m) in NODE):
+        via = reachable(g, start)
+        bad += [" -> ".join(path_to(via, start, t)) for t in sorted(via) if _folder(t) in CONTROLLER]
+    assert bad == []
+
+
+def test_floors_follow_where_code_runs():
+    """The floors derived from the imports put every pure folder below node/, and node/ below every
+    controller folder that reaches nodes (launch/, ops/) and below the CLI."""
+    f = floors(_rooms())
+    assert f["base"] == 0 and all(f[t] == 0 for t in _rooms()["base"])
+    assert max(f[p] for p in PURE) < f["node"] < min(f["launch"], f["ops"]) <= max(f.values())
+    assert f["cli"] == max(f[k] for k in f if k != "__main__")
+
+
+def test_no_verb_imports_another_verbs_cli_module():
+    g = _graph()
+    cli = "sparkfleet.cli."
+    crossed = {
+        f"{m.removeprefix(cli)} -> {t.removeprefix(cli)}"
+        for m, ts in g.items() if m.startswith(cli) and m.removeprefix(cli) not in CLI_SHARED
+        for t in ts if t.startswith(cli) and t != m and t.removeprefix(cli) not in CLI_SHARED
+    }  # fmt: skip
+    assert crossed - CLI_CROSS_VERB == set(), "a verb imports another verb's module"
+    assert CLI_CROSS_VERB - crossed == set(), "these no longer cross: take them out of CLI_CROSS_VERB"
+
+
+def test_the_floor_deriver_puts_an_importer_above_what_it_imports(tmp_path):
+    _write(tmp_path, {
+        "pkg/__init__.py": "", "pkg/a/__init__.py": "", "pkg/a/x.py": "",
+        "pkg/b/__init__.py": "", "pkg/b/y.py": "from ..a import x\n",
+        "pkg/c/__init__.py": "", "pkg/c/z.py": "from ..b import y\nfrom ..a import x\n",
+    })  # fmt: skip
+    assert floors(rooms(graph(tmp_path, "pkg"), "pkg")) == {"pkg": 0, "pkg.a": 0, "pkg.b": 1, "pkg.c": 2}
 
 
 def test_images_and_hoststack_do_not_reach_the_lane_lifecycle():
     """images/ reads its records and calls the agent client (`nodecall`, below both), never launch/:
     launch hands it a lane's image facts; hoststack reads a host's stack through `hosts` alone."""
-    g = graph(PKG.parent, "sparkfleet")
+    g = _graph()
     images = {m: sorted(t for t in ts if t.startswith(LAUNCH))
               for m, ts in g.items() if m.startswith("sparkfleet.images")}  # fmt: skip
     assert {m: ts for m, ts in images.items() if ts} == {}
-    assert g["sparkfleet.hoststack"] == {"sparkfleet.hosts"}
+    assert g["sparkfleet.remote.hoststack"] == {"sparkfleet.remote.hosts"}
 
 
 def test_process_identity_and_scrubbing_stand_on_the_ground():
     """launch/, stage/, serving/ and the supervisor all check that a PID is still the process they
     started, and bench/, launch/ and the supervisor scrub secrets: both are facts that import
     nothing of sparkfleet, so no folder reaches into another's for them."""
-    g = graph(PKG.parent, "sparkfleet")
-    assert g["sparkfleet.procs"] == set() and g["sparkfleet.sanitize"] == set()
+    g = _graph()
+    assert g["sparkfleet.base.procs"] == set() and g["sparkfleet.base.sanitize"] == set()

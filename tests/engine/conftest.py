@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import SparkfleetError
 from sparkfleet.demo.tinyqwen import TinyModel, build_tiny_qwen
 from sparkfleet.demo.vllm_engine import engine_ready, start_engine
-from sparkfleet.errors import SparkfleetError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_VENV = Path(os.environ.get("SPARKFLEET_ENGINE_VENV", REPO_ROOT / ".venv-vllm"))

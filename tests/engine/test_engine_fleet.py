@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe
 
-from sparkfleet import inventory
+from sparkfleet.base.procs import group_members
 from sparkfleet.bench.client import Endpoint, chat_request, stream_chat
 from sparkfleet.demo.tinyqwen import build_tiny_qwen
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.procs import group_members
 from support.fleetnet import netns_pids
 from support.lanefleet import netns_fields, use_ssh, write_fleet
 
@@ -100,7 +100,7 @@ def test_launch_real_vllm_on_a_namespace_host(vllm_lane):
 def _known_answer(inv, host) -> tuple[str, str]:
     """The random model's own greedy answer to a prompt: nothing else is right for it."""
     key = (host.root / "state" / "keys" / f"{LANE}.key").read_text().strip()
-    model = inventory.load(inv.root).lane(LANE).raw["launch"]["served_model_name"]
+    model = inventory.load(inv.root).lane(LANE).sections.launch.served_model_name
     ep = Endpoint(f"http://{host.addr}:{PORT}/v1", model, key, timeout=300.0)
     prompt = "Name one colour."
     result = stream_chat(ep, chat_request(ep, prompt, 16))

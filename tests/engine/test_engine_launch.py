@@ -21,16 +21,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from vllm_lane import engine_cores, tiny_pin, vllm_recipe  # noqa: E402
 
-from sparkfleet import (
-    inventory,  # noqa: E402
-    procs,  # noqa: E402
-)
+from sparkfleet.base import procs  # noqa: E402
+from sparkfleet.base.http import free_port  # noqa: E402
 from sparkfleet.bench.client import chat_request, stream_chat  # noqa: E402
 from sparkfleet.bench.metrics import measure  # noqa: E402
 from sparkfleet.demo.tinyqwen import build_tiny_qwen  # noqa: E402
-from sparkfleet.demo.vllm_engine import free_port  # noqa: E402
+from sparkfleet.fleet import inventory  # noqa: E402
 from sparkfleet.launch import lane as lanes  # noqa: E402
-from sparkfleet.supervisor import WatchSettings, watch_lane  # noqa: E402
+from sparkfleet.ops.supervisor import WatchSettings, watch_lane  # noqa: E402
 from support.lanefleet import write_fleet  # noqa: E402
 
 # make test's xdist: with the other modules that launch lanes on this machine (their ports), one worker
@@ -89,7 +87,7 @@ def test_a_vllm_lane_that_serves_beyond_v1_without_its_key_is_not_called_ready(v
     """Without the guard, vLLM's POST /invocations serves completions to anyone, key or not:
     launch asks it before it calls the lane ready, refuses, and stops the lane; one kept running
     (--keep-on-failure) fails doctor's API key check."""
-    from sparkfleet.doctor import doctor
+    from sparkfleet.ops.doctor import doctor
 
     inv, nas, port = vllm_fleet(vllm_cli, tmp_path, key_guard=False)
     try:
@@ -170,8 +168,8 @@ def report_health(port: int) -> int:
 
 def report_endpoint(port: int, model: str, state_dir: Path):
     """The lane's endpoint with the lane's own key (launch made it; vLLM reads it as VLLM_API_KEY)."""
-    from sparkfleet.apikeys import read_key
     from sparkfleet.bench.client import Endpoint
+    from sparkfleet.facts.apikeys import read_key
 
     key = read_key(state_dir, "vllm")
     assert key, "launch gives every lane a key"

@@ -56,6 +56,6 @@ def tiny_pin(repo: str) -> str:
 def engine_cores(pid: int) -> list[int]:
     """vLLM's EngineCore child among the lane's own process-group members (by PID, never by name
     across the machine: only this group's members are read)."""
-    from sparkfleet.procs import group_members
+    from sparkfleet.base.procs import group_members
 
     return [p for p in group_members(pid) if b"EngineCore" in Path(f"/proc/{p}/cmdline").read_bytes()]

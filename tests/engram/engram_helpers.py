@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import ENGRAM_REPO, EngramTruth
+from sparkfleet.fleet import inventory
 from support import lanefleet
 from support.lanefleet import lane_recipe, write_recipe
 

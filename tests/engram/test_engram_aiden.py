@@ -1,4 +1,4 @@
-"""The Aiden lane's engram dry run on a stand-in of the real checkpoint's geometry (issue 19).
+"""The Aiden lane's engram dry run on a stand-in of the real checkpoint's geometry.
 
 The stand-in is sparse: config.json with DeepSeek-V4.1-Flash's own engram keys and shards whose
 safetensors headers declare the real tables (F8_E4M3 [384006168, 256] + F8_E8M0 [.., 8] per layer),
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import checkpoint_engram_config
-from sparkfleet.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 LANE = "dsv41-flash-4x-aiden"

@@ -1,4 +1,4 @@
-"""Engram from the checkpoint (issue 19): config.json states the tables, the recipe only confirms.
+"""Engram from the checkpoint: config.json states the tables, the recipe only confirms.
 
 The stand-in checkpoint's config.json uses DeepSeek-V4.1-Flash's own key names under
 `text_config` (engram_layer_ids, engram_num_embeddings, engram_n_heads, engram_head_dim,
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from engram_helpers import write_fleet
 
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.hubfixture import build_engram_repo, checkpoint_engram_config
 from sparkfleet.engram.checkpoint import from_config, reconcile_rows_per_token
 from sparkfleet.engram.pack import plan
-from sparkfleet.errors import SourceError
 
 ROWS = {1: 1001, 14: 1003}
 PATTERN = 'pattern = ["layers.{layer}.engram.embed.weight", "layers.{layer}.engram.embed.scale"]\n'
@@ -87,7 +87,7 @@ def test_rows_per_token_from_config_and_recipe_confirms_or_is_refused():
 
 def test_roofline_reads_rows_per_token_from_the_checkpoint(tmp_path):
     """The roofline's engram_rows_per_token comes from config.json; a contradicting recipe is refused."""
-    from sparkfleet.inventory import Pin
+    from sparkfleet.fleet.inventory import Pin
     from sparkfleet.roofline.lane import snapshot_dir
     from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
 

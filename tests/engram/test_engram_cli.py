@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from engram_helpers import PARTS_TABLES
 
-from sparkfleet.atomic import is_temp_name
+from sparkfleet.base.atomic import is_temp_name
 from sparkfleet.cli import main
 from sparkfleet.engram.ranges import HEADER_BYTES, PackHeader, pack_name
 from sparkfleet.engram.receipt import RECEIPT_NAME

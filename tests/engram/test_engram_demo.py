@@ -7,12 +7,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_HOSTS, DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.hubfixture import ENGRAM_REPO
 from sparkfleet.engram.config import packed_dir
 from sparkfleet.engram.ranges import HEADER_BYTES, pack_name
+from sparkfleet.fleet import inventory
 from sparkfleet.stage.targets import requests_for_host
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share

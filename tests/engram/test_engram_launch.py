@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from engram_helpers import PARTS_TABLES
 
+from sparkfleet.base.errors import InventoryError
 from sparkfleet.engram.config import packed_dir
-from sparkfleet.errors import InventoryError
-from sparkfleet.launch.manifest import build_manifest
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import build_spec
+from sparkfleet.lane.manifest import build_manifest
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import build_spec
 
 DIGEST = "sha256:" + "ab" * 32
 LAUNCH = """

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from engram_helpers import PARTS_TABLES
 
+from sparkfleet.base.errors import SourceError, SpaceError, SparkfleetError
 from sparkfleet.demo.hubfixture import ENGRAM_REPO, build_engram_repo
 from sparkfleet.engram.pack import EngramMismatch, interleave, pack
 from sparkfleet.engram.ranges import HEADER_BYTES, MAGIC, PackHeader, pack_name, rank_range
 from sparkfleet.engram.receipt import JOURNAL_NAME, RECEIPT_NAME
 from sparkfleet.engram.verify import verify
-from sparkfleet.errors import SourceError, SpaceError, SparkfleetError
 from sparkfleet.stage import execute
 from sparkfleet.stage.execute import free_bytes
 from sparkfleet.stage.plan import StageRequest
@@ -341,8 +341,8 @@ def test_killed_after_the_last_pack_before_the_receipt_completes_without_rewriti
 
 
 def test_a_second_pack_of_the_same_directory_is_refused_while_one_runs(fleet):
+    from sparkfleet.base.errors import LockBusyError
     from sparkfleet.engram.pack import pack_lock
-    from sparkfleet.errors import LockBusyError
 
     with pack_lock(fleet.out_dir("eng4", "h1")), pytest.raises(LockBusyError, match=f"pid {os.getpid()}"):
         pack(fleet.inv(), "eng4", "h1")

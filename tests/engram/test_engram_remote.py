@@ -1,4 +1,4 @@
-"""`engram pack LANE HOST` runs on HOST (issue 19): `--here --json` there, like `stage HOST`."""
+"""`engram pack LANE HOST` runs on HOST: `--here --json` there, like `stage HOST`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 from click.testing import CliRunner
 from engram_helpers import PARTS_TABLES
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.engram.ranges import HEADER_BYTES
 from sparkfleet.engram.remote import pack_argv, pack_on_host
-from sparkfleet.errors import ExitCode
-from sparkfleet.hosts import LocalHost
+from sparkfleet.remote.hosts import LocalHost
 
 
 def test_pack_argv_is_the_here_command():

@@ -1,4 +1,4 @@
-"""The Aiden lane's engram layout: the kit's own (tools/engram_local.py), not DSV41EN1 packs (issue 19).
+"""The Aiden lane's engram layout: the kit's own (tools/engram_local.py), not DSV41EN1 packs.
 
 A small stand-in checkpoint with DeepSeek-V4.1-Flash's key names and real bytes (two tables, 256 FP8
 weight bytes + 8 scale bytes a row, one table per shard plus a shard without engram tensors); the
@@ -18,11 +18,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import checkpoint_engram_config
 from sparkfleet.engram.ranges import rank_range
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.launch.plan import dry_run
 
 ROOT = Path(__file__).resolve().parents[2]

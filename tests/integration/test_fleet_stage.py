@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sparkfleet.demo.hubfixture import EMBED_FILE, WEIGHTS_REPO, build_nas_hub
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from support.fleetnet import netns_pids, qdisc_kinds, shape_egress, shaped, tc_skip_reason
 from support.lanefleet import use_ssh
 from support.stagefleet import nas_tx_bytes, shape_fleet, write_lane_fleet

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
 
 try:
     from support.fleetnet import is_mounted, tmpfs_mount
@@ -96,7 +96,7 @@ def test_verify_unreachable_host_exits_unreachable(fleet):
 def test_status_and_logs_over_ssh_tell_the_truth(fleet):
     """The same lane over real ssh: status exits 0 only while both ranks run; after stop, logs
     still shows each host's last run."""
-    from sparkfleet.launch.demo import demo_launch_tables
+    from sparkfleet.demo.lane import demo_launch_tables
 
     root, _ = fleet
     recipe = root / "recipes" / LANE / "recipe.toml"

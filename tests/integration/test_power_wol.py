@@ -1,4 +1,4 @@
-"""`sparkfleet power on|status HOST` (issue 19): a real Wake-on-LAN packet wakes a netns "Spark".
+"""`sparkfleet power on|status HOST`: a real Wake-on-LAN packet wakes a netns "Spark".
 
 The host is a network namespace with a real sshd (tests/support/fleetnet.py). "Powered off" = its
 sshd stopped; inside the namespace a listener (standing in for the NIC's WoL filter) waits on UDP
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.errors import ExitCode
-from sparkfleet.power import magic_packet
+from sparkfleet.base.errors import ExitCode
+from sparkfleet.ops.power import magic_packet
 
 pytestmark = [pytest.mark.netns]
 MAC = "02:5f:00:00:00:33"

@@ -1,4 +1,4 @@
-"""`stage` over real ssh brings each lane's pinned kit checkout to its hosts (issue 19).
+"""`stage` over real ssh brings each lane's pinned kit checkout to its hosts.
 
 Two netns hosts, each with its own sshd, NVMe dir and state_dir; the lane binds a kit tree
 ([[launch.trees]]) from a git pin whose url is a real git repository made here (CI has no
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
 from support.kitrepo import FILES, SERVING, git, make_kit_repo, trees_toml
 from support.lanefleet import lane_recipe, use_ssh, write_fleet
 from support.stagefleet import STAGE_MODELS, STAGE_PINS

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import SourceError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
 

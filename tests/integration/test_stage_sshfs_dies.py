@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
 

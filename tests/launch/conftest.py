@@ -14,8 +14,7 @@ def _agent_timing(monkeypatch):
     if not os.environ.get("SPARKFLEET_TEST_TIMING"):
         yield
         return
-    from sparkfleet import nodecall
-    from sparkfleet.launch import lane, plan
+    from sparkfleet.remote import nodecall
 
     real = nodecall.call_agent
 
@@ -26,6 +25,6 @@ def _agent_timing(monkeypatch):
         finally:
             sys.__stderr__.write(f"[agent] {runner.name} {action} {time.monotonic() - t:.2f}s\n")
 
-    for floor in (lane, plan):  # the two floors that ask nodes during a launch
-        monkeypatch.setattr(floor, "call_agent", timed)
+    # every controller module asks a node through nodecall's one client (`ask`, `ask_host`)
+    monkeypatch.setattr(nodecall, "call_agent", timed)
     yield

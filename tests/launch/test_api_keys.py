@@ -23,17 +23,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import apikeys, inventory
+from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.base.procs import group_members
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.doctor import doctor
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.facts import apikeys
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.procs import group_members
-from sparkfleet.supervisor import collect_incident
-from support.lanefleet import write_fleet
+from sparkfleet.ops.doctor import doctor
+from sparkfleet.ops.supervisor import collect_incident
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 # The serve command prints the key it got (like an engine logging its arguments), then execs the
 # demo server, which takes the key from the env file's SPARKFLEET_API_KEY (never from argv).

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_fleet import host_fields
 
-from sparkfleet.errors import ExitCode
+from sparkfleet.base.errors import ExitCode
 from support.lanefleet import MODELS, write_fleet
+from support.launch_fleet import host_fields
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
 

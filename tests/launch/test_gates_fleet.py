@@ -26,15 +26,16 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.support.fleetnet import netns_pids
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
+from sparkfleet.base.procs import group_members
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
-from sparkfleet.launch import generations, records
+from sparkfleet.fleet import inventory
+from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
 from sparkfleet.launch.preflight import GateRefused, lane_fingerprints
-from sparkfleet.procs import group_members
-from sparkfleet.supervisor import watch_lane, watch_settings
+from sparkfleet.node import records
+from sparkfleet.ops.supervisor import watch_lane, watch_settings
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("gates_fleet")]
@@ -207,7 +208,7 @@ def test_watchdog_stops_the_lane_under_the_floor_and_says_why(gates):
         assert memstop["mem_available"] == int(0.4 * GIB_KB) * 1024 and memstop["floor"] == 512 * 1024**2
         assert memstop["stopped"][0]["stopped"] is True
         # the supervisor sees the missing rank and does not relaunch into the same memory pressure
-        settings = watch_settings(inv.lane("fit").raw, interval_s=1.0, latency_s=1.0)
+        settings = watch_settings(inv.lane("fit").sections, interval_s=1.0, latency_s=1.0)
         out = watch_lane(inv, "fit", settings, max_probes=3)
         assert out.needs_human and out.restarts == 0 and out.probes == 1
         assert "1 of 2 ranks running (rank 1 on dgx2" in out.incidents[0].reason
@@ -254,7 +255,7 @@ def test_lane_scoped_watchdog_stops_every_node_and_is_not_restarted(gates):
         assert report.ready.ok, report.ready.reason
         (rec,) = records.load_all(hosts["dgx2"].root / "state", "pair")
         os.killpg(rec.pgid or rec.pid, signal.SIGKILL)  # the rank this test started, by its recorded group
-        settings = watch_settings(inv.lane("pair").raw, interval_s=1.0, latency_s=1.0, max_restarts=3)
+        settings = watch_settings(inv.lane("pair").sections, interval_s=1.0, latency_s=1.0, max_restarts=3)
         out = watch_lane(inv, "pair", settings, max_probes=5)
         assert out.needs_human and out.restarts == 0, out.message
         assert "watchdog scope = lane: stopped sparkfleet-pair-r0 on dgx1 because rank 1 on dgx2 is down" in (
@@ -343,7 +344,7 @@ def test_drift_refused_unless_allowed(gates, tmp_path):
 def test_wedged_engine_detected_bundled_restarted_then_handed_to_a_human(gates):
     inv, hosts, _ = gates
     assert lanes.launch(inv, "wedge", allow_nas_weights=True).ready.ok
-    settings = watch_settings(inv.lane("wedge").raw)
+    settings = watch_settings(inv.lane("wedge").sections)
     events: list[str] = []
     try:
         out = watch_lane(inv, "wedge", settings, max_probes=20, on_event=events.append)

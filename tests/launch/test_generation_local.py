@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import generations
 from sparkfleet.launch import lane as lanes
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
-from sparkfleet.atomic import TEMP_MARK
+from sparkfleet.base.atomic import TEMP_MARK
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main as cli
-from sparkfleet.errors import ExitCode, SparkfleetError
 from sparkfleet.launch import generations as gens
 from sparkfleet.launch.generations import GenerationError
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 LANE = "demo"
 

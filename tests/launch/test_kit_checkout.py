@@ -1,4 +1,4 @@
-"""Each lane against its kit's OWN files (issue 19, item 1): the expectation is derived from the kit.
+"""Each lane against its kit's OWN files: the expectation is derived from the kit.
 
 SPARKFLEET_KIT_DIR names a directory holding the kits' checkouts as <dir>/<owner>/<repo> (at the
 commit each recipe's [kit] table names). CI has no network, so there these tests skip and
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.base.relnames import inside
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.spec import KEY_GUARD_MOUNT
 from sparkfleet.launch.plan import dry_run
-from sparkfleet.launch.runtimes import container_run_argv
-from sparkfleet.launch.spec import KEY_GUARD_MOUNT
-from sparkfleet.relnames import inside
+from sparkfleet.node.runtimes import container_run_argv
 from support.kitflags import kit_pairs, missing_flags, run_pairs
 from support.lanefleet import repo_fleet
 
@@ -45,7 +45,7 @@ EXL3_RUNTIME = "release/runtime"
 pytestmark = pytest.mark.skipif(
     not KIT_DIR,
     reason="SPARKFLEET_KIT_DIR is not set (a directory of <owner>/<repo> kit checkouts at the recipes' "
-    "[kit] commits); CI has no network, so tests/launch/test_kit_entry.py checks the recorded facts",
+    "[kit] commits); CI has no network, so tests/lane/test_kit_entry.py checks the recorded facts",
 )
 
 

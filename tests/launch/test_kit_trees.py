@@ -1,4 +1,4 @@
-"""A kit's runtime tree on each host ([[launch.trees]], issue 19): bound when there, refused when not.
+"""A kit's runtime tree on each host ([[launch.trees]]): bound when there, refused when not.
 
 The EXL3 kit's container runs serve.py, conservative.yaml and combined_worker.py from the kit's
 release/runtime/serving, and the MXFP8 AOT library from release/runtime/aot (portable_node.py
@@ -11,21 +11,22 @@ side is the agent's own probe, run here on this machine's filesystem, over real 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.doctor import kit_checks
-from sparkfleet.errors import ExitCode, InventoryError, SparkfleetError
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.launch.agent import probe
-from sparkfleet.launch.manifest import BindManifest
+from sparkfleet.base.errors import ExitCode, InventoryError, SparkfleetError
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.manifest import BindManifest
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import build_spec
 from sparkfleet.launch.plan import check_kits, node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import build_spec
+from sparkfleet.node.agent import probe
+from sparkfleet.ops.doctor import kit_checks
 from support.kitrepo import commit_files, pinned_checkout
 from support.lanefleet import repo_fleet
 
@@ -47,7 +48,7 @@ def _fleet(tmp_path: Path) -> inventory.Inventory:
 def _probe(inv: inventory.Inventory, host: str):
     recipe = launch_recipe(inv, LANE)
     req = probe_request(inv, recipe, inv.host(host))
-    req.update(models=[], ports=[], memory=False)  # only the kit: the agent's own check, here
+    req = dataclasses.replace(req, models=[], ports=[], memory=False)  # only the kit: the agent's own check
     return recipe, node_facts(host, probe(req))
 
 

@@ -6,10 +6,11 @@ The real stop over real nodes is tests/launch/test_gates_fleet.py
 
 from __future__ import annotations
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch.lanestop import trip
-from sparkfleet.launch.recipe import launch_recipe
 from sparkfleet.launch.report import LaneStatus, RankStatus
+from sparkfleet.remote.wire import ErrorKind
 from support.lanefleet import repo_fleet
 
 
@@ -22,12 +23,19 @@ def _st(ranks: list[RankStatus], errors: list[dict] | None = None) -> LaneStatus
     return LaneStatus("", "l", False, ranks, running, 2, "dgx1", 8000, None, errors or [])
 
 
+MEMSTOP = "memory watchdog: MemAvailable 0.4 GiB fell under the floor 0.5 GiB"
+
+
 def test_a_nodes_recorded_watchdog_stop_trips_the_lane():
-    st = _st(
-        [_rank("dgx1", 0, True)],
-        [{"host": "dgx2", "error": "memory watchdog: MemAvailable 0.4 GiB fell under the floor 0.5 GiB"}],
-    )
-    assert trip(st) == "dgx2's memory watchdog: MemAvailable 0.4 GiB fell under the floor 0.5 GiB"
+    st = _st([_rank("dgx1", 0, True)], [{"host": "dgx2", "error": MEMSTOP, "kind": ErrorKind.MEMSTOP}])
+    assert trip(st) == f"dgx2's {MEMSTOP}"
+
+
+def test_an_agent_refusal_worded_like_a_watchdog_stop_is_no_trip():
+    """The kind decides, not the words: a node's refusal whose message happens to begin as a watchdog
+    stop's does (a lane named "memory", a path in a message) stops nothing."""
+    refused = {"host": "dgx2", "error": MEMSTOP, "code": 2, "kind": ErrorKind.REFUSED}
+    assert trip(_st([_rank("dgx1", 0, True)], [refused])) is None
 
 
 def test_a_dead_rank_trips_the_lane_naming_how_it_ended():

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host

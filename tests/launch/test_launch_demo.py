@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.demo.lane import run_demo_launch
 from sparkfleet.engram import pack as engram_pack
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.demo import run_demo_launch
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host
 
@@ -46,7 +46,7 @@ def test_ctrl_c_during_the_demo_launch_says_one_consistent_thing(tmp_path, monke
     """The demo's Ctrl-C said "stop: dgx1 rank 0 stopped…" and then "ranks still running"."""
     import pytest
 
-    from sparkfleet.launch import demo as demo_launch
+    from sparkfleet.demo import lane as demo_launch
     from sparkfleet.launch.lane import LaunchInterrupted
 
     fleet = write_demo_fleet(tmp_path, shard_bytes=16 * 1024)

@@ -50,14 +50,14 @@ except ImportError:  # tests/ imported as a package
         stream_script,
     )
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.images.load import load as load_image
+from sparkfleet.lane.recipe import launch_recipe
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.records import load_all
+from sparkfleet.node.records import load_all
 
 # One worker runs this module (make test's xdist): its module-scoped fixture is built once.
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.xdist_group("launch_docker")]

@@ -26,12 +26,12 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.support.fleetnet import netns_pids
 
-from sparkfleet import inventory
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
-from sparkfleet.hosts import HostUnreachable
+from sparkfleet.fleet import inventory
+from sparkfleet.lane.spec import ShapeError
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch.spec import ShapeError
+from sparkfleet.remote.hosts import HostUnreachable
 from sparkfleet.stage.execute import stage
 from sparkfleet.stage.plan import StageRequest
 
@@ -149,7 +149,7 @@ def _fleet(fleetnet, hosts, tmp_path, monkeypatch):
 
 def _server_env(pid: int) -> dict[str, str]:
     """The env of the serve command under the rank's supervisor (same PID namespace as the test)."""
-    from sparkfleet.procs import group_members
+    from sparkfleet.base.procs import group_members
 
     child = max(p for p in group_members(pid) if p != pid)
     raw = Path(f"/proc/{child}/environ").read_text()
@@ -274,7 +274,7 @@ def test_doctor_lines(fleet):
 
 def test_real_ssh_keeps_every_argument_intact(fleet):
     inv, _, _ = fleet
-    from sparkfleet.hosts import SshHost, connect
+    from sparkfleet.remote.hosts import SshHost, connect
 
     runner = connect(inv.host("dgx2"))
     assert isinstance(runner, SshHost)

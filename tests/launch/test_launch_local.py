@@ -17,53 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory, procs
+from sparkfleet.base import procs
+from sparkfleet.base.errors import SparkfleetError
+from sparkfleet.base.http import free_port
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import SparkfleetError
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch import records
-from sparkfleet.launch.runtimes import ProcessRuntime
-from support.lanefleet import MODELS, write_fleet
+from sparkfleet.node import records
+from sparkfleet.node.runtimes import ProcessRuntime
+from support.lanefleet import demo_recipe, write_fleet
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on
 # one worker ("local_lanes"), one at a time
 pytestmark = pytest.mark.xdist_group("local_lanes")
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def demo_recipe(
-    hosts: list[str], port: int, extra_args: str = "", ready_s: float = 30, bind="127.0.0.1"
-) -> str:
-    return f"""
-[lane]
-hosts = {hosts!r}
-
-[world]
-tp = {len(hosts)}
-
-[launch]
-runtime = "process"
-port = {port}
-served_model_name = "deepseek-v4.1-flash"
-fabric = "none"
-command = ["{sys.executable}", "-m", "sparkfleet.demo.openai_server",
-           "--host", "{bind}", "--port", "{{port}}",
-           "--served-model-name", "{{served_model_name}}", "--boot-delay", "0.6",
-           "--signature", "Load weight end. type=demo, elapsed=0.42 s",
-           "--signature", "RoCEnante ready: world={len(hosts)}" {extra_args}]
-ready_signatures = ["RoCEnante ready: world={len(hosts)}", "The server is fired up and ready to roll!"]
-receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready"]
-[launch.timeouts]
-ready_s = {ready_s}
-poll_s = 0.2
-stop_s = 5
-""" + MODELS.replace('exclude = ["page15/*"]', 'exclude = ["page15/*"]')
-
 
 @pytest.fixture
 def local_fleet(tmp_path):
@@ -216,7 +183,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
     assert rank.detail.startswith("supervisor dead, server alive")
     with pytest.raises(SparkfleetError, match="supervisor dead, server alive"):
         lanes.launch(inv, "demo", allow_nas_weights=True)
-    from sparkfleet.launch import watchdog
+    from sparkfleet.node import watchdog
 
     assert watchdog.running(tmp / "state", "demo")  # the memory watchdog keeps guarding the server
 
@@ -231,7 +198,7 @@ def test_killed_supervisor_leaves_a_server_that_status_shows_and_stop_ends(local
 def test_watch_relaunches_a_rank_whose_supervisor_was_killed(local_fleet):
     """`watch` after kill -9 of a supervisor tried three relaunches, each "serving port … already in
     use", and ended "needs a human" with the server still up. Its restart now ends the group first."""
-    from sparkfleet.supervisor import WatchSettings, watch_lane
+    from sparkfleet.ops.supervisor import WatchSettings, watch_lane
 
     inv, port, _ = local_fleet
     assert lanes.launch(inv, "demo", canary=False, allow_nas_weights=True).ready.ok

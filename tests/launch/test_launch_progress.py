@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 # Boot stages seen by polling, and Ctrl-C while a rank boots: time-bound, so make test runs these alone,
 # after the parallel part (under parallel load a poll missed a stage and SIGINT raced the boot).
@@ -111,7 +110,7 @@ def test_terminal_table_shows_each_rank():
     from rich.console import Console
 
     from sparkfleet.cli.progress import boot_table
-    from sparkfleet.launch.readiness import RankProgress
+    from sparkfleet.lane.readiness import RankProgress
 
     ranks = [
         RankProgress("dgx1", 0, "RoCEnante ready: world=4", 1, 4, 612.0, "10/22 (45%)", "loading shard 10"),
@@ -129,7 +128,7 @@ def test_a_long_last_log_line_is_cut_from_the_right():
     from rich.console import Console
 
     from sparkfleet.cli.progress import boot_table
-    from sparkfleet.launch.readiness import RankProgress
+    from sparkfleet.lane.readiness import RankProgress
 
     line = "sparkfleet demo openai_server: listening on http://127.0.0.1:40001 (model dsv41-flash) " * 2
     ranks = [RankProgress("dgx1", 0, None, 0, 4, 1.0, None, line)]
@@ -146,7 +145,7 @@ def test_an_80_column_terminal_keeps_every_column_but_the_log_line_whole():
     from rich.console import Console
 
     from sparkfleet.cli.progress import boot_table
-    from sparkfleet.launch.readiness import RankProgress
+    from sparkfleet.lane.readiness import RankProgress
 
     long_line = "[2026-12-04 21:00:01] RoCEnante ready: world=2 (rank 0) waiting for the scheduler to warm up"
     ranks = [

@@ -10,14 +10,13 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from test_launch_local import demo_recipe, free_port
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.errors import ExitCode, SparkfleetError
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from support.lanefleet import write_fleet
+from support.lanefleet import demo_recipe, free_port, write_fleet
 
 # make test runs modules on xdist workers: the lanes this module launches on this machine share
 # its ports (the rendezvous port 20000, the demo's serving ports), so every such module runs on

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sparkfleet.jsonable import to_jsonable
+from sparkfleet.base.jsonable import to_jsonable
 from sparkfleet.launch.report import LaneStatus, RankStatus
 
 LANE_KEYS = ["weights", "lane", "ok", "ranks", "running", "expected", "head", "port", "endpoints", "errors",

@@ -11,11 +11,11 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.cli.demo import next_steps
 from sparkfleet.demo.fleet import DEMO_LANE
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from support.demolane import staged_demo
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import hostfacts, inventory
 from sparkfleet.cli.render import to_jsonable
+from sparkfleet.fleet import hostfacts, inventory
 
 from .conftest import REPO, nixpkgs_lib, requires_nixpkgs_lib
 from .realnix import CHROOT, RealNix

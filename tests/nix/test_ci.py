@@ -1,4 +1,4 @@
-"""The CI workflows do what issue 9 asks of them where the network is (they cannot run here)."""
+"""The CI workflows build, evaluate and test where the network is (they cannot run here)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sparkfleet import hostfacts, inventory
+from sparkfleet.fleet import hostfacts, inventory
 from sparkfleet.view.targets import rules_path, scrape_config
 
 from . import flakecopy, inputs
@@ -76,7 +76,7 @@ def test_nix_flake_check_all_systems(flake: FlakeCopy, real_nix: RealNix) -> Non
 
 def test_deploy_output_from_the_real_flake(flake: FlakeCopy, real_nix: RealNix) -> None:
     """deploy.nodes through deploy-rs's real lib (its overlay at the locked revision): the nodes
-    validate against deploy-rs's interface.json and our schema, and equal sparkfleet.hostfacts."""
+    validate against deploy-rs's interface.json and our schema, and equal sparkfleet.fleet.hostfacts."""
     deploy = flake.eval(real_nix, "deploy")
     jsonschema.Draft202012Validator(SCHEMA).validate(deploy)
     interface = json.loads((inputs.locked_checkout("deploy-rs") / "interface.json").read_text())

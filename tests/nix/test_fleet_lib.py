@@ -1,4 +1,4 @@
-"""modules/lib/fleet.nix against sparkfleet.hostfacts: the same inventory, two readers, one answer."""
+"""modules/lib/fleet.nix against sparkfleet.fleet.hostfacts: the same inventory, two readers, one answer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import hostfacts, inventory
 from sparkfleet.cli.render import to_jsonable
+from sparkfleet.fleet import hostfacts, inventory
 from support.lanefleet import write_root
 
 from .conftest import FLEET_LIB, REPO, NixEvalError, nix_eval, nix_str, requires_nix
@@ -211,7 +211,7 @@ def test_lanes_headed_on_one_host_conflict() -> None:
 
 
 def test_image_env_agrees_with_the_launch_code() -> None:
-    launch = pytest.importorskip("sparkfleet.launch.recipe", reason="launch code (issue 3) not present")
+    launch = pytest.importorskip("sparkfleet.lane.recipe", reason="launch code not present")
     inv = inventory.load(REPO)
     for name, lane in inv.lanes.items():
         world = launch.world_of(lane)

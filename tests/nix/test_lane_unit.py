@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO, build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 
 from .conftest import FLEET_LIB, REPO, nix_eval, nix_str, requires_nix, store_writable
@@ -178,7 +178,7 @@ def test_rendered_lane_unit_starts_and_stops_the_lane(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     nas = build_nas_hub(tmp_path / "nas" / "hub", shard_bytes=16 * 1024)
     root = _local_fleet(tmp_path / "fleet", nas.root, tmp_path, port)
-    _stage(root, ["spark"])  # launch refuses weights that are not staged and verified (issue 19)
+    _stage(root, ["spark"])  # launch refuses weights that are not staged and verified
     # the profile as deploy-rs leaves it: bin/sparkfleet -> the package's executable
     profile = tmp_path / "profile"
     (profile / "bin").mkdir(parents=True)
@@ -262,7 +262,7 @@ def test_rendered_lane_unit_reaches_its_worker_with_the_units_sparkfleet_remote(
     inv = inventory.load(Path(env["SPARKFLEET_ROOT"]))
     try:
         # control: without the unit's SPARKFLEET_REMOTE a bare `sparkfleet` is not on the worker's
-        # non-interactive PATH, and the lane cannot start (the failure issue 9 describes)
+        # non-interactive PATH, and the lane cannot start (the unit must carry it)
         bare = {k: v for k, v in run_env.items() if k != "SPARKFLEET_REMOTE"}
         proc = subprocess.run(start, env=bare, capture_output=True, text=True, timeout=180, check=False)
         out = proc.stdout + proc.stderr

@@ -1,7 +1,7 @@
 """The NixOS modules evaluated with nixpkgs' lib (lib.evalModules) and small NixOS option stubs.
 
 Needs NIXPKGS_LIB (a nix-community/nixpkgs.lib checkout); skipped with that reason otherwise.
-What the modules set is compared with sparkfleet.hostfacts for the same inventory.
+What the modules set is compared with sparkfleet.fleet.hostfacts for the same inventory.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import hostfacts, inventory
+from sparkfleet.fleet import hostfacts, inventory
 from sparkfleet.view.targets import rules_path, scrape_config
 
 from .conftest import REPO, NixEvalError, nix_eval, nix_str, nixpkgs_lib, requires_nix, requires_nixpkgs_lib

@@ -100,7 +100,7 @@ def test_image_from_resolved_pins(tmp_path: Path) -> None:
         "finalImageTag": "dev-dsv41",
     }
     env = dict(item.split("=", 1) for item in args["config"]["Env"])
-    # the two integration bugs of 2026-09-27: launcher gate and world shape in env
+    # the two things the TP4 adapters read from env, not from flags: launcher gate and world shape
     assert env["DSV41_LAUNCHER"] == "tp4" and env["TP_SIZE"] == "4"
     assert env["EP_SIZE"] == "1" and env["DSV41_TP_PAD"] == "0"
     # the Dockerfile's ENV (passthru.tests checks these against the pinned Dockerfile at build)

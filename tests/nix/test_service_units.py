@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import hostfacts, inventory
+from sparkfleet.base.http import free_port
+from sparkfleet.fleet import hostfacts, inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.serving import gateway
 
@@ -166,7 +167,7 @@ def test_rendered_gateway_unit_serves_the_lane_and_stops_with_its_front(tmp_path
     ]  # fmt: skip
     state = tmp_path / "var-lib-sparkfleet-gateway"  # what StateDirectory= makes (0700)
     state.mkdir(mode=0o700)
-    port = gateway.free_port()
+    port = free_port()
     # what systemd gives the unit (its Environment= on a bare service environment); the one change:
     # the port, since 8080 may be taken on a shared test machine
     run_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env, "SPARKFLEET_GATEWAY_STATE": str(state)}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
 
 from .conftest import REPO, NixEvalError, requires_nix, requires_nixpkgs_lib
 from .test_modules import evaluate

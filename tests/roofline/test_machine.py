@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.errors import InventoryError
+from sparkfleet.base.errors import InventoryError
+from sparkfleet.fleet import inventory
 from sparkfleet.roofline.machine import (
     load_measurements,
     machine_figures,
@@ -96,7 +96,7 @@ def test_the_fleet_declares_every_gb10_figure_with_a_source() -> None:
     assert all(f.source for f in kind.figures.values())
 
 
-# ---- vetting: issue 18 (25-150 % of the declared figure) and issue 20 item 10 (tampered files) ----
+# ---- vetting: 25-150 % of the declared figure, and tampered files ----------------------------
 
 HOSTILE = {
     "memory_bandwidth": "Infinity",  # raw JSON tokens, written as text below
@@ -175,7 +175,7 @@ def test_measure_prints_the_warning_and_records_it(tmp_path: Path, monkeypatch) 
         'nas_hub = "/n"', f'nas_hub = "{tmp_path}/nas"'
     )
     load(tmp_path, fleet)
-    # A cold GPU probe as issue 18 saw it on an H200: 11 % of the true bandwidth.
+    # A cold GPU probe on an H200 reads 11 % of the true bandwidth.
     monkeypatch.setattr(service, "gpu_rates", lambda: {"memory_bandwidth": Rate(30_000_000_000, 1.0, "cold")})
     monkeypatch.setenv("SPARKFLEET_HOST", "a")
     res = CliRunner().invoke(main, ["--root", str(tmp_path), "measure", "a", "--quick"])

@@ -57,7 +57,7 @@ def test_a_run_faster_than_its_cold_probe_gets_no_percentage(tmp_path: Path) -> 
     """"119.8 MB/s = 340 % of this host's source read": the run read cached pages; no % above 100."""
     from click.testing import CliRunner
 
-    from sparkfleet.cli.stage import print_stage_run
+    from sparkfleet.cli.stagelines import print_stage_run
 
     state = tmp_path / "state"
     record_measurements(state, {"nas_read": (35e6, "m"), "nvme_write": (2e9, "m")})

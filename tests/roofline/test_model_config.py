@@ -1,4 +1,4 @@
-"""A staged config.json with impossible dimensions is refused naming the key (issue 20 item 9)."""
+"""A staged config.json with impossible dimensions is refused naming the key."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files
-from sparkfleet.errors import SourceError
 from sparkfleet.roofline.model import CostOptions, model_cost, snapshot_files
 from sparkfleet.roofline.modelconfig import check_config
 

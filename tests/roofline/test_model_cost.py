@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files, tensors_file_bytes
-from sparkfleet.errors import SourceError
 from sparkfleet.roofline.model import CostOptions, category_of, expected_experts, model_cost, snapshot_files
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
 from sparkfleet.demo.synthmodel import SynthSpec, checkpoint_files
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
+from sparkfleet.fleet import inventory
 from sparkfleet.roofline.bound import decode_terms
 from sparkfleet.roofline.lane import cost_from_doc, lane_inputs
 from sparkfleet.roofline.service import figures_for, lane_shape
@@ -51,7 +51,7 @@ def test_each_real_lane_reads_its_costs_from_its_staged_pins(tmp_path: Path, lan
     target_spec = SynthSpec(hidden=128, layers=4)
     drafter_spec = SynthSpec(hidden=32, layers=1)
     stage_standin(hub, inv.pins[lane.models[0].pin], target_spec)
-    drafter_pin = lane.raw.get("roofline", {}).get("drafter")
+    drafter_pin = lane.sections.roofline.drafter
     if drafter_pin:
         stage_standin(hub, inv.pins[drafter_pin], drafter_spec)
     head = dataclasses.replace(inv.host(lane.hosts[0]), local_hub=hub, nas_hub=tmp_path / "no-nas")

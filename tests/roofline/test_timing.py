@@ -60,6 +60,7 @@ def test_a_clock_that_cannot_resolve_the_step_is_an_error_not_an_infinite_rate()
         time_trials(clock.step, clock, warmups=0)
 
 
+@pytest.mark.slow
 def test_a_cold_first_call_does_not_land_in_the_figure_with_torch_on_cpu() -> None:
     torch = pytest.importorskip("torch")
     x = torch.randn(64, 64)
@@ -89,6 +90,7 @@ def test_probes_are_sized_to_the_device() -> None:
     assert matmul_probe_side(0) == 1024
 
 
+@pytest.mark.slow
 def test_cpu_copy_rate_reports_its_spread_and_no_gpu_figure_without_cuda() -> None:
     rate = cpu_copy_rate(8 * 1024**2, trials=3)
     assert rate.nbytes == 2 * 8 * 1024**2 and rate.value > 0 and rate.spread is not None

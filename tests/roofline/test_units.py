@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sparkfleet import units
+from sparkfleet.base import units
 from sparkfleet.roofline.machine import FIGURES, figure_text
 
 PKG = Path(units.__file__).parent

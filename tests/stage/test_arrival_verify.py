@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from stage_helpers import weights_request
 
+from sparkfleet.base.digests import compare
+from sparkfleet.base.errors import SourceError
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO
-from sparkfleet.digests import compare
-from sparkfleet.errors import SourceError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
 from sparkfleet.stage.copy import place_verified
 from sparkfleet.stage.verify import arrival_mode

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
-from sparkfleet.errors import ExitCode
+from sparkfleet.fleet import inventory
 from sparkfleet.stage.remote import fold_traceback, run_host_stage
 
 
@@ -30,6 +31,7 @@ def _staged_bytes(demo, host: str) -> int:
     return sum(p.stat().st_size for p in blobs if p.is_file())
 
 
+@pytest.mark.slow
 def test_fanout_on_the_demo_fleet_reads_the_nas_once_and_verifies(tmp_path):
     demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)
     lane = ["--root", str(demo.root), "stage", "--lane", DEMO_LANE, "--fanout"]
@@ -56,6 +58,7 @@ def test_fanout_on_the_demo_fleet_reads_the_nas_once_and_verifies(tmp_path):
     assert verify.exit_code == ExitCode.OK, verify.output
 
 
+@pytest.mark.slow
 def test_the_summary_counts_the_nas_bytes_of_both_waves(tmp_path):
     demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)
     real = run("--root", str(demo.root), "stage", "--lane", DEMO_LANE, "--fanout")

@@ -1,4 +1,4 @@
-"""`stage` brings a lane's pinned kit checkout to <state_dir>/kits/<pin>/<rev>/ (issue 19).
+"""`stage` brings a lane's pinned kit checkout to <state_dir>/kits/<pin>/<rev>/.
 
 The pure parts (which checkouts a host's lanes bind, where a pin is cloned from, the hint) and the
 host side (stage/kits.py) on this machine, with a real git repository as the pin's url: a fresh
@@ -9,6 +9,7 @@ a killed run's temp clone swept, and a second run on the same host refused by th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.atomic import temp_name
+from sparkfleet.base.atomic import temp_name
+from sparkfleet.base.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
+from sparkfleet.base.lock import hub_lock
 from sparkfleet.demo.hubfixture import build_nas_hub
-from sparkfleet.doctor import doctor
-from sparkfleet.errors import ExitCode, InventoryError, LockBusyError, SparkfleetError
-from sparkfleet.kittrees import kit_checkouts
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.kittrees import kit_checkouts
+from sparkfleet.ops.doctor import doctor
 from sparkfleet.stage.kits import plan_kits, stage_kits, verify_kits
-from sparkfleet.stage.lock import hub_lock
 from sparkfleet.stage.targets import kits_for_host
 from support.kitrepo import FILES, SERVING, KitRepo, git, make_kit_repo, trees_toml
 from support.lanefleet import lane_recipe, repo_fleet, write_fleet
@@ -213,13 +214,12 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _launch_refusal(inv) -> str | None:
     """launch's [[launch.trees]] check on dgx1 (the agent's own probe, on this filesystem)."""
-    from sparkfleet.launch.agent import probe
+    from sparkfleet.lane.recipe import launch_recipe
     from sparkfleet.launch.plan import check_kits, node_facts, probe_request
-    from sparkfleet.launch.recipe import launch_recipe
+    from sparkfleet.node.agent import probe
 
     recipe = launch_recipe(inv, "lane")
-    req = probe_request(inv, recipe, inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False)
+    req = dataclasses.replace(probe_request(inv, recipe, inv.host("dgx1")), models=[], ports=[], memory=False)
     try:
         check_kits(recipe, node_facts("dgx1", probe(req)))
     except SparkfleetError as exc:
@@ -272,8 +272,8 @@ def test_verify_names_a_wrong_commit_and_a_wrong_sha256_and_changes_nothing(tmp_
 
 
 def test_verify_after_stage_reports_the_kit_and_exits_1_when_it_is_changed_or_gone(tmp_path, kit):
-    """The user's order: `stage`, then `verify` before `launch`. Before issue 19's verify part, a
-    checkout edited on the host or removed still verified with exit 0 (only the models were read)."""
+    """The user's order: `stage`, then `verify` before `launch`. A verify that reads only the
+    models passes a checkout edited on the host or removed with exit 0."""
     inv = _fleet(tmp_path, kit, sha=kit.serve_sha256)
     build_nas_hub(tmp_path / "nas", shard_bytes=64 * 1024)
     final = tmp_path / "state" / "kits" / "kit" / kit.rev

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.errors import ExitCode, SourceError, SparkfleetError
+from sparkfleet.base.errors import ExitCode, SourceError, SparkfleetError
 from sparkfleet.stage.fanout import tree_position, tree_rounds, tree_sources
 from sparkfleet.stage.peerserve import DaemonSpec, serve
 from sparkfleet.stage.transport import SECRET_ENV, PeerMiss, PeerSource, resolve_transport

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.procs import boot_id, process_state, start_ticks
+from sparkfleet.base.procs import boot_id, process_state, start_ticks
 from sparkfleet.stage import peerserve
 from sparkfleet.stage.peerserve import OWNER_FILE, PRIVATE_PREFIX, sweep_leftovers
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 
 
 @pytest.fixture
@@ -92,6 +92,7 @@ def test_usage_errors_are_clear(demo, args, message):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_demo_command_runs_end_to_end(tmp_path):
     env = {**os.environ, "TERM": "dumb"}
     proc = subprocess.run(

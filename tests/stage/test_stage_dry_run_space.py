@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import write_demo_fleet
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import ExitCode
 
 
 def run(*args: str):
@@ -88,6 +88,7 @@ def test_dry_run_counts_the_repairs_it_can_know_and_says_what_only_reading_tells
     assert repaired == 2  # the one known wrong, and the one only reading found
 
 
+@pytest.mark.slow
 def test_fanout_dry_run_on_a_complete_tree_reads_nothing_from_the_nas(tmp_path):
     """"to copy 0 (0 B)" beside "dgx1: from NAS 8 files (11.3 MiB)" on a complete tree."""
     demo = write_demo_fleet(tmp_path, shard_bytes=256 * 1024)

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 from stage_helpers import weights_request
 
+from sparkfleet.base.errors import ExitCode, SparkfleetError
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import ExitCode, SparkfleetError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
 
 pytestmark = pytest.mark.timeout(120)

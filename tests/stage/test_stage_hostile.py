@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 from stage_helpers import weights_request
 
+from sparkfleet.base.errors import ExitCode, SourceError
 from sparkfleet.cli import main
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO
-from sparkfleet.errors import ExitCode, SourceError
-from sparkfleet.hubcache import parse_repo_spec
+from sparkfleet.facts.hubcache import parse_repo_spec
 from sparkfleet.stage import execute
 from sparkfleet.stage.plan import StageRequest
 

@@ -10,7 +10,7 @@ import pytest
 from stage_helpers import all_links_resolve_inside, drafter_request, weights_request
 
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
 
 

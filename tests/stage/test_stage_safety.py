@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from stage_helpers import drafter_request, weights_request
 
-from sparkfleet import atomic
+from sparkfleet.base import atomic
+from sparkfleet.base.errors import LockBusyError, SourceError, SpaceError
+from sparkfleet.base.lock import hub_lock
 from sparkfleet.demo.hubfixture import WEIGHTS_REPO, build_nas_hub
-from sparkfleet.errors import LockBusyError, SourceError, SpaceError
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute
-from sparkfleet.stage.lock import hub_lock
 from sparkfleet.stage.plan import StageRequest
 
 
@@ -146,6 +146,7 @@ class _Crash(BaseException):
     """Stands in for kill -9 at a chosen write: nothing after it runs."""
 
 
+@pytest.mark.slow
 def test_crash_after_every_write_converges(nas, local, monkeypatch):
     """Interrupt the run after its n-th durable write for every n; each rerun must converge."""
     requests = [weights_request(nas, local), drafter_request(nas, local)]

@@ -16,11 +16,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from sparkfleet.base.digests import WINDOW, sample_offsets
+from sparkfleet.base.errors import ExitCode
 from sparkfleet.cli import main
 from sparkfleet.demo.fleet import WEIGHTS_REPO, write_demo_fleet
-from sparkfleet.digests import WINDOW, sample_offsets
-from sparkfleet.errors import ExitCode
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 
 
 def run(*args: str):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from stage_helpers import drafter_request, tree_state, weights_request
 
+from sparkfleet.base.digests import WINDOW, sample_offsets
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, EMBED_FILE, WEIGHTS_REPO
-from sparkfleet.digests import WINDOW, sample_offsets
-from sparkfleet.hubcache import repo_folder
+from sparkfleet.facts.hubcache import repo_folder
 from sparkfleet.stage import execute, staged
 
 

@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sparkfleet import inventory
 from sparkfleet.demo.fleet import DEMO_LANE, DemoFleet, write_demo_fleet
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
 from sparkfleet.stage import execute
 from sparkfleet.stage.targets import requests_for_host

@@ -150,9 +150,9 @@ def rooms(g: dict[str, set[str]], package: str) -> dict[str, set[str]]:
     """The graph one level down: each sub-package of `package` (a folder) and each top-level module
     is one room, and room A -> room B when any module of A imports any module of B.
 
-    Why: a house with no module circle can still have two folders that import each other
-    (images/load -> launch/recipe while launch/plan -> images/record): then neither folder stands
-    above the other, and the drawing shows an arrow running back up.
+    Why: a house with no module circle can still have two folders that import each other (a
+    module of A imports one of B while another module of B imports one of A): then neither folder
+    stands above the other, and the drawing shows an arrow running back up.
     """
 
     def room(mod: str) -> str:

@@ -1,4 +1,4 @@
-"""Compare a kit's `docker create` flags with the `docker run` argv sparkfleet renders (issue 19).
+"""Compare a kit's `docker create` flags with the `docker run` argv sparkfleet renders.
 
 A kit writes `--key=value` (portable_node.py); sparkfleet's argv lists write `--key value`. Both
 are read into (flag, value) pairs here, so a test can ask "does ours carry every flag the kit's

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkfleet.base.http import free_port  # noqa: F401  (the tests' one way to a free port)
 from sparkfleet.demo.hubfixture import DRAFTER_REPO, WEIGHTS_REPO
 
 try:
@@ -235,7 +236,7 @@ def repo_fleet(root: Path, digest: str = STAND_IN_DIGEST) -> Path:
 def serve_demo_lane(inv) -> list[int]:
     """The demo lane staged on its hosts and launched (process runtime, no canary), as a previous
     `sparkfleet demo` leaves it serving: its ranks' PIDs, each checked alive. The caller stops it."""
-    from sparkfleet import procs
+    from sparkfleet.base import procs
     from sparkfleet.demo.fleet import DEMO_LANE
     from sparkfleet.launch import lane as lanes
     from sparkfleet.stage import execute
@@ -247,3 +248,33 @@ def serve_demo_lane(inv) -> list[int]:
     pids = [r.pid for r in lanes.status(inv, DEMO_LANE).ranks]
     assert len(pids) == 2 and all(procs.group_members(p) for p in pids)
     return pids
+
+
+def demo_recipe(
+    hosts: list[str], port: int, extra_args: str = "", ready_s: float = 30, bind="127.0.0.1"
+) -> str:
+    """A local lane's recipe whose engine is sparkfleet's demo OpenAI server, run as a process."""
+    return f"""
+[lane]
+hosts = {hosts!r}
+
+[world]
+tp = {len(hosts)}
+
+[launch]
+runtime = "process"
+port = {port}
+served_model_name = "deepseek-v4.1-flash"
+fabric = "none"
+command = ["{sys.executable}", "-m", "sparkfleet.demo.openai_server",
+           "--host", "{bind}", "--port", "{{port}}",
+           "--served-model-name", "{{served_model_name}}", "--boot-delay", "0.6",
+           "--signature", "Load weight end. type=demo, elapsed=0.42 s",
+           "--signature", "RoCEnante ready: world={len(hosts)}" {extra_args}]
+ready_signatures = ["RoCEnante ready: world={len(hosts)}", "The server is fired up and ready to roll!"]
+receipt_roots = ["/cache/ds41-backend-attestation", "/cache/ds41-combined-ready"]
+[launch.timeouts]
+ready_s = {ready_s}
+poll_s = 0.2
+stop_s = 5
+""" + MODELS.replace('exclude = ["page15/*"]', 'exclude = ["page15/*"]')

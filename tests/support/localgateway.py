@@ -4,14 +4,13 @@ The lane's server (`sparkfleet.demo.openai_server`) is started directly with the
 loopback port; the inventory names one host at 127.0.0.1 (a LocalHost: `gateway up` installs the
 key through the real agent, locally) whose lane has that port and a `[gateway]` table. The gateway
 and the lane are stopped in the fixture's teardown even when the test fails. For tests that attack
-the gateway itself (its paths, its keys), where the netns fleet of tests/launch/test_gateway.py
+the gateway itself (its paths, its keys), where the netns fleet of tests/serving/test_gateway.py
 would only add minutes.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -23,8 +22,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from sparkfleet import inventory
-from sparkfleet.nodecall import call_agent
+from sparkfleet.base.http import free_port
+from sparkfleet.fleet import inventory
+from sparkfleet.remote.nodecall import call_agent
 from sparkfleet.serving import gateway
 
 try:
@@ -35,12 +35,6 @@ except ImportError:  # tests/ imported as a package
 MODEL = "deepseek-v4.1-flash"
 LANE = "gw-lane"
 HOST = "gw1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

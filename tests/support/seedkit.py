@@ -1,6 +1,6 @@
 """The EXL3 kit's kernel-cache seed, stood in for (CI has no network): a kit checkout, its lock, a tar.
 
-Shared by tests/launch/test_cache_seed.py and tests/adversarial/test_hostile_cache_seed.py: a real
+Shared by tests/fleet/test_cache_seed.py and tests/adversarial/test_hostile_cache_seed.py: a real
 git checkout of a stand-in kit holding recipe-lock.json (pinning a small kernel-cache.tar in the
 kit's format) and a portable_node.py whose CACHE_ROOTS is the kit's own line; images holding the
 tar, loaded into a dockerd in a network namespace; and a store whose tar was already copied out
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import inventory
-from sparkfleet.cacheseed import CacheSeed
-from sparkfleet.inventory import state_dir_of
-from sparkfleet.jsonable import to_jsonable
-from sparkfleet.launch import agent
+from sparkfleet.base.jsonable import to_jsonable
+from sparkfleet.fleet import inventory
+from sparkfleet.fleet.cacheseed import CacheSeed
+from sparkfleet.fleet.inventory import state_dir_of
+from sparkfleet.lane.recipe import launch_recipe
+from sparkfleet.lane.spec import LaunchSpec, cache_seed_of
 from sparkfleet.launch.plan import node_facts, probe_request
-from sparkfleet.launch.recipe import launch_recipe
-from sparkfleet.launch.spec import LaunchSpec, cache_seed_of
+from sparkfleet.node import agent
 from support.engines import Dockerd, docker_archive, engines_skip_reason, layer_tar
 from support.kitrepo import git, make_kit_repo
 from support.lanefleet import repo_fleet
@@ -171,9 +171,9 @@ def lane_seed(inv: inventory.Inventory, engine: str, image: str) -> CacheSeed:
 def probe_seed(inv: inventory.Inventory, seed: CacheSeed, make: bool):
     """The agent's own probe for dgx1, asking only about the cache seed (as launch or doctor)."""
     req = probe_request(inv, launch_recipe(inv, LANE), inv.host("dgx1"))
-    req.update(models=[], ports=[], memory=False, kits={}, display=None)
-    req["cache_seed"] = {**to_jsonable(seed), "prepare": make}
-    return node_facts("dgx1", agent.probe(req))
+    req = dataclasses.replace(req, models=[], ports=[], memory=False, kits=None, display=None,
+                              cache_seed=to_jsonable(seed))  # fmt: skip
+    return node_facts("dgx1", agent.probe(req.preparing_seed() if make else req))
 
 
 def image_archive(tmp: Path, asset: bytes, tag: str) -> tuple[Path, str]:

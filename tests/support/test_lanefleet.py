@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from sparkfleet import inventory
+from sparkfleet.fleet import inventory
 from support.fleetnet import NetnsHost
 from support.lanefleet import MODELS, SSH_ANY_HOST, lane_recipe, netns_fields, use_ssh, write_fleet
 
@@ -55,7 +55,7 @@ def test_netns_glue_names_every_field_and_points_sparkfleet_at_the_config(tmp_pa
     assert os.environ["SPARKFLEET_REMOTE"] == "env X=1 sparkfleet" and "SPARKFLEET_HOST" not in os.environ
 
 
-FORMER_WRITERS = ("launch/launch_fleet.py", "engram/engram_helpers.py", "bench/bench_fleet.py",
+FORMER_WRITERS = ("support/launch_fleet.py", "engram/engram_helpers.py", "bench/bench_fleet.py",
                   "nix/test_fleet_lib.py", "support/stagefleet.py")  # fmt: skip
 GLUE = {
     "the any-host ssh_config": re.compile(re.escape('"Host *\\n  StrictHostKeyChecking no')),

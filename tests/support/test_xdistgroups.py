@@ -45,6 +45,7 @@ def test_the_group_is_read_from_the_modules_mark(tmp_path):
     assert module_group(tmp_path / "missing.py") is None
 
 
+@pytest.mark.slow
 def test_a_grouped_module_runs_on_one_worker_the_rest_spread(tmp_path):
     pytest.importorskip("xdist")
     (tmp_path / "test_a.py").write_text(GROUPED)

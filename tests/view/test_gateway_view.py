@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from sparkfleet import apikeys, inventory
 from sparkfleet.demo.openai_server import FakeLaneServer, parse_args
+from sparkfleet.facts import apikeys
+from sparkfleet.fleet import inventory
 from sparkfleet.serving.front import paths as front_paths
 from sparkfleet.serving.gateway import KEY_NAME
 from sparkfleet.view.gatewaylog import access_counts, gateway_view

@@ -7,8 +7,8 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
-from sparkfleet.launch.hostread import StagedPin
-from sparkfleet.launch.watchstate import WatchState
+from sparkfleet.node.hostread import StagedPin
+from sparkfleet.ops.watchstate import WatchState
 from sparkfleet.view.page import render
 from sparkfleet.view.snapshot import (
     BenchFigures,

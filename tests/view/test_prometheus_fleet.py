@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,11 +26,12 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from sparkfleet import inventory
+from sparkfleet.base.http import free_port
 from sparkfleet.cli import main as cli
 from sparkfleet.demo.hubfixture import build_nas_hub
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch import records
+from sparkfleet.node import records
 from sparkfleet.view.targets import JOBS
 from support.lanefleet import MODELS, netns_fields, use_ssh, write_fleet
 
@@ -70,12 +70,6 @@ stop_s = 5
 [view]
 reference_tps = 35.0
 """ + MODELS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str, timeout: float = 10) -> dict:

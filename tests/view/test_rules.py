@@ -23,6 +23,7 @@ def _alerts(text: str) -> list[str]:
 
 
 @needs_promtool
+@pytest.mark.system
 def test_promtool_checks_the_rules():
     done = subprocess.run([PROMTOOL, "check", "rules", str(rules_path())], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -30,6 +31,7 @@ def test_promtool_checks_the_rules():
 
 
 @needs_promtool
+@pytest.mark.system
 def test_promtool_unit_tests_pass(tmp_path):
     cases = tmp_path / "rules-test.yml"
     cases.write_text(CASES.read_text().replace("  - RULES\n", f"  - {rules_path()}\n"))
@@ -39,6 +41,7 @@ def test_promtool_unit_tests_pass(tmp_path):
 
 
 @needs_promtool
+@pytest.mark.system
 def test_a_rule_that_fires_on_a_stopped_lane_fails_the_unit_tests(tmp_path):
     """The cases can fail: LaneDown without its `wanted` term fires on a lane the operator stopped."""
     broken = tmp_path / "rules.yml"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from sparkfleet.launch import watchstate
-from sparkfleet.supervisor import ProbeResult, Supervisor, WatchSettings
+from sparkfleet.ops import watchstate
+from sparkfleet.ops.supervisor import ProbeResult, Supervisor, WatchSettings
 
 
 class Clock:
@@ -60,7 +60,7 @@ def test_a_teller_that_raises_never_stops_the_watching(tmp_path):
 
 def test_a_dead_writer_reads_as_nobody_watching(tmp_path):
     """The file of a watch that died stays on disk; the view must not show the lane as watched."""
-    code = ("import sys; from pathlib import Path; from sparkfleet.launch import watchstate; "
+    code = ("import sys; from pathlib import Path; from sparkfleet.ops import watchstate; "
             "watchstate.record(Path(sys.argv[1]), 'lane', 'watching', (1, 0, 0), True, 0.5)")  # fmt: skip
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=60)
     assert watchstate.watch_path(tmp_path, "lane").is_file()

@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from sparkfleet import inventory
 from sparkfleet.demo.fleet import DEMO_LANE, write_demo_fleet
+from sparkfleet.fleet import inventory
 from sparkfleet.launch import lane as lanes
-from sparkfleet.launch import records
+from sparkfleet.node import records
 from sparkfleet.view.metrics import METRICS
 from sparkfleet.view.refresh import Refresher
 from sparkfleet.view.server import serve

@@ -21,7 +21,7 @@ from nix.conftest import (
     requires_nix,
     requires_nixpkgs_lib,
 )
-from sparkfleet import hostfacts, inventory
+from sparkfleet.fleet import hostfacts, inventory
 from sparkfleet.view.service import parse_listen
 from sparkfleet.view.targets import rules_path, scrape_config
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ExitCode, SparkfleetError
-from ..sanitize import Secrets, clean, split_credentials
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.sanitize import Secrets, clean, split_credentials
 
 MAX_LINE_BYTES = 1 << 20  # one SSE line; a real event is a few hundred bytes
 MAX_STREAM_BYTES = 64 << 20  # one streamed answer (a 32k-token answer is ~10 MB of events)
@@ -510,13 +510,13 @@ class _Dechunk:
     """
 
     def __init__(self) -> None:
-        self.raw = b""
+        self.unread = b""  # bytes received but not yet decoded (a chunk line cut in two)
         self.left = 0  # payload bytes still to come in the current chunk
         self.crlf = False  # the CRLF after a chunk's payload is still to come
         self.done = False  # the last (zero-size) chunk was seen
 
     def feed(self, data: bytes) -> bytes:
-        raw, out = self.raw + data, []
+        raw, out = self.unread + data, []
         while raw and not self.done:
             if self.left:
                 piece = raw[: self.left]
@@ -540,7 +540,7 @@ class _Dechunk:
                     raise http.client.HTTPException(f"bad chunk size {raw[:20]!r}") from None
                 raw = raw[end + 2 :]
                 self.done = self.left == 0
-        self.raw = raw
+        self.unread = raw
         return b"".join(out)
 
 

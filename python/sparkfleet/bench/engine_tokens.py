@@ -1,7 +1,7 @@
 """Prompt sizes in the engine's own tokens, from its `/tokenize` endpoint (vLLM, SGLang).
 
 Why: without the model's tokenizer.json a prompt is sized in words, and a "128-token" prompt was
-318 tokens on a real model (issue 18). An engine that offers POST /tokenize counts for us; one that
+318 tokens on a real model. An engine that offers POST /tokenize counts for us; one that
 does not leaves the prompt sized in words, and the report says so (`prompt_sizing`).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 from .client import Endpoint, post_json
 
 SIZED_LOCAL = "tokens (local tokenizer.json)"

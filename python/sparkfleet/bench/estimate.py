@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .run import BenchSettings
+    from .settings import BenchSettings
 
 SHORT_SCENARIOS = 15  # tool-eval-bench's --short: the core 15
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import SparkfleetError
-from ..jsonable import to_jsonable
+from ..base.errors import SparkfleetError
+from ..base.jsonable import to_jsonable
 from ..launch.generations import Promotion, load_all, promote
 from ..launch.lane import status
 from ..launch.report import LaneStatus
@@ -31,7 +31,7 @@ from .probes import smoke
 from .target import BenchTarget, for_lane
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 PROMOTE_SMOKE_TIMEOUT_S = 120.0
 SET_BASELINE = "set [bench] baseline or pass --first"

@@ -15,7 +15,7 @@ from . import report as reports
 from .target import for_lane
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 
 @dataclass(frozen=True)

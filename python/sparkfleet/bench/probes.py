@@ -18,7 +18,7 @@ from .metrics import RequestMetrics, ci95, measure
 from .prompts import make_prompt
 from .tokens import TokenCounter
 
-# The user's smoke checks (night shift 2026-09-27): used when no recipe declares its own.
+# The user's own smoke checks: used when no recipe declares its own.
 DEFAULT_SMOKE = (
     ("What is 127*89? Answer with the number only.", "11303"),
     ("What is 19+23? Answer with the number only.", "42"),
@@ -255,7 +255,7 @@ def client_round_trip(endpoint: Endpoint, tries: int = 9) -> float | None:
 
     Why not a one-token chat request (as before): it pays a real forward step, and so does every
     prefill; subtracting it took part of the engine's own prefill time away and read pp up to 22 %
-    above vLLM's own prefill rate (issue 18). /v1/models runs no engine step. The fastest, not the
+    above vLLM's own prefill rate. /v1/models runs no engine step. The fastest, not the
     median: noise only ever adds time. What the round trip leaves in (tokenizing, scheduling, the
     step) stays in the net figure, so it can read low, never high.
     """

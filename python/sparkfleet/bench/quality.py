@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..selfexec import module_argv
+from ..base.selfexec import module_argv
 from .relay import CountingRelay
 
 TOOL = "tool-eval-bench"
@@ -86,7 +86,7 @@ def build_argv(
     python: str | None = None,
 ) -> list[str]:
     """The exact command line; no secret is ever part of it. Without `python`: this interpreter
-    with this process's search path (sparkfleet.selfexec), where tool-eval-bench is installed."""
+    with this process's search path (sparkfleet.base.selfexec), where tool-eval-bench is installed."""
     args = [
         "run",
         "--base-url",

@@ -16,15 +16,14 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from .. import __version__
-from ..errors import SparkfleetError
-from ..units import wire_bytes
+from ..base.errors import SparkfleetError
+from ..base.units import wire_bytes
 from .client import Endpoint, chat_request, discover_model, stream_chat
 from .engine_tokens import SIZED_ENGINE, SIZED_LOCAL, SIZED_WORDS, engine_tokenizer
 from .estimate import BenchEstimate, duration, estimate, quality_left
 from .metrics import measure
 from .probes import (
     LANE_BUDGET_HINT,
-    DecodeProbe,
     DecodeProbeResult,
     SmokeOutcome,
     TableRow,
@@ -39,9 +38,10 @@ from .probes import (
     within_ceiling,
 )
 from .prompts import run_nonce
-from .quality import QualityResult, QualitySettings, run_quality
+from .quality import QualityResult, run_quality
+from .settings import BenchSettings
 from .spec_decode import SpecAccept, SpecSampler
-from .sweep import SweepLevel, SweepSettings, run_level
+from .sweep import SweepLevel, run_level
 from .target import BenchTarget
 from .tokens import TokenCounter
 
@@ -68,44 +68,6 @@ class NoProgress:
         pass
 
 
-@dataclass(frozen=True)
-class BenchSettings:
-    probe: DecodeProbe = DecodeProbe()
-    pp: tuple[int, ...] = (512, 2048)
-    tg: tuple[int, ...] = (128,)
-    depths: tuple[int, ...] = (0, 4096)
-    table_runs: int = 3  # at least 3, so every table figure has a confidence interval
-    sweep: SweepSettings = SweepSettings()
-    quality: QualitySettings | None = QualitySettings()
-    smoke: bool = True
-    is_quick: bool = False  # recorded: a --quick run is never compared with a full one unforced
-    spec_sample_s: float = 0.5  # how often the SGLang accept-length gauge is sampled
-
-    @classmethod
-    def quick(cls) -> BenchSettings:
-        """Seconds, not minutes: for demos and a first look at a fresh lane (no quality run)."""
-        return cls(
-            probe=DecodeProbe(128, 64),
-            pp=(128,),
-            tg=(32,),
-            depths=(0,),
-            table_runs=1,
-            sweep=SweepSettings(levels=(1, 2), requests_per_level=2, prompt_tokens=64, max_tokens=32),
-            quality=None,
-            is_quick=True,
-        )
-
-    @property
-    def ttft_runs(self) -> int:
-        return max(self.table_runs, 3)  # at least 3: the headline TTFT carries a CI
-
-    def steps(self, smoke_cases: int) -> int:
-        table = len(self.depths) * (len(self.pp) + len(self.tg)) * self.table_runs
-        sweep = sum(max(self.sweep.requests_per_level, c) for c in self.sweep.levels)
-        smoke = smoke_cases if self.smoke else 0
-        return 1 + smoke + 1 + self.ttft_runs + table + sweep + (1 if self.quality else 0)
-
-
 @dataclass
 class BenchRun:
     """The record a report is made of (JSON is `dataclasses.asdict` of this)."""
@@ -124,7 +86,7 @@ class BenchRun:
     weights: str = ""  # "weights from NAS on dgx2 (10 files)": the run measured a NAS-served rank
     model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    # per host: HostFingerprint.to_dict() (sparkfleet.hoststack) before and after the run
+    # per host: HostFingerprint.to_dict() (sparkfleet.remote.hoststack) before and after the run
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprints_after: dict[str, dict[str, Any]] = field(default_factory=dict)
     warmup_error: str | None = None

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..atomic import writable_dir
-from ..errors import SparkfleetError
+from ..base.atomic import writable_dir
+from ..base.errors import SparkfleetError
 from . import report as reports
 from .client import discover_model
 from .probes import LANE_BUDGET_HINT, URL_BUDGET_HINT, SmokeCase, SmokeOutcome, smoke
@@ -27,7 +27,7 @@ from .target import BenchTarget
 from .tokens import LocalTokenizer
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 WRITABLE_HINT = "pass --out DIR (e.g. --out ./reports), or run from a writable checkout (--root)"
 
@@ -47,11 +47,11 @@ def lane_fingerprinter(inv: Inventory, lane: str) -> Callable[[], dict[str, dict
     The image fingerprinted is the one the recipe launches (its pin's ref), none for a lane that
     sparkfleet does not launch.
     """
+    from ..lane.recipe import launch_recipe
     from ..launch.preflight import lane_fingerprints
-    from ..launch.recipe import launch_recipe
 
     image = None
-    if "launch" in inv.lane(lane).raw:
+    if inv.lane(lane).sections.launch is not None:
         pin = launch_recipe(inv, lane).image
         image = pin.ref if pin is not None else None
     return lambda: lane_fingerprints(inv, lane, image)

@@ -94,6 +94,9 @@ def _find_accept(doc: object, depth: int = 0) -> float | None:
     return None
 
 
+FINAL_SAMPLE_TIMEOUT_S = 15.0
+
+
 class SpecSampler:
     """Start before the measured traffic, `stop()` after it: this run's accept length, or None."""
 
@@ -107,8 +110,8 @@ class SpecSampler:
         self._thread = threading.Thread(target=self._run, name="spec-sampler", daemon=True)
         self._thread.start()
 
-    def _sample(self) -> None:
-        now = read_metrics(self.endpoint, timeout=max(self.interval_s * 4, 2.0))
+    def _sample(self, timeout_s: float | None = None) -> None:
+        now = read_metrics(self.endpoint, timeout=timeout_s or max(self.interval_s * 4, 2.0))
         if not now or SGLANG_GAUGE not in now:
             return
         if sum(now.get(SGLANG_GENERATED, [0.0])) - self._generated0 < WINDOW_TOKENS:
@@ -127,7 +130,9 @@ class SpecSampler:
 
     def stop(self) -> SpecAccept | None:
         self.close()
-        self._sample()
+        # the sample after the traffic may wait longer: nothing is timed then, and a lane still
+        # busy (or a loaded machine) answering late must not cost the run its accept length
+        self._sample(timeout_s=FINAL_SAMPLE_TIMEOUT_S)
         after = read_metrics(self.endpoint) or {}
         if VLLM_DRAFTS in after:
             drafts = sum(after[VLLM_DRAFTS]) - sum(self.before.get(VLLM_DRAFTS, [0.0]))

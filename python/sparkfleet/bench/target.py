@@ -8,6 +8,7 @@ in force (the lane's models and its launch image), the recipe's sha256 and the h
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -16,15 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SparkfleetError
-from ..hubcache import repo_folder
-from ..inventory import Inventory, Lane
-from ..sanitize import clean, split_credentials
+from ..base.errors import SparkfleetError
+from ..base.sanitize import clean, split_credentials
+from ..facts.hubcache import repo_folder
+from ..fleet.inventory import Inventory, Lane
 from .client import Endpoint
 from .probes import DEFAULT_SMOKE, DEFAULT_SMOKE_MAX_TOKENS, SmokeCase
 
 DEFAULT_PORT = 30000
 API_KEY_ENV = "SPARKFLEET_API_KEY"
+DEFAULT_URL_OUT = Path("sparkfleet-reports")  # a --url or --gateway run's reports, relative to the cwd
 
 
 @dataclass(frozen=True)
@@ -77,18 +79,11 @@ class BenchTarget:
         return Endpoint(self.url, model, self.api_key(), timeout, basic_auth=self.url_auth)
 
 
-def _section(lane: Lane, name: str) -> dict[str, Any]:
-    value = lane.raw.get(name)
-    return value if isinstance(value, dict) else {}
-
-
 def lane_url(inv: Inventory, lane: Lane) -> str:
-    bench = _section(lane, "bench")
-    if isinstance(bench.get("url"), str):
-        return bench["url"]
-    port = _section(lane, "launch").get("port", DEFAULT_PORT)
-    if not isinstance(port, int):
-        port = DEFAULT_PORT
+    url, launch = lane.sections.bench.url, lane.sections.launch
+    if url is not None:
+        return url
+    port = launch.port if launch is not None and launch.port is not None else DEFAULT_PORT
     head = inv.host(lane.hosts[0])
     return f"http://{head.address}:{port}/v1"
 
@@ -96,9 +91,9 @@ def lane_url(inv: Inventory, lane: Lane) -> str:
 def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
     """Every pin the lane runs on: its models and its launch image (value exactly as recorded)."""
     names = [m.pin for m in lane.models]
-    image = _section(lane, "launch").get("image")
-    if isinstance(image, str):
-        names.append(image)
+    launch = lane.sections.launch
+    if launch is not None and launch.image is not None:
+        names.append(launch.image)
     out = {}
     for name in names:
         pin = inv.pins.get(name)
@@ -114,11 +109,11 @@ def pins_in_force(inv: Inventory, lane: Lane) -> dict[str, dict[str, Any]]:
 
 
 def smoke_cases(lane: Lane) -> tuple[SmokeCase, ...]:
-    smoke = _section(lane, "smoke")
-    default_max = int(smoke.get("max_tokens", DEFAULT_SMOKE_MAX_TOKENS))
+    smoke = lane.sections.smoke
+    default_max = int(smoke.max_tokens if smoke.max_tokens is not None else DEFAULT_SMOKE_MAX_TOKENS)
     cases = tuple(
-        SmokeCase(c["prompt"], str(c["expect"]), int(c.get("max_tokens", default_max)))
-        for c in smoke.get("cases") or []
+        SmokeCase(c.prompt, str(c.expect), int(c.max_tokens if c.max_tokens is not None else default_max))
+        for c in smoke.cases
     )
     return cases or tuple(SmokeCase(p, e, default_max) for p, e in DEFAULT_SMOKE)
 
@@ -149,9 +144,9 @@ def staged_tokenizer(inv: Inventory, lane: Lane) -> Path | None:
 
 def head_key(inv: Inventory, name: str) -> str | None:
     """The lane's API key from its head host's key file (apikeys), read through the launch agent."""
-    from ..hosts import HostUnreachable
     from ..launch.lanekeys import lane_key
-    from ..nodecall import call_agent
+    from ..remote.hosts import HostUnreachable
+    from ..remote.nodecall import call_agent
 
     try:
         return lane_key(inv, name, call_agent)
@@ -161,10 +156,9 @@ def head_key(inv: Inventory, name: str) -> str | None:
 
 def for_lane(inv: Inventory, name: str) -> BenchTarget:
     lane = inv.lane(name)
-    bench = _section(lane, "bench")
-    thresholds = Thresholds(**{k: float(v) for k, v in (bench.get("thresholds") or {}).items()})
-    quality = bench.get("quality") if isinstance(bench.get("quality"), dict) else {}
-    request_s = quality.get("request_timeout_s")
+    bench = lane.sections.bench
+    thresholds = Thresholds(**{k: float(v) for k, v in bench.thresholds.items()})
+    request_s = bench.quality.request_timeout_s
     creds = split_credentials(lane_url(inv, lane))  # a [bench] url may carry user:pass@
     return BenchTarget(
         url=creds.url,
@@ -175,13 +169,13 @@ def for_lane(inv: Inventory, name: str) -> BenchTarget:
         recipe_sha256=hashlib.sha256(lane.recipe_path.read_bytes()).hexdigest(),
         reports_dir=lane.recipe_path.parent / "reports",
         smoke=smoke_cases(lane),
-        baseline=bench.get("baseline"),
+        baseline=bench.baseline,
         thresholds=thresholds,
-        api_key_env=bench.get("api_key_env", API_KEY_ENV),
+        api_key_env=bench.api_key_env if bench.api_key_env is not None else API_KEY_ENV,
         tokenizer=staged_tokenizer(inv, lane),
         weights=serving_weights(inv, lane.name),
-        key_loader=None if isinstance(bench.get("url"), str) else functools.partial(head_key, inv, name),
-        quality_skip=clean(str(quality["skip"])) if quality.get("skip") else None,
+        key_loader=None if bench.url is not None else functools.partial(head_key, inv, name),
+        quality_skip=clean(str(bench.quality.skip)) if bench.quality.skip else None,
         quality_request_timeout_s=float(request_s) if _positive(request_s) else None,
     )
 
@@ -211,8 +205,8 @@ def for_gateway(
 
 def serving_weights(inv: Inventory, lane: str) -> str:
     """What the lane's serving generation recorded about NAS-bound weights ("" when all local)."""
+    from ..lane.weights import weights_note
     from ..launch.generations import current
-    from ..launch.weights import weights_note
 
     gen = current(inv.root, lane)
     return weights_note((gen or {}).get("nas_weights"))
@@ -229,3 +223,30 @@ def for_url(url: str, out: Path | None) -> BenchTarget:
     if not url.endswith("/v1"):
         url += "/v1"
     return BenchTarget(url=url, reports_dir=out, url_auth=creds.basic_auth)
+
+
+def pick_target(
+    inventory: Callable[[], Inventory],
+    lane: str | None,
+    url: str | None,
+    out: Path | None,
+    gateway: bool = False,
+    on_event: Callable[[str], None] = lambda _m: None,
+) -> BenchTarget:
+    """What `smoke` or `bench` points at: the running gateway, a URL, or a lane (exactly one;
+    `inventory` is read only for a lane). `out`: the report folder instead of the target's own."""
+    if gateway:
+        if lane or url:
+            raise SparkfleetError("--gateway takes no LANE or --url", hint="sparkfleet bench --gateway")
+        from ..serving.gateway import state_dir_in_force
+
+        return for_gateway(state_dir_in_force(), out or DEFAULT_URL_OUT, on_event)
+    if bool(lane) == bool(url):
+        raise SparkfleetError(
+            "name a LANE or give --url (exactly one)",
+            hint="e.g. `sparkfleet bench dsv41-flash-exl3-2x` or `--url http://127.0.0.1:30000/v1`",
+        )
+    if url:
+        return for_url(url, out or DEFAULT_URL_OUT)
+    target = for_lane(inventory(), lane or "")
+    return dataclasses.replace(target, reports_dir=out) if out is not None else target

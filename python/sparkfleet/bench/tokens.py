@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 from .client import StreamResult
 
 CONTINUOUS = "continuous_usage"

@@ -2,7 +2,7 @@
 
 Commands parse arguments, call a core function, and render the record it returns (text or
 `--json`). They hold no logic of their own. A `SparkfleetError` is printed without a
-traceback and becomes the exit code (sparkfleet.errors.ExitCode); with `--json` it is printed
+traceback and becomes the exit code (sparkfleet.base.errors.ExitCode); with `--json` it is printed
 as a JSON object on stdout instead, so a script piping `--json` never reads an empty document.
 
 Conventions every verb gets from the group: `-h`/`--help`, defaults shown as `[default: …]`,
@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import ExitCode, SparkfleetError, from_os_error
+from ..base.errors import ExitCode, SparkfleetError, from_os_error
 
 # (module under sparkfleet.cli, verb): each verb is the module attribute of the same name.
 COMMANDS: list[tuple[str, str]] = [
@@ -32,9 +32,9 @@ COMMANDS: list[tuple[str, str]] = [
     ("stage", "stage"),
     ("stage", "verify"),
     ("demo", "demo"),
-    ("launch", "env"), ("launch", "manifest"), ("launch", "launch"), ("launch", "stop"),
-    ("launch", "status"), ("launch", "logs"), ("launch", "doctor"), ("launch", "agent"),
-    ("bench", "smoke"), ("bench", "bench"), ("bench", "report"),
+    ("launch", "env"), ("launch", "manifest"), ("launch", "launch"), ("lanestate", "stop"),
+    ("lanestate", "status"), ("lanestate", "logs"), ("launch", "doctor"), ("launch", "agent"),
+    ("bench", "smoke"), ("bench", "bench"), ("report", "report"),
     ("engram", "engram"),
     ("roofline", "roofline"), ("roofline", "measure"),
     ("image", "image"),

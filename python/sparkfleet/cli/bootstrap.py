@@ -1,4 +1,4 @@
-"""`sparkfleet bootstrap HOST`: prepare a DGX OS host for `deploy .#HOST` (see sparkfleet.bootstrap)."""
+"""`sparkfleet bootstrap HOST`: prepare a DGX OS host for `deploy .#HOST` (see sparkfleet.ops.bootstrap)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
+from .options import JSON
 from .render import echo_json, load_inventory
 
 
@@ -29,7 +30,7 @@ def _absolute_or_empty(value: str) -> str:
     callback=lambda ctx, param, value: _absolute_or_empty(value),
     help="Treat this directory on the host as / (tests against emulated hosts).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as_json: bool) -> None:
     """Make HOST deployable: Nix on the ssh PATH, the deploy user trusted, flakes on, sudo finding nix-env.
@@ -39,8 +40,8 @@ def bootstrap(ctx: click.Context, host: str, dry_run: bool, root_prefix: str, as
       sparkfleet bootstrap dgx2 --dry-run     # real fleet: a DGX OS host
       sparkfleet bootstrap dgx2 --json        # real fleet
     """
-    from ..bootstrap import bootstrap as do_bootstrap
-    from ..hosts import connect
+    from ..ops.bootstrap import bootstrap as do_bootstrap
+    from ..remote.hosts import connect
 
     inv = load_inventory(ctx)
     h = inv.host(host)
@@ -80,7 +81,7 @@ def _lane_keys(inv, host: str) -> dict[str, str]:
     """Each lane on HOST gets its API key there (needs sparkfleet on the host: after `deploy`, the
     launch installs it anyway)."""
     from ..launch.lanekeys import install_for_host
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
 
     return install_for_host(inv, host, call_agent)
 
@@ -89,9 +90,9 @@ def _fleet_ca(runner, prefix: str) -> list:
     """With $SPARKFLEET_REGISTRY set and a fleet CA made (docs/images.md), trust it on the host."""
     import os
 
-    from ..bootstrap import trust_changes
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry import read_ca_cert
+    from ..ops.bootstrap import trust_changes
 
     registry = os.environ.get("SPARKFLEET_REGISTRY")
     if not registry:

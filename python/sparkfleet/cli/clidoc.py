@@ -17,8 +17,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import EXIT_MEANINGS
-from ..schemadoc import emit
+from ..base.errors import EXIT_MEANINGS
+from ..fleet.schemadoc import emit
 from . import COMMANDS
 from . import main as sparkfleet
 

@@ -14,18 +14,20 @@ from typing import Any
 
 import click
 
-from .. import inventory
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.selfexec import module_argv
 from ..demo.fleet import DEMO_LANE, claim_workdir, clear_workdir, write_demo_fleet
 from ..engram import pack as engram_pack
-from ..errors import ExitCode, SparkfleetError
-from ..inventory import state_dir_of
-from ..selfexec import module_argv
+from ..fleet import inventory
+from ..fleet.inventory import state_dir_of
+from ..roofline.stagebound import staging_bound_of_run
 from ..stage import execute
+from ..stage.local import with_io_bound
 from ..stage.targets import requests_for_host
 from ..stage.verify import verify_note
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes
-from .stage import print_stage_run, with_io_bound
+from .stagelines import print_stage_run
 from .values import WRITABLE_DIR
 
 
@@ -50,7 +52,7 @@ def _stage_host(inv, host: str, jobs: int, log: DemoLog, name: str) -> bool:
     bar = RichStageProgress() if wants_bar(log.as_json) else None
     with bar if bar else contextlib.nullcontext():
         run = execute.stage(requests, jobs=jobs, reserve_bytes=inv.host(host).reserve_bytes, progress=bar)
-    summary = with_io_bound(run.as_dict(), requests, state_dir_of(inv.host(host)))
+    summary = with_io_bound(run.to_dict(), requests, state_dir_of(inv.host(host)), staging_bound_of_run)
     if not log.as_json:
         print_stage_run(summary, prefix="  ")
     return log.step(name, run.ok, host=host, run=summary)
@@ -106,7 +108,7 @@ def _clear_previous(workdir: Path, fresh: bool, log: DemoLog) -> None:
     """Take `workdir` for the demo (refused, changing nothing, unless it is new, empty or carries the
     demo's marker), stop the lanes a previous demo there still runs (by its records), and with
     `fresh` empty it."""
-    from ..launch.demo import stop_previous_demo
+    from ..demo.lane import stop_previous_demo
 
     claim_workdir(workdir)
     for r in stop_previous_demo(workdir):
@@ -169,7 +171,7 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> No
         ok &= _stage_host(inv, lane.hosts[0], 2, log, f"rerun stage {lane.hosts[0]}")
         verified = []
         for host in lane.hosts:
-            reports = [r.as_dict() for r in execute.verify(requests_for_host(inv, host, DEMO_LANE))]
+            reports = [r.to_dict() for r in execute.verify(requests_for_host(inv, host, DEMO_LANE))]
             for r in reports:
                 log.say(f"verify {host} {r['repo']}: links ok: {r['links_ok']}, dangling: {r['dangling']}, "
                         f"mismatches: {r['mismatches']}, missing: {r['missing']}")  # fmt: skip
@@ -186,9 +188,9 @@ def demo(workdir: Path | None, fresh: bool, shard_mib: int, as_json: bool) -> No
                 f"engram pack {host}: rank {packed.rank} of {packed.world}, {packed.action}, "
                 f"{len(packed.written)} files ({human_bytes(packed.written_bytes)}) → {packed.out_dir}"
             )
-            log.step(f"engram pack {host}", True, result=packed.as_dict())
-        if ok:  # serve the staged lane with the process runtime and show readiness (launch/demo.py)
-            from ..launch.demo import run_demo_launch
+            log.step(f"engram pack {host}", True, result=packed.to_dict())
+        if ok:  # serve the staged lane with the process runtime and show readiness (demo/lane.py)
+            from ..demo.lane import run_demo_launch
 
             log.say(f"launch {DEMO_LANE} (process runtime):")
             up = run_demo_launch(inv, DEMO_LANE, log.say, while_up=lambda: _smoke_and_bench(fleet.root, log))

@@ -7,10 +7,11 @@ import sys
 
 import click
 
+from ..base.errors import ExitCode
 from ..engram import layouts as core
 from ..engram.verify import verify as verify_packs
-from ..errors import ExitCode
-from ..inventory import GIB
+from ..fleet.inventory import GIB
+from .options import JSON
 from .progress import RichStageProgress, wants_bar
 from .render import echo_json, human_bytes, load_inventory
 from .values import SIZE_GIB
@@ -56,7 +57,7 @@ def _source_line(source: dict) -> str:
     "--reserve-gib", type=SIZE_GIB, show_default="the host's reserve_gib", help="Free space to leave."
 )
 @click.option("--here", is_flag=True, help="Pack on this machine (what HOST runs when asked over ssh).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> None:
     """Pack HOST's rows of LANE's engram tables (skipped when its receipt matches and the packs verify).
@@ -105,7 +106,7 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> N
         bar = RichStageProgress() if wants_bar(as_json) else None
         with bar if bar else contextlib.nullcontext():
             result = core.pack(inv, lane, host, force=force, full=full, reserve_bytes=reserve, progress=bar)
-        doc = result.as_dict()
+        doc = result.to_dict()
     if as_json:
         echo_json(doc)
         return
@@ -125,7 +126,7 @@ def pack(ctx, lane, host, force, full, dry_run, reserve_gib, here, as_json) -> N
 @click.argument("lane")
 @click.argument("host")
 @click.option("--full", is_flag=True, help="sha256 of every byte, not size + header + sampled digest.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def verify(ctx, lane, host, full, as_json) -> None:
     """Check HOST's packs for LANE against their receipt and the lane's tables; exit 1 (shortfall) if not.
@@ -137,7 +138,7 @@ def verify(ctx, lane, host, full, as_json) -> None:
     """
     report = verify_packs(load_inventory(ctx), lane, host, full=full)
     if as_json:
-        echo_json(report.as_dict())
+        echo_json(report.to_dict())
     else:
         click.echo(
             f"{lane} on {host}: rank {report.rank} of {report.world}, "

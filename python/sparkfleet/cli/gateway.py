@@ -7,27 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..errors import ExitCode
-from ..serving.gateway import STATE_ENV, default_state_dir
+from ..base.errors import ExitCode
+from ..base.paths import gateway_state_dir
+from .options import JSON, READS_STATE, WRITES_STATE
 from .render import echo_json, load_inventory
-from .values import POSITIVE_SECONDS, WRITABLE_DIR
-
-
-def state_option(writes: bool):
-    """--state-dir: a folder the verb writes into (refused unless it can be), or, for a verb that
-    only reads it, one that exists (a mistyped state dir is not a gateway "not running")."""
-    return click.option(
-        "--state-dir",
-        type=WRITABLE_DIR if writes else click.Path(exists=True, file_okay=False, path_type=Path),
-        envvar=STATE_ENV,
-        show_envvar=True,
-        default=None,
-        show_default="$SPARKFLEET_STATE_DIR/gateway",
-        help="The gateway's key (0600), config, record and log.",
-    )
-
-
-WRITES_STATE, READS_STATE = state_option(writes=True), state_option(writes=False)
+from .values import POSITIVE_SECONDS
 
 
 @click.group("gateway")
@@ -41,7 +25,7 @@ def gateway() -> None:
 @click.option("--wait", "wait_s", type=POSITIVE_SECONDS, default=60.0, show_default=True,
               help="Seconds to wait.")  # fmt: skip
 @WRITES_STATE
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def up(
     ctx: click.Context, port: int, bind: str, wait_s: float, state_dir: Path | None, as_json: bool
@@ -62,14 +46,14 @@ def up(
       sparkfleet gateway down
       sparkfleet gateway up --port 8080 --json
     """
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
     from ..serving.gateway import up as do_up
 
     def event(msg: str) -> None:
         if not as_json:
             click.echo(f"· {msg}", err=True)
 
-    st = do_up(load_inventory(ctx), state_dir or default_state_dir(), call_agent, bind=bind, port=port,
+    st = do_up(load_inventory(ctx), state_dir or gateway_state_dir(), call_agent, bind=bind, port=port,
                wait_s=wait_s, on_event=event)  # fmt: skip
     if as_json:
         echo_json(st)
@@ -98,7 +82,7 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None, as_jso
       sparkfleet gateway run --port 18081 --json   # until Ctrl-C
       SPARKFLEET_GATEWAY_STATE=/var/lib/sparkfleet/gateway sparkfleet gateway run   # real fleet: its unit
     """
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
     from ..serving.gateway import run as do_run
 
     events: list[str] = []
@@ -112,13 +96,13 @@ def run(ctx: click.Context, port: int, bind: str, state_dir: Path | None, as_jso
         if as_json:
             echo_json({**st, "events": events})
 
-    do_run(load_inventory(ctx), state_dir or default_state_dir(), call_agent, bind=bind, port=port,
+    do_run(load_inventory(ctx), state_dir or gateway_state_dir(), call_agent, bind=bind, port=port,
            on_event=event, on_start=starting)  # fmt: skip
 
 
 @gateway.command("status")
 @READS_STATE
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def status(state_dir: Path | None, as_json: bool) -> None:
     """Is the gateway running, on which port and policy, and which model ids it serves.
 
@@ -129,7 +113,7 @@ def status(state_dir: Path | None, as_json: bool) -> None:
     """
     from ..serving.gateway import status as do_status
 
-    st = do_status(state_dir or default_state_dir())
+    st = do_status(state_dir or gateway_state_dir())
     if as_json:
         echo_json(st)
     elif not st["running"]:
@@ -146,7 +130,7 @@ def status(state_dir: Path | None, as_json: bool) -> None:
 
 @gateway.command("down")
 @READS_STATE
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def down(state_dir: Path | None, as_json: bool) -> None:
     """Stop the gateway `up` started (its recorded process only).
 
@@ -157,7 +141,7 @@ def down(state_dir: Path | None, as_json: bool) -> None:
     """
     from ..serving.gateway import down as do_down
 
-    stopped = do_down(state_dir or default_state_dir())
+    stopped = do_down(state_dir or gateway_state_dir())
     if as_json:
         echo_json({"stopped": stopped})  # False: none was running
         return

@@ -8,13 +8,11 @@ import traceback
 
 import click
 
-from ..errors import ExitCode, SparkfleetError
-from .launch import REPLICA
+from ..base.errors import ExitCode, SparkfleetError
+from .options import JSON, REPLICA
 from .progress import Heartbeat, wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS, SECONDS
-
-JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 def _event(msg: str) -> None:
@@ -89,12 +87,12 @@ def watch(
       sparkfleet watch demo-exl3-2x        # until Ctrl-C
       sparkfleet watch demo-exl3-2x --interval 10 --probes 3 --json
     """
-    from ..launch.replicas import replica_inventory
-    from ..supervisor import watch_lane, watch_settings
+    from ..lane.replicas import replica_inventory
+    from ..ops.supervisor import watch_lane, watch_settings
 
     inv = replica_inventory(load_inventory(ctx), lane, replica)  # one copy per watch (its own unit)
     settings = watch_settings(
-        inv.lane(lane).raw, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
+        inv.lane(lane).sections, interval_s=interval, latency_s=latency, max_restarts=max_restarts,
         window_s=window, backoff_s=backoff,
     )  # fmt: skip
     heart = Heartbeat(wants_bar(as_json))

@@ -9,8 +9,8 @@ import click
 from rich.console import Console
 from rich.progress import DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
-from ..errors import ExitCode
-from .launch import REPLICA
+from ..base.errors import ExitCode
+from .options import JSON, REPLICA, registry_options
 from .progress import wants_bar
 from .render import echo_json, load_inventory
 from .values import POSITIVE_SECONDS
@@ -38,7 +38,7 @@ def image() -> None:
     "--jobs", type=click.IntRange(min=1), default=4, show_default=True, help="Hosts loading at once."
 )
 @REPLICA
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def load(
     ctx: click.Context, lane: str, source: Path, dry_run: bool, timeout: float, jobs: int, replica: int,
@@ -52,8 +52,8 @@ def load(
       sparkfleet image load dsv41-flash-4x-aiden --dry-run --json   # real fleet
     """
     from ..images.load import load as do_load
-    from ..launch.recipe import launch_recipe
-    from ..launch.replicas import replica_inventory
+    from ..lane.recipe import launch_recipe
+    from ..lane.replicas import replica_inventory
 
     def event(msg: str) -> None:
         if not as_json:
@@ -94,39 +94,6 @@ def load(
         sys.exit(ExitCode.SHORTFALL)
 
 
-def registry_options(fn):
-    """--registry HOST:PORT, --cert-dir (the fleet CA) and --push-auth (the push login), shared by
-    `image push` and `release cut`. A cert dir or login that is named must be there: one that is
-    not was otherwise noticed only after the generation and the push record were read."""
-    fn = click.option(
-        "--push-auth", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        envvar="SPARKFLEET_REGISTRY_AUTH",
-        show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/push-auth.json",
-        help="The push login `registry init` wrote (0600; it names the push address too).",
-    )(fn)  # fmt: skip
-    fn = click.option(
-        "--cert-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-        envvar="SPARKFLEET_REGISTRY_CERTS",
-        show_envvar=True, default=None, show_default="$SPARKFLEET_STATE_DIR/registry/ca",
-        help="Directory holding the fleet CA (ca.crt) the registry's certificate is signed by.",
-    )(fn)  # fmt: skip
-    return click.option(
-        "--registry", "address", envvar="SPARKFLEET_REGISTRY", show_envvar=True, required=True,
-        help="The fleet registry hosts pull from, HOST:PORT (docs/images.md).",
-    )(fn)  # fmt: skip
-
-
-def make_registry(address: str, cert_dir: Path | None, push_auth: Path | None):
-    from ..images.record import operator_state_dir, registry_trust_dir
-    from ..images.registry import Registry
-    from ..images.registry_auth import auth_path, push_endpoint
-    from ..images.registry_host import split_address
-
-    split_address(address, "--registry")  # HOST:PORT, before any of it reaches skopeo or a record
-    authfile = push_auth or auth_path(operator_state_dir())
-    return Registry(address, cert_dir or registry_trust_dir(), push_endpoint(authfile), authfile)
-
-
 @image.command("push")
 @click.argument("lane")
 @click.option(
@@ -134,7 +101,7 @@ def make_registry(address: str, cert_dir: Path | None, push_auth: Path | None):
     show_default=True, help="The `nix build .#<package>` result (a stream script) or a docker-archive tar.",
 )  # fmt: skip
 @registry_options
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def push(
     ctx: click.Context, lane: str, source: Path, address: str, cert_dir: Path | None, push_auth: Path | None,
@@ -150,9 +117,10 @@ def push(
       sparkfleet image push dsv41-flash-4x-mia --image ./result --registry 10.0.0.1:5000   # real fleet
       SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet image push dsv41-flash-exl3-2x --json   # real fleet
     """
+    from ..images.operator_registry import open_registry
     from ..images.push import push_lane
 
-    rec = push_lane(load_inventory(ctx), lane, source, make_registry(address, cert_dir, push_auth))
+    rec = push_lane(load_inventory(ctx), lane, source, open_registry(address, cert_dir, push_auth))
     if as_json:
         echo_json(rec)
     else:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..errors import ExitCode
-from ..sanitize import clean
+from ..base.errors import ExitCode
+from ..base.sanitize import clean
+from .options import JSON
 from .render import echo_json, human_bytes, load_inventory
 
 
@@ -15,7 +16,7 @@ def inventory() -> None:
 
 
 @inventory.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def check(ctx: click.Context, as_json: bool) -> None:
     """Validate everything and list every problem (file, key path, expectation); exit 2 (usage) if any.
@@ -29,7 +30,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
       sparkfleet inventory check
       sparkfleet --root .demo/fleet inventory check --json
     """
-    from ..fleetcheck import check_fleet
+    from ..ops.fleetcheck import check_fleet
 
     result = check_fleet(ctx.obj.get("root") if ctx.obj else None)
     if as_json:

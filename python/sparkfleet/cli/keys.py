@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .gateway import READS_STATE, WRITES_STATE, default_state_dir
-from .launch import REPLICA
+from ..base.paths import gateway_state_dir
+from .options import JSON, READS_STATE, REPLICA, WRITES_STATE
 from .render import echo_json, load_inventory
 
 
@@ -19,7 +19,7 @@ def keys() -> None:
 @keys.command("rotate")
 @click.argument("lane")
 @REPLICA
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def rotate(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
     """Make a new key for LANE and install it on every host of the lane; the key is never shown.
@@ -32,9 +32,9 @@ def rotate(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
       sparkfleet keys rotate demo-exl3-2x
       sparkfleet keys rotate demo-exl3-2x --json
     """
+    from ..lane.replicas import instance_name, replica_inventory
     from ..launch.lanekeys import rotate as do_rotate
-    from ..launch.replicas import instance_name, replica_inventory
-    from ..nodecall import call_agent
+    from ..remote.nodecall import call_agent
 
     done = do_rotate(replica_inventory(load_inventory(ctx), lane, replica), lane, call_agent)
     if as_json:
@@ -57,7 +57,7 @@ def _warn_refused(refused: dict[str, str]) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the key to this file (0600) instead of printing it.")  # fmt: skip
 @WRITES_STATE
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> None:
     """Make a gateway key for USER; a running gateway takes it at once.
 
@@ -73,7 +73,7 @@ def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> N
     """
     from ..serving.gateway import add_user
 
-    key, done = add_user(state_dir or default_state_dir(), user, out)
+    key, done = add_user(state_dir or gateway_state_dir(), user, out)
     shown = None if out is not None else key
     if as_json:
         echo_json({"user": user, "key": shown, "out": str(out) if out else None,
@@ -86,7 +86,7 @@ def add(user: str, out: Path | None, state_dir: Path | None, as_json: bool) -> N
 
 @keys.command("list")
 @READS_STATE
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def list_(state_dir: Path | None, as_json: bool) -> None:
     """The users who hold a gateway key (names and dates; never a key).
 
@@ -101,7 +101,7 @@ def list_(state_dir: Path | None, as_json: bool) -> None:
 
     from ..serving.users import listing
 
-    got = listing(state_dir or default_state_dir())
+    got = listing(state_dir or gateway_state_dir())
     if as_json:
         echo_json([{"user": u.name, "created": u.created, "revoking": u.revoking} for u in got])
         return
@@ -116,7 +116,7 @@ def list_(state_dir: Path | None, as_json: bool) -> None:
 @keys.command("revoke")
 @click.argument("user")
 @WRITES_STATE
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def revoke(user: str, state_dir: Path | None, as_json: bool) -> None:
     """Remove USER's gateway key; a running gateway refuses it before this returns.
 
@@ -129,7 +129,7 @@ def revoke(user: str, state_dir: Path | None, as_json: bool) -> None:
     """
     from ..serving.gateway import revoke_user
 
-    done = revoke_user(state_dir or default_state_dir(), user)
+    done = revoke_user(state_dir or gateway_state_dir(), user)
     if as_json:
         echo_json({"user": user, "revoked": True, "gateway_refuses_it": done.live,
                    "refused_users": done.refused})  # fmt: skip

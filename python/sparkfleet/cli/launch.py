@@ -1,25 +1,15 @@
-"""`sparkfleet env|manifest|launch|stop|status|logs|doctor` (and the node-side `agent`)."""
+"""`sparkfleet env|manifest|launch|doctor` (and the node-side `agent`)."""
 
 from __future__ import annotations
 
 import sys
-import time
 
 import click
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode
+from .options import JSON, REPLICA
 from .render import complete, echo_json, human_bytes, load_inventory, to_jsonable
 from .values import POSITIVE_SECONDS
-
-JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-REPLICA = click.option(
-    "--replica",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Which copy of a lane with [gateway] replicas (0: the lane's own hosts; N: replicas[N]).",
-)
-
 
 OFFLINE = click.option(
     "--offline",
@@ -75,7 +65,7 @@ def env(ctx: click.Context, lane: str, host: str, offline: bool, as_json: bool) 
       sparkfleet env demo-exl3-2x dgx2 --json
       sparkfleet env dsv41-flash-4x-mia dgx3 --offline   # real fleet: a lane of the checkout
     """
-    from ..launch.spec import redact_env
+    from ..lane.spec import redact_env
 
     plan = _plan_one(ctx, lane, host, offline)
     spec, unknown = plan.specs[host], plan.unknown.get(host, {})
@@ -114,20 +104,11 @@ def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: b
       sparkfleet manifest demo-exl3-2x dgx1 --offline
       sparkfleet manifest demo-exl3-2x dgx1 --json
     """
-    from ..launch.manifest import candidate_sources
+    from ..launch.verbrun import bind_candidates
 
     plan = _plan_one(ctx, lane, host, offline)
     m, unknown = plan.manifests[host], plan.unknown.get(host, {})
-    inv = load_inventory(ctx)
-    candidates = []
-    if "model binds" in unknown:
-        h = inv.host(host)
-        for model in inv.lane(lane).models:
-            local, nas = candidate_sources(model.repo, model.revision, h.local_hub, h.nas_hub)
-            candidates.append(
-                {"repo": model.repo, "revision": model.revision, "local": local, "nas": nas,
-                 "include": list(model.include), "exclude": list(model.exclude)}
-            )  # fmt: skip
+    candidates = bind_candidates(load_inventory(ctx), lane, host) if "model binds" in unknown else []
     if as_json:
         echo_json(
             {**to_jsonable(m), "local": m.local, "nas": m.nas, "total": m.total, "unknown": unknown,
@@ -135,12 +116,11 @@ def manifest(ctx: click.Context, lane: str, host: str, offline: bool, as_json: b
         )  # fmt: skip
     elif candidates:
         for c in candidates:
-            patterns = "".join(f" --exclude {x}" for x in c["exclude"]) + "".join(
-                f" --include {x}" for x in c["include"]
-            )
-            click.echo(f"{c['repo']}@{c['revision']}{patterns}")
-            click.echo(f"  local  {c['local']}  (each directory staged and verified there)")
-            click.echo(f"  nas    {c['nas']}  (read-only, otherwise)")
+            patterns = "".join(f" --exclude {x}" for x in c.exclude)
+            patterns += "".join(f" --include {x}" for x in c.include)
+            click.echo(f"{c.repo}@{c.revision}{patterns}")
+            click.echo(f"  local  {c.local}  (each directory staged and verified there)")
+            click.echo(f"  nas    {c.nas}  (read-only, otherwise)")
         for line in _unknown_lines({"model binds": unknown["model binds"]}):
             click.echo(line)
     else:
@@ -231,38 +211,15 @@ def launch(
     if dry_run:
         _print_dry_run(ctx, lane, replica, as_json, release)
         return
-    import tempfile
-    from pathlib import Path
-
-    from ..launch.lane import launch as do_launch
-    from ..launch.replicas import generations_root, instance_name, replica_inventory
-    from ..launch.revert import release_inventory
+    from ..launch.lane import Gates, launch_lane
+    from ..launch.verbrun import launch_run
     from .progress import BootView
 
-    inv = load_inventory(ctx)
-    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp, BootView(as_json) as view:
-        report = do_launch(
-            replica_inventory(
-                release_inventory(inv, lane, release, Path(tmp), on_event=_event) if release else inv,
-                lane,
-                replica,
-            ),
-            lane,
-            wait=not no_wait,
-            keep_on_failure=keep_on_failure,
-            timeout_s=timeout,
-            on_event=_event,
-            replace=replace,
-            on_progress=view.update,
-            stop_on_interrupt=stop_on_interrupt,
-            canary=not no_canary,
-            allow_drift=allow_drift,
-            allow_nas_weights=allow_nas_weights,
-            # a release's generation is the lane's (its replica's), recorded with the others
-            generations_root=generations_root(inv.root, lane, replica),
-        )
+    gates = Gates(replace, not no_canary, allow_drift, allow_nas_weights, stop_on_interrupt)
+    with BootView(as_json) as view, launch_run(load_inventory(ctx), lane, replica, release, _event) as run:
+        report = launch_lane(run, gates, not no_wait, keep_on_failure, timeout, _event, view.update)
     ok = report.ready is None or report.ready.ok
-    lane = instance_name(lane, replica)  # what the output names: LANE#N for replica N
+    lane = run.instance  # what the output names: LANE#N for replica N
     if as_json:
         echo_json({**to_jsonable(report), "weights": report.weights_note()})
     else:
@@ -304,39 +261,9 @@ def launch(
 def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool, release: str | None) -> None:
     """Every rank as it would start, workers first, head last, without touching a host (with
     --release: as the release's own recipe and fleet file would start them)."""
-    import tempfile
-    from pathlib import Path
+    from ..launch.verbrun import preview
 
-    from ..launch.generations import rollback_inventory
-    from ..launch.plan import dry_run, planned_argv
-    from ..launch.replicas import replica_inventory
-    from ..launch.revert import release_as_generation
-    from ..launch.spec import redact_env
-
-    inv = load_inventory(ctx)
-    with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
-        if release:
-            inv = rollback_inventory(release_as_generation(inv, lane, release, verify=False)[0], Path(tmp))
-        plan = dry_run(replica_inventory(inv, lane, replica), lane)
-    ranks = []
-    for n, spec in enumerate(plan.start_order(), 1):
-        unknown = plan.unknown.get(spec.host, {})
-        ranks.append(
-            {
-                "start": n,
-                "rank": spec.rank,
-                "host": spec.host,
-                "runtime": spec.runtime,
-                "name": spec.name,
-                "image": spec.image,
-                "argv": planned_argv(spec),
-                "env": {k: v for k, v in redact_env(spec.env).items() if k not in unknown},
-                "binds": [b.docker_arg() for b in spec.binds],
-                "devices": list(spec.devices),
-                "cache_seed": spec.cache_seed.describe() if spec.cache_seed else None,
-                "unknown": unknown,
-            }
-        )
+    plan, ranks = preview(load_inventory(ctx), lane, replica, release)
     if as_json:
         echo_json({"lane": lane, "dry_run": True, "image": plan.image_note or None, "ranks": ranks})
         return
@@ -346,189 +273,21 @@ def _print_dry_run(ctx: click.Context, lane: str, replica: int, as_json: bool, r
     if plan.image_note:
         click.echo(f"image: {plan.image_note}")
     for r in ranks:
-        role = "head" if r["rank"] == 0 else "worker"
-        click.secho(
-            f"[{r['start']}] rank {r['rank']} ({role}) on {r['host']}: {r['name']} ({r['runtime']})",
-            bold=True,
-        )
-        click.echo(f"  image:   {plan.image_note or r['image'] or '(none: process runtime)'}")
-        click.echo(f"  argv:    {shlex.join(r['argv'])}")
+        role = "head" if r.rank == 0 else "worker"
+        click.secho(f"[{r.start}] rank {r.rank} ({role}) on {r.host}: {r.name} ({r.runtime})", bold=True)
+        click.echo(f"  image:   {plan.image_note or r.image or '(none: process runtime)'}")
+        click.echo(f"  argv:    {shlex.join(r.argv)}")
         click.echo("  env:")
-        for k, v in r["env"].items():
+        for k, v in r.env.items():
             click.echo(f"    {k}={v}")
-        click.echo("  binds:" + ("" if r["binds"] else " (none)"))
-        for b in r["binds"]:
+        click.echo("  binds:" + ("" if r.binds else " (none)"))
+        for b in r.binds:
             click.echo(f"    {b}")
-        click.echo(f"  devices: {', '.join(r['devices']) or '(none)'}")
-        if r["cache_seed"]:
-            click.echo(f"  cache:   seeded before the serve: {r['cache_seed']}")
-        for line in _unknown_lines(r["unknown"], indent="  "):
+        click.echo(f"  devices: {', '.join(r.devices) or '(none)'}")
+        if r.cache_seed:
+            click.echo(f"  cache:   seeded before the serve: {r.cache_seed}")
+        for line in _unknown_lines(r.unknown, indent="  "):
             click.echo(line)
-
-
-@click.command("stop")
-@click.argument("lane", shell_complete=complete("lane"))
-@REPLICA
-@JSON
-@click.pass_context
-def stop(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
-    """Stop what sparkfleet started for LANE (recorded PIDs/containers only).
-
-    \b
-    Examples:
-      sparkfleet stop demo-exl3-2x
-      sparkfleet stop demo-exl3-2x --json
-    """
-    from ..launch.lane import stop as do_stop
-    from ..launch.replicas import instance_name, replica_inventory
-
-    res = do_stop(replica_inventory(load_inventory(ctx), lane, replica), lane, by="sparkfleet stop")
-    lane = instance_name(lane, replica)  # what the output names: LANE#N for replica N
-    if as_json:
-        echo_json(res)
-    else:
-        for r in res:
-            click.echo(f"{r['host']}: rank {r.get('rank', '?')} {r.get('name', '')}: {r['detail']}")
-        if not res:
-            click.echo(f"{lane}: nothing recorded as running")
-    if any(r.get("unreachable") for r in res):
-        sys.exit(ExitCode.UNREACHABLE)
-    if any(not r["stopped"] for r in res):
-        sys.exit(ExitCode.SHORTFALL)
-
-
-@click.command("status")
-@click.argument("lane", shell_complete=complete("lane"))
-@REPLICA
-@JSON
-@click.pass_context
-def status(ctx: click.Context, lane: str, replica: int, as_json: bool) -> None:
-    """Per rank: running or how it ended; the head's /health and /v1/models.
-
-    A lane that is not running says how its last run ended: stopped by whom and when, or how each
-    rank exited. Exits 0 (ok) only while every rank runs; 1 (shortfall) when the lane does not serve
-    (stopped cleanly included: "stopped cleanly" names who stopped it); 4 (unreachable) when a host
-    cannot be reached.
-
-    \b
-    Examples:
-      sparkfleet status demo-exl3-2x
-      sparkfleet status demo-exl3-2x --json
-    """
-    from ..launch.lanestop import status_enforced  # [watchdog] scope = "lane" acts here too
-    from ..launch.replicas import instance_name, replica_inventory
-
-    st, _ = status_enforced(replica_inventory(load_inventory(ctx), lane, replica), lane)
-    if as_json:
-        echo_json({**st.to_dict(), "replica": replica})
-    else:
-        click.echo(f"{instance_name(lane, replica)}: {st.running}/{st.expected} ranks running")
-        if st.weights:
-            click.secho(f"  {st.weights}", fg="yellow")
-        for r in st.ranks:
-            state = (
-                "running"
-                if r.running
-                else r.detail
-                if r.orphan_pid
-                else f"stopped ({r.detail}, code {r.returncode})"
-            )
-            click.echo(f"  rank {r.rank} {r.host}: {r.name} {state}")
-        if st.endpoints:
-            e = st.endpoints
-            click.echo(
-                f"  head {st.head}:{st.port} /health={e['health']} /v1/models={e['models_status']}"
-            )
-        for e in st.errors:
-            click.echo(f"  {e['host']}: {e['error']}")
-        for line in _ended_lines(st, instance_name(lane, replica)):
-            click.echo(line)
-    if any(e.get("code") == ExitCode.UNREACHABLE for e in st.errors):
-        sys.exit(ExitCode.UNREACHABLE)
-    if not st.ok:
-        sys.exit(ExitCode.SHORTFALL)
-
-
-def _when(t: float | None) -> str:
-    """Local time of a record's timestamp; "?" for none (or one no clock can show)."""
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "?"
-    except (OverflowError, OSError, ValueError, TypeError):
-        return "?"
-
-
-def _ended_lines(st, lane: str) -> list[str]:
-    """How a lane that runs nothing got there: its last run's stop, per rank, and what to run next."""
-    if st.ranks or st.errors:
-        return []
-    if not st.ended:
-        return [f"  no run recorded on its hosts: start it with `sparkfleet launch {lane}`"]
-    lines = []
-    if st.stopped_cleanly:
-        last = max(st.ended, key=lambda e: e["stopped_at"])
-        lines.append(f"  stopped cleanly at {_when(last['stopped_at'])} by {last['stopped_by']}")
-    for e in st.ended:
-        how = (f"{e['detail']} at {_when(e['stopped_at'])} by {e['stopped_by']}" if e["stopped_at"]
-               else "stopped (how is not recorded)")  # fmt: skip
-        lines.append(f"  rank {e['rank']} {e['host']}: {e['name']} started {_when(e['started_at'])}, {how}")
-    lines.append(f"  next: `sparkfleet launch {lane}` (`sparkfleet logs {lane}` shows the last run's logs)")
-    return lines
-
-
-@click.command("logs")
-@click.argument("lane", shell_complete=complete("lane"))
-@click.argument("host", required=False, shell_complete=complete("host"))
-@click.option(
-    "-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True, help="Lines per rank."
-)
-@click.option(
-    "-f", "--follow", is_flag=True, help="Keep printing the log as it grows (HOST's, or the head's)."
-)
-@JSON
-@click.pass_context
-def logs(ctx: click.Context, lane: str, host: str | None, lines: int, follow: bool, as_json: bool) -> None:
-    """The last lines of LANE's rank logs (on HOST, or every host).
-
-    While the lane runs: the running ranks' logs. After it stopped: the last run's logs, marked so.
-    `-f` follows until Ctrl-C, which ends it with exit 0 (ok).
-
-    \b
-    Examples:
-      sparkfleet logs demo-exl3-2x
-      sparkfleet logs demo-exl3-2x dgx2 -n 200
-      sparkfleet logs demo-exl3-2x -f      # until Ctrl-C
-    """
-    from ..launch.lane import follow as do_follow
-    from ..launch.lane import logs as do_logs
-    from ..launch.recipe import launch_recipe
-
-    inv = load_inventory(ctx)
-    if follow:
-        target = host or launch_recipe(inv, lane).world.head
-        try:
-            with do_follow(inv, lane, target, lines) as stream:
-                for line in stream:
-                    click.echo(line, nl=False)
-        except KeyboardInterrupt:  # how a follow ends: quietly, exit 0 (the lane is untouched)
-            click.echo("", err=True)
-        return
-    answers = do_logs(inv, lane, host, lines, answers=True)
-    if as_json:
-        echo_json({"lane": lane, "hosts": answers})
-        return
-    shown = 0
-    for h, ans in answers.items():
-        for rank, text in ans["logs"].items():
-            last = " (last run; the lane is stopped)" if rank in ans.get("stopped", []) else ""
-            click.secho(f"==> {h} rank {rank}{last}: {ans.get('log_paths', {}).get(rank, '')} <==", bold=True)
-            click.echo(text)
-            shown += 1
-    if not shown:
-        raise SparkfleetError(
-            f"no log of {lane} on {host or 'any of its hosts'}: it never ran there (or its state_dir moved)",
-            hint=f"sparkfleet launch {lane}",
-            exit_code=ExitCode.SHORTFALL,
-        )
 
 
 @click.command("doctor")
@@ -551,7 +310,7 @@ def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json:
 
     A host of a lane's copy is checked as that copy (its rank, world and hints).
     """
-    from ..doctor import doctor as do_doctor
+    from ..ops.doctor import doctor as do_doctor
 
     report = do_doctor(load_inventory(ctx), target, deploy=deploy, replica=replica)
     if as_json:
@@ -570,6 +329,6 @@ def doctor(ctx: click.Context, target: str, deploy: bool, replica: int, as_json:
 @click.argument("action")
 def agent(action: str) -> None:
     """Node side of launch: a JSON request on stdin, a JSON answer on stdout."""
-    from ..launch.agent import main as agent_main
+    from ..node.agent import main as agent_main
 
     sys.exit(agent_main([action]))

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from .. import pins as core
-from ..errors import ExitCode
+from ..base.errors import ExitCode
+from .options import JSON
 from .render import echo_json, load_inventory
 
 _MARK = {
@@ -97,7 +98,7 @@ def _render(report: core.PinReport, as_json: bool) -> None:
 @click.option(
     "--no-nix-hash", is_flag=True, help="Skip the Nix fixed-output hashes (no clone archive / image pull)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def resolve(
     ctx: click.Context, names: tuple[str, ...], dry_run: bool, no_nix_hash: bool, as_json: bool
@@ -121,7 +122,7 @@ def resolve(
 
 @pins.command("verify")
 @click.argument("names", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def verify(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
     """Check NAMES (default: all pins) with their sources; fails closed on drift, partial pins, no network.
@@ -139,7 +140,7 @@ def verify(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--from", "from_pin", required=True, help="The git pin whose runtime/sources.manifest this is.")
 @click.option("--prefix", default=None, show_default="<from>-src-", help="Pin name prefix.")
 @click.option("--dry-run", is_flag=True, help="Print what would change, write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def import_manifest(
     ctx: click.Context, manifest: Path, from_pin: str, prefix: str | None, dry_run: bool, as_json: bool
@@ -176,7 +177,7 @@ def import_manifest(
 @click.option("--from", "from_pin", required=True, help="The kit's git pin whose recipe-lock.json this is.")
 @click.option("--at", default=None, help="The full kit commit LOCK was read at (extends the pin's rev).")
 @click.option("--dry-run", is_flag=True, help="Print what would change, write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def import_lock(
     ctx: click.Context, lock: Path, from_pin: str, at: str | None, dry_run: bool, as_json: bool

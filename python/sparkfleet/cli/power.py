@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
+from .options import JSON
 from .render import complete, echo_json, load_inventory, to_jsonable
 from .values import POSITIVE_SECONDS
 
@@ -18,7 +19,7 @@ def power() -> None:
 
 @power.command("status")
 @click.argument("hosts", nargs=-1, shell_complete=complete("host"))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def status(ctx: click.Context, hosts: tuple[str, ...], as_json: bool) -> None:
     """Whether each HOST (default: every host) answers ssh; exit 4 (unreachable) when one does not.
@@ -28,7 +29,7 @@ def status(ctx: click.Context, hosts: tuple[str, ...], as_json: bool) -> None:
       sparkfleet power status               # real fleet: ssh to each host
       sparkfleet power status dgx3 dgx4 --json   # real fleet
     """
-    from ..power import power_status
+    from ..ops.power import power_status
 
     inv = load_inventory(ctx)
     states = [power_status(inv, h) for h in (hosts or tuple(inv.hosts))]
@@ -47,7 +48,7 @@ def status(ctx: click.Context, hosts: tuple[str, ...], as_json: bool) -> None:
               help="Seconds to wait for ssh.")  # fmt: skip
 @click.option("--poll", type=POSITIVE_SECONDS, default=5.0, show_default=True,
               help="Seconds between ssh checks.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def on(ctx: click.Context, hosts: tuple[str, ...], timeout: float, poll: float, as_json: bool) -> None:
     """Wake each HOST (its `mac` in hosts/fleet.toml) and wait until it answers ssh.
@@ -57,7 +58,7 @@ def on(ctx: click.Context, hosts: tuple[str, ...], timeout: float, poll: float, 
       sparkfleet power on dgx3 dgx4         # real fleet: Wake-on-LAN
       sparkfleet power on dgx4 --timeout 300 --json   # real fleet
     """
-    from ..power import power_on
+    from ..ops.power import power_on
 
     inv = load_inventory(ctx)
     say = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))

@@ -138,7 +138,7 @@ class BootView:
             self.live.stop()
 
     def update(self, ranks: list) -> None:
-        """`ranks`: launch.readiness.RankProgress snapshots."""
+        """`ranks`: lane.readiness.RankProgress snapshots."""
         if self.live is not None:
             self.live.update(boot_table(ranks))
             return

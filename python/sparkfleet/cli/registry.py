@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode, SparkfleetError
+from .options import JSON
 from .render import echo_json
 from .values import WRITABLE_DIR
 
@@ -28,7 +29,7 @@ def registry() -> None:
 @click.option("--storage", type=WRITABLE_DIR,
               default=Path("/var/lib/docker-registry"), show_default=True,
               help="Where the registry keeps blobs.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 def init(address: str, push_address: str | None, storage: Path, as_json: bool) -> None:
     """Make the fleet CA (once), the registry's certificate, its two configs and the push login.
 
@@ -42,7 +43,7 @@ def init(address: str, push_address: str | None, storage: Path, as_json: bool) -
       sparkfleet registry init --address 10.0.0.1:5000
       SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet registry init --json
     """
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry_host import init as do_init
 
     out = do_init(operator_state_dir(), address, storage, push_address)
@@ -70,7 +71,7 @@ def serve(as_json: bool) -> None:
       SPARKFLEET_STATE_DIR=/var/lib/sparkfleet sparkfleet registry serve   # real fleet: its unit
       sparkfleet registry serve --json   # real fleet: on the head host, until Ctrl-C
     """
-    from ..images.record import operator_state_dir
+    from ..base.paths import operator_state_dir
     from ..images.registry_host import serve as run
 
     def ready(listeners: list[dict[str, Any]]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .image import make_registry, registry_options
+from .options import JSON, registry_options
 from .render import echo_json, load_inventory
 
 
@@ -20,7 +20,7 @@ def release() -> None:
 @click.argument("name")
 @click.option("--generation", default=None, show_default="the newest promoted one", help="Generation id.")
 @registry_options
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def cut(
     ctx: click.Context, lane: str, name: str, generation: str | None, address: str, cert_dir: Path | None,
@@ -35,10 +35,11 @@ def cut(
       sparkfleet release cut dsv41-flash-4x-mia r39 --registry 10.0.0.1:5000   # real fleet
       SPARKFLEET_REGISTRY=10.0.0.1:5000 sparkfleet release cut dsv41-flash-4x-mia r40 --json   # real fleet
     """
+    from ..images.operator_registry import open_registry
     from ..launch.release import cut as do_cut
 
     inv = load_inventory(ctx)
-    rel = do_cut(inv.root, lane, name, make_registry(address, cert_dir, push_auth), generation)
+    rel = do_cut(inv.root, lane, name, open_registry(address, cert_dir, push_auth), generation)
     if as_json:
         echo_json({k: v for k, v in rel.items() if k not in ("recipe_text", "fleet_text")})
     else:

@@ -7,20 +7,20 @@ from typing import Any
 
 import click
 
-from .. import units
-from ..jsonable import to_jsonable
+from ..base import units
+from ..base.jsonable import to_jsonable
 
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(to_jsonable(value), indent=2, sort_keys=False))
 
 
-human_bytes = units.human_bytes  # one formatter for every verb (sparkfleet/units.py)
+human_bytes = units.human_bytes  # one formatter for every verb (sparkfleet/base/units.py)
 
 
 def load_inventory(ctx: click.Context):
     """The inventory for this invocation (--root / SPARKFLEET_ROOT / nearest parent)."""
-    from .. import inventory
+    from ..fleet import inventory
 
     return inventory.load(ctx.obj.get("root") if ctx.obj else None)
 
@@ -33,7 +33,7 @@ def complete(kind: str):
     """
 
     def names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-        from .. import inventory
+        from ..fleet import inventory
 
         try:
             inv = inventory.load(ctx.find_root().params.get("root"))

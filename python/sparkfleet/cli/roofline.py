@@ -6,6 +6,7 @@ import click
 
 from ..roofline import service
 from ..roofline.machine import figure_text
+from .options import JSON
 from .render import echo_json, load_inventory
 
 
@@ -21,7 +22,7 @@ from .render import echo_json, load_inventory
     "--trust-measured", is_flag=True,
     help="Use a measured figure even where it is under 25 % or over 150 % of the kind's declared one.",
 )  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def roofline(
     ctx: click.Context,
@@ -83,7 +84,7 @@ def roofline(
 @click.argument("host")
 @click.option("--quick", is_flag=True, help="64 MiB probes instead of 512 MiB.")
 @click.option("--here", is_flag=True, help="Node side: measure this machine as HOST and answer JSON.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@JSON
 @click.pass_context
 def measure(ctx: click.Context, host: str, quick: bool, here: bool, as_json: bool) -> None:
     """Measure HOST's NVMe read/write, NAS read and memory rates on HOST itself, and record them.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import click
 
-from ..atomic import writable_dir
-from ..errors import SparkfleetError
+from ..base.atomic import writable_dir
+from ..base.errors import SparkfleetError
 
 
 class Quantity(click.ParamType):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ExitCode
+from ..base.errors import ExitCode
 from .render import echo_json, human_bytes, load_inventory
 from .values import POSITIVE_SECONDS, WRITABLE_DIR
 
@@ -182,7 +182,7 @@ def targets(
     files = write_prometheus_dir(inv, listen.scrape_address, out, interval, key_file)
     groups = target_groups(inv, listen.scrape_address)
     if as_json:
-        echo_json({"files": files, "targets": {k: [g.as_json() for g in v] for k, v in groups.items()}})
+        echo_json({"files": files, "targets": {k: [g.to_dict() for g in v] for k, v in groups.items()}})
         return
     for name in groups:
         shown = ", ".join(t for g in groups[name] for t in g.targets) or "none"

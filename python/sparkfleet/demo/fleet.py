@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import atomic
-from ..errors import SparkfleetError
-from ..inventory import HostKind
-from ..launch.demo import demo_launch_tables
+from ..base import atomic
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import HostKind
 from .hubfixture import (
     DRAFTER_REPO,
     ENGRAM_REPO,
@@ -27,6 +26,7 @@ from .hubfixture import (
     build_engram_repo,
     build_nas_hub,
 )
+from .lane import demo_launch_tables
 
 DEMO_LANE = "demo-exl3-2x"
 DEMO_HOSTS = ("dgx1", "dgx2")

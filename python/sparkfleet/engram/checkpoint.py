@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SourceError
+from ..base.errors import SourceError
 
 KEYS = (
     "engram_layer_ids",

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InventoryError
-from ..inventory import Inventory, Lane, Pin, replica_lane, replica_of_host
+from ..base.errors import InventoryError
+from ..fleet.inventory import Inventory, Lane, Pin, replica_lane, replica_of_host
 from .ranges import rank_range
 
 DEFAULT_MOUNT = "/engram"  # the container path DSV41_PACKED_DIR points at (the TP4 packer's --out default)
@@ -78,40 +78,39 @@ class Placement:
 def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
     """The lane's `[engram]` table, or None when the lane has none."""
     lane = inv.lane(lane_name)
-    doc = lane.raw.get("engram")
+    doc = lane.sections.engram
     if doc is None:
         return None
     where = f"{lane.recipe_path}: engram"
-    pin = inv.pin_of(doc["pin"], "hf", f"{where}.pin")
-    has_tables, has_pattern = "tables" in doc, "pattern" in doc
+    pin = inv.pin_of(doc.pin, "hf", f"{where}.pin")
+    has_tables, has_pattern = doc.tables is not None, doc.pattern is not None
     if has_tables == has_pattern:
         raise InventoryError(
             f"{where}: give exactly one of `tables` or `pattern`",
             hint='tables = [{layer = 1, name = "..."}] or pattern = "layers.{layer}.engram.embed.weight"',
         )
     tables: list[TableRef] = []
-    for i, t in enumerate(doc.get("tables", ())):
-        if ("name" in t) == ("parts" in t):
+    for i, t in enumerate(doc.tables or ()):
+        if (t.name is None) == (t.parts is None):
             raise InventoryError(f"{where}.tables[{i}]: give exactly one of `name` or `parts`")
-        tables.append(TableRef(int(t["layer"]), (t["name"],) if "name" in t else tuple(t["parts"])))
+        tables.append(TableRef(int(t.layer), (t.name,) if t.name is not None else tuple(t.parts or ())))
     layers_seen = [t.layer for t in tables]
     dup = sorted({x for x in layers_seen if layers_seen.count(x) > 1})
     if dup:
         raise InventoryError(f"{where}.tables: layer {dup[0]} is listed twice (one pack file per layer)")
-    raw_pattern = doc.get("pattern", ())
-    patterns = (raw_pattern,) if isinstance(raw_pattern, str) else tuple(raw_pattern)
+    patterns = (doc.pattern,) if isinstance(doc.pattern, str) else tuple(doc.pattern or ())
     for i, p in enumerate(patterns):
         if p.count(LAYER_FIELD) != 1:
             raise InventoryError(f"{where}.pattern[{i}]: {p!r} must contain {LAYER_FIELD} exactly once")
-    if "layers" in doc and not patterns:
+    if doc.layers is not None and not patterns:
         raise InventoryError(f"{where}.layers: only used with `pattern` (tables name their layer)")
     try:
-        expect_rows = {int(k): int(v) for k, v in doc.get("rows", {}).items()}
+        expect_rows = {int(k): int(v) for k, v in (doc.rows or {}).items()}
     except ValueError:
         raise InventoryError(
             f"{where}.rows: keys are layer numbers, e.g. rows = {{ 1 = 384006168 }}"
         ) from None
-    out_dir = doc.get("out_dir")
+    out_dir = doc.out_dir
     if out_dir is not None:
         unknown = set(re.findall(r"\{([^}]*)\}", out_dir)) - {"lane", "host"}
         if unknown:
@@ -119,8 +118,8 @@ def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
                 f"{where}.out_dir: unknown placeholder {{{sorted(unknown)[0]}}}",
                 hint="out_dir may use {lane} and {host}",
             )
-    layout = doc.get("layout", PACKED)
-    shards_rank = doc.get("shards_rank")
+    layout = doc.layout if doc.layout is not None else PACKED
+    shards_rank, mount = doc.shards_rank, doc.mount
     if layout == SPARSE_SHARDS and not expect_rows:
         raise InventoryError(
             f"{where}.rows: the sparse-shards layout needs the tables' row counts",
@@ -138,11 +137,11 @@ def engram_spec(inv: Inventory, lane_name: str) -> EngramSpec | None:
         pin=pin,
         tables=tuple(tables),
         patterns=patterns,
-        layers=tuple(int(x) for x in doc.get("layers", ())),
+        layers=tuple(int(x) for x in doc.layers or ()),
         expect_rows=expect_rows,
-        row_bytes=int(doc["row_bytes"]) if "row_bytes" in doc else None,
+        row_bytes=int(doc.row_bytes) if doc.row_bytes is not None else None,
         out_dir=out_dir,
-        mount=doc.get("mount", SPARSE_MOUNT if layout == SPARSE_SHARDS else DEFAULT_MOUNT),
+        mount=mount if mount is not None else (SPARSE_MOUNT if layout == SPARSE_SHARDS else DEFAULT_MOUNT),
         layout=layout,
         shards_rank=None if shards_rank is None else int(shards_rank),
     )
@@ -154,7 +153,7 @@ def node_rank(lane: Lane, host: str) -> int:
         raise InventoryError(
             f"host {host!r} is not in lane {lane.name!r}", hint=f"lane hosts: {', '.join(lane.hosts)}"
         )
-    ranks = lane.raw.get("world", {}).get("ranks")
+    ranks = lane.sections.world.ranks
     return int(ranks[host]) if ranks and host in ranks else lane.hosts.index(host)
 
 
@@ -205,8 +204,8 @@ def launch_wiring(
 ) -> tuple[dict[str, str], list[PackMount]]:
     """(env, mounts) a rank needs to read its packs: DSV41_PACKED_DIR, and in a container a read-only mount.
 
-    Called by launch.spec.build_spec, which turns the mounts into its own binds: the wiring runs
-    one way, launch → engram, so engram never imports launch. Empty when the lane has no
+    Called by lane.spec.build_spec, which turns the mounts into its own binds: the wiring runs
+    one way, lane → engram, so engram never imports lane/ or launch/. Empty when the lane has no
     [engram]. The env key is refused in [launch.env] for such a lane, so the directory is named
     in one place only.
     """
@@ -214,7 +213,7 @@ def launch_wiring(
     if spec is None:
         return {}, []
     lane = inv.lane(lane_name)
-    if PACKED_DIR_ENV in lane.raw.get("launch", {}).get("env", {}):
+    if PACKED_DIR_ENV in _launch_env(lane):
         raise InventoryError(
             f"{lane.recipe_path}: launch.env sets {PACKED_DIR_ENV}, which [engram] derives",
             hint="drop it from [launch.env]; [engram].out_dir / mount say where the packs are",
@@ -228,11 +227,16 @@ def launch_wiring(
     return {PACKED_DIR_ENV: spec.mount}, [PackMount(out, spec.mount)]
 
 
+def _launch_env(lane: Lane) -> dict[str, str]:
+    """The recipe's [launch.env] as written (empty for a lane without [launch])."""
+    return lane.sections.launch.env if lane.sections.launch is not None else {}
+
+
 def _sparse_wiring(
     lane: Lane, spec: EngramSpec, place: Placement, in_container: bool, model_path: str
 ) -> tuple[dict[str, str], list[PackMount]]:
     """launch-sgl-dsv41.sh run_cmd(): the shards rank reads the checkpoint, every other its sparse copy."""
-    taken = [k for k in (SPARSE_DIR_ENV, SPARSE_ROWS_ENV) if k in lane.raw.get("launch", {}).get("env", {})]
+    taken = [k for k in (SPARSE_DIR_ENV, SPARSE_ROWS_ENV) if k in _launch_env(lane)]
     if taken:
         raise InventoryError(
             f"{lane.recipe_path}: launch.env sets {', '.join(taken)}, which [engram] derives",

@@ -7,7 +7,7 @@ checkpoint's config.json and the shards' headers), so the ranks' ranges are deci
 
 from __future__ import annotations
 
-from ..inventory import Inventory
+from ..fleet.inventory import Inventory
 from ..stage.execute import StageProgress
 from . import pack as packed
 from . import sparse

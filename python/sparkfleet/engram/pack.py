@@ -26,12 +26,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, atomic, space
-from ..digests import sample_digest
-from ..errors import SourceError, SpaceError, SparkfleetError
-from ..inventory import Inventory
+from .. import __version__
+from ..base import atomic, space
+from ..base.digests import sample_digest
+from ..base.errors import SourceError, SpaceError, SparkfleetError
+from ..base.lock import exclusive
+from ..fleet.inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress
-from ..stage.lock import exclusive
 from . import receipt
 from .config import EngramSpec, Placement, engram_spec, placement
 from .ranges import PackHeader, is_pack_name, pack_name, rank_range
@@ -153,7 +154,7 @@ class PackResult:
     def mb_per_s(self) -> float:
         return self.written_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
         out["seconds"] = round(self.seconds, 3)
         out["mb_per_s"] = round(self.mb_per_s, 1)
@@ -306,7 +307,7 @@ def pack(
         result.reserve_bytes = reserve
         matched = old is not None and old.identity == the_plan.identity
         if not todo:
-            result.files = {n: r.as_dict() for n, r in keep.items()}
+            result.files = {n: r.to_dict() for n, r in keep.items()}
             if not matched or set(old.files) != set(keep):
                 result.action = "completed"  # a killed run's packs, all vouched for by its journal
                 _finish(the_plan, keep, result, stale)
@@ -331,7 +332,7 @@ def pack(
             receipt.write(out / JOURNAL_NAME, the_plan.identity, records, journal_info)
             progress.item_done(f.name)
         result.action = "repaired" if matched and not force else "packed"
-        result.files = {n: r.as_dict() for n, r in records.items()}
+        result.files = {n: r.to_dict() for n, r in records.items()}
         _finish(the_plan, records, result, stale)
     result.seconds = time.monotonic() - started
     return result

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import atomic
-from ..errors import SparkfleetError
+from ..base import atomic
+from ..base.errors import SparkfleetError
 from .ranges import is_pack_name
 
 RECEIPT_NAME = "engram-receipt.json"
@@ -39,7 +39,7 @@ class FileRecord:
     sha256: str
     sample: str  # digests.sample_digest's hex over the same file
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "sha256": self.sha256, "sample": self.sample}
 
 
@@ -93,7 +93,7 @@ def read(path: Path) -> Receipt | None:
 
 
 def write(path: Path, identity: dict[str, Any], files: dict[str, FileRecord], info: dict[str, Any]) -> None:
-    doc = {**info, "identity": identity, "files": {n: files[n].as_dict() for n in sorted(files)}}
+    doc = {**info, "identity": identity, "files": {n: files[n].to_dict() for n in sorted(files)}}
     atomic.write_bytes(path, (json.dumps(doc, indent=2, sort_keys=False) + "\n").encode())
 
 

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..deployed import not_deployed, remote_root
-from ..errors import SparkfleetError
-from ..hosts import check_reachable, connect
-from ..inventory import Inventory
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory
+from ..remote.deployed import not_deployed, remote_root
+from ..remote.hosts import check_reachable, connect
 from ..stage.remote import sparkfleet_argv
 
 

@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import SourceError
-from ..hubcache import HubRoot, repo_folder
-from ..inventory import Host
-from ..safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from ..base.errors import SourceError
+from ..facts.hubcache import HubRoot, repo_folder
+from ..facts.safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from ..fleet.inventory import Host
 from .checkpoint import CheckpointEngram, from_config, reconcile_layers, reconcile_rows
 from .config import LAYER_FIELD, EngramSpec, TableRef
 

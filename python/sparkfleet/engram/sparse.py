@@ -29,10 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import atomic, space
-from ..errors import SparkfleetError
-from ..hubcache import repo_folder
-from ..inventory import Inventory
+from ..base import atomic, space
+from ..base.errors import SparkfleetError
+from ..facts.hubcache import repo_folder
+from ..fleet.inventory import Inventory
 from ..stage.execute import NoProgress, StageProgress
 from .config import SPARSE_ROWS_ENV, rows_spec
 from .pack import (
@@ -154,7 +154,7 @@ def sparse_plan(base: PackPlan) -> SparsePlan:
     reads_shards = spec.shards_rank == place.rank
     copies = []
     if not reads_shards:
-        from ..safetensors_header import read_header
+        from ..facts.safetensors_header import read_header
 
         for shard in sorted(spans):
             header = read_header(sources[shard], shard)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..inventory import Inventory
+from ..fleet.inventory import Inventory
 from . import receipt, sparse
 from .config import SPARSE_SHARDS
 from .pack import PackPlan, file_problem, plan, source_info
@@ -37,7 +37,7 @@ class PackVerify:
     def ok(self) -> bool:
         return not self.problems
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
         return {"ok": self.ok, **out}
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 
 _SMALL = 4 * 1024 * 1024  # configs and manifest.json are a few KiB; layers are never kept
 # All JSON members kept together: an archive of many near-cap JSON members must not fill memory.

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import write_bytes
-from ..errors import SparkfleetError
-from ..hosts import RunResult, SshHost, check_reachable, connect, fan_out
-from ..inventory import Inventory, state_dir_of
-from ..nodecall import call_agent
+from ..base.atomic import write_bytes
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory, state_dir_of
+from ..remote.hosts import RunResult, SshHost, check_reachable, connect, fan_out
+from ..remote.nodecall import ask
 from .archive import BuildImage, inspect_build, open_stream
 from .record import CONTAINER_ENGINES, LaneImage, operator_record_path, read_operator_record, read_push_record
+from .requests import ImageCommitRequest, ImagePullRequest, ImageStateRequest
 
 
 @dataclass
@@ -121,9 +122,9 @@ def _pull(
     pushed = pushed or read_push_record(lane)
     if pushed is None or pushed.get("image_id") != build.image_id:
         return None
-    req = {"engine": engine, **{k: pushed[k] for k in ("registry", "repo", "digest")}}
+    req = ImagePullRequest(engine, pushed["registry"], pushed["repo"], pushed["digest"])
     try:
-        ans = call_agent(runner, "image-pull", req, timeout=3600)
+        ans = ask(runner, req, timeout=3600)
     except SparkfleetError as exc:
         on_event(f"{name}: registry pull failed ({exc.message}); streaming over ssh instead")
         return None
@@ -146,9 +147,9 @@ def _load_host(
     """One host: what it holds, then (if it differs) show, pull or stream, record."""
     host = inv.host(name)
     runner = connect(host)
-    req = {"lane": lane, "state_dir": str(state_dir_of(host)), "engine": engine, "expect": build.image_id}
+    req = ImageStateRequest(lane, str(state_dir_of(host)), engine, expect=build.image_id)
     try:
-        st = call_agent(runner, "image-state", req)
+        st = ask(runner, req)
     except SparkfleetError as exc:
         on_event(f"{name}: {exc.message}")
         return HostLoad(name, engine, None, "failed", detail=exc.message)
@@ -171,8 +172,10 @@ def _load_host(
             raise SparkfleetError(f"{name}: the registry pull failed, and a release has no archive to stream")
         if repo_digest is None and not st.get("expect_present"):
             stream_into(build, runner, engine, timeout_s, lambda n: on_bytes(name, n))
-        commit = {**req, "image_id": build.image_id, "source": build.source, "repo_digest": repo_digest}
-        rec = call_agent(runner, "image-commit", commit)["record"]
+        commit = ImageCommitRequest(
+            req.lane, req.state_dir, engine, build.image_id, build.source, repo_digest
+        )
+        rec = ask(runner, commit)["record"]
     except SparkfleetError as exc:
         on_event(f"{name}: FAILED: {exc.message}")
         return HostLoad(name, engine, before, "failed", detail=exc.message)

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_bytes
-from ..errors import ExitCode, SparkfleetError
+from ..base.atomic import write_bytes
+from ..base.errors import ExitCode, SparkfleetError
 from .archive import normalize_id
+from .requests import ImageCommitRequest, ImagePullRequest, ImageStateRequest
 
 ENGINES = ("docker", "podman")
 
@@ -58,7 +59,7 @@ def tag_of(lane: str, which: str) -> str:
     return f"sparkfleet/{lane}:{which}"
 
 
-def image_state(req: dict) -> dict:
+def image_state(req: ImageStateRequest) -> dict:
     """This host's record for the lane and whether the engine still holds the recorded image.
 
     An image that came from the fleet registry is held only while the engine still lists its
@@ -68,8 +69,8 @@ def image_state(req: dict) -> dict:
     """
     from .registry import repo_digests
 
-    rec = read_record(req["state_dir"], req["lane"])
-    engine = req["engine"]
+    rec = read_record(req.state_dir, req.lane)
+    engine = req.engine
     recorded = rec.get("image_id") if rec else None
     out: dict[str, Any] = {"record": rec, "recorded": recorded, "present": False}
     if recorded:
@@ -78,8 +79,8 @@ def image_state(req: dict) -> dict:
         if digest and out["present"]:
             out["repo_digest_present"] = digest in repo_digests(_engine(engine), recorded)
             out["present"] = out["repo_digest_present"]
-    if req.get("expect"):
-        out["expect_present"] = engine_image_id(engine, req["expect"]) == req["expect"]
+    if req.expect:
+        out["expect_present"] = engine_image_id(engine, req.expect) == req.expect
     return out
 
 
@@ -92,12 +93,12 @@ def _tag(engine: str, image_id: str, tag: str) -> None:
         raise SparkfleetError(f"{engine} tag {image_id} {tag} failed: {cp.stderr.strip()}")
 
 
-def image_commit(req: dict) -> dict:
+def image_commit(req: ImageCommitRequest) -> dict:
     """Record that this host now holds `image_id` for the lane (after `engine load`), keeping the last.
 
     Refuses when the engine does not hold exactly that ID (a load that produced something else).
     """
-    lane, engine, image_id = req["lane"], req["engine"], normalize_id(req["image_id"])
+    lane, engine, image_id = req.lane, req.engine, normalize_id(req.image_id)
     found = engine_image_id(engine, image_id)
     if found != image_id:
         raise SparkfleetError(
@@ -105,7 +106,7 @@ def image_commit(req: dict) -> dict:
             hint="the archive loaded is not the build; rerun `sparkfleet image load LANE`",
             exit_code=ExitCode.REFUSED,
         )
-    old = read_record(req["state_dir"], lane) or {}
+    old = read_record(req.state_dir, lane) or {}
     previous = old.get("image_id") if old.get("image_id") != image_id else old.get("previous_image_id")
     if previous and engine_image_id(engine, previous) == previous:
         _tag(engine, previous, tag_of(lane, "previous"))
@@ -115,17 +116,17 @@ def image_commit(req: dict) -> dict:
         "engine": engine,
         "image_id": image_id,
         "previous_image_id": previous,
-        "source": req.get("source"),
+        "source": req.source,
         "loaded_at": time.time(),
         # registry@sha256:... when it came by pull: what doctor and launch compare, and what a pull
         # of the same digest finds already here (a docker load would have lost it: sparkrun#152)
-        "repo_digest": req.get("repo_digest"),
+        "repo_digest": req.repo_digest,
     }
-    write_bytes(record_path(req["state_dir"], lane), (json.dumps(rec, indent=2) + "\n").encode())
+    write_bytes(record_path(req.state_dir, lane), (json.dumps(rec, indent=2) + "\n").encode())
     return {"record": rec}
 
 
-def image_pull(req: dict) -> dict:
+def image_pull(req: ImagePullRequest) -> dict:
     """Pull `repo@digest` from the fleet registry into this host's engine (nothing if already held).
 
     The fleet CA is where bootstrap installs it: /etc/docker/certs.d/<registry>/ca.crt for docker,
@@ -133,6 +134,6 @@ def image_pull(req: dict) -> dict:
     """
     from .registry import Registry, ensure_pulled
 
-    reg = Registry(req["registry"], Path(req.get("cert_dir") or f"/etc/containers/certs.d/{req['registry']}"))
-    pulled = ensure_pulled(_engine(req["engine"]), reg, req["repo"], req["digest"])
-    return {"pulled": pulled, "repo_digest": reg.ref(req["repo"], digest=req["digest"])}
+    reg = Registry(req.registry, Path(req.cert_dir or f"/etc/containers/certs.d/{req.registry}"))
+    pulled = ensure_pulled(_engine(req.engine), reg, req.repo, req.digest)
+    return {"pulled": pulled, "repo_digest": reg.ref(req.repo, digest=req.digest)}

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import ensure_dir, write_bytes
-from ..inventory import Inventory
+from ..base.atomic import ensure_dir, write_bytes
+from ..fleet.inventory import Inventory
 from .archive import inspect_build
 from .record import push_record_path
 from .registry import Registry, push

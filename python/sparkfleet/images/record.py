@@ -1,8 +1,7 @@
 """The operator's image records: where they live, and which build a lane last loaded.
 
-Why a module of its own: launch's plan (built image ID, a dry run's image note), doctor and
-`image load`/`push`/`release` all read these records; keeping them apart from the loading
-machinery means the plan reads a record without importing the code that talks to hosts.
+Launch's plan (built image ID, a dry run's image note), doctor and `image load`/`push`/`release`
+all read these records, without the loading machinery that talks to hosts.
 Records live in the operator's state directory (never the fleet root: under `nix run` that is a
 read-only store path) and are written atomically by their writers.
 """
@@ -15,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ExitCode, SparkfleetError
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.paths import operator_state_dir
 
-STATE_ENV = "SPARKFLEET_STATE_DIR"
 CONTAINER_ENGINES = ("docker", "podman")
 
 
@@ -35,18 +34,6 @@ class LaneImage(Protocol):
 
     @property
     def image_build(self) -> str | None: ...
-
-
-def operator_state_dir() -> Path:
-    """Operator-side state: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet (~/.local/state).
-
-    Never the fleet root: under `nix run` that is a read-only store path.
-    """
-    env = os.environ.get(STATE_ENV)
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "sparkfleet"
 
 
 TRUST_ENV = "SPARKFLEET_REGISTRY_CERTS"

@@ -36,8 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import ensure_dir, write_bytes
-from ..errors import SparkfleetError
+from ..base.atomic import ensure_dir, write_bytes
+from ..base.errors import SparkfleetError
 from .archive import open_stream, source_kind
 
 DIGEST_CHARS = set("0123456789abcdef")

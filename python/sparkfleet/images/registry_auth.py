@@ -20,7 +20,7 @@ import json
 import secrets
 from pathlib import Path
 
-from ..atomic import write_bytes
+from ..base.atomic import write_bytes
 from .registry import RegistryError
 
 USER = "sparkfleet"

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import ensure_dir, write_bytes
+from ..base.atomic import ensure_dir, write_bytes
 from .registry import RegistryError, issue_cert, make_ca
 from .registry_auth import ensure_login, htpasswd_path
 

@@ -8,16 +8,14 @@ gates' results and the boot (warm/cold cache, time to ready). `promote` marks th
 once smoke and the bench gate pass; `rollback` relaunches the last good one from its own recipe and
 pins; `history` lists them with the reports measured while each was current.
 
-Written temp + fsync + os.replace (sparkfleet.atomic): a generation is whole or absent.
+Written temp + fsync + os.replace (sparkfleet.base.atomic): a generation is whole or absent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,15 +23,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..atomic import ensure_dir, sweep_temps, write_bytes
-from ..errors import ExitCode, SparkfleetError
-from ..inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
-from ..jsonable import to_jsonable
-from ..stage.lock import open_lock_file
+from ..base.atomic import ensure_dir, sweep_temps, write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..base.lock import held
+from ..fleet.inventory import FLEET_FILE, LANE_NAME, RECIPE_FILE, RECIPES_DIR
 from .generation_check import GENERATION_ID, problem
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory, Lane
+    from .lanerun import LaneRun
     from .plan import LanePlan
     from .report import LaunchReport
 
@@ -125,13 +124,9 @@ def locked(root: Path, lane: str) -> Iterator[None]:
     touching another writer's temp in flight.
     """
     d = _lane_dir(root, lane)
-    fd = open_lock_file(d / LOCK_NAME)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(d / LOCK_NAME):
         sweep_temps(d)
         yield
-    finally:
-        os.close(fd)
 
 
 def save(root: Path, gen: dict) -> Path:
@@ -195,16 +190,16 @@ def _boot(plan: LanePlan, report: LaunchReport, history: list[dict]) -> dict[str
     )
 
 
-def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Path) -> dict:
-    """Write this launch's generation and return it."""
-    lane = inv.lane(plan.lane)
+def record_launch(run: LaneRun, plan: LanePlan, report: LaunchReport) -> dict:
+    """Write this launch's generation in the lane's home (a replica's own) and return it."""
+    inv, lane, root = run.inv, run.lane, run.home
     recipe_text = lane.recipe_path.read_text()
     fleet_text = (inv.root / FLEET_FILE).read_text()
     history = load_all(root, plan.lane)
     pins = {
         name: {"kind": p.kind, "source": p.source, "value": p.value, "resolved": p.resolved}
         for name, p in sorted(inv.pins.items())
-        if name in _pins_of(lane.raw)
+        if name in _pins_of(lane)
     }
     image = plan.recipe.image
     pre = report.preflight
@@ -243,12 +238,14 @@ def record_launch(inv: Inventory, plan: LanePlan, report: LaunchReport, root: Pa
     return gen
 
 
-def _pins_of(raw: dict) -> set[str]:
-    names = {m.get("pin") for m in raw.get("models", []) if isinstance(m, dict)}
-    launch = raw.get("launch", {})
-    names |= {launch.get("image"), launch.get("model")}
-    if isinstance(raw.get("engram"), dict):
-        names.add(raw["engram"].get("pin"))
+def _pins_of(lane: Lane) -> set[str]:
+    """The pins the lane's recipe names: its models, its launch image and model, its engram tables."""
+    names: set[str | None] = {m.pin for m in lane.models}
+    sections = lane.sections
+    if sections.launch is not None:
+        names |= {sections.launch.image, sections.launch.model}
+    if sections.engram is not None:
+        names.add(sections.engram.pin)
     return {n for n in names if n}
 
 
@@ -317,7 +314,7 @@ def promote(
 
 def rollback_inventory(gen: dict, workdir: Path) -> Inventory:
     """An inventory that is the generation's own fleet file and recipe (validated like any other)."""
-    from ..inventory import load
+    from ..fleet.inventory import load
 
     if not LANE_NAME.fullmatch(gen["lane"]):  # it names a folder: never one outside workdir
         raise GenerationError(f"generation {gen['id']}: not a lane name: {gen['lane'][:80]!r}")

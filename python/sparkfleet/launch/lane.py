@@ -5,6 +5,10 @@ Plan → gates → action → record: `launch` takes the plan (`plan.prepare`), 
 every worker dialling in), then waits for readiness and stops the whole lane if it does not come
 up; the generation is recorded either way. Nodes are reached only through hosts.connect() and
 the agent client (`nodecall`).
+
+Each step works on the lane resolved once (`LaneRun`: `launch_lane`, `stop_lane`, `lane_status`,
+`lane_logs`, `follow_lane`); `launch`, `stop`, `status`, `logs` and `follow` resolve it for a caller
+that holds the inventory and a lane's name, and hand it down.
 """
 
 from __future__ import annotations
@@ -17,22 +21,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import HostUnreachable, connect, fan_out
-from ..inventory import Inventory, state_dir_of
-from ..jsonable import to_jsonable
-from ..nodecall import call_agent, state_request
-from ..stage.lock import exclusive
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..base.lock import exclusive
+from ..fleet.inventory import Inventory, state_dir_of
+from ..lane.readiness import BootWatch, RankExit, RankProgress, wait_ready
+from ..lane.spec import LaunchSpec
+from ..lane.weights import check_local_weights, host_weights, weights_note
+from ..node.protocol import (
+    LogsRequest,
+    OccupancyRequest,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    WatchdogSettings,
+    WatchRequest,
+)
+from ..remote.hosts import HostUnreachable, connect, fan_out
+from ..remote.nodecall import ask, ask_host, call_agent, lane_request
+from ..remote.wire import ErrorKind
 from .generations import current, generations_dir, mark_stopped, record_launch
 from .lanekeys import ensure as ensure_lane_key
+from .lanerun import LaneRun, lane_run
 from .plan import LanePlan, kits_request, prepare
 from .preflight import preflight
-from .readiness import BootWatch, RankExit, RankProgress, wait_ready
-from .recipe import launch_recipe
-from .replicas import generations_home, replica_flag
 from .report import LaneStatus, LaunchReport, RankStatus, StartedRank
-from .spec import LaunchSpec
-from .weights import check_local_weights, host_weights, weights_note
 
 LAUNCH_LOCK = ".launch.lock"  # in the lane's generations folder, beside the generations' own .lock
 BUSY_HINT = "wait for it to finish (`sparkfleet status LANE` shows its ranks as they start)"
@@ -54,36 +67,44 @@ def stop(
     generations_root: Path | None = None,
     by: str = "sparkfleet",
 ) -> list[dict]:
+    """`stop_lane` of the lane as `inv` has it (its generations under `generations_root`)."""
+    run = lane_run(inv, lane_name, generations_root)
+    return stop_lane(run, timeout, by)
+
+
+def stop_lane(run: LaneRun, timeout: float | None = None, by: str = "sparkfleet") -> list[dict]:
     """Stop what sparkfleet started for the lane on every host (all hosts at once); its newest
-    generation (under `generations_root`, a replica's own) is marked stopped. `by` names the verb
-    that stopped it, for `status` to say (with the user and machine)."""
-    lane = inv.lane(lane_name)
+    generation (in `run.home`, a replica's own) is marked stopped. `by` names the verb that stopped
+    it, for `status` to say (with the user and machine)."""
+    inv, lane_name = run.inv, run.name
     wait = timeout or 30.0
     who = stopped_by(by)
 
     def stop_one(name: str) -> list[dict]:
         try:
-            req = state_request(inv, lane_name, name, timeout=wait, by=who)
-            ans = call_agent(connect(inv.host(name)), "stop", req, timeout=wait + 60)
+            req = lane_request(StopRequest, inv, lane_name, name, timeout=wait, by=who)
+            ans = ask_host(inv, name, req, timeout=wait + 60)
             return [{"host": name, **s} for s in ans["stopped"]]
         except HostUnreachable as exc:
             return [{"host": name, "stopped": False, "unreachable": True, "detail": exc.message}]
 
-    results = [r for rs in fan_out(stop_one, list(lane.hosts)) for r in rs]
+    results = [r for rs in fan_out(stop_one, list(run.hosts)) for r in rs]
     if results and all(r["stopped"] for r in results):
         # history: this generation was stopped, not still "ready" (a replica's in its own folder);
         # a lane whose ranks had crashed is stopped too: the operator no longer wants it running,
         # and the fleet view's lane-down alert (wanted and not up) must hear that
-        mark_stopped(generations_root or generations_home(inv, lane_name), lane_name)
+        mark_stopped(run.home, lane_name)
     return results
 
 
-def _exited_workers(inv: Inventory, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
+def _exited_workers(run: LaneRun, plan: LanePlan, boot: BootWatch, clock=time.monotonic) -> list[RankExit]:
     """Workers that stopped running; each worker's new log lines go to `boot` on the way."""
+    inv = run.inv
 
     def check(spec: LaunchSpec) -> list[RankExit]:
-        req = state_request(inv, plan.lane, spec.host, rank=spec.rank, offset=boot.offsets[spec.rank])
-        ans = call_agent(connect(inv.host(spec.host)), "watch", req)
+        offset = boot.offsets[spec.rank]
+        req = lane_request(WatchRequest, inv, plan.lane, spec.host, rank=spec.rank, offset=offset)
+        ans = ask_host(inv, spec.host, req)
         if not ans.get("found", True):
             return [RankExit(spec.host, spec.rank, None)]
         boot.feed(spec.rank, ans, clock())
@@ -98,9 +119,10 @@ class LaunchInterrupted(SparkfleetError):
     exit_code = ExitCode.INTERRUPTED
 
 
-def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s: float) -> LaunchInterrupted:
+def _interrupted(run: LaneRun, stop_on_interrupt: bool) -> LaunchInterrupted:
+    lane_name = run.name
     if stop_on_interrupt:
-        results = stop(inv, lane_name, stop_s, by="sparkfleet launch (Ctrl-C)")
+        results = stop_lane(run, run.recipe.timeouts.stop_s, by="sparkfleet launch (Ctrl-C)")
         left = [r for r in results if not r["stopped"]]
         if not left:
             return LaunchInterrupted(f"interrupted: {lane_name} stopped (--stop-on-interrupt)")
@@ -108,7 +130,7 @@ def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s
         return LaunchInterrupted(
             f"interrupted: {lane_name} did not stop everywhere: {where}", hint=f"sparkfleet stop {lane_name}"
         )
-    running = [r for r in status(inv, lane_name).ranks if r.running]
+    running = [r for r in lane_status(run).ranks if r.running]
     if not running:
         return LaunchInterrupted(f"interrupted: no rank of {lane_name} is running")
     where = ", ".join(
@@ -120,27 +142,28 @@ def _interrupted(inv: Inventory, lane_name: str, stop_on_interrupt: bool, stop_s
     )
 
 
-def occupants(inv: Inventory, lane_name: str) -> dict[str, list[dict]]:
+def occupants(run: LaneRun) -> dict[str, list[dict]]:
     """Other lanes with ranks running on this lane's hosts: other lane -> [{host, rank, name}]."""
-    lane = inv.lane(lane_name)
+    inv, lane_name = run.inv, run.name
 
     def ask(name: str) -> list[dict]:
-        req = {"state_dir": str(state_dir_of(inv.host(name)))}
-        return [{"host": name, **r} for r in call_agent(connect(inv.host(name)), "occupancy", req)["running"]]
+        req = OccupancyRequest(state_dir=str(state_dir_of(inv.host(name))))
+        return [{"host": name, **r} for r in ask_host(inv, name, req)["running"]]
 
     out: dict[str, list[dict]] = {}
-    for r in (r for rs in fan_out(ask, list(lane.hosts)) for r in rs):
+    for r in (r for rs in fan_out(ask, list(run.hosts)) for r in rs):
         if r["lane"] != lane_name:
             out.setdefault(r["lane"], []).append(r)
     return out
 
 
 def check_occupancy(
-    inv: Inventory, lane_name: str, replace: bool, on_event: Callable[[str], None] = lambda _m: None
+    run: LaneRun, replace: bool, on_event: Callable[[str], None] = lambda _m: None
 ) -> list[str]:
     """Refuse (REFUSED) when another lane's ranks run on this lane's hosts, naming that lane; with
     `replace`, stop those lanes first. Returns the lanes stopped."""
-    taken = occupants(inv, lane_name)
+    inv, lane_name = run.inv, run.name
+    taken = occupants(run)
     if taken and not replace:
         lines = "; ".join(
             f"lane {other} (" + ", ".join(f"rank {r['rank']} on {r['host']}" for r in rs) + ")"
@@ -154,12 +177,12 @@ def check_occupancy(
         )
     for other in sorted(taken):
         if other in inv.lanes:
-            results = stop(inv, other, by=f"sparkfleet launch {lane_name} --replace")
+            results = stop_lane(lane_run(inv, other), by=f"sparkfleet launch {lane_name} --replace")
         else:  # a lane no longer in the inventory: stop it where its records are
             results = []
             for host in sorted({r["host"] for r in taken[other]}):
-                req = state_request(inv, other, host)
-                results += call_agent(connect(inv.host(host)), "stop", req, timeout=120)["stopped"]
+                req = lane_request(StopRequest, inv, other, host)
+                results += ask_host(inv, host, req, timeout=120)["stopped"]
         if not all(r["stopped"] for r in results):
             raise SparkfleetError(
                 f"--replace: lane {other} did not stop", hint=f"sparkfleet status {other}",
@@ -190,33 +213,45 @@ def launch(
     Another lane's ranks on these hosts refuse the launch, naming it, unless `replace`.
     `on_progress` gets every rank's boot stage, elapsed time, weight-load progress and last log
     line at each poll. Ctrl-C raises LaunchInterrupted naming the ranks still running (or stops
-    them first with `stop_on_interrupt`)."""
-    gates = Gates(replace, canary, allow_drift, generations_root, allow_nas_weights)
-    home = generations_root or generations_home(inv, lane_name)
+    them first with `stop_on_interrupt`). The lane is the one `inv` has (a replica's view runs
+    that copy); its generation is recorded under `generations_root`, else where its copy records."""
+    gates = Gates(replace, canary, allow_drift, allow_nas_weights, stop_on_interrupt)
+    run = lane_run(inv, lane_name, generations_root)
+    return launch_lane(run, gates, wait, keep_on_failure, timeout_s, on_event, on_progress)
+
+
+def launch_lane(
+    run: LaneRun,
+    gates: Gates,
+    wait: bool = True,
+    keep_on_failure: bool = False,
+    timeout_s: float | None = None,
+    on_event: Callable[[str], None] = lambda _msg: None,
+    on_progress: Callable[[list[RankProgress]], None] = lambda _p: None,
+) -> LaunchReport:
+    """`launch` of a resolved lane: one at a time per generations folder; Ctrl-C as `launch` says."""
     try:
         # One launch of a lane at a time from this fleet root: a second one, started while the first
         # still passes its gates or boots, would otherwise race it (and fail on whatever it met first).
-        with exclusive(generations_dir(home, lane_name) / LAUNCH_LOCK, f"launch of {lane_name}", BUSY_HINT):
-            return _launch(inv, lane_name, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
+        with exclusive(generations_dir(run.home, run.name) / LAUNCH_LOCK, f"launch of {run.name}", BUSY_HINT):
+            return _launch(run, wait, keep_on_failure, timeout_s, on_event, gates, on_progress)
     except KeyboardInterrupt:
-        recipe = launch_recipe(inv, lane_name)
-        raise _interrupted(inv, lane_name, stop_on_interrupt, recipe.timeouts.stop_s) from None
+        raise _interrupted(run, gates.stop_on_interrupt) from None
 
 
 @dataclass(frozen=True)
 class Gates:
-    """What a launch checks before it starts a rank, and where it records the generation."""
+    """What a launch checks before it starts a rank, and what it does on Ctrl-C."""
 
     replace: bool = False  # stop another lane occupying these hosts instead of refusing
     canary: bool = True  # run the fabric canary
     allow_drift: bool = False  # launch on a host whose stack drifted from fleet.toml
-    generations_root: Path | None = None
     allow_nas_weights: bool = False  # serve a rank whose non-optional weights bind from the NAS
+    stop_on_interrupt: bool = False  # on Ctrl-C, stop the ranks already started
 
 
 def _launch(
-    inv: Inventory,
-    lane_name: str,
+    run: LaneRun,
     wait: bool,
     keep_on_failure: bool,
     timeout_s: float | None,
@@ -224,18 +259,18 @@ def _launch(
     gates: Gates,
     on_progress: Callable[[list[RankProgress]], None],
 ) -> LaunchReport:
-    plan = prepare(inv, lane_name)
-    home = gates.generations_root or generations_home(inv, lane_name)  # a replica records its own
+    inv, lane_name = run.inv, run.name
+    plan = prepare(inv, lane_name, recipe=run.recipe)
     on_event(f"plan ok: {len(plan.specs)} ranks, runtime {plan.recipe.runtime}")
     weights = {h: host_weights(m, plan.facts[h].models) for h, m in plan.manifests.items()}
     nas_weights = check_local_weights(lane_name, weights, gates.allow_nas_weights, on_event)
-    running = [r for r in status(inv, lane_name).ranks if r.running or r.orphan_pid]
+    running = [r for r in lane_status(run).ranks if r.running or r.orphan_pid]
     if running:  # refuse before starting anything: a half-started relaunch would stop the live ranks
         where = ", ".join(
             f"rank {r.rank} on {r.host}" + (f": {r.detail}" if r.orphan_pid else "") for r in running
         )
         if not gates.replace:
-            again = replica_flag(inv.lane(lane_name))
+            again = run.again
             raise SparkfleetError(
                 f"lane {lane_name} is already running ({where})",
                 hint=f"sparkfleet stop {lane_name}{again}, "
@@ -243,28 +278,27 @@ def _launch(
                 exit_code=ExitCode.REFUSED,  # an occupied host, as when another lane holds it
             )
         # --replace relaunches the lane itself too (after a recipe edit: one command)
-        replaced = stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch --replace")
+        replaced = stop_lane(run, plan.recipe.timeouts.stop_s, by="sparkfleet launch --replace")
         if not all(r["stopped"] for r in replaced):
             raise SparkfleetError(
                 f"--replace: lane {lane_name} did not stop", hint=f"sparkfleet status {lane_name}"
             )
         on_event(f"replaced the running {lane_name} ({where}): stopped it to relaunch")
-        plan = prepare(inv, lane_name)  # its ports and memory are free now: probe again
-    check_occupancy(inv, lane_name, gates.replace, on_event)
+        plan = prepare(inv, lane_name, recipe=run.recipe)  # its ports and memory are free now: probe again
+    check_occupancy(run, gates.replace, on_event)
     checks = preflight(
         inv, plan, call_agent, canary=gates.canary, allow_drift=gates.allow_drift, on_event=on_event
     )
     if ensure_lane_key(inv, lane_name, call_agent).created:  # no lane serves without a key
-        on_event(f"API key created for {lane_name} on {', '.join(inv.lane(lane_name).hosts)}")
+        on_event(f"API key created for {lane_name} on {', '.join(run.hosts)}")
     started: list[StartedRank] = []
     boot_cache: dict[str, dict] = {}
     seeded_caches: dict[str, dict] = {}
-    watchdog = {"floor": plan.recipe.memory.floor, "interval": plan.recipe.memory.interval_s}
+    watchdog = WatchdogSettings(plan.recipe.memory.floor, plan.recipe.memory.interval_s)
     try:
         for spec in reversed(plan.by_rank()):  # workers first, head last
             kits = kits_request(inv, plan.recipe, inv.host(spec.host))
-            req = {"spec": to_jsonable(spec), "watchdog": watchdog, "kits": kits}
-            ans = call_agent(connect(inv.host(spec.host)), "start", req)
+            ans = ask_host(inv, spec.host, StartRequest(to_jsonable(spec), watchdog, kits))
             if ans.get("boot_cache"):
                 boot_cache[spec.host] = ans["boot_cache"]
             rec = ans["record"]
@@ -290,15 +324,15 @@ def _launch(
             on_event(f"started rank {spec.rank} on {spec.host} ({spec.name})")
     except SparkfleetError:
         if started:
-            stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch (a rank failed)")
+            stop_lane(run, plan.recipe.timeouts.stop_s, by="sparkfleet launch (a rank failed)")
         raise
-    notes = supervisor_notes(inv, lane_name, plan)
+    notes = supervisor_notes(run)
     if not wait:
         report = LaunchReport(
             lane_name, started, None, preflight=checks, boot_cache=boot_cache, nas_weights=nas_weights,
             notes=notes, cache_seed=seeded_caches,
         )
-        report.generation = record_launch(inv, plan, report, home)
+        report.generation = record_launch(run, plan, report)
         return report
     head = plan.by_rank()[0]
     head_runner = connect(inv.host(head.host))
@@ -307,14 +341,14 @@ def _launch(
     )
 
     def poll_head(offset: int) -> dict:
-        req = state_request(inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
-        ans = call_agent(head_runner, "watch", req)
+        req = lane_request(WatchRequest, inv, lane_name, head.host, rank=0, offset=offset, port=head.port)
+        ans = ask(head_runner, req)
         boot.feed(0, ans, time.monotonic())
         on_progress(boot.snapshot(time.monotonic()))
         return ans
 
     def exited() -> list[RankExit]:
-        gone = _exited_workers(inv, plan, boot)
+        gone = _exited_workers(run, plan, boot)
         on_progress(boot.snapshot(time.monotonic()))
         return gone
 
@@ -330,62 +364,75 @@ def _launch(
         head_host=head.host,
     )
     if not ready.ok and ready.failed is not None and ready.failed.rank != 0:
-        tail = logs(inv, lane_name, ready.failed.host, lines=40).get(ready.failed.host, {})
+        tail = lane_logs(run, ready.failed.host, lines=40).get(ready.failed.host, {})
         ready.tail = str(tail.get(str(ready.failed.rank), "")).splitlines()
     stopped = False
     if not ready.ok and not keep_on_failure:
-        stop(inv, lane_name, plan.recipe.timeouts.stop_s, home, by="sparkfleet launch (not ready)")
+        stop_lane(run, plan.recipe.timeouts.stop_s, by="sparkfleet launch (not ready)")
         stopped = True
     report = LaunchReport(
         lane_name, started, ready, stopped, checks, boot_cache, nas_weights=nas_weights, notes=notes,
         cache_seed=seeded_caches,
     )
-    report.generation = record_launch(inv, plan, report, home)
+    report.generation = record_launch(run, plan, report)
     return report
 
 
-def supervisor_notes(inv: Inventory, lane_name: str, plan: LanePlan) -> list[str]:
+def supervisor_notes(run: LaneRun) -> list[str]:
     """A lane whose recipe says `[watchdog] scope = "lane"` is stopped whole by its supervisor
     (`watch`, or `status`), never by a node, which sees only itself (launch/lanestop.py). The
     kit's own launcher always runs its controller beside the pair; a launch by hand does not, so
     it says what to run (a deployed lane's sparkfleet-watch-LANE unit runs it)."""
-    if plan.recipe.watchdog_scope != "lane":
+    if run.recipe.watchdog_scope != "lane":
         return []
-    cmd = f"sparkfleet watch {lane_name}{replica_flag(inv.lane(lane_name))}"
+    cmd = f"sparkfleet watch {run.name}{run.again}"
     return [
         f"watchdog scope = lane: run `{cmd}` beside this lane (a deployed lane's watch unit does); "
         "it is what stops every rank when one stops"
     ]
 
 
+def host_error(host: str, exc: SparkfleetError) -> dict:
+    """A LaneStatus error for a host whose agent could not answer: {host, error, code, kind}."""
+    if isinstance(exc, HostUnreachable):  # a Spark that is off looks like this too
+        error, kind = f"powered off or unreachable: {exc.message}", ErrorKind.UNREACHABLE
+    else:
+        error, kind = exc.message, getattr(exc, "kind", ErrorKind.REFUSED)
+    return {"host": host, "error": error, "code": int(exc.exit_code), "kind": kind}
+
+
 def status(inv: Inventory, lane_name: str, generations_root: Path | None = None) -> LaneStatus:
+    """`lane_status` of the lane as `inv` has it (its generations under `generations_root`)."""
+    run = lane_run(inv, lane_name, generations_root)
+    return lane_status(run)
+
+
+def lane_status(run: LaneRun) -> LaneStatus:
     """Per rank: running or not (and how it ended), plus the head's /health and /v1/models, and
     "weights from NAS on HOST (N files)" when the serving generation was let through that way."""
-    lane = inv.lane(lane_name)
-    recipe = launch_recipe(inv, lane_name)
+    inv, lane_name, lane, recipe = run.inv, run.name, run.lane, run.recipe
     ranks: list[RankStatus] = []
     errors: list[dict] = []
 
-    def ask(name: str) -> dict:
+    def ask_one(name: str) -> dict | SparkfleetError:
         try:
-            return call_agent(connect(inv.host(name)), "status", state_request(inv, lane_name, name))
-        except HostUnreachable as exc:  # a Spark that is off looks like this too
-            return {"error": f"powered off or unreachable: {exc.message}", "code": int(exc.exit_code)}
+            return ask_host(inv, name, lane_request(StatusRequest, inv, lane_name, name))
         except SparkfleetError as exc:
-            return {"error": exc.message, "code": int(exc.exit_code)}
+            return exc
 
     ended: list[dict] = []
-    for name, ans in zip(lane.hosts, fan_out(ask, list(lane.hosts)), strict=True):
-        if "error" in ans:
-            errors.append({"host": name, "error": ans["error"], "code": ans["code"]})
+    for name, ans in zip(lane.hosts, fan_out(ask_one, list(lane.hosts)), strict=True):
+        if isinstance(ans, SparkfleetError):
+            errors.append(host_error(name, ans))
             continue
         for last in ans.get("last", []):  # nothing recorded now: how the last run ended there
             rec, note = last["record"], last.get("stopped") or {}
             ended.append({"host": name, "rank": rec["rank"], "name": rec["name"],
                           "started_at": rec["started_at"], "stopped_at": note.get("at"),
                           "stopped_by": note.get("by"), "detail": note.get("detail")})  # fmt: skip
-        if ans.get("memstop"):
-            errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"]})
+        if ans.get("memstop"):  # the kind is what readers test (to_dict leaves it out of the JSON)
+            errors.append({"host": name, "error": "memory watchdog: " + ans["memstop"]["reason"],
+                           "kind": ErrorKind.MEMSTOP})  # fmt: skip
         for r in ans["ranks"]:
             rec = r["record"]
             ranks.append(RankStatus(name, rec["rank"], rec["name"], r["running"], r["returncode"],
@@ -395,16 +442,15 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
     health = None
     if any(r.rank == 0 and r.running for r in ranks):
         try:
-            ans = call_agent(
-                connect(inv.host(head)), "watch", state_request(inv, lane_name, head, rank=0, offset=0,
-                                                                max_bytes=0, port=recipe.port)
-            )  # fmt: skip
+            req = lane_request(WatchRequest, inv, lane_name, head, rank=0, offset=0, max_bytes=0,
+                               port=recipe.port)  # fmt: skip
+            ans = ask_host(inv, head, req)
             health = {"health": ans.get("health"), "models_status": ans.get("models_status"),
                       "models": ans.get("models", [])}  # fmt: skip
         except SparkfleetError as exc:
-            errors.append({"host": head, "error": exc.message, "code": int(exc.exit_code)})
+            errors.append(host_error(head, exc))
     running = sum(1 for r in ranks if r.running)
-    gen = current(generations_root or generations_home(inv, lane_name), lane_name) if running else None
+    gen = current(run.home, lane_name) if running else None
     return LaneStatus(
         weights=weights_note((gen or {}).get("nas_weights")),
         lane=lane_name,
@@ -423,9 +469,17 @@ def status(inv: Inventory, lane_name: str, generations_root: Path | None = None)
 def logs(
     inv: Inventory, lane_name: str, host: str | None = None, lines: int = 50, answers: bool = False
 ) -> dict[str, dict]:
+    """`lane_logs` of the lane as `inv` has it."""
+    run = lane_run(inv, lane_name)
+    return lane_logs(run, host, lines, answers)
+
+
+def lane_logs(
+    run: LaneRun, host: str | None = None, lines: int = 50, answers: bool = False
+) -> dict[str, dict]:
     """host -> {rank: last lines} for the lane's ranks (on one host, or all): the running run's, else
     the last stopped run's. `answers`: host -> the agent's whole answer (`logs`, `stopped`, `log_paths`)."""
-    lane = inv.lane(lane_name)
+    inv, lane_name, lane = run.inv, run.name, run.lane
     names = [host] if host else list(lane.hosts)
     if host and host not in lane.hosts:
         raise SparkfleetError(
@@ -433,22 +487,30 @@ def logs(
         )
     out = {}
     for name in names:
-        ans = call_agent(connect(inv.host(name)), "logs", state_request(inv, lane_name, name, lines=lines))
+        ans = ask_host(inv, name, lane_request(LogsRequest, inv, lane_name, name, lines=lines))
         out[name] = ans if answers else ans["logs"]
     return out
 
 
-def follow(inv: Inventory, lane_name: str, host: str, lines: int = 20):
-    """Context manager yielding the live log lines of `host`'s rank (tail -F / docker logs -f)."""
-    lane = inv.lane(lane_name)
+def follow(inv: Inventory, lane_name: str, host: str | None = None, lines: int = 20):
+    """`follow_lane` of the lane as `inv` has it."""
+    run = lane_run(inv, lane_name)
+    return follow_lane(run, host, lines)
+
+
+def follow_lane(run: LaneRun, host: str | None = None, lines: int = 20):
+    """Context manager yielding the live log lines of `host`'s rank, the head's by default
+    (tail -F / docker logs -f)."""
+    inv, lane_name, lane = run.inv, run.name, run.lane
+    host = host or run.recipe.world.head
     if host not in lane.hosts:
         raise SparkfleetError(
             f"{host} is not in lane {lane_name}", hint=f"lane hosts: {', '.join(lane.hosts)}"
         )
     runner = connect(inv.host(host))
-    ans = call_agent(runner, "status", state_request(inv, lane_name, host))
+    ans = ask(runner, lane_request(StatusRequest, inv, lane_name, host))
     if not ans["ranks"]:
-        last = call_agent(runner, "logs", state_request(inv, lane_name, host, lines=0))
+        last = ask(runner, lane_request(LogsRequest, inv, lane_name, host, lines=0))
         if last.get("stopped"):
             raise SparkfleetError(
                 f"{lane_name} is not running on {host}: nothing to follow",

@@ -8,16 +8,14 @@ launch layer's `call_agent` (passed in, as preflight takes it: tests hand in the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..apikeys import new_key
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import HostUnreachable, connect, fan_out
-from ..inventory import Inventory
-from ..nodecall import state_request
-
-Call = Callable[..., dict]
+from ..base.errors import ExitCode, SparkfleetError
+from ..facts.apikeys import new_key
+from ..fleet.inventory import Inventory
+from ..node.protocol import ApiKeyRequest, ApiKeyWriteRequest
+from ..remote.hosts import HostUnreachable, fan_out
+from ..remote.nodecall import Call, ask_host, lane_request
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class KeyInstall:
 
 def host_key(inv: Inventory, lane: str, host: str, call: Call) -> str | None:
     """The lane's key as `host` holds it (None: it has none)."""
-    return call(connect(inv.host(host)), "api-key", state_request(inv, lane, host))["key"]
+    return ask_host(inv, host, lane_request(ApiKeyRequest, inv, lane, host), call=call)["key"]
 
 
 def lane_key(inv: Inventory, lane: str, call: Call) -> str | None:
@@ -45,7 +43,7 @@ def install(inv: Inventory, lane: str, key: str, hosts: list[str], call: Call) -
 
     def one(host: str) -> tuple[str, bool | str]:
         try:
-            ans = call(connect(inv.host(host)), "api-key-write", state_request(inv, lane, host, key=key))
+            ans = ask_host(inv, host, lane_request(ApiKeyWriteRequest, inv, lane, host, key=key), call=call)
             return host, bool(ans["changed"])
         except HostUnreachable as exc:
             return host, exc.message
@@ -75,10 +73,11 @@ def ensure(inv: Inventory, lane: str, call: Call, hosts: list[str] | None = None
     Launch runs this before any rank starts, so no lane ever serves without a key; bootstrap runs it
     for the lanes of the host it prepares.
     """
-    head = inv.lane(lane).hosts[0]
-    targets = list(hosts or inv.lane(lane).hosts)
+    lane_hosts = list(inv.lane(lane).hosts)
+    head = lane_hosts[0]
+    targets = list(hosts or lane_hosts)
     try:
-        key = lane_key(inv, lane, call)
+        key = host_key(inv, lane, head, call)
     except HostUnreachable:
         key = None
         if head in targets:
@@ -90,7 +89,7 @@ def ensure(inv: Inventory, lane: str, call: Call, hosts: list[str] | None = None
                 f"lane {lane}: its head {head} holds no API key yet",
                 hint=f"sparkfleet keys rotate {lane}",
             )
-        targets = list(inv.lane(lane).hosts)  # a new key goes to every host at once
+        targets = lane_hosts  # a new key goes to every host at once
         key = new_key()
     done = install(inv, lane, key, targets, call)
     return KeyInstall(

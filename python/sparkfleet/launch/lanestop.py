@@ -1,4 +1,4 @@
-"""A lane-wide watchdog ([watchdog] scope = "lane", issue 19): one rank's stop stops the lane.
+"""A lane-wide watchdog ([watchdog] scope = "lane"): one rank's stop stops the lane.
 
 Why: the EXL3 kit's controller (release/runtime/tools/portable_pair.py watch(), at 878e0ee) stops
 BOTH nodes' containers when either host's MemAvailable is under 512 MiB, or either container is
@@ -15,15 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SparkfleetError
-from ..inventory import Inventory
+from ..base.errors import SparkfleetError
+from ..remote.wire import ErrorKind
 from .generations import load_all, locked, save
-from .lane import status, stop
-from .recipe import launch_recipe
-from .replicas import generations_home
+from .lane import lane_status, stop_lane
+from .lanerun import LaneRun
 from .report import LaneStatus
-
-MEMORY_TRIP = "memory watchdog:"  # how lane.status names a node's recorded watchdog stop
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ def trip(st: LaneStatus) -> str | None:
     host that did not answer is no trip: what cannot be seen is not stopped on a guess."""
     if st.running == 0:
         return None
-    why = [f"{e['host']}'s {e['error']}" for e in st.errors if e["error"].startswith(MEMORY_TRIP)]
+    why = [f"{e['host']}'s {e['error']}" for e in st.errors_of(ErrorKind.MEMSTOP)]
     why += [
         f"rank {r.rank} on {r.host} is down ({r.detail or 'exited'}"
         + (f", code {r.returncode})" if r.returncode is not None else ")")
@@ -57,37 +54,37 @@ def trip(st: LaneStatus) -> str | None:
     return "; ".join(why) or None
 
 
-def enforce(inv: Inventory, lane_name: str, st: LaneStatus) -> LaneStop | None:
+def enforce(run: LaneRun, st: LaneStatus) -> LaneStop | None:
     """Stop the whole lane when its recipe says scope = "lane" and `st` shows a trip; else None."""
-    recipe = launch_recipe(inv, lane_name)
+    recipe = run.recipe
     if recipe.watchdog_scope != "lane":
         return None
     why = trip(st)
     if why is None:
         return None
-    results = stop(inv, lane_name, recipe.timeouts.stop_s, by=f"the lane watchdog ({why})")
-    done = LaneStop(lane_name, why, results)
-    _note(inv, lane_name, done.message)
+    results = stop_lane(run, recipe.timeouts.stop_s, by=f"the lane watchdog ({why})")
+    done = LaneStop(run.name, why, results)
+    _note(run, done.message)
     return done
 
 
-def status_enforced(inv: Inventory, lane_name: str) -> tuple[LaneStatus, LaneStop | None]:
+def status_enforced(run: LaneRun) -> tuple[LaneStatus, LaneStop | None]:
     """The lane's status after the lane-wide watchdog acted on it (when it had to): what `status`
     shows, with the stop and its reason among the errors."""
-    st = status(inv, lane_name)
-    done = enforce(inv, lane_name, st)
+    st = lane_status(run)
+    done = enforce(run, st)
     if done is None:
         return st, None
-    after = status(inv, lane_name)
+    after = lane_status(run)
     after.errors.append({"host": "lane", "error": done.message})
     after.ok = False
     return after, done
 
 
-def _note(inv: Inventory, lane_name: str, message: str) -> None:
+def _note(run: LaneRun, message: str) -> None:
     """The lane's newest generation says why it stopped (history shows it); a read-only root or
     a lock held elsewhere leaves it unsaid, never the stop undone."""
-    home = generations_home(inv, lane_name)  # a replica's history is its own
+    home, lane_name = run.home, run.name  # a replica's history is its own
     try:
         with locked(home, lane_name):
             gens = load_all(home, lane_name)

@@ -12,21 +12,29 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ExitCode, SparkfleetError
-from ..fabric import NODE_ENV_KEYS, FabricFacts
-from ..hosts import HostUnreachable, connect, fan_out
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..facts.fabric import NODE_ENV_KEYS, FabricFacts
+from ..fleet.inventory import Host, Inventory, state_dir_of
+from ..fleet.kittrees import KitVerdict, kit_checkouts
 from ..images.record import built_image_id, planned_image
-from ..inventory import Host, Inventory, state_dir_of
-from ..jsonable import to_jsonable
-from ..kittrees import KitVerdict, kit_checkouts
-from ..nodecall import call_agent
-from . import records
-from .kitwire import node_env_missing
-from .manifest import BindManifest, ModelState, SnapshotFile, build_manifest
-from .recipe import LaunchRecipe, launch_recipe, ports_for_probe
-from .replicas import replica_flag
-from .runtimes import container_run_argv
-from .spec import LaunchSpec, ShapeError, build_spec, cache_seed_of, display_of, recipe_problems
+from ..lane.kitwire import node_env_missing
+from ..lane.manifest import BindManifest, ModelState, build_manifest
+from ..lane.recipe import LaunchRecipe, launch_recipe, ports_for_probe
+from ..lane.replicas import replica_flag
+from ..lane.spec import LaunchSpec, ShapeError, build_spec, cache_seed_of, display_of, recipe_problems
+from ..node import records
+from ..node.protocol import (
+    FabricProbe,
+    ImageStateRequest,
+    KitsRequest,
+    ModelRequest,
+    ProbeAnswer,
+    ProbeRequest,
+)
+from ..node.runtimes import container_run_argv
+from ..remote.hosts import HostUnreachable, fan_out
+from ..remote.nodecall import ask_host
 
 
 @dataclass
@@ -39,7 +47,7 @@ class NodeFacts:
     models: list[ModelState]
     model_errors: list[str] = field(default_factory=list)
     not_probed: str | None = None  # why the node was not asked (offline, dry run, unreachable)
-    memory: dict | None = None  # MemoryFacts fields (sparkfleet.memory)
+    memory: dict | None = None  # MemoryFacts fields (sparkfleet.facts.memory)
     memory_error: str | None = None
     ports_in_use: list[int] = field(default_factory=list)
     kits: list[dict] = field(default_factory=list)  # [[launch.trees]] checkouts: KitVerdict fields
@@ -74,66 +82,42 @@ class LanePlan:
         return list(reversed(self.by_rank()))
 
 
-def kits_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
+def kits_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> KitsRequest:
     """The kit checkouts the lane binds ([[launch.trees]]), for the node's agent to judge as verify
     does: in the probe (launch and doctor) and again in each rank's start, just before they run."""
-    return {
-        "host": host.name,
-        "state_dir": str(state_dir_of(host)),
-        "lane": recipe.lane,
-        "checkouts": to_jsonable(kit_checkouts([inv.lane(recipe.lane)], inv)) if recipe.trees else [],
-    }
+    return KitsRequest(
+        host=host.name,
+        state_dir=str(state_dir_of(host)),
+        lane=recipe.lane,
+        checkouts=to_jsonable(kit_checkouts([inv.lane(recipe.lane)], inv)) if recipe.trees else [],
+    )
 
 
-def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> dict:
+def probe_request(inv: Inventory, recipe: LaunchRecipe, host: Host) -> ProbeRequest:
+    """What launch and doctor ask a node first. [launch.cache_seed]: doctor asks whether the tree is
+    there; launch's probe also makes it (`ProbeRequest.preparing_seed`)."""
     lane = inv.lane(recipe.lane)
     rank = recipe.world.ranks.get(host.name, 0)
-    return {
-        "memory": True,
-        "ports": ports_for_probe(recipe, rank, recipe.world.nnodes),
-        "fabric": {"needed": recipe.fabric == "roce", "fabric_ip": host.fabric_ip},
-        "models": [
-            {"repo": m.repo, "revision": m.revision, "include": list(m.include), "exclude": list(m.exclude)}
-            for m in lane.models
-        ],
-        "local_hub": str(host.local_hub),
-        "nas_hub": str(host.nas_hub),
-        "kits": kits_request(inv, recipe, host),
-        "display": to_jsonable(dev) if (dev := display_of(recipe, host, str(lane.recipe_path))) else None,
-        # [launch.cache_seed]: doctor asks whether the tree is there; launch's probe sets "prepare"
-        "cache_seed": to_jsonable(seed) if (seed := cache_seed_of(recipe, host)) else None,
-    }
+    return ProbeRequest(
+        memory=True,
+        ports=ports_for_probe(recipe, rank, recipe.world.nnodes),
+        fabric=FabricProbe(needed=recipe.fabric == "roce", fabric_ip=host.fabric_ip),
+        models=[ModelRequest(m.repo, m.revision, list(m.include), list(m.exclude)) for m in lane.models],
+        local_hub=str(host.local_hub),
+        nas_hub=str(host.nas_hub),
+        kits=kits_request(inv, recipe, host),
+        display=to_jsonable(dev) if (dev := display_of(recipe, host, str(lane.recipe_path))) else None,
+        cache_seed=to_jsonable(seed) if (seed := cache_seed_of(recipe, host)) else None,
+    )
 
 
 def node_facts(host: str, answer: dict) -> NodeFacts:
     """NodeFacts from an agent `probe` (or `doctor`) answer: shared by launch and doctor."""
-    fabric = None
-    if answer.get("fabric"):
-        f = answer["fabric"]
-        fabric = FabricFacts(f["fabric_ip"], tuple(f["hcas"]), int(f["gid_index"]), f["netdev"])
-    err = answer.get("fabric_error")
-    models, errors = [], []
-    for m in answer.get("models", []):
-        if "error" in m:
-            errors.append(f"{m['repo']}: {m['error']}")
-            continue
-        models.append(
-            ModelState(
-                repo=m["repo"],
-                commit=m["commit"],
-                files=tuple(SnapshotFile(f["path"], f["excluded"]) for f in m["files"]),
-                local_verified=m["local_verified"],
-                bad_paths=tuple(m.get("bad_paths", ())),
-                problems=tuple(m.get("problems", ())),
-            )
-        )
+    a = ProbeAnswer.decode(answer)
     return NodeFacts(
-        host, fabric, f"{err['error']} ({err.get('hint')})" if err else None, models, errors,
-        memory=answer.get("memory"), memory_error=answer.get("memory_error"),
-        ports_in_use=list(answer.get("ports_in_use", [])),
-        kits=list(answer.get("kits", [])),
-        display=answer.get("display"),
-        cache_seed=answer.get("cache_seed"),
+        host, a.fabric, a.fabric_error, a.models, a.model_errors, memory=a.memory,
+        memory_error=a.memory_error, ports_in_use=a.ports_in_use, kits=a.kits, display=a.display,
+        cache_seed=a.cache_seed,
     )  # fmt: skip
 
 
@@ -288,16 +272,18 @@ def prepare(
     hosts: list[str] | None = None,
     offline: str | None = None,
     tolerate_unreachable: bool = False,
+    recipe: LaunchRecipe | None = None,
 ) -> LanePlan:
     """Probe the lane's nodes (all, or `hosts`) and compute their specs; raise before starting anything.
 
     `offline`: contact no node; the reason is what `unknown` says. `tolerate_unreachable`: a node
     that ssh cannot reach is planned as if offline and named in `unreachable` (the caller exits
-    with ExitCode.UNREACHABLE after showing what could be derived).
+    with ExitCode.UNREACHABLE after showing what could be derived). `recipe`: the lane's, when the
+    caller read it already (launch reads it once for every step).
     """
-    recipe = launch_recipe(inv, lane_name)
-    check_shape(inv, recipe, preview=offline is not None)
     lane = inv.lane(lane_name)
+    recipe = recipe or launch_recipe(inv, lane_name)
+    check_shape(inv, recipe, preview=offline is not None)
     names = hosts or list(lane.hosts)
     for name in names:
         inv.host(name)
@@ -306,30 +292,29 @@ def prepare(
     built = None
     if in_container and recipe.image_build and offline is None:
         built = built_image_id(recipe)
-    answers: dict[str, dict] = {}
+    images: dict[str, dict] = {}  # host -> its image state (a Nix-built image's lane)
 
     def probe_one(name: str) -> NodeFacts:
         if offline is not None:
             return not_probed(name, offline)
         host = inv.host(name)
-        req = probe_request(inv, recipe, host)
-        if req.get("cache_seed"):  # launch makes the tree if the node lacks it (doctor only reads)
-            req["cache_seed"]["prepare"] = True
+        req = probe_request(inv, recipe, host).preparing_seed()  # doctor only reads the seed
         if built:
-            req["built_image"] = image_request(recipe, host, built)
+            req = dataclasses.replace(req, built_image=image_request(recipe, host, built))
         try:
-            answers[name] = call_agent(connect(host), "probe", req, timeout=600)
+            answer = ask_host(inv, name, req, timeout=600)
         except HostUnreachable as exc:
             if not tolerate_unreachable:
                 raise
             unreachable[name] = exc.message
             return not_probed(name, f"unreachable: {exc.message}")
-        return node_facts(name, answers[name])
+        images[name] = ProbeAnswer.decode(answer).image_state or {}
+        return node_facts(name, answer)
 
     facts = {f.host: f for f in fan_out(probe_one, names)}
     if built:
-        states = {n: answers[n].get("image_state") or {} for n in answers}
-        check_built_image(recipe, built, states, replica_flag(inv.lane(lane_name)))
+        states = dict(images)
+        check_built_image(recipe, built, states, replica_flag(lane))
     if offline is not None or unreachable:  # the head's facts decide DIST_INIT_ADDR for every rank
         head = recipe.world.head
         facts.setdefault(head, not_probed(head, offline or "not probed (not one of the hosts asked)"))
@@ -406,14 +391,10 @@ def planned_argv(spec: LaunchSpec) -> list[str]:
     return container_run_argv(spec, spec.runtime, env_file)
 
 
-def image_request(recipe: LaunchRecipe, host: Host, built: str) -> dict:
+def image_request(recipe: LaunchRecipe, host: Host, built: str) -> ImageStateRequest:
     """What the agent needs to say which image ID `host` holds for the lane."""
-    return {
-        "lane": recipe.lane,
-        "state_dir": str(state_dir_of(host)),
-        "engine": recipe.runtime,
-        "expect": built,
-    }
+    return ImageStateRequest(lane=recipe.lane, state_dir=str(state_dir_of(host)), engine=recipe.runtime,
+                             expect=built)  # fmt: skip
 
 
 def lost_digest(built: str, state: dict) -> str | None:

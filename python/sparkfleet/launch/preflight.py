@@ -8,21 +8,21 @@ the operator sees the reason before a single container exists.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import connect, fan_out
-from ..hoststack import HostFingerprint, drift, fingerprint_hosts
-from ..jsonable import to_jsonable
-from ..memory import MemoryFacts, admit, summary
-from ..nodecall import call_agent
-from .recipe import rank_port
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.jsonable import to_jsonable
+from ..facts.memory import MemoryFacts, admit, summary
+from ..lane.recipe import rank_port
+from ..node.protocol import CanaryRequest, CanarySettings, FingerprintRequest
+from ..remote.hosts import fan_out
+from ..remote.hoststack import HostFingerprint, drift, fingerprint_hosts
+from ..remote.nodecall import ask_host, call_agent
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
     from .plan import LanePlan
 
 
@@ -97,7 +97,7 @@ def _lane_ports(plan: LanePlan, host: str) -> list[tuple[int, str]]:
 def read_fingerprint(inv: Inventory, host: str, image: str | None, call_agent: Callable) -> dict[str, Any]:
     """One host's stack, read on the node by its agent (one ssh call): the one way both the drift
     gate and a bench report read it."""
-    return call_agent(connect(inv.host(host)), "fingerprint", {"host": host, "image": image})["fingerprint"]
+    return ask_host(inv, host, FingerprintRequest(host, image), call=call_agent)["fingerprint"]
 
 
 def fingerprints(inv: Inventory, plan: LanePlan, call_agent: Callable) -> dict[str, HostFingerprint]:
@@ -145,13 +145,13 @@ def run_canary(inv: Inventory, plan: LanePlan, call_agent: Callable) -> CanaryRe
     backend = canary_backend(plan)
     specs = plan.by_rank()
     master, _, port = specs[0].env["DIST_INIT_ADDR"].rpartition(":")
-    settings = {"backend": backend, "bytes": c.size_bytes, "pair_bytes": min(c.size_bytes, 4 << 20),
-                "iters": c.iterations, "timeout": c.timeout_s, "python": c.python}  # fmt: skip
+    settings = CanarySettings(backend=backend, bytes=c.size_bytes, pair_bytes=min(c.size_bytes, 4 << 20),
+                              iters=c.iterations, timeout=c.timeout_s, python=c.python)  # fmt: skip
 
     def one(spec):
-        req = {"spec": to_jsonable(spec), "canary": settings, "master": master, "port": int(port)}
+        req = CanaryRequest(to_jsonable(spec), settings, master, int(port))
         try:
-            ans = call_agent(connect(inv.host(spec.host)), "canary", req, timeout=c.timeout_s + 180)
+            ans = ask_host(inv, spec.host, req, timeout=c.timeout_s + 180, call=call_agent)
             return {"host": spec.host, **ans["result"]}
         except SparkfleetError as exc:
             return {"host": spec.host, "rank": spec.rank, "ok": False, "stage": "agent", "error": exc.message}
@@ -257,6 +257,3 @@ def stack_verdict(hosts: list, drifts: list[str]) -> str:
     said = f"{', '.join(declared)} match the declared stack"
     return said + (f"; no stack declared for {', '.join(undeclared)}" if undeclared else "")
 
-
-def as_dict(report: PreflightReport) -> dict:
-    return dataclasses.asdict(report)

@@ -6,9 +6,6 @@ and text, the fingerprints and the promotion's passing reports. The same digest 
 the registry. The record is created exclusively (a link that fails if the name exists) and is
 read-only, so a release is never overwritten. Cutting a generation that was never promoted is
 refused.
-
-Why in launch/: a release freezes a *generation* (launch's record of what ran), so it reads
-launch/generations; images/ keeps the registry mechanics it calls (`image push`'s record, tag).
 """
 
 from __future__ import annotations
@@ -21,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import ensure_dir, temp_name
-from ..errors import ExitCode, SparkfleetError
+from ..base.atomic import ensure_dir, temp_name
+from ..base.errors import ExitCode, SparkfleetError
+from ..fleet.inventory import RECIPES_DIR
 from ..images.push import repo_of
 from ..images.record import PUSH_KEYS, read_push_record, registry_trust_dir
 from ..images.registry import Registry, check_digest, tag, verify_tag
 from ..images.registry_host import split_address
-from ..inventory import RECIPES_DIR
 from .generation_check import GENERATION_ID
 from .generations import load_strict
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..lane.readiness import ReadyReport
+from ..lane.weights import weights_note
+from ..remote.wire import ErrorKind
 from .preflight import PreflightReport
-from .readiness import ReadyReport
-from .weights import weights_note
 
 
 @dataclass
@@ -67,9 +68,11 @@ class RankStatus:
 class LaneStatus:
     """A lane now: every recorded rank, the head's endpoints, and what could not be asked.
 
-    `errors`: {host, error[, code]} per host that did not answer (code: its exit code, UNREACHABLE
-    for a host ssh cannot reach) or whose memory watchdog stopped ranks. `endpoints`: the head's
-    {health, models_status, models} when rank 0 runs and answered."""
+    `errors`: {host, error[, code], kind} per host that did not answer (code: its exit code,
+    UNREACHABLE for a host ssh cannot reach) or whose memory watchdog stopped ranks; `kind` (a
+    `node.protocol.ErrorKind`) is what a reader tests, and the JSON form leaves it out, as scripts
+    have always read that form. `endpoints`: the head's {health, models_status, models} when rank 0
+    runs and answered."""
 
     weights: str  # "weights from NAS on HOST (N files)" when the serving generation was let through so
     lane: str
@@ -91,5 +94,11 @@ class LaneStatus:
         return not self.ranks and bool(self.ended) and all(e["stopped_at"] for e in self.ended)
 
     def to_dict(self) -> dict:
-        """The JSON form (`status --json`): the fields as keys, in order."""
-        return dataclasses.asdict(self)
+        """The JSON form (`status --json`): the fields as keys, in order (an error without its kind)."""
+        out = dataclasses.asdict(self)
+        out["errors"] = [{k: v for k, v in e.items() if k != "kind"} for e in out["errors"]]
+        return out
+
+    def errors_of(self, kind: ErrorKind) -> list[dict]:
+        """The errors of one kind (e.g. the memory watchdog's stops)."""
+        return [e for e in self.errors if e.get("kind") is kind]

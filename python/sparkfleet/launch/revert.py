@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..images.load import load_pushed
+from ..lane.recipe import launch_recipe
 from .generations import find_generation, last_good, rollback, rollback_inventory
 from .lane import launch, stop
 from .plan import dry_run
-from .recipe import launch_recipe
 from .release import load_release, verified_release
 from .report import LaunchReport
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 
 def release_as_generation(
@@ -48,7 +48,8 @@ def release_generation(
     gen, rel = release_as_generation(inv, lane, name)
     with tempfile.TemporaryDirectory(prefix="sparkfleet-release-") as tmp:
         frozen = rollback_inventory(gen, Path(tmp))
-        if "image_build" in (frozen.lane(lane).raw.get("launch") or {}):
+        launch = frozen.lane(lane).sections.launch
+        if launch is not None and launch.image_build is not None:
             load_pushed(frozen, launch_recipe(frozen, lane), rel["image"], on_event=on_event)
     return gen
 

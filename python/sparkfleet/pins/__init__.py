@@ -1,7 +1,7 @@
 """Pins: resolve what the log gave only in part, verify nothing drifted, import a sources.manifest.
 
 A pin is recorded as given (a commit prefix, a digest prefix, a branch name) and is "resolved"
-only when its value has the form of an immutable identifier (sparkfleet.inventory.Pin.resolved).
+only when its value has the form of an immutable identifier (sparkfleet.fleet.inventory.Pin.resolved).
 `resolve` asks the source for the full identifier (git ls-remote / a clone for commit prefixes,
 the registry v2 manifest API for image digests, the Hugging Face revision API for checkpoints,
 a download for url pins) and, for what Nix fetches, the fixed-output hash (`nix hash path` over

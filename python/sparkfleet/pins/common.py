@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SparkfleetError
-from ..inventory import Pin
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Pin
 
 HTTP_TIMEOUT_S = 30
 GIT_TIMEOUT_S = 600

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..inventory import Pin
+from ..fleet.inventory import Pin
 from .common import (
     HEX,
     HTTP_TIMEOUT_S,

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ..inventory import Pin
+from ..fleet.inventory import Pin
 from .common import HEX, HTTP_TIMEOUT_S, Endpoints, PinError, PinState, Unreachable, pin_state
 
 

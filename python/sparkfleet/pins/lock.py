@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import fleetedit
-from ..inventory import FLEET_FILE, Inventory, Pin, validate
+from ..fleet import edit as fleetedit
+from ..fleet.inventory import FLEET_FILE, Inventory, Pin, validate
 from .common import PinError
 
 LOCK_FORMATS = ("ds41_public_recipe_lock_v2",)

@@ -7,8 +7,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import fleetedit
-from ..inventory import FLEET_FILE, Inventory, validate
+from ..fleet import edit as fleetedit
+from ..fleet.inventory import FLEET_FILE, Inventory, validate
 from .common import HEX, PinError
 
 

@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from ..inventory import Pin
+from ..fleet.inventory import Pin
 from .common import HTTP_TIMEOUT_S, Endpoints, PinState, Unreachable, pin_state, run_tool
 
 _MANIFEST_ACCEPT = ", ".join(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from .. import fleetedit
-from ..inventory import FLEET_FILE, Inventory, Pin, validate
+from ..fleet import edit as fleetedit
+from ..fleet.inventory import FLEET_FILE, Inventory, Pin, validate
 from .common import Endpoints, PinError, PinReport, PinState, pin_state
 from .git import resolve_git
 from .hf import resolve_hf

@@ -6,7 +6,7 @@ import hashlib
 import urllib.error
 import urllib.request
 
-from ..inventory import Pin
+from ..fleet.inventory import Pin
 from .common import HEX, HTTP_TIMEOUT_S, PinState, Unreachable, pin_state, sri_of_hex
 
 

@@ -17,10 +17,9 @@ attended context d + P/2, per token) or, for small P, by reading the weights onc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 from .machine import MachineFigures
 from .model import ModelCost
 
@@ -206,6 +205,3 @@ def assess_prefill(
         binding = "fabric"
     return PrefillFigure(test, depth, tokens, tps, bound_tps, 100.0 * tps / bound_tps, binding)
 
-
-def as_doc(obj: Any) -> dict[str, Any]:
-    return asdict(obj)

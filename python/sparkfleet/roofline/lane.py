@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SourceError
-from ..hubcache import HubRoot
-from ..inventory import Host, Inventory, Lane, Pin
+from ..base.errors import SourceError
+from ..facts.hubcache import HubRoot
+from ..fleet.inventory import Host, Inventory, Lane, Pin
 from .model import CostOptions, ModelCost, model_cost, snapshot_files
 
 
@@ -30,13 +30,13 @@ class RooflineConfig:
 
     @classmethod
     def of(cls, lane: Lane) -> RooflineConfig:
-        doc = lane.raw.get("roofline") or {}
+        section = lane.sections.roofline
         return cls(
-            drafter=doc.get("drafter"),
-            draft_tokens=doc.get("draft_tokens"),
+            drafter=section.drafter,
+            draft_tokens=section.draft_tokens,
             options=CostOptions(
-                engram_rows_per_token=doc.get("engram_rows_per_token"),
-                kv_cache_bytes=doc.get("kv_cache_bytes", 2),
+                engram_rows_per_token=section.engram_rows_per_token,
+                kv_cache_bytes=section.kv_cache_bytes,
             ),
         )
 
@@ -66,7 +66,7 @@ def lane_inputs(inv: Inventory, lane: Lane, host: Host) -> dict[str, Any]:
     config = RooflineConfig.of(lane)
     target_pin = inv.pins[lane.models[0].pin]
     target, origin = read_pin(host, target_pin, config.options)
-    engram_pin = (lane.raw.get("engram") or {}).get("pin")
+    engram_pin = lane.sections.engram.pin if lane.sections.engram is not None else None
     if engram_pin and engram_pin != target_pin.name and engram_pin in inv.pins:
         tables, _ = read_pin(host, inv.pins[engram_pin], config.options)
         if tables.engram_row_bytes:

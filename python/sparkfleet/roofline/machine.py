@@ -10,8 +10,8 @@ A measurement is vetted on one path (`vet`) wherever it is read: it must be a fi
 (never a bool) inside the physically possible range for its figure, and within 25-150 % of the
 kind's declared figure. Outside that it is either a wrong measurement or a broken host: it is kept
 on record with a warning naming both figures, and the declared one is used unless the operator
-passes `--trust-measured` (issue 18). An impossible value (NaN, Infinity, 1e308, 1e-300, a string)
-is dropped, and the report says so (issue 20 item 10).
+passes `--trust-measured`. An impossible value (NaN, Infinity, 1e308, 1e-300, a string)
+is dropped, and the report says so.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import atomic, units
+from ..base import atomic, units
 
 if TYPE_CHECKING:  # annotations only: staging's bound reads measurements, not the inventory
-    from ..inventory import Host, HostKind, Inventory
+    from ..fleet.inventory import Host, HostKind, Inventory
 
 MEASUREMENTS_FILE = "measurements.json"
 
@@ -68,7 +68,7 @@ LINKS = ("fabric_link", "nas_link")  # rated in bits: printed as Gb/s
 
 
 def figure_text(name: str, value: float | None) -> str:
-    """A figure as a person reads it, through the one unit formatter (sparkfleet/units.py): links in
+    """A figure as a person reads it, through the one unit formatter (sparkfleet/base/units.py): links in
     Gb/s, other byte rates in GB/s, compute in TFLOP/s, the fabric latency in µs."""
     if value is None:
         return "unknown"

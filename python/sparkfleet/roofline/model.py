@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SourceError
-from ..safetensors_header import read_header
+from ..base.errors import SourceError
+from ..facts.safetensors_header import read_header
 from .modelconfig import check_config
 
 # Tensor categories, first match wins (names of both HF `model.layers.N.mlp...` and the reference

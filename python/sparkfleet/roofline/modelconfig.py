@@ -2,7 +2,7 @@
 
 The roofline multiplies these numbers together: a `num_hidden_layers` of -4 made a bound of
 -3,036,119 tok/s, a `kv_lora_rank` of 1e21 a bound of 0.0, and 100000 experts per token out of 8
-were accepted (issue 20 item 9). A dimension must be a whole JSON number (never a bool, never a
+were accepted. A dimension must be a whole JSON number (never a bool, never a
 float such as 1e21), inside a range no published model comes near the edges of, and consistent
 with its neighbours; otherwise the config is refused, naming the key.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SourceError
+from ..base.errors import SourceError
 
 # Far above any published model (DeepSeek-V3: 61 layers, 7168 hidden, 256 experts, vocab 129280;
 # Llama 4: vocab 202048), far below where a product overflows into nonsense.

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from .. import units
+from ..base import units
 from .bound import LaneShape, assess_decode, assess_prefill
 from .lane import cost_from_doc
 from .machine import MachineFigures, primitives_doc
@@ -111,7 +111,7 @@ def _ms(value: float | None) -> str:
 
 
 def _rate(value: float | None, unit: str) -> str:
-    return units.BY_UNIT[unit](value)  # the one unit formatter (sparkfleet/units.py)
+    return units.BY_UNIT[unit](value)  # the one unit formatter (sparkfleet/base/units.py)
 
 
 def markdown_lines(section: dict[str, Any]) -> list[str]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import SparkfleetError
-from ..hosts import LocalHost, check_reachable, connect
-from ..inventory import Host, Inventory, Lane, state_dir_of
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Host, Inventory, Lane, state_dir_of
+from ..remote.hosts import LocalHost, check_reachable, connect
 from ..stage.remote import is_this_host, sparkfleet_argv
 from .bound import LaneShape, StepTerms, decode_terms
 from .lane import RooflineConfig, cost_from_doc, lane_inputs
@@ -94,8 +94,7 @@ def lane_roofline_inputs(inv: Inventory, lane: Lane, host: Host | None = None) -
 
 
 def lane_shape(lane: Lane) -> LaneShape:
-    world = lane.raw.get("world") or {}
-    tp = int(world.get("tp") or len(lane.hosts) or 1)
+    tp = int(lane.sections.world.tp or len(lane.hosts) or 1)
     return LaneShape(tp=tp, draft_tokens=RooflineConfig.of(lane).draft_tokens)
 
 

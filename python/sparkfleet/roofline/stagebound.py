@@ -19,7 +19,7 @@ PROBE_BYTES = 32 * 1024 * 1024
 def staging_bound_of_run(
     run: dict[str, Any], source_hubs: list[Path], repo_dirs: list[str], state_dir: Path | None
 ) -> dict[str, Any] | None:
-    """`staging_bound` for a finished stage run (its `as_dict()`), probing where it read and wrote."""
+    """`staging_bound` for a finished stage run (its `to_dict()`), probing where it read and wrote."""
     roots = [hub / "blobs" for hub in source_hubs]
     roots += [hub / d / "blobs" for hub in source_hubs for d in repo_dirs]
     dest = Path(run["dest_hub"]) / ".locks"

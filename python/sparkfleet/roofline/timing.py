@@ -1,8 +1,8 @@
 """Repeat-and-take-the-best timing, kept apart from any device so it can be tested on a CPU.
 
 A first run of a GPU kernel pays for CUDA context creation, cuBLAS's handle and workspace, lazy
-module loading and clocks still at idle (issue 18: a cold `measure` read 11 % and 12 % of an H200's
-copy and matmul rates). So a probe runs its step a few times untimed, then times several trials of
+module loading and clocks still at idle (a cold `measure` reads 11 % and 12 % of an H200's copy
+and matmul rates). So a probe runs its step a few times untimed, then times several trials of
 many back-to-back iterations, and reports the best trial (the closest to what the hardware does)
 with the spread between best and worst (how much to trust it). The clock is pluggable: CUDA events
 on a GPU (they time the device, not the host's launch queue), `perf_counter` on a CPU.
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 WARMUPS = 3
 ITERATIONS = 20
 TRIALS = 5
-# No minimum warm-up time by default: on an H200 (2026-12-01) 3 warm-ups bring the clocks from idle
+# No minimum warm-up time by default: on an H200, 3 warm-ups bring the clocks from idle
 # to 1980 MHz, and bf16 matmuls then run ~795 TFLOP/s for ~60 ms before the chip settles at ~680
 # (power). The first trials measure the peak the issue's reference measures; the later ones show
 # the settling in the spread.

@@ -31,8 +31,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import ensure_dir, write_bytes
-from ..errors import SparkfleetError
+from ..base.atomic import ensure_dir, write_bytes
+from ..base.errors import SparkfleetError
 from . import users
 
 NGINX_ENV = "SPARKFLEET_NGINX"

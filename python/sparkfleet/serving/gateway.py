@@ -2,7 +2,7 @@
 
 The gateway is `smg` (Shepherd Model Gateway, PyPI `smg`), the maintained successor of
 `sglang-router`: the same authors and Rust router, 0.3.2 being sglang-router's last release while smg
-is at 1.13.0 (both checked with `pip index versions` on 2026-12-01); the sglang-router 0.3.2 wheel
+is at 1.13.0 (both as `pip index versions` lists them); the sglang-router 0.3.2 wheel
 itself installs an `smg` console script. What sparkfleet relies on, each seen in the tests:
 - every worker's served model is a model id on the one endpoint (`/v1/models` lists them, a request
   goes only to workers serving its `model`);
@@ -34,24 +34,24 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import apikeys, procs
-from ..atomic import ensure_dir, write_bytes
-from ..errors import ExitCode, SparkfleetError
-from ..inventory import Inventory, replica_sets
+from ..base import procs
+from ..base.atomic import ensure_dir, write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.http import free_port, get_json
+from ..base.paths import GATEWAY_STATE_ENV, gateway_state_dir
+from ..base.selfexec import module_argv
+from ..facts import apikeys
+from ..fleet.inventory import Inventory, replica_sets
+from ..lane.recipe import launch_recipe
 from ..launch.lanekeys import Call, host_key, install
-from ..launch.recipe import launch_recipe
-from ..selfexec import module_argv
 from . import front, users
 
 POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "least_load")
@@ -60,19 +60,11 @@ ROUTED_HEADER = "x-smg-routed-worker-id"
 KEY_NAME = "gateway"  # the key file under the gateway's state dir (apikeys layout)
 ADMIN_KEY_NAME = "gateway-admin"  # the operator's admin key, beside it (never on a lane, never a user's)
 ADMIN_KEY_ID = "operator"  # its id and name among smg's control-plane keys
-STATE_ENV = "SPARKFLEET_GATEWAY_STATE"  # where `gateway up` keeps its key, config, record and log
-
-
-def default_state_dir() -> Path:
-    """<operator state>/gateway: $SPARKFLEET_STATE_DIR, else $XDG_STATE_HOME/sparkfleet."""
-    from ..images.record import operator_state_dir
-
-    return operator_state_dir() / "gateway"
 
 
 def state_dir_in_force() -> Path:
     """The gateway's state dir as every verb finds it: $SPARKFLEET_GATEWAY_STATE, else the default."""
-    return Path(os.environ.get(STATE_ENV) or default_state_dir())
+    return Path(os.environ.get(GATEWAY_STATE_ENV) or gateway_state_dir())
 
 
 DEFAULT_PORT = 8080
@@ -129,10 +121,10 @@ def plan(inv: Inventory) -> GatewayPlan:
     workers, policies = [], {}
     for name in sorted(inv.lanes):
         lane = inv.lane(name)
-        section = lane.raw.get("gateway")
-        if not isinstance(section, dict):
+        section = lane.sections.gateway
+        if section is None:
             continue
-        policy = section.get("policy", DEFAULT_POLICY)
+        policy = section.policy if section.policy is not None else DEFAULT_POLICY
         if policy not in POLICIES:
             raise SparkfleetError(
                 f"{lane.recipe_path}: gateway.policy {policy!r} is not one of {', '.join(POLICIES)}",
@@ -233,22 +225,6 @@ def share_key(inv: Inventory, state_dir: Path, call: Call, *, all_or_nothing: bo
     return KeyShare(changed, failed)
 
 
-def _get(url: str, key: str | None, timeout: float = 3.0) -> tuple[int | None, Any]:
-    """(HTTP status or None when nothing answered, the JSON body or None)."""
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read(1 << 20)
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None, None
-    try:
-        return status, json.loads(raw or b"null")
-    except ValueError:
-        return status, None
-
-
 SERVING = "serving"  # worker_states' word for a lane that takes the gateway's key
 
 
@@ -256,7 +232,7 @@ def worker_states(p: GatewayPlan, key: str) -> dict[str, str]:
     """worker name -> 'serving' | 'refuses the gateway key (relaunch it)' | 'not answering'."""
     out = {}
     for w in p.workers:
-        status, _ = _get(f"{w.url}/v1/models", key)
+        status, _ = get_json(f"{w.url}/v1/models", key=key)
         relaunch = f"sparkfleet launch {w.lane} --replace" + (f" --replica {w.replica}" if w.replica else "")
         out[w.name] = (
             SERVING if status == 200
@@ -456,7 +432,7 @@ def _wait_answering(proc: subprocess.Popen, prep: _Prepared, base: str, log: Pat
                 hint=f"its log: {log}. No lane's key was changed",
                 exit_code=ExitCode.SHORTFALL,
             )
-        if _get(f"{base}/health", prep.admin, timeout=2)[0] == 200:
+        if get_json(f"{base}/health", key=prep.admin, timeout=2)[0] == 200:
             return
         if time.monotonic() > deadline:
             raise SparkfleetError(
@@ -611,13 +587,6 @@ def run(
     os.execve(argv[0], argv, env)
 
 
-def free_port() -> int:
-    """A free loopback port for smg behind the front (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _front_pid(state_dir: Path, rec: GatewayRecord) -> int | None:
     """The running front's nginx master: its pid file, and a child of the recorded gateway process."""
     try:
@@ -662,7 +631,7 @@ def reload_users(state_dir: Path, confirm: tuple[str, bool] | None = None, wait_
         url = f"http://{_local(rec.bind)}:{rec.port}/v1/models"
 
         def taken() -> bool:
-            code = _get(url, key)[0]
+            code = get_json(url, key=key)[0]
             return code is not None and (code != 401) == admitted
 
         deadline = time.monotonic() + wait_s
@@ -717,7 +686,7 @@ def revoke_user(state_dir: Path, name: str) -> Reload:
 
 
 def served_models(base: str, key: str | None) -> list[str]:
-    code, body = _get(f"{base}/v1/models", key)
+    code, body = get_json(f"{base}/v1/models", key=key)
     if code != 200 or not isinstance(body, dict):
         return []
     return [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
@@ -729,8 +698,8 @@ def routed_workers(router: str, admin: str) -> set[str]:
     Why not its /v1/models alone: smg registers each worker on its own, after its own health
     check, and lists a model as soon as ONE worker of it is in. Two copies of one lane serve one
     model, so "listed" came while the second copy was still being registered, and every request
-    then went to the first (a clean-clone run: 10 of 10 to one copy)."""
-    code, body = _get(f"{router}/workers", admin)
+    then went to the first (10 of 10 to one copy, with nothing else to tell them apart)."""
+    code, body = get_json(f"{router}/workers", key=admin)
     if code != 200 or not isinstance(body, dict):
         return set()
     workers = body.get("workers")

@@ -6,7 +6,7 @@ client's Authorization header, as sent ... the worker sees the client's token: t
 tenant key when the client used one", smg docs/concepts/security/authentication.md, lightseekorg/smg
 @ ee4afa9c; `extract_auth_header` in model_gateway/src/routers/common/header_utils.rs: "User's
 Authorization header takes priority"). A lane keyed with the gateway's key therefore refuses a
-tenant key with 401 (measured: tests/launch/test_gateway.py, test_per_user_keys_...). So the user
+tenant key with 401 (measured: tests/serving/test_gateway.py, test_per_user_keys_...). So the user
 keys are checked one step earlier, by nginx in front of smg (`serving.front`), which then calls smg
 with the gateway's key and names the user in smg's tenant header: lanes still take only the
 gateway's key.
@@ -25,7 +25,6 @@ Every change of the files and the reload after it happen under `users/.lock` (fl
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import stat
@@ -34,10 +33,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..apikeys import new_key
-from ..atomic import create_new, ensure_dir, fsync_dir, sweep_temps, write_bytes
-from ..errors import ExitCode, SparkfleetError
-from ..stage.lock import open_lock_file
+from ..base.atomic import create_new, ensure_dir, fsync_dir, sweep_temps, write_bytes
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.lock import held
+from ..facts.apikeys import new_key
 
 USERS_DIR = "users"
 KEY_SUFFIX = ".key"
@@ -120,13 +119,9 @@ def locked(state_dir: Path) -> Iterator[None]:
     ensure_dir(Path(state_dir), 0o700)
     ensure_dir(d, 0o700)
     os.chmod(d, 0o700)
-    fd = open_lock_file(d / LOCK_NAME)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(d / LOCK_NAME):
         sweep_temps(d)  # a writer killed mid-write left its temp; no other writer is in flight
         yield
-    finally:
-        os.close(fd)
 
 
 def add(state_dir: Path, name: str, out: Path | None = None) -> str:

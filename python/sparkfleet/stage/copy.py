@@ -14,10 +14,10 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import atomic
-from ..digests import compare
-from ..errors import SourceError, UnreachableError
-from ..hubcache import file_kind
+from ..base import atomic
+from ..base.digests import compare
+from ..base.errors import SourceError, UnreachableError
+from ..facts.hubcache import file_kind
 
 CHUNK = 64 * 1024 * 1024
 _FALLBACK_ERRNOS = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.EPERM}

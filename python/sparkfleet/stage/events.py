@@ -13,7 +13,7 @@ import threading
 import time
 from typing import IO, Any
 
-from ..errors import SparkfleetError
+from ..base.errors import SparkfleetError
 
 
 class EventsProgress:

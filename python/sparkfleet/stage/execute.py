@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import atomic, space
-from ..digests import Verdict, compare
-from ..errors import SourceError, SpaceError, SparkfleetError, from_os_error
-from ..hosts import fan_out
-from ..hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
-from ..space import free_bytes
+from ..base import atomic, space
+from ..base.digests import Verdict, compare
+from ..base.errors import SourceError, SpaceError, SparkfleetError, from_os_error
+from ..base.lock import hub_lock
+from ..base.space import free_bytes
+from ..facts.hubcache import SHARED_STORE_DIR, SHARED_STORE_LAYOUT, SHARED_STORE_MARKER
+from ..remote.hosts import fan_out
 from . import staged
 from .copy import copy_verified, link_verified, place_verified
 from .fanout import assign_shares, content_key, tree_position, tree_sources
-from .lock import hub_lock
 from .plan import PlannedFile, SourceScan, StagePlan, StageRequest, local_blob_index, plan_stage, scan_source
 from .transport import PeerMiss, PeerSource
 from .verify import VerifyReport, arrival_mode, verify_plan
@@ -86,9 +86,9 @@ class StageResult:
     peer_bytes_from: dict[str, int] = field(default_factory=dict)  # fan-out: bytes each peer served
     verify: VerifyReport | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         out = {k: v for k, v in vars(self).items() if k != "verify"}
-        out["verify"] = self.verify.as_dict() if self.verify else None
+        out["verify"] = self.verify.to_dict() if self.verify else None
         return out
 
 
@@ -119,7 +119,7 @@ class StageRun:
     def mb_per_s(self) -> float:
         return self.copied_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "ok": self.ok,
             "dest_hub": str(self.dest_hub),
@@ -136,7 +136,7 @@ class StageRun:
             "share": list(self.share) if self.share else None,
             "nas_bytes": sum(r.copied_bytes - r.peer_bytes for r in self.results),
             "peer_bytes": sum(r.peer_bytes for r in self.results),
-            "repos": [r.as_dict() for r in self.results],
+            "repos": [r.to_dict() for r in self.results],
         }
 
 

@@ -12,13 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SparkfleetError
-from ..hosts import fan_out
+from ..base.errors import SparkfleetError
+from ..remote.hosts import fan_out
 from . import remote
 from .fanout import Pull, fanout_plan
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 
 @dataclass(frozen=True)

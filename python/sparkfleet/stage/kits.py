@@ -2,7 +2,7 @@
 
 Why: the EXL3 lane binds kit code that is not in its image from <state_dir>/kits/<pin>/<rev>/ on
 each host, and launch refuses a host without it. `stage HOST` runs on the host and puts it there:
-  1. under the kits' stage lock (stage/lock.py, so two runs on one host never meet), sweep the
+  1. under the kits' stage lock (base/lock.py, so two runs on one host never meet), sweep the
      temp clones a killed run left (TEMP_MARK names, atomic.temp_name);
   2. an existing checkout at the pinned rev, clean (`git status --porcelain --ignored` empty: no
      file changed, added, or hidden by the kit's .gitignore) and holding every file the trees
@@ -17,7 +17,7 @@ rerun sweeps the temp and converges. A clone that fails (an unreachable URL, a r
 lacks, a file the trees need missing) raises naming the host, pin, URL and rev, leaving nothing.
 `verify HOST` asks step 2's question (checkout_problem, the one test of a checkout) of each
 checkout the host needs, with no lock and no sweep: it changes nothing (verify_kits). `doctor HOST`
-asks the same through the node's agent (launch/agent.py's doctor action runs verify_kits there).
+asks the same through the node's agent (node/agent.py's doctor action runs verify_kits there).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..atomic import ensure_dir, fsync_dir, fsync_tree, is_temp_name, temp_name
-from ..errors import ExitCode, SparkfleetError, from_os_error
-from ..kittrees import KITS_DIR, KitCheckout, KitVerdict, kit_tree_problems
+from ..base.atomic import ensure_dir, fsync_dir, fsync_tree, is_temp_name, temp_name
+from ..base.errors import ExitCode, SparkfleetError, from_os_error
+from ..base.lock import hub_lock
+from ..fleet.kittrees import KITS_DIR, KitCheckout, KitVerdict, kit_tree_problems
 from ..pins.common import Unreachable, run_tool
-from .lock import hub_lock
 
 if TYPE_CHECKING:
     from .execute import StageProgress
@@ -57,7 +57,7 @@ class KitResult:
     head: str = ""  # the checkout's full commit
     seconds: float = 0.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

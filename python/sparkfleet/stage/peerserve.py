@@ -34,10 +34,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import procs
-from ..atomic import write_bytes
-from ..errors import SparkfleetError
-from ..hosts import stop_process
+from ..base import procs
+from ..base.atomic import write_bytes
+from ..base.errors import SparkfleetError
+from ..base.http import free_port
+from ..remote.hosts import stop_process
 from .transport import RSYNCD_MODULE, RSYNCD_USER
 
 PRIVATE_PREFIX = "sparkfleet-rsyncd-"
@@ -81,13 +82,6 @@ class DaemonSpec:
             "    exclude = .locks/ *.incomplete *.sf-tmp-*\n"
             "    refuse options = delete remove-source-files\n"
         )
-
-
-def _free_port(address: str) -> int:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def _wait_listening(address: str, port: int, proc: subprocess.Popen, timeout: float) -> bool:
@@ -177,7 +171,7 @@ def serve(spec: DaemonSpec, secret: str, timeout: float = 10.0) -> Iterator[tupl
         with os.fdopen(fd, "w") as fh:
             fh.write(f"{RSYNCD_USER}:{secret}\n")
         for _attempt in range(5):  # the port may be taken between probing and binding: try another
-            port = _free_port(spec.address)
+            port = free_port(spec.address)
             conf = private / "rsyncd.conf"
             conf.write_text(spec.config(secrets_file, port))
             proc = subprocess.Popen(

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 
-from ..errors import SourceError
-from ..hubcache import (
+from ..base.errors import SourceError
+from ..facts.hubcache import (
     SHARED_MANIFEST_SUFFIX,
     HubRoot,
     LinkChain,

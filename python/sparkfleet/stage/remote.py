@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..deployed import not_deployed, remote_root
-from ..errors import ExitCode, SparkfleetError
-from ..hosts import (
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.selfexec import module_argv
+from ..remote.deployed import not_deployed, remote_root
+from ..remote.hosts import (
     LOCAL_ADDRESSES,
     SSH_CONNECT_FAILED,
     LocalHost,
@@ -36,12 +37,11 @@ from ..hosts import (
     remote_sparkfleet,
     stop_process,
 )
-from ..selfexec import module_argv
 from .events import parse_event
 from .transport import DEFAULT_TRANSPORT, LOCAL, PeerSource, resolve_transport
 
 if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
-    from ..inventory import Host, Inventory
+    from ..fleet.inventory import Host, Inventory
 
 THIS_HOST_ENV = "SPARKFLEET_HOST"  # names the inventory host this machine is
 

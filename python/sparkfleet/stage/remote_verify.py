@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SparkfleetError
-from ..hosts import HostUnreachable, LocalHost, check_reachable, connect, fan_out
+from ..base.errors import SparkfleetError
+from ..remote.hosts import HostUnreachable, LocalHost, check_reachable, connect, fan_out
 from .remote import is_this_host, sparkfleet_argv
 
 if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
-    from ..inventory import Inventory
+    from ..fleet.inventory import Inventory
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import json
 import os
 from pathlib import Path
 
-from .. import atomic
-from .lock import LOCK_PATH
+from ..base import atomic
+from ..base.lock import LOCK_PATH
 
 SCHEMA = "sparkfleet.staged/1"
 FOLDER = LOCK_PATH.parent / "sparkfleet-staged"  # <hub>/.locks/sparkfleet-staged/<repo folder>/

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from .plan import StageRequest
 
 if TYPE_CHECKING:  # annotations only: `stage --source/--dest` reads no inventory
-    from ..inventory import Inventory, Lane
-    from ..kittrees import KitCheckout
+    from ..fleet.inventory import Inventory, Lane
+    from ..fleet.kittrees import KitCheckout
 
 
 def lanes_to_stage(inv: Inventory, host_name: str, lane_name: str | None = None) -> list[Lane]:
@@ -19,8 +19,8 @@ def lanes_to_stage(inv: Inventory, host_name: str, lane_name: str | None = None)
         return inv.lanes_of(host_name)
     lane = inv.lane(lane_name)
     if host_name not in lane.replica_hosts:  # a host of any copy holds the lane's pins
-        from ..errors import InventoryError
-        from ..inventory import replica_sets
+        from ..base.errors import InventoryError
+        from ..fleet.inventory import replica_sets
 
         copies = "; ".join(
             f"replica {i}: {', '.join(hosts)}" if i else ", ".join(hosts)
@@ -54,6 +54,6 @@ def requests_for_host(inv: Inventory, host_name: str, lane_name: str | None = No
 
 def kits_for_host(inv: Inventory, host_name: str, lane_name: str | None = None) -> list[KitCheckout]:
     """Every pinned kit checkout the host's lanes (or just `lane_name`) bind ([[launch.trees]])."""
-    from ..kittrees import kit_checkouts  # lazy, like the inventory: direct mode reads neither
+    from ..fleet.kittrees import kit_checkouts  # lazy, like the inventory: direct mode reads neither
 
     return kit_checkouts(lanes_to_stage(inv, host_name, lane_name), inv)

@@ -29,7 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SourceError
+from ..base.errors import SourceError
 from .copy import fill_from_path
 
 TRANSPORTS = ("ssh", "ssh-fast", "rsyncd")

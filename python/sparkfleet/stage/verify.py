@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..digests import Verdict, compare, sample_note
-from ..errors import SourceError
-from ..hubcache import HubRoot
+from ..base.digests import Verdict, compare, sample_note
+from ..base.errors import SourceError
+from ..facts.hubcache import HubRoot
 from . import staged
 from .plan import SourceScan, StagePlan
 
@@ -61,7 +61,7 @@ class VerifyReport:
     def line(self) -> str:
         return f"links ok: {self.links_ok}, dangling: {self.dangling}, mismatches: {self.mismatches}"
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "repo": self.repo,
             "commit": self.commit,
@@ -168,7 +168,7 @@ def verify_plan(
 
 
 def verify_note(mode: str, reports: list[dict]) -> str:
-    """What a verify of `reports` (VerifyReport.as_dict()s) read, and what it could not have seen:
+    """What a verify of `reports` (VerifyReport.to_dict()s) read, and what it could not have seen:
     said with every result, so that a sampled "ok" is never read as more than it is."""
     if mode == "full":
         return "full: every byte read (sha256 against a blob's name, else the source's digest)"

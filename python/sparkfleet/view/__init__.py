@@ -10,7 +10,7 @@ Modules, top to bottom: `cli/view.py` parses; `service.py` decides where and wit
 listens; `server.py` serves; `metrics.py` and `page.py` render a `FleetSnapshot` (`snapshot.py`);
 `refresh.py` keeps the newest one; `collect.py` builds a lane's and a host's view from the fleet's
 records (`lanefiles.py`: reports, incidents, the reference) and the node agents' answers
-(`launch/hostread.py` is the node side), `gatewaylog.py` the gateway's; `targets.py` writes
+(`node/hostread.py` is the node side), `gatewaylog.py` the gateway's; `targets.py` writes
 Prometheus file_sd targets from the inventory and ships the alert rules (`rules/`);
 `metricsdoc.py` renders docs/fleet-ops.md's metrics table from the registry.
 """

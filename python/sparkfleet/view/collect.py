@@ -3,7 +3,7 @@
 A lane: its ranks as `sparkfleet status` sees them (the node agents' records and the head's
 /health and /v1/models), its generations (the serving one, and whether the newest was stopped),
 its newest bench report, its incident bundles and its supervisor's state file. A host: the node
-agent's `host-facts` answer (launch/hostread.py) under a time bound, and what fleet.toml and the
+agent's `host-facts` answer (node/hostread.py) under a time bound, and what fleet.toml and the
 recipes say it must keep (the NVMe reserve, the lanes' memory floors).
 
 Each function answers for one lane or one host and never raises for what a node or a file says:
@@ -14,23 +14,23 @@ from __future__ import annotations
 
 import time
 
-from ..errors import SparkfleetError
-from ..hosts import connect
-from ..inventory import Inventory, state_dir_of
-from ..launch import watchstate
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory, state_dir_of
+from ..lane.recipe import launch_recipe
+from ..lane.replicas import generations_home
 from ..launch.generations import current, load_all
-from ..launch.hostread import StagedPin
 from ..launch.lane import status
-from ..launch.recipe import launch_recipe
-from ..launch.replicas import generations_home
-from ..nodecall import call_agent
+from ..node.hostread import StagedPin
+from ..node.protocol import HostFactsRequest
+from ..ops import watchstate
+from ..remote.nodecall import ask_host
 from . import lanefiles
 from .snapshot import HostView, LaneView
 
 
 def launched_lanes(inv: Inventory) -> list[str]:
     """The lanes with a [launch] table (the others are staged, never served), sorted."""
-    return sorted(n for n in inv.lanes if isinstance(inv.lanes[n].raw.get("launch"), dict))
+    return sorted(n for n in inv.lanes if inv.lanes[n].sections.launch is not None)
 
 
 def lane_view(inv: Inventory, name: str) -> LaneView:
@@ -101,7 +101,7 @@ def host_floor(inv: Inventory, host: str) -> int | None:
     """The highest memory floor of the served lanes placed on `host` (None: no served lane there)."""
     floors = []
     for lane in inv.lanes_of(host):
-        if isinstance(lane.raw.get("launch"), dict):
+        if lane.sections.launch is not None:
             try:
                 floors.append(launch_recipe(inv, lane.name).memory.floor)
             except SparkfleetError:
@@ -118,11 +118,12 @@ def host_view(inv: Inventory, name: str, timeout_s: float) -> HostView:
         "nvme_reserve_bytes": host.reserve_bytes,
         "memory_floor_bytes": host_floor(inv, name),
     }
-    req = {"local_hub": str(host.local_hub), "nas_hub": str(host.nas_hub),
-           "state_dir": str(state_dir_of(host)), "pins": host_pins(inv, name)}  # fmt: skip
+    req = HostFactsRequest(
+        str(host.local_hub), str(host.nas_hub), str(state_dir_of(host)), host_pins(inv, name)
+    )
     t0 = time.monotonic()
     try:
-        ans = call_agent(connect(host), "host-facts", req, timeout=timeout_s)
+        ans = ask_host(inv, name, req, timeout=timeout_s)
     except SparkfleetError as exc:
         return HostView(reachable=False, error=exc.message[:300], **base)
     took = time.monotonic() - t0

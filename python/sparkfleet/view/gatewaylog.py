@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..apikeys import read_key
-from ..errors import SparkfleetError
-from ..inventory import Inventory
+from ..base.errors import SparkfleetError
+from ..facts.apikeys import read_key
+from ..fleet.inventory import Inventory
 from ..serving.front import paths as front_paths
 from ..serving.gateway import KEY_NAME, is_running, load_record, plan, worker_states
 from ..serving.users import NAME

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.report.compare import number
-from ..inventory import Lane
+from ..fleet.inventory import Lane
 from .snapshot import BenchFigures, IncidentView
 
 MAX_INCIDENTS = 500  # the newest this many bundles are counted (a lane with more has a bigger problem)
@@ -110,18 +110,16 @@ def reference(lane: Lane) -> tuple[float | None, float]:
     metric begins with "decode" and whose unit is tok/s (the kit's published figure); the share is
     `[view] decode_floor_pct` (80 % by default).
     """
-    section = _dict(lane.raw.get("view"))
-    floor = number(section.get("decode_floor_pct"))
+    view = lane.sections.view
+    floor = number(view.decode_floor_pct)
     floor = floor if floor is not None and 0 < floor <= 100 else DEFAULT_DECODE_FLOOR_PCT
-    given = number(section.get("reference_tps"))
+    given = number(view.reference_tps)
     if given is not None and given > 0:
         return given, floor
-    refs = _dict(lane.raw.get("kit")).get("reference")
-    for ref in refs if isinstance(refs, list) else []:
-        ref = _dict(ref)
-        value = number(ref.get("value"))
-        metric, unit = str(ref.get("metric", "")), str(ref.get("unit", "tok/s"))
-        if metric.startswith("decode") and unit == "tok/s" and value is not None and value > 0:
+    kit = lane.sections.kit
+    for ref in kit.references if kit is not None else ():
+        value = number(ref.value)
+        if ref.metric.startswith("decode") and ref.unit == "tok/s" and value is not None and value > 0:
             return value, floor
     return None, floor
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..launch.watchstate import NOT_RUNNING, STATES
+from ..ops.watchstate import NOT_RUNNING, STATES
 from .lanefiles import INCIDENT_KINDS
 from .snapshot import FleetSnapshot, GatewayView, HostView, LaneView
 

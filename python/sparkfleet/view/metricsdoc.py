@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..atomic import write_bytes
+from ..base.atomic import write_bytes
 from .metrics import SPECS, registry_for
 from .snapshot import FleetSnapshot
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from urllib.parse import quote
 
-from ..memory import gib
+from ..facts.memory import gib
 from .snapshot import FleetSnapshot, GatewayView, HostView, LaneView
 
 CSS = """

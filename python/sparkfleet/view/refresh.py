@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import SparkfleetError
-from ..inventory import Inventory
-from ..launch.recipe import launch_recipe
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory
+from ..lane.recipe import launch_recipe
 from .collect import host_floor, host_view, lane_view, launched_lanes
 from .gatewaylog import AccessCounts, access_counts, gateway_view
 from .snapshot import FleetSnapshot, HostView, LaneView

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 
 from ..bench.report.history import lane_history
 from ..bench.report.html import render_page
-from ..inventory import LANE_NAME, Inventory
+from ..fleet.inventory import LANE_NAME, Inventory
 from . import lanefiles, page
 from .metrics import CONTENT_TYPE, registry_for, render
 from .refresh import Refresher
@@ -156,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _history(self, inv: Inventory, lane: str) -> None:
         folder = lanefiles.reports_dir(inv.lane(lane))
-        baseline = (inv.lane(lane).raw.get("bench") or {}).get("baseline")
+        baseline = inv.lane(lane).sections.bench.baseline
         points = lane_history(folder, baseline)
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         text = render_page(lane, points, lambda p: f"/lanes/{lane}/reports/{p.name}", when, baseline)

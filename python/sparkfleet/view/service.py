@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import apikeys
-from ..errors import ExitCode, SparkfleetError
-from ..images.record import operator_state_dir
-from ..inventory import Inventory
+from ..base.errors import ExitCode, SparkfleetError
+from ..base.paths import operator_state_dir
+from ..facts import apikeys
+from ..fleet.inventory import Inventory
 from .refresh import Refresher
 from .server import ViewServer, is_loopback, serve
 from .targets import write_targets

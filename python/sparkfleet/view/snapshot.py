@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jsonable import to_jsonable
-from ..launch.hostread import StagedPin
-from ..launch.watchstate import WatchState
+from ..base.jsonable import to_jsonable
+from ..node.hostread import StagedPin
+from ..ops.watchstate import WatchState
 
 
 @dataclass(frozen=True)

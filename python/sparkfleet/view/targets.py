@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import ensure_dir, write_bytes
-from ..errors import SparkfleetError
-from ..inventory import Inventory
-from ..launch.recipe import launch_recipe
+from ..base.atomic import ensure_dir, write_bytes
+from ..base.errors import SparkfleetError
+from ..fleet.inventory import Inventory
+from ..lane.recipe import launch_recipe
 from .collect import launched_lanes
 
 # file_sd file -> the scrape job that reads it
@@ -37,7 +37,7 @@ class TargetGroup:
     targets: tuple[str, ...]
     labels: dict[str, str]
 
-    def as_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {"targets": list(self.targets), "labels": self.labels}
 
 
@@ -70,7 +70,7 @@ def write_targets(inv: Inventory, view: str, out: Path) -> dict[str, Path]:
     written = {}
     for name, groups in target_groups(inv, view).items():
         path = out / name
-        write_bytes(path, (json.dumps([g.as_json() for g in groups], indent=1) + "\n").encode())
+        write_bytes(path, (json.dumps([g.to_dict() for g in groups], indent=1) + "\n").encode())
         written[name] = path
     return written
 

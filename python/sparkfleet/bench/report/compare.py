@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ExitCode
+from ...base.errors import ExitCode
 from .comparability import Mismatch, affects, metric_family, mismatches
 
 
@@ -41,7 +41,7 @@ def key_metrics(doc: dict[str, Any]) -> dict[str, float | None]:
             out[f"{p.get('test')}@d{p.get('depth')}_pct_of_bound"] = number(p.get("pct_of_bound"))
     probe = (doc.get("decode_probe") or {}).get("metrics") or {}
     out["decode_tps"] = number(probe.get("decode_tps"))
-    out["ttft_s"] = number(doc.get("ttft") or probe.get("ttft_s"))  # repeated (with a CI) since issue 18
+    out["ttft_s"] = number(doc.get("ttft") or probe.get("ttft_s"))  # repeated (with a CI) in newer reports
     for row in doc.get("table") or []:
         out[f"{row['test']}@d{row['depth']}"] = number(row.get("tps_mean"))
     for lv in doc.get("sweep") or []:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ...atomic import write_bytes
+from ...base.atomic import write_bytes
 from .comparability import VOLATILE_FINGERPRINT_FIELDS
 from .history import Figure, HistoryPoint, lane_history, relative_link
 

@@ -25,9 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...atomic import fsync_dir, temp_file, write_bytes
-from ...errors import SparkfleetError
-from ...jsonable import to_jsonable
+from ...base.atomic import fsync_dir, temp_file, write_bytes
+from ...base.errors import SparkfleetError
+from ...base.jsonable import to_jsonable
 from .compare import key_metrics
 from .markdown import render_markdown
 from .plots import render_png

@@ -1,0 +1,173 @@
+"""docs/recipes.md: the key reference of recipe.toml and fleet.toml, generated from the JSON Schemas.
+
+Why generated: the schemas are what `inventory check` enforces, so a reference written by hand
+drifts the day a key is added. Every key, its type and constraints and its description come from
+python/sparkfleet/fleet/schema/*.schema.json; `tests/cli/test_docs.py` regenerates the page and fails if
+the committed one differs.
+
+    python -m sparkfleet.fleet.schemadoc            # print the page
+    python -m sparkfleet.fleet.schemadoc --write    # write docs/recipes.md (temp + fsync + rename)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..base.atomic import write_bytes
+
+DOC = Path("docs") / "recipes.md"
+SCHEMAS = (
+    ("recipe", "recipes/<lane>/recipe.toml",
+     "A lane: its hosts in rank order, the models it needs, how it launches."),
+    ("fleet", "hosts/fleet.toml", "The fleet: hosts, pins, host kinds (the one source of truth)."),
+)
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    schema = resources.files("sparkfleet.fleet").joinpath("schema", f"{name}.schema.json")
+    return json.loads(schema.read_text())
+
+
+def _deref(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """`node` with a local `$ref` followed (its own keys win, as JSON Schema 2020-12 reads them)."""
+    ref = node.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return node
+    target = _deref(root["$defs"][ref.removeprefix("#/$defs/")], root)
+    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _is_table(node: dict[str, Any]) -> bool:
+    return isinstance(node.get("additionalProperties"), dict)
+
+
+def _type(node: dict[str, Any], root: dict[str, Any]) -> str:
+    node = _deref(node, root)
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    for key in ("oneOf", "anyOf"):
+        if key in node:
+            return " or ".join(_type(alt, root) for alt in node[key])
+    kind = node.get("type", "any")
+    kinds = kind if isinstance(kind, list) else [kind]
+    out = []
+    for k in kinds:
+        if k == "array" and isinstance(node.get("items"), dict):
+            out.append(f"array of {_type(node['items'], root)}")
+        elif k == "object" and "properties" not in node and _is_table(node):
+            out.append(f"table of name → {_type(node['additionalProperties'], root)}")
+        else:
+            out.append(str(k))
+    return " or ".join(out)
+
+
+def _constraints(node: dict[str, Any], root: dict[str, Any]) -> str:
+    node = _deref(node, root)
+    bits = []
+    for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("minItems", "items ≥"),
+                      ("minLength", "length ≥"), ("maxLength", "length ≤")):  # fmt: skip
+        if key in node:
+            bits.append(f"{word} {node[key]}")
+    if "pattern" in node:
+        # a table cell: the column bar escaped, a literal control character (tmpfilesPath's bracket,
+        # written so POSIX ERE reads it too) shown as the escape that means it
+        pattern = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", node["pattern"])
+        pattern = pattern.replace("|", "\\|")
+        bits.append(f"pattern `{pattern}`")
+    if "default" in node:
+        bits.append(f"default `{json.dumps(node['default'])}`")
+    return ", ".join(bits)
+
+
+def _description(node: dict[str, Any], root: dict[str, Any]) -> str:
+    text = node.get("description") or _deref(node, root).get("description") or ""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _rows(node: dict[str, Any], root: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any], bool]]:
+    """(dotted key, node, required) for every key under `node`, depth first; `*` for any name."""
+    node = _deref(node, root)
+    out = []
+    required = set(node.get("required", []))
+    for key, child in node.get("properties", {}).items():
+        here = f"{path}.{key}" if path else key
+        out.append((here, child, key in required))
+        out += _rows(child, root, here)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and "properties" in node:
+        here = f"{path}.*" if path else "*"
+        out.append((here, extra, False))
+        out += _rows(extra, root, here)
+    elif isinstance(extra, dict) and "properties" in _deref(extra, root):
+        out += _rows(extra, root, f"{path}.<name>" if path else "<name>")
+    items = node.get("items")
+    if isinstance(items, dict) and "properties" in _deref(items, root):
+        out += _rows(items, root, f"{path}[]")
+    return out
+
+
+def render() -> str:
+    """The whole page, deterministic (schema order, no timestamps)."""
+    lines = [
+        "# Recipe and fleet keys",
+        "",
+        "<!-- Generated by `python -m sparkfleet.fleet.schemadoc --write`"
+        " from python/sparkfleet/fleet/schema/*.json;",
+        "     do not edit by hand: tests/cli/test_docs.py fails when this page and the schemas differ. -->",
+        "",
+        "Every key `sparkfleet inventory check` accepts, with its type, constraints and meaning, read",
+        "from the JSON Schemas the check enforces. `*` / `<name>` stand for a name you choose (a host,",
+        "a pin, a table entry); `[]` for each element of an array of tables. **required** keys must be",
+        "present when their table is.",
+        "",
+    ]
+    for name, file, what in SCHEMAS:
+        root = load_schema(name)
+        lines += [f"## `{file}`", "", what, ""]
+        for section, node in root.get("properties", {}).items():
+            lines += [f"### `{section}`" + (" (required)" if section in root.get("required", []) else ""), ""]
+            desc = _description(node, root)
+            if desc:
+                lines += [desc, ""]
+            rows = _rows(node, root, section)
+            if not rows:
+                limits = _constraints(node, root)
+                lines += [f"Type: {_type(node, root)}." + (f" {limits}." if limits else ""), ""]
+                continue
+            lines += ["| key | type | constraints | meaning |", "|---|---|---|---|"]
+            for key, child, required in rows:
+                req = " **required**" if required else ""
+                cells = (_type(child, root), _constraints(child, root), _description(child, root))
+                lines.append(f"| `{key}`{req} | " + " | ".join(cells) + " |")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def emit(doc: Path, text: str, args: list[str], usage: str) -> int:
+    """A generated page's command line: print `text`, or with `--write` put it at `doc` (atomic)."""
+    if args == ["--write"]:
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(doc, text.encode())
+        print(f"wrote {doc}")
+        return 0
+    if args:
+        print(f"usage: {usage} [--write]", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    return emit(DOC, render(), args, "python -m sparkfleet.fleet.schemadoc")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

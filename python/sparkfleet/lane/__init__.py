@@ -1,0 +1,1 @@
+"""Everything pure about a lane: its recipe, each rank's spec, binds, limits, replicas, readiness."""

@@ -1,0 +1,1 @@
+"""What runs on a node: the agent and everything it starts, reads and records there."""

@@ -1,0 +1,1 @@
+"""Compositions over whole lanes and hosts: the supervisor, doctor, bootstrap, fleet check, power."""

@@ -1,0 +1,1 @@
+"""Reaching hosts: ssh or this machine, the node agent's client, a host's stack, what a deploy left."""
